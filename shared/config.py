@@ -1,0 +1,454 @@
+"""The configuration Berth reads: Kueue's objects, unchanged, and Berth's own.
+
+Accepted kinds (``apiVersion`` / ``kind``):
+
+- ``kueue.x-k8s.io/v1beta1`` and ``v1beta2``: ResourceFlavor, ClusterQueue, LocalQueue,
+  WorkloadPriorityClass, Cohort (``v1alpha1`` Cohort too);
+- ``v1`` Namespace (its labels feed ``namespaceSelector``);
+- ``scheduling.k8s.io/v1`` PriorityClass.
+
+Objects are decoded with msgspec into typed Structs; spec fields are strict (a typo is an
+error that names its path), metadata is lenient (Kubernetes adds many fields there). Every
+quantity is checked here, so a bad one is refused at ``berth apply`` time and never reaches a
+service. Objects travel as JSON in the config key-value bucket, keyed by :func:`object_key`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from shared.quantities import QuantityError, parse_quantity
+
+__all__ = [
+    "KIND_PLURALS",
+    "ClusterQueue",
+    "Cohort",
+    "ConfigError",
+    "ConfigObject",
+    "LocalQueue",
+    "Namespace",
+    "ObjectMeta",
+    "PriorityClass",
+    "ResourceFlavor",
+    "WorkloadPriorityClass",
+    "decode_object",
+    "load_documents",
+    "object_key",
+    "parse_object",
+]
+
+
+class ConfigError(ValueError):
+    """An object that Berth cannot accept; the message names the document and the field."""
+
+
+class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True):
+    name: str = ""
+    generate_name: str = ""
+    namespace: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    uid: str = ""
+    resource_version: str = ""
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    generation: int = 0
+
+
+class _Spec(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
+    """Base of every spec: strict, so that a misspelt field is refused rather than ignored."""
+
+
+Quantity = str | int
+
+
+class LabelSelectorRequirement(_Spec):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = []
+
+
+class LabelSelector(_Spec):
+    match_labels: dict[str, str] = {}
+    match_expressions: list[LabelSelectorRequirement] = []
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Kubernetes label-selector semantics; an empty selector matches everything."""
+        for key, value in self.match_labels.items():
+            if labels.get(key) != value:
+                return False
+        for requirement in self.match_expressions:
+            present = requirement.key in labels
+            if requirement.operator == "In":
+                if not present or labels[requirement.key] not in requirement.values:
+                    return False
+            elif requirement.operator == "NotIn":
+                if present and labels[requirement.key] in requirement.values:
+                    return False
+            elif requirement.operator == "Exists":
+                if not present:
+                    return False
+            elif present:  # DoesNotExist
+                return False
+        return True
+
+
+class Toleration(_Spec):
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+
+class Taint(_Spec):
+    key: str
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    value: str = ""
+    time_added: str | None = None
+
+
+# --- ResourceFlavor ---------------------------------------------------------------------------
+
+
+class ResourceFlavorSpec(_Spec):
+    node_labels: dict[str, str] = {}
+    node_taints: list[Taint] = []
+    tolerations: list[Toleration] = []
+    topology_name: str | None = None
+
+
+class ResourceFlavor(msgspec.Struct, rename="camel", omit_defaults=True):
+    api_version: str
+    metadata: ObjectMeta
+    spec: ResourceFlavorSpec = msgspec.field(default_factory=ResourceFlavorSpec)
+    status: dict[str, Any] | None = None
+
+
+# --- ClusterQueue -----------------------------------------------------------------------------
+
+
+class ResourceQuota(_Spec):
+    name: str
+    nominal_quota: Quantity = 0
+    borrowing_limit: Quantity | None = None
+    lending_limit: Quantity | None = None
+
+
+class FlavorQuotas(_Spec):
+    name: str
+    resources: list[ResourceQuota]
+
+
+class ResourceGroup(_Spec):
+    covered_resources: list[str]
+    flavors: list[FlavorQuotas]
+
+
+class FlavorFungibility(_Spec):
+    when_can_borrow: Literal["MayStopSearch", "TryNextFlavor", "Borrow"] = "MayStopSearch"
+    when_can_preempt: Literal["MayStopSearch", "TryNextFlavor", "Preempt"] = "TryNextFlavor"
+    preference: Literal["BorrowingOverPreemption", "PreemptionOverBorrowing"] | None = None
+
+
+class BorrowWithinCohort(_Spec):
+    policy: Literal["Never", "LowerPriority"] = "Never"
+    max_priority_threshold: int | None = None
+
+
+class ClusterQueuePreemption(_Spec):
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Never"
+    borrow_within_cohort: BorrowWithinCohort = msgspec.field(default_factory=BorrowWithinCohort)
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
+
+
+class FairSharing(_Spec):
+    weight: Quantity = 1
+
+
+class ClusterQueueSpec(_Spec):
+    resource_groups: list[ResourceGroup] = []
+    cohort: str = ""  # v1beta1
+    cohort_name: str = ""  # v1beta2
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+    # None is Kueue's "nothing" selector: no namespace may use this queue.
+    namespace_selector: LabelSelector | None = None
+    flavor_fungibility: FlavorFungibility = msgspec.field(default_factory=FlavorFungibility)
+    preemption: ClusterQueuePreemption = msgspec.field(default_factory=ClusterQueuePreemption)
+    admission_checks: list[str] = []
+    admission_checks_strategy: dict[str, Any] | None = None
+    stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
+    fair_sharing: FairSharing | None = None
+    admission_scope: dict[str, Any] | None = None
+
+
+class ClusterQueue(msgspec.Struct, rename="camel", omit_defaults=True):
+    api_version: str
+    metadata: ObjectMeta
+    spec: ClusterQueueSpec = msgspec.field(default_factory=ClusterQueueSpec)
+    status: dict[str, Any] | None = None
+
+    @property
+    def cohort_name(self) -> str:
+        """The cohort, whichever API version named it."""
+        return self.spec.cohort_name or self.spec.cohort
+
+
+# --- Cohort (hierarchical) --------------------------------------------------------------------
+
+
+class CohortSpec(_Spec):
+    parent: str = ""  # v1alpha1
+    parent_name: str = ""  # v1beta1 / v1beta2
+    resource_groups: list[ResourceGroup] = []
+    fair_sharing: FairSharing | None = None
+
+
+class Cohort(msgspec.Struct, rename="camel", omit_defaults=True):
+    api_version: str
+    metadata: ObjectMeta
+    spec: CohortSpec = msgspec.field(default_factory=CohortSpec)
+    status: dict[str, Any] | None = None
+
+    @property
+    def parent_name(self) -> str:
+        return self.spec.parent_name or self.spec.parent
+
+
+# --- LocalQueue -------------------------------------------------------------------------------
+
+
+class LocalQueueSpec(_Spec):
+    cluster_queue: str
+    stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
+    fair_sharing: FairSharing | None = None
+
+
+class LocalQueue(msgspec.Struct, rename="camel", omit_defaults=True):
+    api_version: str
+    metadata: ObjectMeta
+    spec: LocalQueueSpec
+    status: dict[str, Any] | None = None
+
+
+# --- priorities -------------------------------------------------------------------------------
+
+
+class WorkloadPriorityClass(
+    msgspec.Struct, rename="camel", omit_defaults=True
+):
+    api_version: str
+    metadata: ObjectMeta
+    value: int
+    description: str = ""
+
+
+class PriorityClass(msgspec.Struct, rename="camel", omit_defaults=True):
+    api_version: str
+    metadata: ObjectMeta
+    value: int
+    global_default: bool = False
+    description: str = ""
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+
+
+# --- Namespace --------------------------------------------------------------------------------
+
+
+class Namespace(msgspec.Struct, rename="camel", omit_defaults=True):
+    api_version: str
+    metadata: ObjectMeta
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Labels as namespaceSelector sees them, with the implicit metadata.name label."""
+        return {**self.metadata.labels, "kubernetes.io/metadata.name": self.metadata.name}
+
+
+ConfigObject = (
+    ResourceFlavor
+    | ClusterQueue
+    | Cohort
+    | LocalQueue
+    | WorkloadPriorityClass
+    | PriorityClass
+    | Namespace
+)
+
+# kind -> (accepted apiVersions, namespaced, kubectl-style resource name)
+_KINDS: dict[str, tuple[frozenset[str], bool, str]] = {
+    "ResourceFlavor": (
+        frozenset({"kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"}),
+        False,
+        "resourceflavor.kueue.x-k8s.io",
+    ),
+    "ClusterQueue": (
+        frozenset({"kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"}),
+        False,
+        "clusterqueue.kueue.x-k8s.io",
+    ),
+    "Cohort": (
+        frozenset({"kueue.x-k8s.io/v1alpha1", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"}),
+        False,
+        "cohort.kueue.x-k8s.io",
+    ),
+    "LocalQueue": (
+        frozenset({"kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"}),
+        True,
+        "localqueue.kueue.x-k8s.io",
+    ),
+    "WorkloadPriorityClass": (
+        frozenset({"kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"}),
+        False,
+        "workloadpriorityclass.kueue.x-k8s.io",
+    ),
+    "PriorityClass": (frozenset({"scheduling.k8s.io/v1"}), False, "priorityclass.scheduling.k8s.io"),
+    "Namespace": (frozenset({"v1"}), False, "namespace"),
+}
+KIND_PLURALS = {kind: resource for kind, (_, _, resource) in _KINDS.items()}
+
+_TYPES: dict[str, type[ConfigObject]] = {
+    "ResourceFlavor": ResourceFlavor,
+    "ClusterQueue": ClusterQueue,
+    "Cohort": Cohort,
+    "LocalQueue": LocalQueue,
+    "WorkloadPriorityClass": WorkloadPriorityClass,
+    "PriorityClass": PriorityClass,
+    "Namespace": Namespace,
+}
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def is_config_kind(kind: str) -> bool:
+    return kind in _KINDS
+
+
+def parse_object(document: Any, *, where: str = "document") -> ConfigObject:
+    """Validate one decoded YAML/JSON document and return its typed object.
+
+    Raises :class:`ConfigError` with a one-line message naming ``where`` and the field.
+    """
+    if not isinstance(document, dict):
+        raise ConfigError(f"{where}: expected a mapping with apiVersion and kind")
+    kind = document.get("kind")
+    api_version = document.get("apiVersion")
+    if not kind:
+        raise ConfigError(f"{where}: missing field `kind`")
+    if not api_version:
+        raise ConfigError(f"{where}: missing field `apiVersion`")
+    if kind not in _KINDS:
+        known = ", ".join(sorted(_KINDS))
+        raise ConfigError(f"{where}: unknown kind {kind!r} (config kinds: {known})")
+    versions, namespaced, _ = _KINDS[kind]
+    if api_version not in versions:
+        raise ConfigError(
+            f"{where}: {kind} does not exist in apiVersion {api_version!r}"
+            f" (use {' or '.join(sorted(versions))})"
+        )
+    body = {key: value for key, value in document.items() if key != "kind"}
+    try:
+        obj = msgspec.convert(body, type=_TYPES[kind], str_keys=True)
+    except msgspec.ValidationError as error:
+        raise ConfigError(f"{where}: {kind}: {error}") from error
+    name = obj.metadata.name
+    if not name:
+        raise ConfigError(f"{where}: {kind}: missing field `metadata.name`")
+    if not _DNS_SUBDOMAIN.match(name):
+        raise ConfigError(f"{where}: {kind}: invalid `metadata.name` {name!r}")
+    if namespaced:
+        if not obj.metadata.namespace:
+            obj.metadata.namespace = "default"
+        if not _DNS_LABEL.match(obj.metadata.namespace):
+            raise ConfigError(
+                f"{where}: {kind} {name}: invalid `metadata.namespace` {obj.metadata.namespace!r}"
+            )
+    elif obj.metadata.namespace:
+        raise ConfigError(f"{where}: {kind} {name} is cluster-scoped; remove `metadata.namespace`")
+    _check_quantities(obj, where=f"{where}: {kind} {name}")
+    return obj
+
+
+def _check_quantities(obj: ConfigObject, *, where: str) -> None:
+    """Refuse a bad quantity at apply time, naming the field's path."""
+    groups: list[ResourceGroup] = []
+    if isinstance(obj, ClusterQueue | Cohort):
+        groups = obj.spec.resource_groups
+        if obj.spec.fair_sharing is not None:
+            _check_one(obj.spec.fair_sharing.weight, f"{where}: `spec.fairSharing.weight`")
+    for g, group in enumerate(groups):
+        covered = group.covered_resources
+        for f, flavor in enumerate(group.flavors):
+            names = [resource.name for resource in flavor.resources]
+            if sorted(names) != sorted(covered):
+                raise ConfigError(
+                    f"{where}: `spec.resourceGroups[{g}].flavors[{f}].resources` must list"
+                    f" exactly the coveredResources {covered}, got {names}"
+                )
+            for r, quota in enumerate(flavor.resources):
+                path = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}]"
+                _check_one(quota.nominal_quota, f"{where}: `{path}.nominalQuota`")
+                if quota.borrowing_limit is not None:
+                    _check_one(quota.borrowing_limit, f"{where}: `{path}.borrowingLimit`")
+                if quota.lending_limit is not None:
+                    lend = _check_one(quota.lending_limit, f"{where}: `{path}.lendingLimit`")
+                    if lend > parse_quantity(quota.nominal_quota):
+                        raise ConfigError(
+                            f"{where}: `{path}.lendingLimit` must not exceed nominalQuota"
+                        )
+
+
+def _check_one(value: Quantity, where: str) -> int:
+    try:
+        return parse_quantity(value)
+    except QuantityError as error:
+        raise ConfigError(f"{where}: {error}") from error
+
+
+def object_key(obj: ConfigObject) -> str:
+    """The key-value bucket key: ``<kind>.<namespace or _>.<name>``, kind in lower case."""
+    kind = type(obj).__name__.lower()
+    return f"{kind}.{obj.metadata.namespace or '_'}.{obj.metadata.name}"
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode_object(obj: ConfigObject) -> bytes:
+    """JSON for the bucket, with ``kind`` restored so the value stands alone."""
+    body = msgspec.to_builtins(obj)
+    body["kind"] = type(obj).__name__
+    return _encoder.encode(body)
+
+
+def decode_object(data: bytes) -> ConfigObject:
+    """Decode a bucket value written by :func:`encode_object`."""
+    return parse_object(msgspec.json.decode(data), where="stored object")
+
+
+def load_documents(text: str, *, source: str = "input") -> list[dict[str, Any]]:
+    """Split multi-document YAML into mappings, skipping empty documents.
+
+    A syntax error is reported with its line, as one line of text.
+    """
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}: malformed YAML{at}: {problem}") from error
+    result: list[dict[str, Any]] = []
+    for index, document in enumerate(documents):
+        if document is None:
+            continue
+        if not isinstance(document, dict):
+            raise ConfigError(f"{source}: document {index + 1} is not a mapping")
+        result.append(document)
+    return result

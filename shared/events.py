@@ -1,0 +1,238 @@
+"""The event contract: every message Berth's services exchange, as one tagged union.
+
+Events are msgspec Structs encoded as JSON; the ``type`` field names the variant. Each carries
+an ``id`` (also sent as ``Nats-Msg-Id``, so a retried publish is stored once), the ``time`` it
+was emitted, the emitting ``source`` service, and the identity of the workload it is about.
+Handlers must be idempotent: a redelivered event changes nothing.
+
+Subjects (all under ``berth.``, stable and wildcard-friendly; see :func:`subject_for`):
+
+- ``berth.wl.<event>.<namespace>.<name>``: facts about workloads (submitted, started,
+  finished, evicted, deleted), emitted by the watcher;
+- ``berth.cq.<clusterqueue>.<event>.<namespace>.<name>``: decisions of admission and
+  preemption (admitted, pending, evict);
+- ``berth.job.<event>.<job-id>``: managed-job lifecycle, emitted by recovery.
+
+So ``berth.>`` follows everything, ``berth.wl.*.team-a.*`` one namespace's facts,
+``berth.cq.*.*.team-a.*`` one namespace's decisions and ``berth.cq.team-a-cq.>`` one
+ClusterQueue's decisions. Dots in names become ``_`` in subjects; the event body keeps the
+exact identity.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+__all__ = [
+    "SUBJECT_ROOT",
+    "Event",
+    "EvictionRequested",
+    "FlavorAssignment",
+    "PodSet",
+    "WorkloadAdmitted",
+    "WorkloadDeleted",
+    "WorkloadEvicted",
+    "WorkloadFinished",
+    "WorkloadPending",
+    "WorkloadRef",
+    "WorkloadStarted",
+    "WorkloadSubmitted",
+    "decode_event",
+    "encode_event",
+    "event_json_schema",
+    "new_event_id",
+    "now",
+    "subject_for",
+]
+
+SUBJECT_ROOT = "berth"
+
+UtcTime = Annotated[datetime, msgspec.Meta(tz=True)]
+# Quantities on the wire are integers of milli-units (see shared.quantities).
+MilliQuantities = dict[str, int]
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
+class WorkloadRef(msgspec.Struct, frozen=True):
+    """Who a workload is: the Kubernetes identity of the Job, Pod or RayJob behind it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class PodSet(msgspec.Struct, frozen=True):
+    """A group of identical pods: ``count`` of them, each requesting ``requests``."""
+
+    name: str
+    count: int
+    requests: MilliQuantities
+    # Smallest acceptable count for partial admission (RayJob worker groups); None = count.
+    min_count: int | None = None
+
+
+class Toleration(msgspec.Struct, frozen=True, omit_defaults=True):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+class FlavorAssignment(msgspec.Struct, frozen=True):
+    """Where one pod set landed: a flavor per resource, and what the watcher must inject."""
+
+    pod_set: str
+    count: int
+    flavors: dict[str, str]  # resource -> flavor
+    usage: MilliQuantities  # total for the pod set (per-pod requests x count)
+    node_labels: dict[str, str] = {}
+    tolerations: list[Toleration] = []
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    id: str = msgspec.field(default_factory=new_event_id)
+    time: UtcTime = msgspec.field(default_factory=now)
+    source: str
+    workload: WorkloadRef
+
+
+class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="WorkloadSubmitted"):
+    """The watcher saw a new workload (Job, Pod or RayJob) that belongs to Berth."""
+
+    kind: Literal["Job", "Pod", "RayJob"]
+    queue_name: str
+    pod_sets: list[PodSet]
+    created: UtcTime
+    priority_class: str = ""  # kueue.x-k8s.io/priority-class label (WorkloadPriorityClass)
+    priority_class_name: str = ""  # pod spec priorityClassName (scheduling.k8s.io PriorityClass)
+    priority: int | None = None  # pod spec priority, if set directly
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class WorkloadPending(Event, frozen=True, kw_only=True, tag="WorkloadPending"):
+    """Admission could not admit the workload yet; ``message`` says why, with numbers."""
+
+    cluster_queue: str
+    reason: str
+    message: str
+
+
+class WorkloadAdmitted(Event, frozen=True, kw_only=True, tag="WorkloadAdmitted"):
+    """Admission reserved quota: the watcher may start the workload on these flavors."""
+
+    cluster_queue: str
+    local_queue: str
+    priority: int
+    assignments: list[FlavorAssignment]
+    # Increases with every admission of the same workload, so each one has its own id.
+    generation: int
+
+
+class WorkloadStarted(Event, frozen=True, kw_only=True, tag="WorkloadStarted"):
+    """The watcher started the workload's pods (processes, in the local backend)."""
+
+    generation: int
+
+
+class WorkloadFinished(Event, frozen=True, kw_only=True, tag="WorkloadFinished"):
+    """The workload ran to completion; its quota can be released."""
+
+    generation: int
+    succeeded: bool
+    exit_code: int | None = None
+    message: str = ""
+
+
+class EvictionRequested(Event, frozen=True, kw_only=True, tag="EvictionRequested"):
+    """Preemption (or a stop policy) asks the watcher to stop an admitted workload."""
+
+    cluster_queue: str
+    generation: int
+    reason: str  # Kueue's Evicted reason: Preempted, ClusterQueueStopped, Deleted...
+    detail: str = ""  # Kueue's Preempted reason: InClusterQueue, InCohortReclamation...
+    message: str = ""
+    preemptor: WorkloadRef | None = None
+
+
+class WorkloadEvicted(Event, frozen=True, kw_only=True, tag="WorkloadEvicted"):
+    """The watcher stopped the workload's pods; its quota is free from this moment."""
+
+    generation: int
+    reason: str
+    message: str = ""
+
+
+class WorkloadDeleted(Event, frozen=True, kw_only=True, tag="WorkloadDeleted"):
+    """The workload's object is gone and nothing of it runs any more."""
+
+
+AnyEvent = (
+    WorkloadSubmitted
+    | WorkloadPending
+    | WorkloadAdmitted
+    | WorkloadStarted
+    | WorkloadFinished
+    | EvictionRequested
+    | WorkloadEvicted
+    | WorkloadDeleted
+)
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)  # type: ignore[arg-type]
+
+# event type -> (subject family, short verb)
+_SUBJECTS: dict[type[Event], tuple[str, str]] = {
+    WorkloadSubmitted: ("wl", "submitted"),
+    WorkloadStarted: ("wl", "started"),
+    WorkloadFinished: ("wl", "finished"),
+    WorkloadEvicted: ("wl", "evicted"),
+    WorkloadDeleted: ("wl", "deleted"),
+    WorkloadPending: ("cq", "pending"),
+    WorkloadAdmitted: ("cq", "admitted"),
+    EvictionRequested: ("cq", "evict"),
+}
+
+
+def subject_token(value: str) -> str:
+    """Make a name safe as one subject token (Kubernetes names may contain dots)."""
+    return value.replace(".", "_").replace("*", "_").replace(">", "_") or "_"
+
+
+def subject_for(event: Event) -> str:
+    family, verb = _SUBJECTS[type(event)]
+    ref = event.workload
+    tail = f"{subject_token(ref.namespace)}.{subject_token(ref.name)}"
+    if family == "cq":
+        queue = subject_token(getattr(event, "cluster_queue", ""))
+        return f"{SUBJECT_ROOT}.cq.{queue}.{verb}.{tail}"
+    return f"{SUBJECT_ROOT}.wl.{verb}.{tail}"
+
+
+def encode_event(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes) -> AnyEvent:
+    """Decode any event; raises ``msgspec.DecodeError`` naming the bad field's path."""
+    return _decoder.decode(data)
+
+
+def event_json_schema() -> dict[str, Any]:
+    """The JSON Schema of every event, for tools in other languages (``berth schema``)."""
+    return msgspec.json.schema(AnyEvent)

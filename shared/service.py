@@ -1,0 +1,138 @@
+"""The life of a service process: HTTP probes and metrics, the bus, signals, and shutdown.
+
+Every service's ``__main__`` calls :func:`run_service` with its ``main`` coroutine. The
+order, modelled on aiohttp's documented graceful shutdown and kopf's reactor:
+
+1. JSON logging; the HTTP server (``/healthz``, ``/readyz``, ``/metrics``) on loopback;
+2. the bus, and the event stream ensured;
+3. ``main(runtime)`` runs; it marks itself ready with :meth:`Runtime.set_ready` once it may act;
+4. SIGTERM or SIGINT sets ``runtime.stopping``: loops finish the batch in hand and return;
+5. after ``grace`` seconds, whatever still runs is cancelled and awaited;
+6. the bus drains, the HTTP server stops. Nothing is left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from shared.bus import Bus, nats_url_from_env
+from shared.logging import configure_logging, get_logger
+
+__all__ = ["Runtime", "run_service", "serve_probes"]
+
+log = get_logger("service")
+
+
+class Runtime:
+    """What a service's main coroutine is handed: the bus, the stop flag, and its tasks."""
+
+    def __init__(self, *, name: str, bus: Bus, data_dir: str) -> None:
+        self.name = name
+        self.bus = bus
+        self.data_dir = data_dir
+        self.stopping = asyncio.Event()
+        self.ready = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def set_ready(self) -> None:
+        if not self.ready.is_set():
+            self.ready.set()
+            log.info("ready", service=self.name)
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
+        """Start a task this runtime owns: it is cancelled and awaited at shutdown."""
+        task = asyncio.get_running_loop().create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and not self.stopping.is_set():
+            log.error("task_failed", task=task.get_name(), error=repr(task.exception()))
+            self.stopping.set()  # a dead loop must not leave a half-alive service
+
+    async def cancel_tasks(self, *, grace: float) -> None:
+        """Give owned tasks ``grace`` seconds to finish, then cancel and await them."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("tasks_cancelled", tasks=sorted(t.get_name() for t in pending))
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def serve_probes(runtime: Runtime, *, host: str, port: int) -> web.AppRunner:
+    """Start the probe and metrics server; returns the runner to clean up."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if runtime.ready.is_set() and not runtime.stopping.is_set() and runtime.bus.nc.is_connected:
+            return web.Response(text="ready")
+        return web.Response(status=503, text="not ready")
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner
+
+
+MainCoroutine = Callable[[Runtime], Awaitable[None]]
+
+
+async def _run(name: str, main: MainCoroutine, *, host: str, port: int, grace: float) -> None:
+    nats_url = nats_url_from_env()
+    data_dir = os.environ.get("BERTH_DATA_DIR", os.path.expanduser("~/.berth"))
+    bus = await Bus.connect(nats_url, source=name, connect_timeout=30.0)
+    runtime = Runtime(name=name, bus=bus, data_dir=data_dir)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, runtime.stopping.set)
+    runner = await serve_probes(runtime, host=host, port=port)
+    log.info("listening", service=name, http=f"http://{host}:{port}", nats=nats_url)
+    try:
+        await bus.ensure_stream()
+        runtime.spawn(main(runtime), name=f"{name}.main")
+        await runtime.stopping.wait()
+        log.info("stopping", service=name, grace_s=grace)
+        await runtime.cancel_tasks(grace=grace)
+    finally:
+        await bus.close()
+        await runner.cleanup()
+        log.info("stopped", service=name)
+
+
+def run_service(name: str, main: MainCoroutine) -> None:
+    """Entry point of ``python -m services.<name>``; reads its settings from the environment.
+
+    ``BERTH_NATS_URL`` (default nats://127.0.0.1:4222), ``BERTH_HTTP_HOST`` (127.0.0.1),
+    ``BERTH_HTTP_PORT`` (per service), ``BERTH_GRACE_SECONDS`` (20), ``BERTH_DATA_DIR``.
+    """
+    configure_logging(service=name)
+    host = os.environ.get("BERTH_HTTP_HOST", "127.0.0.1")
+    port = int(os.environ.get("BERTH_HTTP_PORT", str(DEFAULT_PORTS[name])))
+    grace = float(os.environ.get("BERTH_GRACE_SECONDS", "20"))
+    asyncio.run(_run(name, main, host=host, port=port, grace=grace))
+
+
+DEFAULT_PORTS = {"watcher": 8481, "admission": 8482, "preemption": 8483, "recovery": 8484}
