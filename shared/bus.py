@@ -46,6 +46,9 @@ STREAM = "BERTH"
 CONFIG_BUCKET = "berth-config"  # Kueue objects applied with `berth apply`
 OBJECTS_BUCKET = "berth-objects"  # the local backend's "API server": submitted Jobs and Pods
 JOBS_BUCKET = "berth-jobs"  # managed jobs, owned by recovery
+# Events are stored; `berth.api.>` is core request/reply (status queries) and is not.
+STREAM_SUBJECTS = ("berth.wl.>", "berth.cq.>", "berth.job.>")
+API_SUBJECT = "berth.api"
 DUPLICATE_WINDOW_S = 120.0
 PUBLISH_ATTEMPTS = 5
 
@@ -103,7 +106,7 @@ class Bus:
         """Create (or update) the event stream; idempotent, every service may call it."""
         config = api.StreamConfig(
             name=STREAM,
-            subjects=["berth.>"],
+            subjects=list(STREAM_SUBJECTS),
             storage=api.StorageType.FILE,
             retention=api.RetentionPolicy.LIMITS,
             duplicate_window=DUPLICATE_WINDOW_S,
@@ -237,11 +240,13 @@ class Bus:
                 log.exception("handler_failed", count=len(events))
                 if acks:
                     for msg in messages:
-                        await msg.nak(delay=1.0)
+                        if msg not in malformed:
+                            await msg.nak(delay=1.0)
                 continue
             if acks:
                 for msg in messages:
-                    await msg.ack()
+                    if msg not in malformed:  # those were terminated already
+                        await msg.ack()
 
     async def batches(
         self,

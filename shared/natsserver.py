@@ -59,7 +59,8 @@ class NatsServer:
             "-sd", str(self.store_dir),
         ]
         self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C reaches the supervisor, which stops us last
         )
         ready = threading.Event()
         assert self.process.stderr is not None

@@ -108,6 +108,9 @@ async def _run(name: str, main: MainCoroutine, *, host: str, port: int, grace: f
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, runtime.stopping.set)
+    supervisor = os.environ.get("BERTH_SUPERVISOR_PID")
+    if supervisor:
+        runtime.spawn(_follow_supervisor(runtime, int(supervisor)), name=f"{name}.supervisor")
     runner = await serve_probes(runtime, host=host, port=port)
     log.info("listening", service=name, http=f"http://{host}:{port}", nats=nats_url)
     try:
@@ -120,6 +123,19 @@ async def _run(name: str, main: MainCoroutine, *, host: str, port: int, grace: f
         await bus.close()
         await runner.cleanup()
         log.info("stopped", service=name)
+
+
+async def _follow_supervisor(runtime: Runtime, pid: int) -> None:
+    """Under `berth up`: stop if the supervisor is gone, so nothing outlives the stack."""
+    while not runtime.stopping.is_set():
+        if os.getppid() != pid:
+            log.warning("supervisor_gone", supervisor_pid=pid)
+            runtime.stopping.set()
+            return
+        try:
+            await asyncio.wait_for(runtime.stopping.wait(), timeout=1.0)
+        except TimeoutError:
+            pass
 
 
 def run_service(name: str, main: MainCoroutine) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "WorkloadError",
     "WorkloadSpec",
     "pod_requests",
+    "workload_key",
     "workload_spec",
 ]
 
@@ -30,6 +31,11 @@ MANAGED_JOB_LABEL = "berth.dev/managed-job"
 
 # kind -> accepted apiVersions
 WORKLOAD_KINDS = {"Job": {"batch/v1"}, "Pod": {"v1"}, "RayJob": {"ray.io/v1", "ray.io/v1alpha1"}}
+
+
+def workload_key(namespace: str, name: str) -> str:
+    """The key of a workload object in the local backend's objects bucket."""
+    return f"{namespace}.{name}"
 
 
 class WorkloadError(ValueError):

@@ -1,0 +1,3 @@
+from berth_cli.main import cli
+
+cli(prog_name="berth")

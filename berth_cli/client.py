@@ -1,0 +1,63 @@
+"""How the CLI reaches a running Berth: the NATS URL, the buckets and admission's read API."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import click
+import msgspec
+import nats.errors
+
+from shared.bus import API_SUBJECT, Bus, BusError
+
+__all__ = ["CliError", "connect", "query_all", "run"]
+
+T = TypeVar("T")
+
+
+class CliError(click.ClickException):
+    """A one-line error for the user; the CLI exits non-zero."""
+
+
+def run(coroutine_factory: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(_call(coroutine_factory))
+
+
+async def _call(factory: Callable[[], Awaitable[T]]) -> T:
+    return await factory()
+
+
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[Bus]:
+    """A short-lived connection for one command; a clear error if Berth is not running."""
+    try:
+        bus = await Bus.connect(url, source="cli", connect_timeout=2.0)
+    except BusError as error:
+        raise CliError(f"{error} (is `berth up` running? set --nats-url or BERTH_NATS_URL)") from error
+    try:
+        yield bus
+    finally:
+        await bus.nc.close()
+
+
+async def query_all(bus: Bus, resource: str, **request: Any) -> list[dict[str, Any]]:
+    """Ask admission for every item of a resource, page by page."""
+    items: list[dict[str, Any]] = []
+    offset: int | None = 0
+    while offset is not None:
+        payload = msgspec.json.encode({**request, "offset": offset})
+        try:
+            reply = await bus.nc.request(f"{API_SUBJECT}.admission.{resource}", payload, timeout=5.0)
+        except nats.errors.NoRespondersError as error:
+            raise CliError("the admission service is not running (no responder)") from error
+        except nats.errors.TimeoutError as error:
+            raise CliError("the admission service did not answer within 5s") from error
+        body = msgspec.json.decode(reply.data)
+        if "error" in body:
+            raise CliError(f"admission: {body['error']}")
+        items.extend(body["items"])
+        offset = body.get("next")
+    return items

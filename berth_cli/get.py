@@ -1,0 +1,157 @@
+"""`berth get`: kubectl-like tables, or the Kueue-shaped objects as JSON or YAML."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["age", "print_objects", "print_table"]
+
+
+def age(timestamp: str | None, *, now: datetime | None = None) -> str:
+    """kubectl's short age: 45s, 5m, 3h, 2d."""
+    if not timestamp:
+        return ""
+    then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
+    seconds = max(seconds, 0)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 3600 * 2:
+        return f"{seconds // 60}m"
+    if seconds < 86400 * 2:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str) -> None:
+    console = Console(width=max(shutil.get_terminal_size((200, 24)).columns, 200), highlight=False)
+    if not rows:
+        console.print(empty)
+        return
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+    for header in headers:
+        table.add_column(header, no_wrap=True)
+    for row in rows:
+        table.add_row(*("" if cell is None else str(cell) for cell in row))
+    console.print(table)
+
+
+def print_objects(items: list[dict[str, Any]], output: str) -> None:
+    """``-o json`` prints a v1 List (as kubectl does); ``-o yaml`` the same in YAML."""
+    document = {"apiVersion": "v1", "kind": "List", "items": items}
+    if output == "json":
+        print(json.dumps(document, indent=2))
+    else:
+        print(yaml.safe_dump(document, sort_keys=False), end="")
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for item in obj.get("status", {}).get("conditions", []):
+        if item["type"] == kind:
+            return dict(item)
+    return None
+
+
+def workload_rows(items: list[dict[str, Any]], *, wide: bool, all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
+    headers = ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
+    if wide:
+        headers += ["PRIORITY", "EFFECTIVE", "POSITION IN CQ", "POSITION IN LQ", "REASON"]
+    if all_namespaces:
+        headers.insert(0, "NAMESPACE")
+    rows = []
+    for item in items:
+        reserved = condition(item, "QuotaReserved")
+        admitted = condition(item, "Admitted")
+        finished = condition(item, "Finished")
+        status = item.get("status", {})
+        berth = status.get("berth", {})
+        row: list[Any] = [
+            item["metadata"]["name"],
+            item["spec"].get("queueName", ""),
+            status.get("admission", {}).get("clusterQueue", "") if reserved and reserved["status"] == "True" else "",
+            admitted["status"] if admitted else "",
+            finished["status"] if finished else "",
+            age(item["metadata"].get("creationTimestamp")),
+        ]
+        if wide:
+            pending_reason = reserved["message"] if reserved and reserved["status"] == "False" else ""
+            row += [
+                berth.get("basePriority", item["spec"].get("priority", 0)),
+                berth.get("effectivePriority", item["spec"].get("priority", 0)),
+                berth.get("positionInClusterQueue", ""),
+                berth.get("positionInLocalQueue", ""),
+                "" if finished else pending_reason,
+            ]
+        if all_namespaces:
+            row.insert(0, item["metadata"]["namespace"])
+        rows.append(row)
+    return headers, rows
+
+
+def cluster_queue_rows(items: list[dict[str, Any]], *, wide: bool) -> tuple[list[str], list[list[Any]]]:
+    headers = ["NAME", "COHORT", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
+    if wide:
+        headers += ["STRATEGY", "RESERVING WORKLOADS", "ACTIVE"]
+    rows = []
+    for item in items:
+        spec = item.get("spec", {})
+        status = item.get("status", {})
+        row: list[Any] = [
+            item["metadata"]["name"],
+            spec.get("cohortName") or spec.get("cohort") or "",
+            status.get("pendingWorkloads", 0),
+            status.get("admittedWorkloads", 0),
+        ]
+        if wide:
+            active = condition(item, "Active")
+            row += [
+                spec.get("queueingStrategy", "BestEffortFIFO"),
+                status.get("reservingWorkloads", 0),
+                active["status"] if active else "",
+            ]
+        rows.append(row)
+    return headers, rows
+
+
+def local_queue_rows(items: list[dict[str, Any]], *, all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
+    headers = ["NAME", "CLUSTERQUEUE", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
+    if all_namespaces:
+        headers.insert(0, "NAMESPACE")
+    rows = []
+    for item in items:
+        status = item.get("status", {})
+        row: list[Any] = [
+            item["metadata"]["name"],
+            item["spec"]["clusterQueue"],
+            status.get("pendingWorkloads", 0),
+            status.get("admittedWorkloads", 0),
+        ]
+        if all_namespaces:
+            row.insert(0, item["metadata"]["namespace"])
+        rows.append(row)
+    return headers, rows
+
+
+def pending_rows(items: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    headers = ["POSITION", "NAMESPACE", "NAME", "LOCALQUEUE", "PRIORITY", "AGE", "REASON"]
+    rows = [
+        [
+            item.get("positionInClusterQueue", ""),
+            item["namespace"],
+            item["name"],
+            item.get("localQueueName", ""),
+            item.get("priority", 0),
+            age(item.get("creationTimestamp")),
+            item.get("reason", ""),
+        ]
+        for item in items
+    ]
+    return headers, rows

@@ -1,0 +1,218 @@
+"""Commands that change what Berth knows: apply (config), submit and delete (workloads).
+
+Each validates everything it was given before it writes anything, so a bad document in a
+multi-document file applies nothing; errors are one line naming the document and the field.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+import sys
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import nats.js.errors
+
+from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET
+from shared.config import (
+    KIND_PLURALS,
+    ConfigError,
+    ConfigObject,
+    encode_object,
+    is_config_kind,
+    load_documents,
+    object_key,
+    parse_object,
+)
+from shared.workloads import (
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+    WORKLOAD_KINDS,
+    WorkloadError,
+    workload_key,
+    workload_spec,
+)
+from berth_cli.client import CliError, connect
+
+__all__ = ["apply_config", "delete_workload", "read_documents", "submit_workloads"]
+
+_WORKLOAD_RESOURCE = {"Job": "job.batch", "Pod": "pod", "RayJob": "rayjob.ray.io"}
+
+
+def read_documents(path: str) -> tuple[list[dict[str, Any]], str]:
+    """Read a YAML file (or ``-`` for stdin) into its documents."""
+    try:
+        if path == "-":
+            text, source = sys.stdin.read(), "stdin"
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text, source = handle.read(), path
+    except OSError as error:
+        raise CliError(f"cannot read {path}: {error.strerror}") from error
+    try:
+        documents = load_documents(text, source=source)
+    except ConfigError as error:
+        raise CliError(str(error)) from error
+    if not documents:
+        raise CliError(f"{source}: no objects found")
+    return documents, source
+
+
+# --- apply -----------------------------------------------------------------------------------
+
+
+def parse_config(documents: list[dict[str, Any]], source: str) -> list[ConfigObject]:
+    objects = []
+    for index, document in enumerate(documents):
+        where = f"{source}: document {index + 1}"
+        if document.get("kind") in WORKLOAD_KINDS and not is_config_kind(str(document.get("kind"))):
+            raise CliError(f"{where}: {document['kind']} is a workload; use `berth submit -f`")
+        try:
+            objects.append(parse_object(document, where=where))
+        except ConfigError as error:
+            raise CliError(str(error)) from error
+    return objects
+
+
+async def apply_config(url: str, documents: list[dict[str, Any]], source: str) -> list[str]:
+    """Store each object in the config bucket; returns kubectl-style result lines."""
+    objects = parse_config(documents, source)
+    lines = []
+    async with connect(url) as bus:
+        kv = await bus.kv(CONFIG_BUCKET)
+        for obj in objects:
+            key = object_key(obj)
+            value = encode_object(obj)
+            try:
+                existing = await kv.get(key)
+                before = existing.value
+            except nats.js.errors.KeyNotFoundError:
+                before = None
+            resource = f"{KIND_PLURALS[type(obj).__name__]}/{obj.metadata.name}"
+            if before == value:
+                lines.append(f"{resource} unchanged")
+                continue
+            await kv.put(key, value)
+            lines.append(f"{resource} {'configured' if before else 'created'}")
+    return lines
+
+
+# --- submit ----------------------------------------------------------------------------------
+
+
+def _suffix() -> str:
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(5))
+
+
+def prepare_workload(document: dict[str, Any], *, namespace: str | None, where: str) -> dict[str, Any]:
+    """Validate a Job/Pod/RayJob and fill in what an API server would: name, uid, times."""
+    obj = msgspec.json.decode(msgspec.json.encode(document))  # a deep copy of plain data
+    try:
+        workload_spec(obj)
+    except WorkloadError as error:
+        raise CliError(f"{where}: {error}") from error
+    metadata = obj.setdefault("metadata", {}) or {}
+    obj["metadata"] = metadata
+    own_namespace = metadata.get("namespace")
+    if namespace and own_namespace and own_namespace != namespace:
+        raise CliError(
+            f"{where}: the namespace from the provided object {own_namespace!r} does not match"
+            f" the namespace {namespace!r}"
+        )
+    metadata["namespace"] = namespace or own_namespace or "default"
+    if not metadata.get("name"):
+        prefix = metadata.get("generateName")
+        if not prefix:
+            raise CliError(f"{where}: missing field `metadata.name` (or `metadata.generateName`)")
+        metadata["name"] = f"{prefix}{_suffix()}"
+    metadata["uid"] = str(uuid.uuid4())
+    metadata["creationTimestamp"] = datetime.now(UTC).isoformat()
+    obj.pop("status", None)
+    return obj
+
+
+async def _check_references(kv: Any, obj: dict[str, Any], where: str) -> None:
+    """The queue and priority class a workload names must exist, as Kueue's webhook checks."""
+    metadata = obj["metadata"]
+    namespace = metadata["namespace"]
+    labels = metadata.get("labels") or {}
+    queue = labels.get(QUEUE_NAME_LABEL) or ""
+    if queue:
+        if not await _exists(kv, f"localqueue.{namespace}.{queue}"):
+            raise CliError(
+                f"{where}: label {QUEUE_NAME_LABEL}: LocalQueue {queue!r} not found in"
+                f" namespace {namespace!r}"
+            )
+    elif not await _exists(kv, f"localqueue.{namespace}.default"):
+        raise CliError(
+            f"{where}: no queue: set label {QUEUE_NAME_LABEL}, or create a LocalQueue named"
+            f" 'default' in namespace {namespace!r}"
+        )
+    priority_class = labels.get(PRIORITY_CLASS_LABEL)
+    if priority_class and not await _exists(kv, f"workloadpriorityclass._.{priority_class}"):
+        raise CliError(
+            f"{where}: label {PRIORITY_CLASS_LABEL}: WorkloadPriorityClass {priority_class!r}"
+            " not found"
+        )
+    priority_class_name = workload_spec(obj).priority_class_name
+    if priority_class_name and not await _exists(kv, f"priorityclass._.{priority_class_name}"):
+        raise CliError(f"{where}: priorityClassName: PriorityClass {priority_class_name!r} not found")
+
+
+async def _exists(kv: Any, key: str) -> bool:
+    try:
+        entry = await kv.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        return False
+    return entry.value is not None
+
+
+async def submit_workloads(
+    url: str, documents: list[dict[str, Any]], source: str, *, namespace: str | None
+) -> list[str]:
+    """Create each workload object in the objects bucket, as `kubectl create` would."""
+    prepared = []
+    for index, document in enumerate(documents):
+        where = f"{source}: document {index + 1}"
+        kind = document.get("kind")
+        if kind not in WORKLOAD_KINDS:
+            if is_config_kind(str(kind)):
+                raise CliError(f"{where}: {kind} is configuration; use `berth apply -f`")
+        prepared.append((prepare_workload(document, namespace=namespace, where=where), where))
+    lines = []
+    async with connect(url) as bus:
+        config = await bus.kv(CONFIG_BUCKET)
+        objects = await bus.kv(OBJECTS_BUCKET)
+        for obj, where in prepared:
+            await _check_references(config, obj, where)
+            key = workload_key(obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if await _exists(objects, key):
+                raise CliError(
+                    f"{where}: workload {obj['metadata']['name']!r} already exists in namespace"
+                    f" {obj['metadata']['namespace']!r}"
+                )
+        for obj, where in prepared:
+            key = workload_key(obj["metadata"]["namespace"], obj["metadata"]["name"])
+            try:
+                await objects.create(key, msgspec.json.encode(obj))
+            except nats.js.errors.KeyWrongLastSequenceError as error:
+                raise CliError(f"{where}: workload {obj['metadata']['name']!r} already exists") from error
+            lines.append(f"{_WORKLOAD_RESOURCE[obj['kind']]}/{obj['metadata']['name']} created")
+    return lines
+
+
+# --- delete ----------------------------------------------------------------------------------
+
+
+async def delete_workload(url: str, name: str, namespace: str) -> str:
+    async with connect(url) as bus:
+        objects = await bus.kv(OBJECTS_BUCKET)
+        key = workload_key(namespace, name)
+        if not await _exists(objects, key):
+            raise CliError(f'workload "{name}" not found in namespace "{namespace}"')
+        await objects.delete(key)
+    return f'workload "{name}" deleted'

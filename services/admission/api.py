@@ -1,0 +1,166 @@
+"""Admission's read API: core NATS request/reply on ``berth.api.admission.<resource>``.
+
+The CLI (or any tool) asks; admission answers from memory, so an answer is exactly what
+admission decides with. Requests and replies are JSON. A reply lists at most ``limit`` items
+and gives ``next`` (an offset) when there are more, so that no reply outgrows NATS's
+message size limit.
+
+- ``workloads``: ``{"namespace": "team-a" | null, "offset": 0, "limit": 500}`` -> Kueue Workloads
+- ``clusterqueues``: ``{}`` -> Kueue ClusterQueues with status
+- ``localqueues``: ``{"namespace": ... | null}`` -> Kueue LocalQueues with status
+- ``pending``: ``{"clusterQueue": "name"}`` -> pending workloads in queue order (visibility API)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from services.admission.workload_objects import render_workload
+from shared.bus import API_SUBJECT
+from shared.config import ClusterQueue, LocalQueue, encode_object
+from shared.logging import get_logger
+
+if TYPE_CHECKING:
+    from services.admission.service import AdmissionService
+
+__all__ = ["API_PREFIX", "serve_api"]
+
+log = get_logger("admission.api")
+API_PREFIX = f"{API_SUBJECT}.admission"
+PAGE_LIMIT = 500
+
+
+class Request(msgspec.Struct, rename="camel"):
+    namespace: str | None = None
+    cluster_queue: str | None = None
+    offset: int = 0
+    limit: int = PAGE_LIMIT
+
+
+_request_decoder = msgspec.json.Decoder(Request)
+
+
+def view_fields(view: Any) -> dict[str, Any]:
+    """The scheduler's view of one workload as plain fields."""
+    return {
+        "cluster_queue": getattr(view, "cluster_queue", "") or "",
+        "local_queue": getattr(view, "local_queue", "") or "",
+        "priority": getattr(view, "effective_priority", getattr(view, "priority", 0)),
+        "base_priority": getattr(view, "base_priority", getattr(view, "priority", 0)),
+        "state": getattr(view, "state", ""),
+        "position_in_cluster_queue": getattr(view, "position_in_cluster_queue", None),
+        "position_in_local_queue": getattr(view, "position_in_local_queue", None),
+        "queue_time": getattr(view, "queue_time", 0.0),
+        "uid": view.ref.uid,
+    }
+
+
+def _page(items: list[Any], request: Request) -> dict[str, Any]:
+    limit = max(1, min(request.limit, PAGE_LIMIT))
+    chunk = items[request.offset : request.offset + limit]
+    following = request.offset + limit
+    return {"items": chunk, "next": following if following < len(items) else None}
+
+
+def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
+    views = {view.ref.uid: view_fields(view) for view in service.scheduler.workload_views()}
+    items = []
+    for uid, record in service.records.items():
+        ref = record.submitted.workload
+        if request.namespace is not None and ref.namespace != request.namespace:
+            continue
+        items.append(render_workload(record, views.get(uid, {})))
+    items.sort(key=lambda item: (item["metadata"]["namespace"], item["metadata"]["name"]))
+    return _page(items, request)
+
+
+def _config_items(service: AdmissionService, kind: type[Any]) -> list[Any]:
+    return sorted(
+        (obj for obj in service.config.values() if isinstance(obj, kind)),
+        key=lambda obj: (obj.metadata.namespace, obj.metadata.name),
+    )
+
+
+def cluster_queues(service: AdmissionService, request: Request) -> dict[str, Any]:
+    items = []
+    for queue in _config_items(service, ClusterQueue):
+        body = msgspec.json.decode(encode_object(queue))
+        body["status"] = service.scheduler.cluster_queue_status(queue.metadata.name)
+        items.append(body)
+    return _page(items, request)
+
+
+def local_queues(service: AdmissionService, request: Request) -> dict[str, Any]:
+    items = []
+    for queue in _config_items(service, LocalQueue):
+        if request.namespace is not None and queue.metadata.namespace != request.namespace:
+            continue
+        body = msgspec.json.decode(encode_object(queue))
+        body["status"] = service.scheduler.local_queue_status(
+            queue.metadata.namespace, queue.metadata.name
+        )
+        items.append(body)
+    return _page(items, request)
+
+
+def pending(service: AdmissionService, request: Request) -> dict[str, Any]:
+    """Pending workloads of one ClusterQueue in the order admission will try them."""
+    rows = []
+    for view in service.scheduler.workload_views():
+        fields = view_fields(view)
+        if fields["state"] != "pending":
+            continue
+        if request.cluster_queue and fields["cluster_queue"] != request.cluster_queue:
+            continue
+        record = service.records.get(view.ref.uid)
+        rows.append(
+            {
+                "name": view.ref.name,
+                "namespace": view.ref.namespace,
+                "localQueueName": fields["local_queue"],
+                "clusterQueue": fields["cluster_queue"],
+                "priority": fields["priority"],
+                "basePriority": fields["base_priority"],
+                "positionInClusterQueue": fields["position_in_cluster_queue"],
+                "positionInLocalQueue": fields["position_in_local_queue"],
+                "creationTimestamp": record.submitted.created.isoformat() if record else None,
+                "reason": getattr(view, "message", "") or getattr(view, "reason", ""),
+            }
+        )
+    rows.sort(key=lambda row: (row["clusterQueue"], row["positionInClusterQueue"] or 0))
+    return _page(rows, request)
+
+
+HANDLERS = {
+    "workloads": workloads,
+    "clusterqueues": cluster_queues,
+    "localqueues": local_queues,
+    "pending": pending,
+}
+
+
+async def serve_api(service: AdmissionService) -> Subscription:
+    nc = service.bus.nc
+
+    async def handle(msg: Msg) -> None:
+        resource = msg.subject.rsplit(".", 1)[-1]
+        handler = HANDLERS.get(resource)
+        try:
+            request = _request_decoder.decode(msg.data or b"{}")
+            if handler is None:
+                reply: dict[str, Any] = {"error": f"unknown resource {resource!r}"}
+            else:
+                reply = handler(service, request)
+        except msgspec.DecodeError as error:
+            reply = {"error": f"bad request: {error}"}
+        except Exception as error:  # an answer, never a silent timeout, for the asker
+            log.exception("api_failed", resource=resource)
+            reply = {"error": f"internal error: {error!r}"}
+        if msg.reply:
+            await msg.respond(msgspec.json.encode(reply))
+
+    return await nc.subscribe(f"{API_PREFIX}.*", cb=handle)

@@ -1,0 +1,244 @@
+"""The admission service: the quota authority, one deterministic decision loop.
+
+Its state (config, pending queues, admitted workloads, usage) is the fold of the config
+bucket and the event stream. On start it reads the config, then replays the stream from the
+first event, deciding nothing until it has caught up (``/readyz`` stays 503 meanwhile). Then
+each fetched batch of events is applied and followed by one scheduling pass that admits
+everything that fits; the decisions are published as one pipelined batch.
+
+Every decision is applied in memory before it is published and carries a deterministic id
+(``admitted-<uid>-<generation>``), so its echo from the stream changes nothing, and a decision
+re-published after a crash is dropped by the stream's duplicate window. If a publish fails for
+good, the service stops: a restart rebuilds the truth from the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+
+import msgspec
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from services.admission import metrics
+from services.admission.api import serve_api
+from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
+from services.admission.workload_objects import WorkloadRecord
+from shared.bus import CONFIG_BUCKET, decode_batch
+from shared.config import ConfigError, ConfigObject, decode_object
+from shared.events import (
+    AnyEvent,
+    Event,
+    EvictionRequested,
+    WorkloadAdmitted,
+    WorkloadDeleted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPending,
+    WorkloadSubmitted,
+)
+from shared.logging import get_logger
+from shared.service import Runtime
+
+__all__ = ["AdmissionService"]
+
+log = get_logger("admission")
+
+# Everything admission folds: workload facts and the decisions about them.
+SUBJECTS = ("berth.wl.>", "berth.cq.*.admitted.>", "berth.cq.*.evict.>")
+
+
+class AdmissionService:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.bus = runtime.bus
+        self.scheduler = Scheduler()
+        self.records: dict[str, WorkloadRecord] = {}  # uid -> display record
+        self.config: dict[str, ConfigObject] = {}  # bucket key -> object
+        self.config_changed = asyncio.Event()
+
+    async def run(self) -> None:
+        kv = await self.bus.kv(CONFIG_BUCKET)
+        watcher = await kv.watchall()
+        async for entry in watcher:
+            if entry is None:
+                break
+            self._observe_config(entry)
+        self.scheduler.set_config(self.config.values())
+        self.config_changed.clear()
+        self.runtime.spawn(self._watch_config(watcher), name="admission.config")
+
+        subscription = await self.bus.replay_subscription(SUBJECTS)
+        started = time.monotonic()
+        replayed = await self._replay(subscription)
+        log.info("state_rebuilt", events=replayed, seconds=round(time.monotonic() - started, 3))
+        api = await serve_api(self)
+        self.runtime.set_ready()
+        try:
+            await self._decide(())  # whatever became admissible while we were down
+            await self._live(subscription)
+        finally:
+            await api.unsubscribe()
+
+    # --- config ---------------------------------------------------------------------------
+
+    def _observe_config(self, entry: KeyValue.Entry) -> None:
+        if entry.operation in ("DEL", "PURGE") or not entry.value:
+            self.config.pop(entry.key, None)
+            return
+        try:
+            self.config[entry.key] = decode_object(entry.value)
+        except (ConfigError, msgspec.DecodeError) as error:
+            log.error("invalid_config_object", key=entry.key, reason=str(error))
+
+    async def _watch_config(self, watcher: KeyValue.KeyWatcher) -> None:
+        try:
+            while not self.runtime.stopping.is_set():
+                try:
+                    entry = await watcher.updates(timeout=0.5)
+                except nats.errors.TimeoutError:
+                    continue
+                if entry is not None:
+                    self._observe_config(entry)
+                    self.config_changed.set()
+        finally:
+            await watcher.stop()
+
+    # --- events ---------------------------------------------------------------------------
+
+    async def _replay(self, subscription: JetStreamContext.PullSubscription) -> int:
+        """Fold the stream up to its end; decide nothing meanwhile."""
+        count = 0
+        while True:
+            try:
+                messages = await subscription.fetch(2000, timeout=0.5)
+            except nats.errors.TimeoutError:
+                return count  # nothing (left) to replay
+            events, _ = decode_batch(messages)
+            self._apply(events)
+            count += len(messages)
+            if messages[-1].metadata.num_pending == 0:
+                return count
+
+    async def _live(self, subscription: JetStreamContext.PullSubscription) -> None:
+        stopping = self.runtime.stopping
+        while not stopping.is_set():
+            try:
+                messages = await subscription.fetch(1000, timeout=0.2)
+            except nats.errors.TimeoutError:
+                messages = []
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+                return
+            events, _ = decode_batch(messages)
+            self._apply(events)
+            if events or self.config_changed.is_set():
+                await self._decide(events)
+
+    def _apply(self, events: Iterable[AnyEvent]) -> None:
+        """Fold events into the scheduler; idempotent, so replays and echoes change nothing."""
+        for event in events:
+            ref = event.workload
+            record = self.records.get(ref.uid)
+            match event:
+                case WorkloadSubmitted():
+                    if record is None:
+                        self.records[ref.uid] = WorkloadRecord(submitted=event)
+                        self.scheduler.submit(
+                            QueuedWorkload(
+                                ref=ref,
+                                local_queue=event.queue_name,
+                                pod_sets=event.pod_sets,
+                                queue_time=event.created.timestamp(),
+                                priority_class=event.priority_class,
+                                priority_class_name=event.priority_class_name,
+                                priority=event.priority,
+                            )
+                        )
+                case WorkloadAdmitted():
+                    if record is not None and self.scheduler.generation(ref) < event.generation:
+                        self.scheduler.restore_admission(ref, event.cluster_queue, event.assignments)
+                    if record is not None and (
+                        record.admission is None or record.admission.generation < event.generation
+                    ):
+                        record.on_admitted(event)
+                case WorkloadFinished():
+                    if record is not None and self.scheduler.generation(ref) == event.generation:
+                        if not record.finished:
+                            self.scheduler.finish(ref)
+                            record.on_finished(event)
+                case WorkloadEvicted():
+                    if (
+                        record is not None
+                        and record.admission is not None
+                        and record.admission.generation == event.generation
+                    ):
+                        self.scheduler.evict(ref)
+                        record.on_evicted(event)
+                case EvictionRequested():
+                    if record is not None:
+                        record.on_eviction_requested(event)
+                case WorkloadDeleted():
+                    if record is not None:
+                        self.scheduler.delete(ref)
+                        del self.records[ref.uid]
+                case WorkloadPending():
+                    pass  # our own output: the scheduler recomputes reasons
+
+    async def _decide(self, events: Iterable[AnyEvent]) -> None:
+        if self.config_changed.is_set():
+            self.config_changed.clear()
+            self.scheduler.set_config(self.config.values())
+        started = time.perf_counter()
+        decisions = self.scheduler.schedule()
+        metrics.PASS_SECONDS.observe(time.perf_counter() - started)
+        if not decisions:
+            return
+        outgoing: list[Event] = []
+        for decision in decisions:
+            record = self.records.get(decision.ref.uid)
+            if isinstance(decision, Admission):
+                generation = self.scheduler.generation(decision.ref)
+                event = WorkloadAdmitted(
+                    id=f"admitted-{decision.ref.uid}-{generation}",
+                    source="admission",
+                    workload=decision.ref,
+                    cluster_queue=decision.cluster_queue,
+                    local_queue=decision.local_queue,
+                    priority=decision.priority,
+                    assignments=decision.assignments,
+                    generation=generation,
+                )
+                if record is not None:
+                    record.on_admitted(event)
+                metrics.ADMITTED.labels(cluster_queue=decision.cluster_queue).inc()
+                log.info(
+                    "admitted",
+                    workload=decision.ref.key,
+                    queue=decision.cluster_queue,
+                    reason="fits",
+                    priority=decision.priority,
+                    generation=generation,
+                )
+                outgoing.append(event)
+            elif isinstance(decision, Inadmissible):
+                pending = WorkloadPending(
+                    source="admission",
+                    workload=decision.ref,
+                    cluster_queue=decision.cluster_queue or "_",
+                    reason=decision.reason,
+                    message=decision.message,
+                )
+                if record is not None:
+                    record.on_pending(pending)
+                log.info(
+                    "pending",
+                    workload=decision.ref.key,
+                    queue=decision.cluster_queue,
+                    reason=decision.reason,
+                    message=decision.message,
+                )
+                outgoing.append(pending)
+        await self.bus.publish_many(outgoing)

@@ -1,0 +1,158 @@
+"""Kueue-shaped Workload objects for ``berth get workloads -o json|yaml`` and scripts.
+
+Admission sees every event of every workload, so it keeps each workload's conditions as
+Kueue would write them (QuotaReserved, Admitted, Evicted, Preempted, Finished, each with
+status, reason, message and lastTransitionTime) and renders the object on request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.events import (
+    EvictionRequested,
+    WorkloadAdmitted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPending,
+    WorkloadSubmitted,
+)
+from shared.quantities import format_quantity, is_binary_resource
+
+__all__ = ["WorkloadRecord", "render_workload"]
+
+
+@dataclass(slots=True)
+class Condition:
+    status: str
+    reason: str
+    message: str
+    time: datetime
+
+
+@dataclass(slots=True)
+class WorkloadRecord:
+    """What admission remembers of a workload for display; updated from its events."""
+
+    submitted: WorkloadSubmitted
+    conditions: dict[str, Condition] = field(default_factory=dict)
+    admission: WorkloadAdmitted | None = None
+    requeue_count: int = 0
+
+    def _set(self, kind: str, status: str, reason: str, message: str, time: datetime) -> None:
+        current = self.conditions.get(kind)
+        if current is not None and current.status == status:
+            time = current.time  # lastTransitionTime moves only on a transition
+        self.conditions[kind] = Condition(status, reason, message, time)
+
+    def on_pending(self, event: WorkloadPending) -> None:
+        self._set("QuotaReserved", "False", event.reason, event.message, event.time)
+
+    def on_admitted(self, event: WorkloadAdmitted) -> None:
+        self.admission = event
+        message = f"Quota reserved in ClusterQueue {event.cluster_queue}"
+        self._set("QuotaReserved", "True", "QuotaReserved", message, event.time)
+        self._set("Admitted", "True", "Admitted", "The workload is admitted", event.time)
+        if "Evicted" in self.conditions:
+            self._set("Evicted", "False", "Admitted", "The workload is admitted again", event.time)
+
+    def on_eviction_requested(self, event: EvictionRequested) -> None:
+        self._set("Evicted", "True", event.reason, event.message, event.time)
+        if event.reason == "Preempted":
+            self._set("Preempted", "True", event.detail or "Preempted", event.message, event.time)
+
+    def on_evicted(self, event: WorkloadEvicted) -> None:
+        self.admission = None
+        self.requeue_count += 1
+        self._set("Evicted", "True", event.reason, event.message, event.time)
+        message = "The workload was evicted and is pending again"
+        self._set("QuotaReserved", "False", "Pending", message, event.time)
+        self._set("Admitted", "False", "NoReservation", message, event.time)
+
+    def on_finished(self, event: WorkloadFinished) -> None:
+        reason = "Succeeded" if event.succeeded else "Failed"
+        message = event.message or ("Job finished successfully" if event.succeeded else "Job failed")
+        self._set("Finished", "True", reason, message, event.time)
+
+    @property
+    def finished(self) -> bool:
+        return "Finished" in self.conditions
+
+
+def _quantities(values: dict[str, int]) -> dict[str, str]:
+    return {
+        resource: format_quantity(milli, binary=is_binary_resource(resource))
+        for resource, milli in sorted(values.items())
+    }
+
+
+def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, Any]:
+    """A Kueue v1beta1 Workload; ``view`` adds what the scheduler knows (queue, positions)."""
+    submitted = record.submitted
+    ref = submitted.workload
+    spec: dict[str, Any] = {
+        "queueName": submitted.queue_name,
+        "priority": view.get("priority", 0),
+        "podSets": [
+            {"name": pod_set.name, "count": pod_set.count, "requests": _quantities(pod_set.requests)}
+            for pod_set in submitted.pod_sets
+        ],
+    }
+    if submitted.priority_class:
+        spec["priorityClassName"] = submitted.priority_class
+        spec["priorityClassSource"] = "kueue.x-k8s.io/workloadpriorityclass"
+    elif submitted.priority_class_name:
+        spec["priorityClassName"] = submitted.priority_class_name
+        spec["priorityClassSource"] = "scheduling.k8s.io/priorityclass"
+    status: dict[str, Any] = {
+        "conditions": [
+            {
+                "type": kind,
+                "status": condition.status,
+                "reason": condition.reason,
+                "message": condition.message,
+                "lastTransitionTime": condition.time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+            for kind, condition in record.conditions.items()
+        ],
+    }
+    if record.admission is not None:
+        status["admission"] = {
+            "clusterQueue": record.admission.cluster_queue,
+            "podSetAssignments": [
+                {
+                    "name": assignment.pod_set,
+                    "count": assignment.count,
+                    "flavors": dict(assignment.flavors),
+                    "resourceUsage": _quantities(assignment.usage),
+                }
+                for assignment in record.admission.assignments
+            ],
+        }
+    if record.requeue_count:
+        status["requeueState"] = {"count": record.requeue_count}
+    berth: dict[str, Any] = {
+        "kind": submitted.kind,
+        "clusterQueue": view.get("cluster_queue", ""),
+        "basePriority": view.get("base_priority", view.get("priority", 0)),
+        "effectivePriority": view.get("priority", 0),
+    }
+    for key in ("position_in_cluster_queue", "position_in_local_queue"):
+        if view.get(key) is not None:
+            berth["positionInClusterQueue" if "cluster" in key else "positionInLocalQueue"] = view[key]
+    status["berth"] = berth
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "uid": ref.uid,
+            "creationTimestamp": submitted.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "labels": submitted.labels,
+        },
+        "spec": spec,
+        "status": status,
+    }

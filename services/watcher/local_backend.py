@@ -1,0 +1,376 @@
+"""The local backend: Berth's embedded "cluster" on one machine.
+
+Objects (Jobs, Pods, RayJobs) live in the ``berth-objects`` key-value bucket, written by
+``berth submit`` and ``berth delete`` as if it were an API server; this backend list-watches
+that bucket the way the kubernetes backend list-watches the API. It reports each new object as
+``WorkloadSubmitted``, runs admitted workloads as local processes, stops them on eviction and
+reports ``WorkloadStarted``, ``WorkloadFinished``, ``WorkloadEvicted`` and ``WorkloadDeleted``.
+
+What runs is recorded in each object's ``status`` (phase, generation, pids), so a restarted
+watcher knows what its predecessor started: such a workload is stopped and reported evicted,
+and admission queues it again with its original queue time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from shared.bus import OBJECTS_BUCKET
+from shared.events import (
+    AnyEvent,
+    Event,
+    EvictionRequested,
+    PodSet,
+    WorkloadAdmitted,
+    WorkloadDeleted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadRef,
+    WorkloadStarted,
+    WorkloadSubmitted,
+)
+from shared.logging import get_logger
+from shared.service import Runtime
+from shared.workloads import (
+    SIMULATED_RUNTIME_ANNOTATION,
+    WorkloadError,
+    workload_key,
+    workload_spec,
+)
+from services.watcher import metrics
+from services.watcher.processes import RunningPods, kill_leftover, parse_duration, pod_commands
+
+__all__ = ["LocalBackend"]
+
+log = get_logger("watcher.local")
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class _Simulated:
+    """A workload that runs no process and finishes after its simulated runtime."""
+
+    def __init__(self, generation: int, seconds: float) -> None:
+        self.generation = generation
+        self.seconds = seconds
+        self.stopping = False
+
+
+class LocalBackend:
+    def __init__(self, runtime: Runtime, *, stop_grace: float) -> None:
+        self.runtime = runtime
+        self.bus = runtime.bus
+        self.stop_grace = stop_grace
+        self.log_root = Path(runtime.data_dir) / "logs"
+        self.objects: dict[str, dict[str, Any]] = {}  # bucket key -> object
+        self.announced: set[str] = set()  # uids reported as submitted by this process
+        self.running: dict[str, RunningPods | _Simulated] = {}  # uid -> what runs
+        self.kv: KeyValue | None = None
+
+    # --- the list-watch of the objects bucket --------------------------------------------
+
+    async def run(self) -> None:
+        self.kv = await self.bus.kv(OBJECTS_BUCKET)
+        watcher = await self.kv.watchall()
+        initial: list[KeyValue.Entry] = []
+        async for entry in watcher:
+            if entry is None:  # end of the initial values
+                break
+            initial.append(entry)
+        for entry in initial:
+            await self._observe(entry, initial=True)
+        subscription = await self.bus.durable_subscription(
+            "watcher", ["berth.cq.*.admitted.>", "berth.cq.*.evict.>"]
+        )
+        self.runtime.spawn(
+            self.bus.consume(subscription, self._on_decisions, stopping=self.runtime.stopping),
+            name="watcher.decisions",
+        )
+        self.runtime.set_ready()
+        try:
+            while not self.runtime.stopping.is_set():
+                try:
+                    entry = await watcher.updates(timeout=0.5)
+                except nats.errors.TimeoutError:
+                    continue
+                if entry is not None:
+                    await self._observe(entry, initial=False)
+        finally:
+            await watcher.stop()
+            await self._stop_everything()
+
+    async def _observe(self, entry: KeyValue.Entry, *, initial: bool) -> None:
+        if entry.operation in ("DEL", "PURGE") or not entry.value:
+            obj = self.objects.pop(entry.key, None)
+            if obj is not None:
+                await self._deleted(obj)
+            return
+        try:
+            obj = msgspec.json.decode(entry.value)
+        except msgspec.DecodeError as error:
+            log.error("malformed_object", key=entry.key, error=str(error))
+            return
+        self.objects[entry.key] = obj
+        uid = obj["metadata"]["uid"]
+        status = obj.get("status") or {}
+        phase = status.get("phase", "")
+        if phase in TERMINAL_PHASES or uid in self.announced:
+            return
+        if initial and phase == "Running" and uid not in self.running:
+            await self._orphaned(entry.key, obj)
+        await self._announce(obj)
+
+    async def _announce(self, obj: dict[str, Any]) -> None:
+        ref = _ref(obj)
+        try:
+            spec = workload_spec(obj)
+        except WorkloadError as error:  # `berth submit` validates; this is a hand-made object
+            log.error("invalid_workload", workload=ref.key, reason=str(error))
+            return
+        metadata = obj["metadata"]
+        created = datetime.fromisoformat(metadata["creationTimestamp"]).astimezone(UTC)
+        await self.bus.publish(
+            WorkloadSubmitted(
+                id=f"submitted-{ref.uid}",
+                source="watcher",
+                workload=ref,
+                kind=spec.kind,  # type: ignore[arg-type]
+                queue_name=spec.queue_name,
+                pod_sets=spec.pod_sets,
+                created=created,
+                priority_class=spec.priority_class,
+                priority_class_name=spec.priority_class_name,
+                priority=spec.priority,
+                labels=metadata.get("labels") or {},
+                annotations=metadata.get("annotations") or {},
+            )
+        )
+        self.announced.add(ref.uid)
+        log.info("workload_submitted", workload=ref.key, queue=spec.queue_name, kind=spec.kind)
+
+    async def _orphaned(self, key: str, obj: dict[str, Any]) -> None:
+        """A workload a previous watcher ran: stop what is left of it and report it evicted."""
+        status = obj.get("status") or {}
+        generation = int(status.get("generation", 0))
+        kill_leftover([int(pid) for pid in status.get("pids") or []])
+        await self._set_status(key, {"phase": "Evicted", "reason": "WatcherRestarted"})
+        await self._publish(
+            WorkloadEvicted(
+                id=f"evicted-{obj['metadata']['uid']}-{generation}",
+                source="watcher",
+                workload=_ref(obj),
+                generation=generation,
+                reason="WatcherRestarted",
+                message="the watcher restarted while the workload ran; it is queued again",
+            )
+        )
+
+    async def _deleted(self, obj: dict[str, Any]) -> None:
+        ref = _ref(obj)
+        running = self.running.pop(ref.uid, None)
+        if running is not None:
+            await self._stop(running)
+        await self._publish(WorkloadDeleted(id=f"deleted-{ref.uid}", source="watcher", workload=ref))
+        log.info("workload_deleted", workload=ref.key, was_running=running is not None)
+
+    # --- decisions from admission and preemption ------------------------------------------
+
+    async def _on_decisions(self, events: list[AnyEvent]) -> None:
+        for event in events:
+            if isinstance(event, WorkloadAdmitted):
+                await self._start(event)
+            elif isinstance(event, EvictionRequested):
+                # Stopping takes up to the grace period: never hold up other decisions for it.
+                self.runtime.spawn(self._evict(event), name=f"evict-{event.workload.key}")
+
+    def _current(self, ref: WorkloadRef) -> tuple[str, dict[str, Any]] | None:
+        key = workload_key(ref.namespace, ref.name)
+        obj = self.objects.get(key)
+        if obj is None or obj["metadata"]["uid"] != ref.uid:
+            return None  # deleted, or replaced by another object of the same name
+        return key, obj
+
+    async def _start(self, event: WorkloadAdmitted) -> None:
+        ref = event.workload
+        current = self._current(ref)
+        if current is None:
+            log.info("admitted_unknown_workload", workload=ref.key, generation=event.generation)
+            return
+        key, obj = current
+        status = obj.get("status") or {}
+        if int(status.get("generation", 0)) >= event.generation or ref.uid in self.running:
+            return  # redelivered: this generation was already started
+        annotations = obj["metadata"].get("annotations") or {}
+        simulated = annotations.get(SIMULATED_RUNTIME_ANNOTATION)
+        if simulated is not None:
+            await self._start_simulated(key, ref, event.generation, parse_duration(simulated))
+            return
+        spec = workload_spec(obj)
+        pods: list[tuple[str, list[str], dict[str, str], str | None]] = []
+        for pod_set in _admitted_pod_sets(spec.pod_sets, event):
+            argv, env, cwd = pod_commands(spec.pod_specs[pod_set.name])
+            for index in range(pod_set.count):
+                env_for_pod = {**env, "BERTH_POD_INDEX": str(index), "JOB_COMPLETION_INDEX": str(index)}
+                pods.append((f"{pod_set.name}-{index}", argv, env_for_pod, cwd))
+        if any(not argv for _, argv, _, _ in pods):
+            await self._finish(key, ref, event.generation, 127, "a container has no command; the local backend cannot run an image's entrypoint")
+            return
+        images = sorted({c.get("image", "") for p in spec.pod_specs.values() for c in p.get("containers", [])} - {""})
+        if images:
+            log.warning("image_ignored", workload=ref.key, images=images, reason="the local backend runs commands, not images")
+        log_dir = self.log_root / ref.namespace / ref.name
+        try:
+            running = await RunningPods.start(generation=event.generation, pods=pods, log_dir=log_dir)
+        except OSError as error:
+            await self._finish(key, ref, event.generation, 127, f"cannot start process: {error}")
+            return
+        self.running[ref.uid] = running
+        await self._set_status(
+            key, {"phase": "Running", "generation": event.generation, "pids": running.pids}
+        )
+        await self._publish(
+            WorkloadStarted(id=f"started-{ref.uid}-{event.generation}", source="watcher", workload=ref, generation=event.generation)
+        )
+        metrics.STARTED.inc()
+        log.info("workload_started", workload=ref.key, queue=event.cluster_queue, pods=len(pods), generation=event.generation)
+        self.runtime.spawn(self._await_exit(key, ref, running), name=f"run-{ref.key}")
+
+    async def _start_simulated(self, key: str, ref: WorkloadRef, generation: int, seconds: float) -> None:
+        simulated = _Simulated(generation, seconds)
+        self.running[ref.uid] = simulated
+        await self._set_status(key, {"phase": "Running", "generation": generation, "pids": []})
+        await self._publish(
+            WorkloadStarted(id=f"started-{ref.uid}-{generation}", source="watcher", workload=ref, generation=generation)
+        )
+        metrics.STARTED.inc()
+        self.runtime.spawn(self._await_simulated(key, ref, simulated), name=f"sim-{ref.key}")
+
+    async def _await_simulated(self, key: str, ref: WorkloadRef, simulated: _Simulated) -> None:
+        await asyncio.sleep(simulated.seconds)
+        if simulated.stopping or self.running.get(ref.uid) is not simulated:
+            return
+        await self._finish(key, ref, simulated.generation, 0, "")
+
+    async def _await_exit(self, key: str, ref: WorkloadRef, running: RunningPods) -> None:
+        outcomes = await running.wait()
+        if running.stopping or self.running.get(ref.uid) is not running:
+            return  # evicted or deleted: that path reports it
+        failed = [outcome for outcome in outcomes if outcome.exit_code != 0]
+        code = failed[0].exit_code if failed else 0
+        message = f"pod {failed[0].pod} exited with code {code}" if failed else ""
+        await self._finish(key, ref, running.generation, code, message)
+
+    async def _finish(self, key: str, ref: WorkloadRef, generation: int, code: int, message: str) -> None:
+        self.running.pop(ref.uid, None)
+        phase = "Succeeded" if code == 0 else "Failed"
+        await self._set_status(key, {"phase": phase, "generation": generation, "exitCode": code, "pids": []})
+        await self._publish(
+            WorkloadFinished(
+                id=f"finished-{ref.uid}-{generation}",
+                source="watcher",
+                workload=ref,
+                generation=generation,
+                succeeded=code == 0,
+                exit_code=code,
+                message=message,
+            )
+        )
+        metrics.FINISHED.labels(result=phase).inc()
+        log.info("workload_finished", workload=ref.key, phase=phase, exit_code=code, generation=generation)
+
+    async def _evict(self, event: EvictionRequested) -> None:
+        ref = event.workload
+        running = self.running.get(ref.uid)
+        if running is None or running.generation != event.generation:
+            current = self._current(ref)
+            status = (current[1].get("status") or {}) if current else {}
+            if status.get("phase") == "Evicted" and int(status.get("generation", 0)) == event.generation:
+                pass  # redelivered after we evicted: report again, the id dedupes it
+            else:
+                log.info("evict_not_running", workload=ref.key, generation=event.generation)
+                return
+        else:
+            self.running.pop(ref.uid, None)
+            await self._stop(running)
+        current = self._current(ref)
+        if current is not None:
+            await self._set_status(current[0], {"phase": "Evicted", "generation": event.generation, "pids": [], "reason": event.reason})
+        await self._publish(
+            WorkloadEvicted(
+                id=f"evicted-{ref.uid}-{event.generation}",
+                source="watcher",
+                workload=ref,
+                generation=event.generation,
+                reason=event.reason,
+                message=event.message,
+            )
+        )
+        metrics.EVICTED.inc()
+        log.info("workload_evicted", workload=ref.key, queue=event.cluster_queue, reason=event.reason, generation=event.generation)
+
+    async def _stop(self, running: RunningPods | _Simulated) -> None:
+        running.stopping = True
+        if isinstance(running, RunningPods):
+            await running.stop(grace=self.stop_grace)
+
+    async def _stop_everything(self) -> None:
+        """On shutdown, nothing we started may outlive us; the next watcher requeues it."""
+        running = list(self.running.values())
+        self.running.clear()
+        await asyncio.gather(*(self._stop(item) for item in running))
+
+    # --- helpers --------------------------------------------------------------------------
+
+    async def _publish(self, event: Event) -> None:
+        await self.bus.publish(event)
+
+    async def _set_status(self, key: str, status: dict[str, Any]) -> None:
+        """Compare-and-swap the object's status, so a concurrent delete is never undone."""
+        assert self.kv is not None
+        for _ in range(10):
+            try:
+                entry = await self.kv.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                return
+            if entry.value is None:
+                return
+            obj = msgspec.json.decode(entry.value)
+            obj["status"] = {**(obj.get("status") or {}), **status, "updated": _now_iso()}
+            try:
+                await self.kv.update(key, msgspec.json.encode(obj), last=entry.revision)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+            self.objects[key] = obj
+            return
+        log.error("status_update_conflicts", key=key)
+
+
+def _ref(obj: dict[str, Any]) -> WorkloadRef:
+    metadata = obj["metadata"]
+    return WorkloadRef(namespace=metadata["namespace"], name=metadata["name"], uid=metadata["uid"])
+
+
+def _admitted_pod_sets(pod_sets: list[PodSet], event: WorkloadAdmitted) -> list[PodSet]:
+    """The pod sets with the counts admission granted (partial admission may lower them)."""
+    counts = {assignment.pod_set: assignment.count for assignment in event.assignments}
+    return [
+        msgspec.structs.replace(pod_set, count=counts.get(pod_set.name, pod_set.count))
+        for pod_set in pod_sets
+    ]
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def stop_grace_from_env() -> float:
+    return float(os.environ.get("BERTH_POD_GRACE_SECONDS", "5"))

@@ -1,0 +1,124 @@
+"""Kueue's objects decoded as they are written, and bad ones refused with the field named."""
+
+from pathlib import Path
+
+import pytest
+
+from shared.config import (
+    ClusterQueue,
+    ConfigError,
+    LocalQueue,
+    Namespace,
+    decode_object,
+    encode_object,
+    load_documents,
+    object_key,
+    parse_object,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _parse_file(name: str) -> list[object]:
+    documents = load_documents((FIXTURES / name).read_text(), source=name)
+    return [parse_object(d, where=f"{name}: document {i + 1}") for i, d in enumerate(documents)]
+
+
+def test_seed_003_resources_parse_unchanged() -> None:
+    """Seed 003's kueue-resources.yaml yields its five objects with exact quotas."""
+    objects = _parse_file("seed003-kueue-resources.yaml")
+    assert [type(o).__name__ for o in objects] == [
+        "ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass", "WorkloadPriorityClass",
+    ]
+    queue = objects[1]
+    assert isinstance(queue, ClusterQueue)
+    assert queue.spec.preemption.within_cluster_queue == "LowerPriority"
+    assert queue.spec.namespace_selector is not None and queue.spec.namespace_selector.matches({})
+    local = objects[2]
+    assert isinstance(local, LocalQueue) and local.spec.cluster_queue == "cluster-queue"
+
+
+def test_seed_004_cohorts_and_selectors() -> None:
+    """Seed 004's v1beta1 `cohort` is read, and a matchLabels selector matches its namespace."""
+    objects = _parse_file("seed004-kueue-resources.yaml")
+    queues = {o.metadata.name: o for o in objects if isinstance(o, ClusterQueue)}
+    assert {q.cohort_name for q in queues.values()} == {"team-ab"}
+    team_a = queues["team-a-cq"]
+    assert team_a.spec.preemption.borrow_within_cohort.max_priority_threshold == 100
+    namespaces = {o.metadata.name: o for o in objects if isinstance(o, Namespace)}
+    selector = team_a.spec.namespace_selector
+    assert selector is not None
+    assert selector.matches(namespaces["team-a"].labels)
+    assert not selector.matches(namespaces["team-b"].labels)
+
+
+def test_v1beta2_cohort_name() -> None:
+    """v1beta2 spells the cohort `cohortName`; both land in the same property."""
+    obj = parse_object({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+                        "metadata": {"name": "q"}, "spec": {"cohortName": "c"}})
+    assert isinstance(obj, ClusterQueue) and obj.cohort_name == "c"
+
+
+def test_null_namespace_selector_matches_nothing_and_expressions_work() -> None:
+    """A missing selector admits no namespace; matchExpressions follow Kubernetes semantics."""
+    plain = parse_object({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"}})
+    assert isinstance(plain, ClusterQueue) and plain.spec.namespace_selector is None
+    selective = parse_object({
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"},
+        "spec": {"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+            {"key": "team", "operator": "Exists"}]}},
+    })
+    assert isinstance(selective, ClusterQueue)
+    selector = selective.spec.namespace_selector
+    assert selector is not None
+    assert selector.matches({"kubernetes.io/metadata.name": "a", "team": "x"})
+    assert not selector.matches({"kubernetes.io/metadata.name": "kube-system", "team": "x"})
+    assert not selector.matches({"kubernetes.io/metadata.name": "a"})
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"},
+          "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+              {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "2x"}]}]}]}},
+         "`spec.resourceGroups[0].flavors[0].resources[0].nominalQuota`: invalid quantity '2x'"),
+        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"},
+          "spec": {"cohrt": "a"}}, "unknown field `cohrt`"),
+        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Frobnicator", "metadata": {"name": "q"}},
+         "unknown kind 'Frobnicator'"),
+        ({"apiVersion": "kueue.x-k8s.io/v1", "kind": "LocalQueue", "metadata": {"name": "q"}},
+         "LocalQueue does not exist in apiVersion 'kueue.x-k8s.io/v1'"),
+        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "q"}},
+         "missing required field `spec`"),
+        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "Bad_Name"}},
+         "invalid `metadata.name`"),
+        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"},
+          "spec": {"resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+              {"name": "f", "resources": [{"name": "cpu", "nominalQuota": 1}]}]}]}},
+         "must list exactly the coveredResources"),
+        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass", "metadata": {"name": "p"},
+          "value": "high"}, "Expected `int`"),
+    ],
+)
+def test_bad_objects_name_the_problem(document: dict[str, object], message: str) -> None:
+    """Every refusal is one line that names the field or the kind at fault."""
+    with pytest.raises(ConfigError) as caught:
+        parse_object(document, where="x.yaml: document 1")
+    text = str(caught.value)
+    assert message in text and text.startswith("x.yaml: document 1") and "\n" not in text
+
+
+def test_malformed_yaml_names_the_line() -> None:
+    """A YAML syntax error says where it is."""
+    with pytest.raises(ConfigError, match=r"x.yaml: malformed YAML at line 2"):
+        load_documents("a: b\n  c: : d\n", source="x.yaml")
+
+
+def test_round_trip_through_the_bucket_encoding() -> None:
+    """What `berth apply` stores decodes to the same object, keyed by kind, namespace, name."""
+    for obj in _parse_file("seed004-kueue-resources.yaml"):
+        assert decode_object(encode_object(obj)) == obj  # type: ignore[arg-type]
+    local = _parse_file("seed004-kueue-resources.yaml")[7]
+    assert object_key(local) == "localqueue.team-a.local-queue"  # type: ignore[arg-type]
