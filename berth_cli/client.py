@@ -34,12 +34,13 @@ async def _call(factory: Callable[[], Awaitable[T]]) -> T:
 async def connect(url: str) -> AsyncIterator[Bus]:
     """A short-lived connection for one command; a clear error if Berth is not running."""
     try:
-        bus = await Bus.connect(url, source="cli", connect_timeout=2.0)
+        bus = await Bus.connect(url, source="cli", retry=False)
     except BusError as error:
         raise CliError(f"{error} (is `berth up` running? set --nats-url or BERTH_NATS_URL)") from error
     try:
         yield bus
     finally:
+        bus.closing = True
         await bus.nc.close()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -32,16 +32,19 @@ def age(timestamp: str | None, *, now: datetime | None = None) -> str:
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str) -> None:
-    console = Console(width=max(shutil.get_terminal_size((200, 24)).columns, 200), highlight=False)
+    """A kubectl-style table: no borders, nothing truncated, no trailing blanks."""
     if not rows:
-        console.print(empty)
+        print(empty)
         return
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for header in headers:
-        table.add_column(header, no_wrap=True)
+        table.add_column(header, no_wrap=True, overflow="ignore")
     for row in rows:
         table.add_row(*("" if cell is None else str(cell) for cell in row))
-    console.print(table)
+    console = Console(width=100_000, highlight=False, force_terminal=sys.stdout.isatty())
+    with console.capture() as capture:
+        console.print(table)
+    print("\n".join(line.rstrip() for line in capture.get().splitlines()))
 
 
 def print_objects(items: list[dict[str, Any]], output: str) -> None:

@@ -10,6 +10,7 @@ import click
 
 from shared.bus import DEFAULT_NATS_URL
 from shared.events import event_json_schema
+from shared.logging import configure_logging
 from berth_cli import get as get_output
 from berth_cli.client import CliError, connect, query_all, run
 from berth_cli.writing import apply_config, delete_workload, read_documents, submit_workloads
@@ -30,6 +31,7 @@ OUTPUTS = click.Choice(["wide", "json", "yaml"])
 @click.pass_context
 def cli(context: click.Context, nats_url: str) -> None:
     """Berth: Kueue's quotas and preemption, SkyPilot's self-healing jobs, no starvation."""
+    configure_logging(service="cli", level="error")  # JSON on stderr, only real failures
     context.obj = nats_url
 
 

@@ -19,7 +19,6 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import msgspec
-import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
@@ -68,10 +67,11 @@ def nats_url_from_env() -> str:
 class Bus:
     """One NATS connection with its JetStream context, shared by a service's tasks."""
 
-    def __init__(self, nc: Client, *, source: str) -> None:
-        self.nc = nc
-        self.js: JetStreamContext = nc.jetstream()
+    def __init__(self, *, source: str) -> None:
+        self.nc = Client()
+        self.js: JetStreamContext = self.nc.jetstream()
         self.source = source
+        self.closing = False  # an intended close is not worth a "disconnected" warning
         self._pull_subscriptions: list[JetStreamContext.PullSubscription] = []
 
     @classmethod
@@ -79,26 +79,34 @@ class Bus:
         cls, url: str, *, source: str, connect_timeout: float = 5.0, retry: bool = True
     ) -> Bus:
         """Connect, retrying the first connection for ``connect_timeout`` seconds."""
+        bus = cls(source=source)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + connect_timeout
         while True:
             try:
-                nc = await nats.connect(
+                await bus.nc.connect(
                     url,
                     name=f"berth-{source}",
                     connect_timeout=1,
-                    allow_reconnect=True,
-                    max_reconnect_attempts=-1,
+                    # A service waits for NATS and rides out outages; a CLI command fails fast
+                    # (nats-py counts -1 as "forever", the initial connection included).
+                    allow_reconnect=retry,
+                    max_reconnect_attempts=-1 if retry else 1,
                     reconnect_time_wait=0.5,
                     error_cb=_log_error,
-                    disconnected_cb=_log_disconnect,
+                    disconnected_cb=bus._on_disconnect,
                     reconnected_cb=_log_reconnect,
                 )
-                return cls(nc, source=source)
+                bus.js = bus.nc.jetstream()
+                return bus
             except (OSError, nats.errors.Error, TimeoutError) as error:
                 if not retry or loop.time() >= deadline:
                     raise BusError(f"cannot reach NATS at {url}: {error}") from error
                 await asyncio.sleep(0.1)
+
+    async def _on_disconnect(self) -> None:
+        if not self.closing:
+            log.warning("nats_disconnected")
 
     # --- setup -----------------------------------------------------------------------------
 
@@ -111,6 +119,8 @@ class Bus:
             retention=api.RetentionPolicy.LIMITS,
             duplicate_window=DUPLICATE_WINDOW_S,
             max_msg_size=1 << 20,
+            # 3 in a clustered NATS (deploy/), so the history survives losing a server.
+            num_replicas=int(os.environ.get("BERTH_STREAM_REPLICAS", "1")),
         )
         try:
             await self.js.add_stream(config)
@@ -125,7 +135,10 @@ class Bus:
         except nats.js.errors.BucketNotFoundError:
             try:
                 return await self.js.create_key_value(
-                    bucket=bucket, history=history, storage=api.StorageType.FILE
+                    bucket=bucket,
+                    history=history,
+                    storage=api.StorageType.FILE,
+                    replicas=int(os.environ.get("BERTH_STREAM_REPLICAS", "1")),
                 )
             except nats.js.errors.BadRequestError:
                 return await self.js.key_value(bucket)  # another service won the race
@@ -259,7 +272,7 @@ class Bus:
         while not stopping.is_set():
             try:
                 messages = await subscription.fetch(batch, timeout=idle_timeout)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats' own TimeoutError, or asyncio's from deeper down
                 continue
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
                 return
@@ -267,6 +280,7 @@ class Bus:
 
     async def close(self) -> None:
         """Unsubscribe pull subscriptions, then drain the connection."""
+        self.closing = True
         for subscription in self._pull_subscriptions:
             try:
                 await subscription.unsubscribe()
@@ -297,10 +311,6 @@ def decode_batch(messages: Sequence[Msg]) -> tuple[list[AnyEvent], list[Msg]]:
 
 async def _log_error(error: Exception) -> None:
     log.warning("nats_error", error=repr(error))
-
-
-async def _log_disconnect() -> None:
-    log.warning("nats_disconnected")
 
 
 async def _log_reconnect() -> None:

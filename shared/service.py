@@ -40,6 +40,7 @@ class Runtime:
         self.stopping = asyncio.Event()
         self.ready = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.failed = False
 
     def set_ready(self) -> None:
         if not self.ready.is_set():
@@ -56,7 +57,8 @@ class Runtime:
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None and not self.stopping.is_set():
-            log.error("task_failed", task=task.get_name(), error=repr(task.exception()))
+            log.error("task_failed", task=task.get_name(), exc_info=task.exception())
+            self.failed = True
             self.stopping.set()  # a dead loop must not leave a half-alive service
 
     async def cancel_tasks(self, *, grace: float) -> None:
@@ -100,7 +102,7 @@ async def serve_probes(runtime: Runtime, *, host: str, port: int) -> web.AppRunn
 MainCoroutine = Callable[[Runtime], Awaitable[None]]
 
 
-async def _run(name: str, main: MainCoroutine, *, host: str, port: int, grace: float) -> None:
+async def _run(name: str, main: MainCoroutine, *, host: str, port: int, grace: float) -> int:
     nats_url = nats_url_from_env()
     data_dir = os.environ.get("BERTH_DATA_DIR", os.path.expanduser("~/.berth"))
     bus = await Bus.connect(nats_url, source=name, connect_timeout=30.0)
@@ -122,7 +124,8 @@ async def _run(name: str, main: MainCoroutine, *, host: str, port: int, grace: f
     finally:
         await bus.close()
         await runner.cleanup()
-        log.info("stopped", service=name)
+        log.info("stopped", service=name, failed=runtime.failed)
+    return 1 if runtime.failed else 0
 
 
 async def _follow_supervisor(runtime: Runtime, pid: int) -> None:
@@ -148,7 +151,7 @@ def run_service(name: str, main: MainCoroutine) -> None:
     host = os.environ.get("BERTH_HTTP_HOST", "127.0.0.1")
     port = int(os.environ.get("BERTH_HTTP_PORT", str(DEFAULT_PORTS[name])))
     grace = float(os.environ.get("BERTH_GRACE_SECONDS", "20"))
-    asyncio.run(_run(name, main, host=host, port=port, grace=grace))
+    raise SystemExit(asyncio.run(_run(name, main, host=host, port=port, grace=grace)))
 
 
 DEFAULT_PORTS = {"watcher": 8481, "admission": 8482, "preemption": 8483, "recovery": 8484}

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
@@ -100,7 +99,7 @@ class LocalBackend:
             while not self.runtime.stopping.is_set():
                 try:
                     entry = await watcher.updates(timeout=0.5)
-                except nats.errors.TimeoutError:
+                except TimeoutError:
                     continue
                 if entry is not None:
                     await self._observe(entry, initial=False)

@@ -1,0 +1,101 @@
+"""Helpers for end-to-end tests: polling the CLI's JSON output and reading the event log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from shared.bus import STREAM, Bus
+from shared.events import AnyEvent, decode_event
+from tests.conftest import berth
+
+
+def get_json(url: str, *args: str) -> list[dict[str, Any]]:
+    result = berth("get", *args, "-o", "json", url=url)
+    return list(json.loads(result.stdout)["items"])
+
+
+def eventually(check: Callable[[], Any], *, timeout: float = 20, interval: float = 0.2) -> Any:
+    """Call ``check`` until it returns something truthy without raising; return that."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except AssertionError as error:
+            last = error
+        time.sleep(interval)
+    raise AssertionError(f"not true within {timeout}s: {last}")
+
+
+def condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for item in workload["status"]["conditions"]:
+        if item["type"] == kind:
+            return dict(item)
+    return None
+
+
+def is_admitted(workload: dict[str, Any]) -> bool:
+    admitted = condition(workload, "Admitted")
+    finished = condition(workload, "Finished")
+    return bool(admitted and admitted["status"] == "True" and not finished)
+
+
+def event_log(url: str) -> list[AnyEvent]:
+    """Every event in the stream, in order (read with a fresh consumer)."""
+
+    async def read() -> list[AnyEvent]:
+        bus = await Bus.connect(url, source="test")
+        try:
+            subscription = await bus.replay_subscription(["berth.wl.>", "berth.cq.>"])
+            events: list[AnyEvent] = []
+            last = (await bus.js.stream_info(STREAM)).state.last_seq
+            while True:
+                messages = await subscription.fetch(1000, timeout=2)
+                events.extend(decode_event(m.data) for m in messages)
+                if messages[-1].metadata.sequence.stream >= last or messages[-1].metadata.num_pending == 0:
+                    return events
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+def peak_usage(events: list[AnyEvent]) -> dict[tuple[str, str, str], int]:
+    """The highest usage per (ClusterQueue, flavor, resource) at any instant of the log.
+
+    A workload holds quota from its WorkloadAdmitted until the WorkloadFinished,
+    WorkloadEvicted or WorkloadDeleted that ends that admission.
+    """
+    from shared.events import WorkloadAdmitted, WorkloadDeleted, WorkloadEvicted, WorkloadFinished
+
+    holding: dict[str, WorkloadAdmitted] = {}
+    usage: dict[tuple[str, str, str], int] = {}
+    peak: dict[tuple[str, str, str], int] = {}
+
+    def change(admitted: WorkloadAdmitted, sign: int) -> None:
+        for assignment in admitted.assignments:
+            for resource, amount in assignment.usage.items():
+                key = (admitted.cluster_queue, assignment.flavors.get(resource, ""), resource)
+                usage[key] = usage.get(key, 0) + sign * amount
+                peak[key] = max(peak.get(key, 0), usage[key])
+
+    for event in events:
+        uid = event.workload.uid
+        if isinstance(event, WorkloadAdmitted):
+            if uid in holding and holding[uid].generation >= event.generation:
+                continue  # a duplicate can never double-count
+            holding[uid] = event
+            change(event, +1)
+        elif isinstance(event, WorkloadFinished | WorkloadEvicted):
+            held = holding.get(uid)
+            if held is not None and held.generation == event.generation:
+                change(holding.pop(uid), -1)
+        elif isinstance(event, WorkloadDeleted) and uid in holding:
+            change(holding.pop(uid), -1)
+    return peak
