@@ -36,7 +36,9 @@ async def connect(url: str) -> AsyncIterator[Bus]:
     try:
         bus = await Bus.connect(url, source="cli", retry=False)
     except BusError as error:
-        raise CliError(f"{error} (is `berth up` running? set --nats-url or BERTH_NATS_URL)") from error
+        raise CliError(
+            f"{error} (is `berth up` running? set --nats-url or BERTH_NATS_URL)"
+        ) from error
     try:
         yield bus
     finally:
@@ -51,7 +53,9 @@ async def query_all(bus: Bus, resource: str, **request: Any) -> list[dict[str, A
     while offset is not None:
         payload = msgspec.json.encode({**request, "offset": offset})
         try:
-            reply = await bus.nc.request(f"{API_SUBJECT}.admission.{resource}", payload, timeout=5.0)
+            reply = await bus.nc.request(
+                f"{API_SUBJECT}.admission.{resource}", payload, timeout=5.0
+            )
         except nats.errors.NoRespondersError as error:
             raise CliError("the admission service is not running (no responder)") from error
         except nats.errors.TimeoutError as error:

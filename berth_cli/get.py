@@ -63,7 +63,9 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
-def workload_rows(items: list[dict[str, Any]], *, wide: bool, all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
+def workload_rows(
+    items: list[dict[str, Any]], *, wide: bool, all_namespaces: bool
+) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
     if wide:
         headers += ["PRIORITY", "EFFECTIVE", "POSITION IN CQ", "POSITION IN LQ", "REASON"]
@@ -79,13 +81,17 @@ def workload_rows(items: list[dict[str, Any]], *, wide: bool, all_namespaces: bo
         row: list[Any] = [
             item["metadata"]["name"],
             item["spec"].get("queueName", ""),
-            status.get("admission", {}).get("clusterQueue", "") if reserved and reserved["status"] == "True" else "",
+            status.get("admission", {}).get("clusterQueue", "")
+            if reserved and reserved["status"] == "True"
+            else "",
             admitted["status"] if admitted else "",
             finished["status"] if finished else "",
             age(item["metadata"].get("creationTimestamp")),
         ]
         if wide:
-            pending_reason = reserved["message"] if reserved and reserved["status"] == "False" else ""
+            pending_reason = (
+                reserved["message"] if reserved and reserved["status"] == "False" else ""
+            )
             row += [
                 berth.get("basePriority", item["spec"].get("priority", 0)),
                 berth.get("effectivePriority", item["spec"].get("priority", 0)),
@@ -99,7 +105,9 @@ def workload_rows(items: list[dict[str, Any]], *, wide: bool, all_namespaces: bo
     return headers, rows
 
 
-def cluster_queue_rows(items: list[dict[str, Any]], *, wide: bool) -> tuple[list[str], list[list[Any]]]:
+def cluster_queue_rows(
+    items: list[dict[str, Any]], *, wide: bool
+) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "COHORT", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
     if wide:
         headers += ["STRATEGY", "RESERVING WORKLOADS", "ACTIVE"]
@@ -124,7 +132,9 @@ def cluster_queue_rows(items: list[dict[str, Any]], *, wide: bool) -> tuple[list
     return headers, rows
 
 
-def local_queue_rows(items: list[dict[str, Any]], *, all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
+def local_queue_rows(
+    items: list[dict[str, Any]], *, all_namespaces: bool
+) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "CLUSTERQUEUE", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")

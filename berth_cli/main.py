@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
-from shared.bus import DEFAULT_NATS_URL
-from shared.events import event_json_schema
-from shared.logging import configure_logging
 from berth_cli import get as get_output
 from berth_cli.client import CliError, connect, query_all, run
 from berth_cli.writing import apply_config, delete_workload, read_documents, submit_workloads
+from shared.bus import DEFAULT_NATS_URL
+from shared.events import event_json_schema
+from shared.logging import configure_logging
 
 __all__ = ["cli"]
 
@@ -52,7 +54,9 @@ def up(data_dir: Path, nats_port: int) -> None:
 
 
 @cli.command()
-@click.option("-f", "--filename", required=True, help="YAML file with Kueue objects, or - for stdin.")
+@click.option(
+    "-f", "--filename", required=True, help="YAML file with Kueue objects, or - for stdin."
+)
 @click.pass_obj
 def apply(nats_url: str, filename: str) -> None:
     """Create or update ResourceFlavors, ClusterQueues, LocalQueues, priority classes..."""
@@ -62,8 +66,12 @@ def apply(nats_url: str, filename: str) -> None:
 
 
 @cli.command()
-@click.option("-f", "--filename", required=True, help="YAML with batch/v1 Jobs, v1 Pods or RayJobs.")
-@click.option("-n", "--namespace", default=None, help="Namespace (default: the object's, else default).")
+@click.option(
+    "-f", "--filename", required=True, help="YAML with batch/v1 Jobs, v1 Pods or RayJobs."
+)
+@click.option(
+    "-n", "--namespace", default=None, help="Namespace (default: the object's, else default)."
+)
 @click.pass_obj
 def submit(nats_url: str, filename: str, namespace: str | None) -> None:
     """Submit workloads; they queue in the LocalQueue their label names."""
@@ -81,26 +89,50 @@ def _namespace_filter(namespace: str | None, all_namespaces: bool) -> str | None
     return None if all_namespaces else (namespace or "default")
 
 
-@get.command("workloads")
-@click.option("-n", "--namespace", default=None)
-@click.option("-A", "--all-namespaces", is_flag=True)
-@click.option("-o", "--output", type=OUTPUTS, default=None)
-@click.pass_obj
-def get_workloads(nats_url: str, namespace: str | None, all_namespaces: bool, output: str | None) -> None:
-    """Workloads, with Kueue's columns (NAME, QUEUE, RESERVED IN, ADMITTED, FINISHED, AGE)."""
-    wanted = _namespace_filter(namespace, all_namespaces)
+def _show(
+    nats_url: str,
+    resource: str,
+    output: str | None,
+    tabulate: Callable[[list[dict[str, Any]]], tuple[list[str], list[list[Any]]]],
+    *,
+    empty: str,
+    **request: Any,
+) -> None:
+    """Ask admission for a resource; print the objects (-o json|yaml) or a table."""
 
-    async def fetch() -> list[dict[str, object]]:
+    async def fetch() -> list[dict[str, Any]]:
         async with connect(nats_url) as bus:
-            return await query_all(bus, "workloads", namespace=wanted)
+            return await query_all(bus, resource, **request)
 
     items = run(fetch)
     if output in ("json", "yaml"):
         get_output.print_objects(items, output)
         return
-    headers, rows = get_output.workload_rows(items, wide=output == "wide", all_namespaces=all_namespaces)
+    headers, rows = tabulate(items)
+    get_output.print_table(headers, rows, empty=empty)
+
+
+@get.command("workloads")
+@click.option("-n", "--namespace", default=None)
+@click.option("-A", "--all-namespaces", is_flag=True)
+@click.option("-o", "--output", type=OUTPUTS, default=None)
+@click.pass_obj
+def get_workloads(
+    nats_url: str, namespace: str | None, all_namespaces: bool, output: str | None
+) -> None:
+    """Workloads, with Kueue's columns (NAME, QUEUE, RESERVED IN, ADMITTED, FINISHED, AGE)."""
+    wanted = _namespace_filter(namespace, all_namespaces)
     where = "in any namespace" if all_namespaces else f"in {wanted} namespace"
-    get_output.print_table(headers, rows, empty=f"No workloads found {where}.")
+    _show(
+        nats_url,
+        "workloads",
+        output,
+        lambda items: get_output.workload_rows(
+            items, wide=output == "wide", all_namespaces=all_namespaces
+        ),
+        empty=f"No workloads found {where}.",
+        namespace=wanted,
+    )
 
 
 @get.command("clusterqueues")
@@ -108,17 +140,13 @@ def get_workloads(nats_url: str, namespace: str | None, all_namespaces: bool, ou
 @click.pass_obj
 def get_cluster_queues(nats_url: str, output: str | None) -> None:
     """ClusterQueues with their status (NAME, COHORT, PENDING WORKLOADS, ADMITTED WORKLOADS)."""
-
-    async def fetch() -> list[dict[str, object]]:
-        async with connect(nats_url) as bus:
-            return await query_all(bus, "clusterqueues")
-
-    items = run(fetch)
-    if output in ("json", "yaml"):
-        get_output.print_objects(items, output)
-        return
-    headers, rows = get_output.cluster_queue_rows(items, wide=output == "wide")
-    get_output.print_table(headers, rows, empty="No clusterqueues found.")
+    _show(
+        nats_url,
+        "clusterqueues",
+        output,
+        lambda items: get_output.cluster_queue_rows(items, wide=output == "wide"),
+        empty="No clusterqueues found.",
+    )
 
 
 @get.command("localqueues")
@@ -126,20 +154,18 @@ def get_cluster_queues(nats_url: str, output: str | None) -> None:
 @click.option("-A", "--all-namespaces", is_flag=True)
 @click.option("-o", "--output", type=OUTPUTS, default=None)
 @click.pass_obj
-def get_local_queues(nats_url: str, namespace: str | None, all_namespaces: bool, output: str | None) -> None:
+def get_local_queues(
+    nats_url: str, namespace: str | None, all_namespaces: bool, output: str | None
+) -> None:
     """LocalQueues with their status."""
-    wanted = _namespace_filter(namespace, all_namespaces)
-
-    async def fetch() -> list[dict[str, object]]:
-        async with connect(nats_url) as bus:
-            return await query_all(bus, "localqueues", namespace=wanted)
-
-    items = run(fetch)
-    if output in ("json", "yaml"):
-        get_output.print_objects(items, output)
-        return
-    headers, rows = get_output.local_queue_rows(items, all_namespaces=all_namespaces)
-    get_output.print_table(headers, rows, empty="No localqueues found.")
+    _show(
+        nats_url,
+        "localqueues",
+        output,
+        lambda items: get_output.local_queue_rows(items, all_namespaces=all_namespaces),
+        empty="No localqueues found.",
+        namespace=_namespace_filter(namespace, all_namespaces),
+    )
 
 
 @get.command("pending")
@@ -148,17 +174,14 @@ def get_local_queues(nats_url: str, namespace: str | None, all_namespaces: bool,
 @click.pass_obj
 def get_pending(nats_url: str, cluster_queue: str, output: str | None) -> None:
     """A ClusterQueue's pending workloads in admission order (Kueue's visibility API)."""
-
-    async def fetch() -> list[dict[str, object]]:
-        async with connect(nats_url) as bus:
-            return await query_all(bus, "pending", clusterQueue=cluster_queue)
-
-    items = run(fetch)
-    if output in ("json", "yaml"):
-        get_output.print_objects(items, output)
-        return
-    headers, rows = get_output.pending_rows(items)
-    get_output.print_table(headers, rows, empty=f"No pending workloads in {cluster_queue}.")
+    _show(
+        nats_url,
+        "pending",
+        output,
+        get_output.pending_rows,
+        empty=f"No pending workloads in {cluster_queue}.",
+        clusterQueue=cluster_queue,
+    )
 
 
 @cli.group()

@@ -97,7 +97,7 @@ class Stack:
             "BERTH_GRACE_SECONDS": os.environ.get("BERTH_GRACE_SECONDS", str(GRACE_SECONDS - 2)),
         }
         if service.log_file is None:
-            service.log_file = open(service.log_path, "ab")  # noqa: SIM115 - kept for the child's life
+            service.log_file = open(service.log_path, "ab")
         service.process = subprocess.Popen(
             [sys.executable, "-m", f"services.{service.name}"],
             env=env,

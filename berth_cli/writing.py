@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import nats.js.errors
 
+from berth_cli.client import CliError, connect
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET
 from shared.config import (
     KIND_PLURALS,
@@ -35,7 +36,6 @@ from shared.workloads import (
     workload_key,
     workload_spec,
 )
-from berth_cli.client import CliError, connect
 
 __all__ = ["apply_config", "delete_workload", "read_documents", "submit_workloads"]
 
@@ -108,9 +108,11 @@ def _suffix() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(5))
 
 
-def prepare_workload(document: dict[str, Any], *, namespace: str | None, where: str) -> dict[str, Any]:
+def prepare_workload(
+    document: dict[str, Any], *, namespace: str | None, where: str
+) -> dict[str, Any]:
     """Validate a Job/Pod/RayJob and fill in what an API server would: name, uid, times."""
-    obj = msgspec.json.decode(msgspec.json.encode(document))  # a deep copy of plain data
+    obj: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(document))  # a deep copy
     try:
         workload_spec(obj)
     except WorkloadError as error:
@@ -160,7 +162,9 @@ async def _check_references(kv: Any, obj: dict[str, Any], where: str) -> None:
         )
     priority_class_name = workload_spec(obj).priority_class_name
     if priority_class_name and not await _exists(kv, f"priorityclass._.{priority_class_name}"):
-        raise CliError(f"{where}: priorityClassName: PriorityClass {priority_class_name!r} not found")
+        raise CliError(
+            f"{where}: priorityClassName: PriorityClass {priority_class_name!r} not found"
+        )
 
 
 async def _exists(kv: Any, key: str) -> bool:
@@ -200,7 +204,9 @@ async def submit_workloads(
             try:
                 await objects.create(key, msgspec.json.encode(obj))
             except nats.js.errors.KeyWrongLastSequenceError as error:
-                raise CliError(f"{where}: workload {obj['metadata']['name']!r} already exists") from error
+                raise CliError(
+                    f"{where}: workload {obj['metadata']['name']!r} already exists"
+                ) from error
             lines.append(f"{_WORKLOAD_RESOURCE[obj['kind']]}/{obj['metadata']['name']} created")
     return lines
 

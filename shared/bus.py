@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
 import msgspec
 import nats.errors
 import nats.js.errors
@@ -92,7 +93,7 @@ class Bus:
                     # (nats-py counts -1 as "forever", the initial connection included).
                     allow_reconnect=retry,
                     max_reconnect_attempts=-1 if retry else 1,
-                    reconnect_time_wait=0.5,
+                    reconnect_time_wait=1,
                     error_cb=_log_error,
                     disconnected_cb=bus._on_disconnect,
                     reconnected_cb=_log_reconnect,
@@ -217,9 +218,7 @@ class Bus:
             filter_subjects=list(subjects),
             inactive_threshold=60.0,
         )
-        subscription = await self.js.pull_subscribe(
-            "", stream=STREAM, config=config
-        )
+        subscription = await self.js.pull_subscribe("", stream=STREAM, config=config)
         self._pull_subscriptions.append(subscription)
         return subscription
 
@@ -294,6 +293,46 @@ class Bus:
                 await self.nc.close()
         elif not self.nc.is_closed:
             await self.nc.close()
+
+
+class BucketWatch:
+    """A key-value bucket followed as a list+watch: the current entries, then each change."""
+
+    def __init__(self, watcher: KeyValue.KeyWatcher) -> None:
+        self._watcher = watcher
+
+    @classmethod
+    async def start(cls, kv: KeyValue) -> tuple[BucketWatch, list[KeyValue.Entry]]:
+        """Begin watching; returns the watch and every entry that exists now."""
+        watcher = await kv.watchall()
+        initial: list[KeyValue.Entry] = []
+        async for entry in watcher:
+            if entry is None:  # nats-py's marker: the initial values are done
+                break
+            initial.append(entry)
+        return cls(watcher), initial
+
+    async def follow(
+        self, handle: Callable[[KeyValue.Entry], Awaitable[None]], *, stopping: asyncio.Event
+    ) -> None:
+        """Hand each change to ``handle`` until ``stopping`` is set; then stop the watch."""
+        try:
+            while not stopping.is_set():
+                try:
+                    entry = await self._watcher.updates(timeout=0.5)  # type: ignore[no-untyped-call]
+                except TimeoutError:
+                    continue
+                if entry is not None:
+                    await handle(entry)
+        finally:
+            await self._watcher.stop()  # type: ignore[no-untyped-call]
+
+
+def live_value(entry: KeyValue.Entry) -> bytes | None:
+    """An entry's value, or None when the entry records a deletion."""
+    if entry.operation in ("DEL", "PURGE") or not entry.value:
+        return None
+    return entry.value
 
 
 def decode_batch(messages: Sequence[Msg]) -> tuple[list[AnyEvent], list[Msg]]:

@@ -238,9 +238,7 @@ class LocalQueue(msgspec.Struct, rename="camel", omit_defaults=True):
 # --- priorities -------------------------------------------------------------------------------
 
 
-class WorkloadPriorityClass(
-    msgspec.Struct, rename="camel", omit_defaults=True
-):
+class WorkloadPriorityClass(msgspec.Struct, rename="camel", omit_defaults=True):
     api_version: str
     metadata: ObjectMeta
     value: int
@@ -308,7 +306,11 @@ _KINDS: dict[str, tuple[frozenset[str], bool, str]] = {
         False,
         "workloadpriorityclass.kueue.x-k8s.io",
     ),
-    "PriorityClass": (frozenset({"scheduling.k8s.io/v1"}), False, "priorityclass.scheduling.k8s.io"),
+    "PriorityClass": (
+        frozenset({"scheduling.k8s.io/v1"}),
+        False,
+        "priorityclass.scheduling.k8s.io",
+    ),
     "Namespace": (frozenset({"v1"}), False, "namespace"),
 }
 KIND_PLURALS = {kind: resource for kind, (_, _, resource) in _KINDS.items()}

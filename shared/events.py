@@ -194,7 +194,7 @@ AnyEvent = (
 )
 
 _encoder = msgspec.json.Encoder()
-_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)  # type: ignore[arg-type]
+_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 
 # event type -> (subject family, short verb)
 _SUBJECTS: dict[type[Event], tuple[str, str]] = {

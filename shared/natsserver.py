@@ -53,13 +53,19 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         command = [
             nats_server_binary(),
-            "-a", self.host,
-            "-p", str(self.requested_port or -1),
+            "-a",
+            self.host,
+            "-p",
+            str(self.requested_port or -1),
             "-js",
-            "-sd", str(self.store_dir),
+            "-sd",
+            str(self.store_dir),
         ]
         self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C reaches the supervisor, which stops us last
         )
         ready = threading.Event()

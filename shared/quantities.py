@@ -67,7 +67,14 @@ def parse_quantity(value: str | int) -> int:
     return int(milli)
 
 
-_DECIMAL_STEPS = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
+_DECIMAL_STEPS = (
+    ("E", 10**18),
+    ("P", 10**15),
+    ("T", 10**12),
+    ("G", 10**9),
+    ("M", 10**6),
+    ("k", 10**3),
+)
 _BINARY_STEPS = tuple(sorted(_BINARY.items(), key=lambda item: -item[1]))
 
 
@@ -96,4 +103,6 @@ def format_quantity(milli: int, *, binary: bool = False) -> str:
 
 def is_binary_resource(resource: str) -> bool:
     """Whether a resource is conventionally written with binary suffixes (memory, storage)."""
-    return resource in {"memory", "ephemeral-storage", "storage"} or resource.startswith("hugepages-")
+    return resource in {"memory", "ephemeral-storage", "storage"} or resource.startswith(
+        "hugepages-"
+    )

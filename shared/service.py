@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -99,12 +99,13 @@ async def serve_probes(runtime: Runtime, *, host: str, port: int) -> web.AppRunn
     return runner
 
 
-MainCoroutine = Callable[[Runtime], Awaitable[None]]
+MainCoroutine = Callable[[Runtime], Coroutine[Any, Any, None]]
 
 
-async def _run(name: str, main: MainCoroutine, *, host: str, port: int, grace: float) -> int:
+async def _run(
+    name: str, main: MainCoroutine, *, host: str, port: int, grace: float, data_dir: str
+) -> int:
     nats_url = nats_url_from_env()
-    data_dir = os.environ.get("BERTH_DATA_DIR", os.path.expanduser("~/.berth"))
     bus = await Bus.connect(nats_url, source=name, connect_timeout=30.0)
     runtime = Runtime(name=name, bus=bus, data_dir=data_dir)
     loop = asyncio.get_running_loop()
@@ -151,7 +152,10 @@ def run_service(name: str, main: MainCoroutine) -> None:
     host = os.environ.get("BERTH_HTTP_HOST", "127.0.0.1")
     port = int(os.environ.get("BERTH_HTTP_PORT", str(DEFAULT_PORTS[name])))
     grace = float(os.environ.get("BERTH_GRACE_SECONDS", "20"))
-    raise SystemExit(asyncio.run(_run(name, main, host=host, port=port, grace=grace)))
+    data_dir = os.environ.get("BERTH_DATA_DIR", os.path.expanduser("~/.berth"))
+    raise SystemExit(
+        asyncio.run(_run(name, main, host=host, port=port, grace=grace, data_dir=data_dir))
+    )
 
 
 DEFAULT_PORTS = {"watcher": 8481, "admission": 8482, "preemption": 8483, "recovery": 8484}

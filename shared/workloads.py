@@ -97,7 +97,9 @@ def pod_requests(pod_spec: dict[str, Any], path: str) -> dict[str, int]:
         raise WorkloadError(f"`{path}.containers` must list at least one container")
     total: dict[str, int] = {}
     for index, container in enumerate(containers):
-        for resource, value in _container_requests(container, f"{path}.containers[{index}]").items():
+        for resource, value in _container_requests(
+            container, f"{path}.containers[{index}]"
+        ).items():
             total[resource] = total.get(resource, 0) + value
     for index, container in enumerate(pod_spec.get("initContainers") or []):
         init = _container_requests(container, f"{path}.initContainers[{index}]")
@@ -121,7 +123,8 @@ def workload_spec(obj: dict[str, Any]) -> WorkloadSpec:
     kind = obj.get("kind")
     if kind not in WORKLOAD_KINDS:
         raise WorkloadError(
-            f"unknown kind {kind!r} for a workload (submit a batch/v1 Job, v1 Pod or ray.io/v1 RayJob)"
+            f"unknown kind {kind!r} for a workload"
+            " (submit a batch/v1 Job, v1 Pod or ray.io/v1 RayJob)"
         )
     if obj.get("apiVersion") not in WORKLOAD_KINDS[kind]:
         raise WorkloadError(
@@ -156,7 +159,11 @@ def workload_spec(obj: dict[str, Any]) -> WorkloadSpec:
         if not isinstance(head, dict):
             raise WorkloadError("`spec.rayClusterSpec.headGroupSpec.template.spec` is missing")
         pod_sets.append(
-            PodSet(name="head", count=1, requests=pod_requests(head, "spec.rayClusterSpec.headGroupSpec.template.spec"))
+            PodSet(
+                name="head",
+                count=1,
+                requests=pod_requests(head, "spec.rayClusterSpec.headGroupSpec.template.spec"),
+            )
         )
         pod_specs["head"] = head
         for index, group in enumerate(cluster.get("workerGroupSpecs") or []):
@@ -172,7 +179,9 @@ def workload_spec(obj: dict[str, Any]) -> WorkloadSpec:
                     name=name,
                     count=replicas,
                     requests=pod_requests(template, f"{path}.template.spec"),
-                    min_count=None if min_replicas is None else _int_field(min_replicas, f"{path}.minReplicas", 0),
+                    min_count=None
+                    if min_replicas is None
+                    else _int_field(min_replicas, f"{path}.minReplicas", 0),
                 )
             )
             pod_specs[name] = template
@@ -183,7 +192,11 @@ def workload_spec(obj: dict[str, Any]) -> WorkloadSpec:
     return WorkloadSpec(
         kind=kind,
         pod_sets=pod_sets,
-        queue_name=str(labels.get(QUEUE_NAME_LABEL) or (metadata.get("annotations") or {}).get(QUEUE_NAME_LABEL) or ""),
+        queue_name=str(
+            labels.get(QUEUE_NAME_LABEL)
+            or (metadata.get("annotations") or {}).get(QUEUE_NAME_LABEL)
+            or ""
+        ),
         priority_class=str(labels.get(PRIORITY_CLASS_LABEL) or ""),
         priority_class_name=str(first_pod.get("priorityClassName") or ""),
         priority=priority,

@@ -35,7 +35,9 @@ def nats_url(nats_server: NatsServer) -> str:
     return nats_server.url
 
 
-def berth(*args: str, url: str, check: bool = True, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def berth(
+    *args: str, url: str, check: bool = True, stdin: str | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
     """Run the real `berth` CLI in a subprocess, as a user would."""
     result = subprocess.run(
         [sys.executable, "-m", "berth_cli", *args],
@@ -47,7 +49,9 @@ def berth(*args: str, url: str, check: bool = True, stdin: str | None = None, ti
         cwd=REPO,
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"berth {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"berth {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 

@@ -58,7 +58,10 @@ def event_log(url: str) -> list[AnyEvent]:
             while True:
                 messages = await subscription.fetch(1000, timeout=2)
                 events.extend(decode_event(m.data) for m in messages)
-                if messages[-1].metadata.sequence.stream >= last or messages[-1].metadata.num_pending == 0:
+                if (
+                    messages[-1].metadata.sequence.stream >= last
+                    or messages[-1].metadata.num_pending == 0
+                ):
                     return events
         finally:
             await bus.close()

@@ -42,16 +42,22 @@ def _keys(url: str, bucket: str) -> list[str]:
 @pytest.mark.parametrize(
     ("second_document", "message"),
     [
-        ("kind: ClusterQueue\napiVersion: kueue.x-k8s.io/v1beta1\nmetadata: {name: bad}\nspec:\n"
-         "  resourceGroups: [{coveredResources: [cpu], flavors: [{name: f, resources: [{name: cpu, nominalQuota: 12x}]}]}]\n",
-         "document 2: ClusterQueue bad: `spec.resourceGroups[0].flavors[0].resources[0].nominalQuota`: invalid quantity '12x'"),
+        (
+            "kind: ClusterQueue\napiVersion: kueue.x-k8s.io/v1beta1\nmetadata: {name: bad}\nspec:\n"
+            "  resourceGroups: [{coveredResources: [cpu], flavors: [{name: f, resources: [{name: cpu, nominalQuota: 12x}]}]}]\n",
+            "document 2: ClusterQueue bad: `spec.resourceGroups[0].flavors[0].resources[0].nominalQuota`: invalid quantity '12x'",
+        ),
         ("kind: Gizmo\napiVersion: v1\nmetadata: {name: g}\n", "document 2: unknown kind 'Gizmo'"),
-        ("kind: LocalQueue\napiVersion: kueue.x-k8s.io/v1beta1\nmetadata: {name: lq}\nspec: {clusterQueu: x}\n",
-         "unknown field `clusterQueu`"),
+        (
+            "kind: LocalQueue\napiVersion: kueue.x-k8s.io/v1beta1\nmetadata: {name: lq}\nspec: {clusterQueu: x}\n",
+            "unknown field `clusterQueu`",
+        ),
         ("key: [unclosed\n", "malformed YAML at line"),
     ],
 )
-def test_apply_refuses_whole_file(nats_url: str, tmp_path: Path, second_document: str, message: str) -> None:
+def test_apply_refuses_whole_file(
+    nats_url: str, tmp_path: Path, second_document: str, message: str
+) -> None:
     """A bad second document means the good first one is not applied either."""
     path = tmp_path / "config.yaml"
     path.write_text(GOOD_QUEUE + "---\n" + second_document)
@@ -68,25 +74,50 @@ def _job(queue: str | None, *, priority_class: str | None = None, cpu: str = "1"
         labels["kueue.x-k8s.io/queue-name"] = queue
     if priority_class:
         labels["kueue.x-k8s.io/priority-class"] = priority_class
-    return json.dumps({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"generateName": "job-", "labels": labels},
-        "spec": {"template": {"spec": {"containers": [
-            {"name": "c", "command": ["true"], "resources": {"requests": {"cpu": cpu}}}]}}},
-    })
+    return json.dumps(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"generateName": "job-", "labels": labels},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "c",
+                                "command": ["true"],
+                                "resources": {"requests": {"cpu": cpu}},
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    )
 
 
 @pytest.mark.parametrize(
     ("job", "message"),
     [
-        (_job("missing-queue"), "label kueue.x-k8s.io/queue-name: LocalQueue 'missing-queue' not found in namespace 'default'"),
+        (
+            _job("missing-queue"),
+            "label kueue.x-k8s.io/queue-name: LocalQueue 'missing-queue' not found in namespace 'default'",
+        ),
         (_job(None), "no queue: set label kueue.x-k8s.io/queue-name"),
         (_job("user-queue", priority_class="urgent"), "WorkloadPriorityClass 'urgent' not found"),
-        (_job("user-queue", cpu="two"), "`spec.template.spec.containers[0].resources.requests.cpu`: invalid quantity 'two'"),
-        (json.dumps({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}), "unknown kind 'Deployment'"),
+        (
+            _job("user-queue", cpu="two"),
+            "`spec.template.spec.containers[0].resources.requests.cpu`: invalid quantity 'two'",
+        ),
+        (
+            json.dumps({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}),
+            "unknown kind 'Deployment'",
+        ),
     ],
 )
-def test_submit_refuses_with_the_field_named(nats_url: str, tmp_path: Path, job: str, message: str) -> None:
+def test_submit_refuses_with_the_field_named(
+    nats_url: str, tmp_path: Path, job: str, message: str
+) -> None:
     """A Job naming a missing queue or class, or with a bad request, is refused; none is created."""
     berth("apply", "-f", str(FIXTURES / "seed003-kueue-resources.yaml"), url=nats_url)
     path = tmp_path / "jobs.yaml"

@@ -28,7 +28,11 @@ def test_seed_003_resources_parse_unchanged() -> None:
     """Seed 003's kueue-resources.yaml yields its five objects with exact quotas."""
     objects = _parse_file("seed003-kueue-resources.yaml")
     assert [type(o).__name__ for o in objects] == [
-        "ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass", "WorkloadPriorityClass",
+        "ResourceFlavor",
+        "ClusterQueue",
+        "LocalQueue",
+        "WorkloadPriorityClass",
+        "WorkloadPriorityClass",
     ]
     queue = objects[1]
     assert isinstance(queue, ClusterQueue)
@@ -54,21 +58,42 @@ def test_seed_004_cohorts_and_selectors() -> None:
 
 def test_v1beta2_cohort_name() -> None:
     """v1beta2 spells the cohort `cohortName`; both land in the same property."""
-    obj = parse_object({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-                        "metadata": {"name": "q"}, "spec": {"cohortName": "c"}})
+    obj = parse_object(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "q"},
+            "spec": {"cohortName": "c"},
+        }
+    )
     assert isinstance(obj, ClusterQueue) and obj.cohort_name == "c"
 
 
 def test_null_namespace_selector_matches_nothing_and_expressions_work() -> None:
     """A missing selector admits no namespace; matchExpressions follow Kubernetes semantics."""
-    plain = parse_object({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"}})
+    plain = parse_object(
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"}}
+    )
     assert isinstance(plain, ClusterQueue) and plain.spec.namespace_selector is None
-    selective = parse_object({
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"},
-        "spec": {"namespaceSelector": {"matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
-            {"key": "team", "operator": "Exists"}]}},
-    })
+    selective = parse_object(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "q"},
+            "spec": {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": ["kube-system"],
+                        },
+                        {"key": "team", "operator": "Exists"},
+                    ]
+                }
+            },
+        }
+    )
     assert isinstance(selective, ClusterQueue)
     selector = selective.spec.namespace_selector
     assert selector is not None
@@ -80,26 +105,88 @@ def test_null_namespace_selector_matches_nothing_and_expressions_work() -> None:
 @pytest.mark.parametrize(
     ("document", "message"),
     [
-        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"},
-          "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-              {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "2x"}]}]}]}},
-         "`spec.resourceGroups[0].flavors[0].resources[0].nominalQuota`: invalid quantity '2x'"),
-        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"},
-          "spec": {"cohrt": "a"}}, "unknown field `cohrt`"),
-        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Frobnicator", "metadata": {"name": "q"}},
-         "unknown kind 'Frobnicator'"),
-        ({"apiVersion": "kueue.x-k8s.io/v1", "kind": "LocalQueue", "metadata": {"name": "q"}},
-         "LocalQueue does not exist in apiVersion 'kueue.x-k8s.io/v1'"),
-        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "q"}},
-         "missing required field `spec`"),
-        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "Bad_Name"}},
-         "invalid `metadata.name`"),
-        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "q"},
-          "spec": {"resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
-              {"name": "f", "resources": [{"name": "cpu", "nominalQuota": 1}]}]}]}},
-         "must list exactly the coveredResources"),
-        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass", "metadata": {"name": "p"},
-          "value": "high"}, "Expected `int`"),
+        (
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "q"},
+                "spec": {
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu"],
+                            "flavors": [
+                                {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "2x"}]}
+                            ],
+                        }
+                    ]
+                },
+            },
+            "`spec.resourceGroups[0].flavors[0].resources[0].nominalQuota`: invalid quantity '2x'",
+        ),
+        (
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "q"},
+                "spec": {"cohrt": "a"},
+            },
+            "unknown field `cohrt`",
+        ),
+        (
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "Frobnicator",
+                "metadata": {"name": "q"},
+            },
+            "unknown kind 'Frobnicator'",
+        ),
+        (
+            {"apiVersion": "kueue.x-k8s.io/v1", "kind": "LocalQueue", "metadata": {"name": "q"}},
+            "LocalQueue does not exist in apiVersion 'kueue.x-k8s.io/v1'",
+        ),
+        (
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "LocalQueue",
+                "metadata": {"name": "q"},
+            },
+            "missing required field `spec`",
+        ),
+        (
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": "Bad_Name"},
+            },
+            "invalid `metadata.name`",
+        ),
+        (
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "q"},
+                "spec": {
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu", "memory"],
+                            "flavors": [
+                                {"name": "f", "resources": [{"name": "cpu", "nominalQuota": 1}]}
+                            ],
+                        }
+                    ]
+                },
+            },
+            "must list exactly the coveredResources",
+        ),
+        (
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": "p"},
+                "value": "high",
+            },
+            "Expected `int`",
+        ),
     ],
 )
 def test_bad_objects_name_the_problem(document: dict[str, object], message: str) -> None:

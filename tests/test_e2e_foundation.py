@@ -59,7 +59,9 @@ def test_seed_003_three_gpu_jobs_admitted_one_at_a_time(stack: Stack, tmp_path: 
     for name, flag in flags.items():
         job = tmp_path / f"{name}.yaml"
         job.write_text(gpu_job(name, flag))
-        assert berth("submit", "-f", str(job), url=url).stdout.strip() == f"job.batch/{name} created"
+        assert (
+            berth("submit", "-f", str(job), url=url).stdout.strip() == f"job.batch/{name} created"
+        )
         time.sleep(0.05)  # distinct creation times: FIFO within one priority
 
     def first_admitted() -> dict[str, dict[str, object]]:
@@ -72,7 +74,11 @@ def test_seed_003_three_gpu_jobs_admitted_one_at_a_time(stack: Stack, tmp_path: 
         return workloads
 
     eventually(first_admitted)
-    assert _cluster_queue(url) == {"pendingWorkloads": 2, "reservingWorkloads": 1, "admittedWorkloads": 1}
+    assert _cluster_queue(url) == {
+        "pendingWorkloads": 2,
+        "reservingWorkloads": 1,
+        "admittedWorkloads": 1,
+    }
     job_log = stack.data_dir / "logs" / "default" / "job-1" / "1-main-0.log"
     eventually(lambda: job_log.exists() and "started job-1" in job_log.read_text())
 
@@ -91,12 +97,20 @@ def test_seed_003_three_gpu_jobs_admitted_one_at_a_time(stack: Stack, tmp_path: 
         return True
 
     eventually(second_admitted)
-    assert _cluster_queue(url) == {"pendingWorkloads": 1, "reservingWorkloads": 1, "admittedWorkloads": 1}
+    assert _cluster_queue(url) == {
+        "pendingWorkloads": 1,
+        "reservingWorkloads": 1,
+        "admittedWorkloads": 1,
+    }
 
     flags["job-2"].touch()
     flags["job-3"].touch()
     eventually(lambda: all(condition(w, "Finished") for w in _by_name(url).values()))
-    assert _cluster_queue(url) == {"pendingWorkloads": 0, "reservingWorkloads": 0, "admittedWorkloads": 0}
+    assert _cluster_queue(url) == {
+        "pendingWorkloads": 0,
+        "reservingWorkloads": 0,
+        "admittedWorkloads": 0,
+    }
 
     events = event_log(url)
     admitted = [e for e in events if isinstance(e, WorkloadAdmitted)]

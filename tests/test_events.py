@@ -23,8 +23,13 @@ REF = WorkloadRef("team-a", "train.v2", "uid-1")
 def test_round_trip_keeps_the_variant() -> None:
     """Encoding then decoding yields the same event of the same type."""
     event = WorkloadAdmitted(
-        source="admission", workload=REF, cluster_queue="cq", local_queue="lq", priority=5,
-        assignments=[FlavorAssignment("main", 1, {"cpu": "default"}, {"cpu": 2000})], generation=1,
+        source="admission",
+        workload=REF,
+        cluster_queue="cq",
+        local_queue="lq",
+        priority=5,
+        assignments=[FlavorAssignment("main", 1, {"cpu": "default"}, {"cpu": 2000})],
+        generation=1,
     )
     decoded = decode_event(encode_event(event))
     assert decoded == event and type(decoded) is WorkloadAdmitted
@@ -32,9 +37,17 @@ def test_round_trip_keeps_the_variant() -> None:
 
 def test_subjects_are_wildcard_friendly() -> None:
     """Facts go under berth.wl.<verb>.<ns>.<name>; decisions under berth.cq.<queue>.<verb>..."""
-    submitted = WorkloadSubmitted(source="w", workload=REF, kind="Job", queue_name="q",
-                                  pod_sets=[PodSet("main", 1, {})], created=now())
-    evict = EvictionRequested(source="p", workload=REF, cluster_queue="cq.x", generation=1, reason="Preempted")
+    submitted = WorkloadSubmitted(
+        source="w",
+        workload=REF,
+        kind="Job",
+        queue_name="q",
+        pod_sets=[PodSet("main", 1, {})],
+        created=now(),
+    )
+    evict = EvictionRequested(
+        source="p", workload=REF, cluster_queue="cq.x", generation=1, reason="Preempted"
+    )
     assert subject_for(submitted) == "berth.wl.submitted.team-a.train_v2"
     assert subject_for(evict) == "berth.cq.cq_x.evict.team-a.train_v2"
 
@@ -42,18 +55,30 @@ def test_subjects_are_wildcard_friendly() -> None:
 def test_bad_event_names_the_field() -> None:
     """A malformed event is refused with the path of the bad field."""
     with pytest.raises(msgspec.ValidationError, match=r"\$\.generation"):
-        decode_event(b'{"type":"WorkloadStarted","source":"w","workload":{"namespace":"a","name":"b","uid":"c"},"generation":"x"}')
+        decode_event(
+            b'{"type":"WorkloadStarted","source":"w","workload":{"namespace":"a","name":"b","uid":"c"},"generation":"x"}'
+        )
 
 
 def test_naive_times_are_refused() -> None:
     """Times must carry a zone, so no service guesses one."""
     with pytest.raises(msgspec.ValidationError):
-        decode_event(b'{"type":"WorkloadDeleted","source":"w","time":"2026-01-01T00:00:00","workload":{"namespace":"a","name":"b","uid":"c"}}')
+        decode_event(
+            b'{"type":"WorkloadDeleted","source":"w","time":"2026-01-01T00:00:00","workload":{"namespace":"a","name":"b","uid":"c"}}'
+        )
 
 
 def test_schema_lists_every_event_type() -> None:
     """`berth schema` documents each variant so tools in other languages can subscribe."""
     schema = event_json_schema()
     names = set(schema["$defs"])
-    assert {"WorkloadSubmitted", "WorkloadAdmitted", "WorkloadFinished", "EvictionRequested",
-            "WorkloadEvicted", "WorkloadDeleted", "WorkloadPending", "WorkloadStarted"} <= names
+    assert {
+        "WorkloadSubmitted",
+        "WorkloadAdmitted",
+        "WorkloadFinished",
+        "EvictionRequested",
+        "WorkloadEvicted",
+        "WorkloadDeleted",
+        "WorkloadPending",
+        "WorkloadStarted",
+    } <= names

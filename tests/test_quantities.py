@@ -41,8 +41,15 @@ def test_sum_of_decimal_memory_is_the_seeds_binary_total() -> None:
 
 @pytest.mark.parametrize(
     ("milli", "binary", "text"),
-    [(500, False, "500m"), (8000, False, "8"), (8 * 10**12, False, "8G"), (0, False, "0"),
-     (2**30 * 1000, True, "1Gi"), (1500, True, "1500m"), (1000 * 1000, False, "1k")],
+    [
+        (500, False, "500m"),
+        (8000, False, "8"),
+        (8 * 10**12, False, "8G"),
+        (0, False, "0"),
+        (2**30 * 1000, True, "1Gi"),
+        (1500, True, "1500m"),
+        (1000 * 1000, False, "1k"),
+    ],
 )
 def test_format_is_canonical(milli: int, binary: bool, text: str) -> None:
     """Formatting picks the largest exact suffix, as Kubernetes' canonical form does."""

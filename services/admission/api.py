@@ -19,6 +19,7 @@ import msgspec
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from services.admission.model import WorkloadView
 from services.admission.workload_objects import render_workload
 from shared.bus import API_SUBJECT
 from shared.config import ClusterQueue, LocalQueue, encode_object
@@ -44,18 +45,17 @@ class Request(msgspec.Struct, rename="camel"):
 _request_decoder = msgspec.json.Decoder(Request)
 
 
-def view_fields(view: Any) -> dict[str, Any]:
+def view_fields(view: WorkloadView) -> dict[str, Any]:
     """The scheduler's view of one workload as plain fields."""
     return {
-        "cluster_queue": getattr(view, "cluster_queue", "") or "",
-        "local_queue": getattr(view, "local_queue", "") or "",
-        "priority": getattr(view, "effective_priority", getattr(view, "priority", 0)),
-        "base_priority": getattr(view, "base_priority", getattr(view, "priority", 0)),
-        "state": getattr(view, "state", ""),
-        "position_in_cluster_queue": getattr(view, "position_in_cluster_queue", None),
-        "position_in_local_queue": getattr(view, "position_in_local_queue", None),
-        "queue_time": getattr(view, "queue_time", 0.0),
-        "uid": view.ref.uid,
+        "cluster_queue": view.cluster_queue,
+        "local_queue": view.local_queue,
+        "priority": view.effective_priority,
+        "base_priority": view.priority,
+        "state": view.state,
+        "position_in_cluster_queue": view.position_in_cluster_queue,
+        "position_in_local_queue": view.position_in_local_queue,
+        "reason": view.message or view.reason,
     }
 
 
@@ -128,7 +128,7 @@ def pending(service: AdmissionService, request: Request) -> dict[str, Any]:
                 "positionInClusterQueue": fields["position_in_cluster_queue"],
                 "positionInLocalQueue": fields["position_in_local_queue"],
                 "creationTimestamp": record.submitted.created.isoformat() if record else None,
-                "reason": getattr(view, "message", "") or getattr(view, "reason", ""),
+                "reason": fields["reason"],
             }
         )
     rows.sort(key=lambda row: (row["clusterQueue"], row["positionInClusterQueue"] or 0))

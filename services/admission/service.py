@@ -27,7 +27,7 @@ from services.admission import metrics
 from services.admission.api import serve_api
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
 from services.admission.workload_objects import WorkloadRecord
-from shared.bus import CONFIG_BUCKET, decode_batch
+from shared.bus import CONFIG_BUCKET, BucketWatch, decode_batch, live_value
 from shared.config import ConfigError, ConfigObject, decode_object
 from shared.events import (
     AnyEvent,
@@ -61,15 +61,14 @@ class AdmissionService:
         self.config_changed = asyncio.Event()
 
     async def run(self) -> None:
-        kv = await self.bus.kv(CONFIG_BUCKET)
-        watcher = await kv.watchall()
-        async for entry in watcher:
-            if entry is None:
-                break
+        watch, initial = await BucketWatch.start(await self.bus.kv(CONFIG_BUCKET))
+        for entry in initial:
             self._observe_config(entry)
         self.scheduler.set_config(self.config.values())
-        self.config_changed.clear()
-        self.runtime.spawn(self._watch_config(watcher), name="admission.config")
+        self.runtime.spawn(
+            watch.follow(self._config_changed, stopping=self.runtime.stopping),
+            name="admission.config",
+        )
 
         subscription = await self.bus.replay_subscription(SUBJECTS)
         started = time.monotonic()
@@ -86,26 +85,18 @@ class AdmissionService:
     # --- config ---------------------------------------------------------------------------
 
     def _observe_config(self, entry: KeyValue.Entry) -> None:
-        if entry.operation in ("DEL", "PURGE") or not entry.value:
+        value = live_value(entry)
+        if value is None:
             self.config.pop(entry.key, None)
             return
         try:
-            self.config[entry.key] = decode_object(entry.value)
+            self.config[entry.key] = decode_object(value)
         except (ConfigError, msgspec.DecodeError) as error:
             log.error("invalid_config_object", key=entry.key, reason=str(error))
 
-    async def _watch_config(self, watcher: KeyValue.KeyWatcher) -> None:
-        try:
-            while not self.runtime.stopping.is_set():
-                try:
-                    entry = await watcher.updates(timeout=0.5)
-                except nats.errors.TimeoutError:
-                    continue
-                if entry is not None:
-                    self._observe_config(entry)
-                    self.config_changed.set()
-        finally:
-            await watcher.stop()
+    async def _config_changed(self, entry: KeyValue.Entry) -> None:
+        self._observe_config(entry)
+        self.config_changed.set()  # the decision loop applies it before its next pass
 
     # --- events ---------------------------------------------------------------------------
 
@@ -115,7 +106,7 @@ class AdmissionService:
         while True:
             try:
                 messages = await subscription.fetch(2000, timeout=0.5)
-            except nats.errors.TimeoutError:
+            except TimeoutError:
                 return count  # nothing (left) to replay
             events, _ = decode_batch(messages)
             self._apply(events)
@@ -128,7 +119,7 @@ class AdmissionService:
         while not stopping.is_set():
             try:
                 messages = await subscription.fetch(1000, timeout=0.2)
-            except nats.errors.TimeoutError:
+            except TimeoutError:
                 messages = []
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
                 return
@@ -159,7 +150,9 @@ class AdmissionService:
                         )
                 case WorkloadAdmitted():
                     if record is not None and self.scheduler.generation(ref) < event.generation:
-                        self.scheduler.restore_admission(ref, event.cluster_queue, event.assignments)
+                        self.scheduler.restore_admission(
+                            ref, event.cluster_queue, event.assignments, generation=event.generation
+                        )
                     if record is not None and (
                         record.admission is None or record.admission.generation < event.generation
                     ):

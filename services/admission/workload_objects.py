@@ -73,7 +73,9 @@ class WorkloadRecord:
 
     def on_finished(self, event: WorkloadFinished) -> None:
         reason = "Succeeded" if event.succeeded else "Failed"
-        message = event.message or ("Job finished successfully" if event.succeeded else "Job failed")
+        message = event.message or (
+            "Job finished successfully" if event.succeeded else "Job failed"
+        )
         self._set("Finished", "True", reason, message, event.time)
 
     @property
@@ -96,7 +98,11 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
         "queueName": submitted.queue_name,
         "priority": view.get("priority", 0),
         "podSets": [
-            {"name": pod_set.name, "count": pod_set.count, "requests": _quantities(pod_set.requests)}
+            {
+                "name": pod_set.name,
+                "count": pod_set.count,
+                "requests": _quantities(pod_set.requests),
+            }
             for pod_set in submitted.pod_sets
         ],
     }
@@ -141,7 +147,9 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
     }
     for key in ("position_in_cluster_queue", "position_in_local_queue"):
         if view.get(key) is not None:
-            berth["positionInClusterQueue" if "cluster" in key else "positionInLocalQueue"] = view[key]
+            berth["positionInClusterQueue" if "cluster" in key else "positionInLocalQueue"] = view[
+                key
+            ]
     status["berth"] = berth
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta1",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from shared.service import Runtime, run_service
 from services.watcher.local_backend import LocalBackend, stop_grace_from_env
+from shared.service import Runtime, run_service
 
 
 async def main(runtime: Runtime) -> None:

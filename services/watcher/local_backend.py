@@ -23,7 +23,9 @@ import msgspec
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from shared.bus import OBJECTS_BUCKET
+from services.watcher import metrics
+from services.watcher.processes import RunningPods, kill_leftover, parse_duration, pod_commands
+from shared.bus import OBJECTS_BUCKET, BucketWatch, live_value
 from shared.events import (
     AnyEvent,
     Event,
@@ -45,8 +47,6 @@ from shared.workloads import (
     workload_key,
     workload_spec,
 )
-from services.watcher import metrics
-from services.watcher.processes import RunningPods, kill_leftover, parse_duration, pod_commands
 
 __all__ = ["LocalBackend"]
 
@@ -79,12 +79,7 @@ class LocalBackend:
 
     async def run(self) -> None:
         self.kv = await self.bus.kv(OBJECTS_BUCKET)
-        watcher = await self.kv.watchall()
-        initial: list[KeyValue.Entry] = []
-        async for entry in watcher:
-            if entry is None:  # end of the initial values
-                break
-            initial.append(entry)
+        watch, initial = await BucketWatch.start(self.kv)
         for entry in initial:
             await self._observe(entry, initial=True)
         subscription = await self.bus.durable_subscription(
@@ -96,25 +91,22 @@ class LocalBackend:
         )
         self.runtime.set_ready()
         try:
-            while not self.runtime.stopping.is_set():
-                try:
-                    entry = await watcher.updates(timeout=0.5)
-                except TimeoutError:
-                    continue
-                if entry is not None:
-                    await self._observe(entry, initial=False)
+            await watch.follow(self._observe_change, stopping=self.runtime.stopping)
         finally:
-            await watcher.stop()
             await self._stop_everything()
 
+    async def _observe_change(self, entry: KeyValue.Entry) -> None:
+        await self._observe(entry, initial=False)
+
     async def _observe(self, entry: KeyValue.Entry, *, initial: bool) -> None:
-        if entry.operation in ("DEL", "PURGE") or not entry.value:
+        value = live_value(entry)
+        if value is None:
             obj = self.objects.pop(entry.key, None)
             if obj is not None:
                 await self._deleted(obj)
             return
         try:
-            obj = msgspec.json.decode(entry.value)
+            obj = msgspec.json.decode(value)
         except msgspec.DecodeError as error:
             log.error("malformed_object", key=entry.key, error=str(error))
             return
@@ -178,7 +170,9 @@ class LocalBackend:
         running = self.running.pop(ref.uid, None)
         if running is not None:
             await self._stop(running)
-        await self._publish(WorkloadDeleted(id=f"deleted-{ref.uid}", source="watcher", workload=ref))
+        await self._publish(
+            WorkloadDeleted(id=f"deleted-{ref.uid}", source="watcher", workload=ref)
+        )
         log.info("workload_deleted", workload=ref.key, was_running=running is not None)
 
     # --- decisions from admission and preemption ------------------------------------------
@@ -218,17 +212,37 @@ class LocalBackend:
         for pod_set in _admitted_pod_sets(spec.pod_sets, event):
             argv, env, cwd = pod_commands(spec.pod_specs[pod_set.name])
             for index in range(pod_set.count):
-                env_for_pod = {**env, "BERTH_POD_INDEX": str(index), "JOB_COMPLETION_INDEX": str(index)}
+                env_for_pod = {
+                    **env,
+                    "BERTH_POD_INDEX": str(index),
+                    "JOB_COMPLETION_INDEX": str(index),
+                }
                 pods.append((f"{pod_set.name}-{index}", argv, env_for_pod, cwd))
         if any(not argv for _, argv, _, _ in pods):
-            await self._finish(key, ref, event.generation, 127, "a container has no command; the local backend cannot run an image's entrypoint")
+            await self._finish(
+                key,
+                ref,
+                event.generation,
+                127,
+                "a container has no command; the local backend cannot run an image's entrypoint",
+            )
             return
-        images = sorted({c.get("image", "") for p in spec.pod_specs.values() for c in p.get("containers", [])} - {""})
+        images = sorted(
+            {c.get("image", "") for p in spec.pod_specs.values() for c in p.get("containers", [])}
+            - {""}
+        )
         if images:
-            log.warning("image_ignored", workload=ref.key, images=images, reason="the local backend runs commands, not images")
+            log.warning(
+                "image_ignored",
+                workload=ref.key,
+                images=images,
+                reason="the local backend runs commands, not images",
+            )
         log_dir = self.log_root / ref.namespace / ref.name
         try:
-            running = await RunningPods.start(generation=event.generation, pods=pods, log_dir=log_dir)
+            running = await RunningPods.start(
+                generation=event.generation, pods=pods, log_dir=log_dir
+            )
         except OSError as error:
             await self._finish(key, ref, event.generation, 127, f"cannot start process: {error}")
             return
@@ -237,18 +251,36 @@ class LocalBackend:
             key, {"phase": "Running", "generation": event.generation, "pids": running.pids}
         )
         await self._publish(
-            WorkloadStarted(id=f"started-{ref.uid}-{event.generation}", source="watcher", workload=ref, generation=event.generation)
+            WorkloadStarted(
+                id=f"started-{ref.uid}-{event.generation}",
+                source="watcher",
+                workload=ref,
+                generation=event.generation,
+            )
         )
         metrics.STARTED.inc()
-        log.info("workload_started", workload=ref.key, queue=event.cluster_queue, pods=len(pods), generation=event.generation)
+        log.info(
+            "workload_started",
+            workload=ref.key,
+            queue=event.cluster_queue,
+            pods=len(pods),
+            generation=event.generation,
+        )
         self.runtime.spawn(self._await_exit(key, ref, running), name=f"run-{ref.key}")
 
-    async def _start_simulated(self, key: str, ref: WorkloadRef, generation: int, seconds: float) -> None:
+    async def _start_simulated(
+        self, key: str, ref: WorkloadRef, generation: int, seconds: float
+    ) -> None:
         simulated = _Simulated(generation, seconds)
         self.running[ref.uid] = simulated
         await self._set_status(key, {"phase": "Running", "generation": generation, "pids": []})
         await self._publish(
-            WorkloadStarted(id=f"started-{ref.uid}-{generation}", source="watcher", workload=ref, generation=generation)
+            WorkloadStarted(
+                id=f"started-{ref.uid}-{generation}",
+                source="watcher",
+                workload=ref,
+                generation=generation,
+            )
         )
         metrics.STARTED.inc()
         self.runtime.spawn(self._await_simulated(key, ref, simulated), name=f"sim-{ref.key}")
@@ -268,10 +300,14 @@ class LocalBackend:
         message = f"pod {failed[0].pod} exited with code {code}" if failed else ""
         await self._finish(key, ref, running.generation, code, message)
 
-    async def _finish(self, key: str, ref: WorkloadRef, generation: int, code: int, message: str) -> None:
+    async def _finish(
+        self, key: str, ref: WorkloadRef, generation: int, code: int, message: str
+    ) -> None:
         self.running.pop(ref.uid, None)
         phase = "Succeeded" if code == 0 else "Failed"
-        await self._set_status(key, {"phase": phase, "generation": generation, "exitCode": code, "pids": []})
+        await self._set_status(
+            key, {"phase": phase, "generation": generation, "exitCode": code, "pids": []}
+        )
         await self._publish(
             WorkloadFinished(
                 id=f"finished-{ref.uid}-{generation}",
@@ -284,7 +320,13 @@ class LocalBackend:
             )
         )
         metrics.FINISHED.labels(result=phase).inc()
-        log.info("workload_finished", workload=ref.key, phase=phase, exit_code=code, generation=generation)
+        log.info(
+            "workload_finished",
+            workload=ref.key,
+            phase=phase,
+            exit_code=code,
+            generation=generation,
+        )
 
     async def _evict(self, event: EvictionRequested) -> None:
         ref = event.workload
@@ -292,7 +334,10 @@ class LocalBackend:
         if running is None or running.generation != event.generation:
             current = self._current(ref)
             status = (current[1].get("status") or {}) if current else {}
-            if status.get("phase") == "Evicted" and int(status.get("generation", 0)) == event.generation:
+            if (
+                status.get("phase") == "Evicted"
+                and int(status.get("generation", 0)) == event.generation
+            ):
                 pass  # redelivered after we evicted: report again, the id dedupes it
             else:
                 log.info("evict_not_running", workload=ref.key, generation=event.generation)
@@ -302,7 +347,15 @@ class LocalBackend:
             await self._stop(running)
         current = self._current(ref)
         if current is not None:
-            await self._set_status(current[0], {"phase": "Evicted", "generation": event.generation, "pids": [], "reason": event.reason})
+            await self._set_status(
+                current[0],
+                {
+                    "phase": "Evicted",
+                    "generation": event.generation,
+                    "pids": [],
+                    "reason": event.reason,
+                },
+            )
         await self._publish(
             WorkloadEvicted(
                 id=f"evicted-{ref.uid}-{event.generation}",
@@ -314,7 +367,13 @@ class LocalBackend:
             )
         )
         metrics.EVICTED.inc()
-        log.info("workload_evicted", workload=ref.key, queue=event.cluster_queue, reason=event.reason, generation=event.generation)
+        log.info(
+            "workload_evicted",
+            workload=ref.key,
+            queue=event.cluster_queue,
+            reason=event.reason,
+            generation=event.generation,
+        )
 
     async def _stop(self, running: RunningPods | _Simulated) -> None:
         running.stopping = True

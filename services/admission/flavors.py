@@ -1,0 +1,265 @@
+"""Flavor assignment: which ResourceFlavor each pod set's resources land on, or why none fits.
+
+Follows Kueue's ``flavorassigner``: resource groups and flavors are tried in the
+ClusterQueue's order; a flavor fits when every resource of the group fits in
+``available`` (borrowing included); ``flavorFungibility`` decides whether to stop at a flavor
+that must borrow or preempt, or to look further for a better one. Messages carry numbers, as
+Kueue's do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.config import ClusterQueue, LabelSelector, ResourceFlavor, Taint
+from shared.config import Toleration as ConfigToleration
+from shared.events import FlavorAssignment, PodSet, Toleration
+from shared.quantities import format_quantity, is_binary_resource
+from shared.quota import FlavorResource, QuotaTree
+
+__all__ = ["AssignResult", "ClusterQueueInfo", "FlavorInfo", "assign_flavors", "fmt_quantity"]
+
+_NO_FIT, _PREEMPT, _FIT_BORROW, _FIT = 0, 1, 2, 3
+
+
+def fmt_quantity(resource: str, milli: int) -> str:
+    return format_quantity(milli, binary=is_binary_resource(resource))
+
+
+def _tolerates(toleration: ConfigToleration, taint: Taint) -> bool:
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.operator == "Exists":
+        return not toleration.key or toleration.key == taint.key
+    return toleration.key == taint.key and toleration.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorInfo:
+    """What the assigner needs of a ResourceFlavor, precomputed once per config."""
+
+    name: str
+    node_labels: dict[str, str]
+    tolerations: tuple[Toleration, ...]
+    # A NoSchedule/NoExecute taint the flavor's own tolerations do not cover: pods (which
+    # carry no tolerations in Berth's PodSet) could never land there.
+    untolerated_taint: str | None
+
+    @classmethod
+    def from_config(cls, flavor: ResourceFlavor) -> FlavorInfo:
+        spec = flavor.spec
+        untolerated = None
+        for taint in spec.node_taints:
+            if taint.effect == "PreferNoSchedule":
+                continue
+            if not any(_tolerates(toleration, taint) for toleration in spec.tolerations):
+                value = f"={taint.value}" if taint.value else ""
+                untolerated = f"{taint.key}{value}:{taint.effect}"
+                break
+        return cls(
+            name=flavor.metadata.name,
+            node_labels=dict(spec.node_labels),
+            tolerations=tuple(
+                Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+                for t in spec.tolerations
+            ),
+            untolerated_taint=untolerated,
+        )
+
+
+@dataclass(slots=True)
+class ClusterQueueInfo:
+    """A ClusterQueue's spec, digested for the scheduler's hot path."""
+
+    name: str
+    cohort: str
+    strict_fifo: bool
+    namespace_selector: LabelSelector | None
+    stopped: bool
+    groups: list[tuple[str, ...]]  # flavors, in order, per resource group
+    covered: list[tuple[str, ...]]  # covered resources, per resource group
+    group_of: dict[str, int]  # resource -> index into groups
+    when_can_borrow: str
+    when_can_preempt: str
+    within_cluster_queue: str
+    reclaim_within_cohort: str
+    borrow_within_cohort: str
+    missing_flavors: list[str] = field(default_factory=list)
+    flavor_order: list[str] = field(default_factory=list)  # all flavors, for status
+
+    @classmethod
+    def from_config(cls, cq: ClusterQueue, flavors: dict[str, FlavorInfo]) -> ClusterQueueInfo:
+        spec = cq.spec
+        groups: list[tuple[str, ...]] = []
+        group_of: dict[str, int] = {}
+        order: list[str] = []
+        for index, group in enumerate(spec.resource_groups):
+            groups.append(tuple(flavor.name for flavor in group.flavors))
+            for resource in group.covered_resources:
+                group_of.setdefault(resource, index)
+            order.extend(f.name for f in group.flavors if f.name not in order)
+        return cls(
+            name=cq.metadata.name,
+            cohort=cq.cohort_name,
+            strict_fifo=spec.queueing_strategy == "StrictFIFO",
+            namespace_selector=spec.namespace_selector,
+            stopped=spec.stop_policy != "None",
+            groups=groups,
+            covered=[tuple(group.covered_resources) for group in spec.resource_groups],
+            group_of=group_of,
+            when_can_borrow=spec.flavor_fungibility.when_can_borrow,
+            when_can_preempt=spec.flavor_fungibility.when_can_preempt,
+            within_cluster_queue=spec.preemption.within_cluster_queue,
+            reclaim_within_cohort=spec.preemption.reclaim_within_cohort,
+            borrow_within_cohort=spec.preemption.borrow_within_cohort.policy,
+            missing_flavors=sorted(name for name in order if name not in flavors),
+            flavor_order=order,
+        )
+
+    def preemption_could_help(self, nominal: int, needed: int, in_cohort: bool) -> bool:
+        """Whether this CQ's preemption policy could ever free ``needed`` (Kueue's gate)."""
+        within_nominal = needed <= nominal
+        if within_nominal and self.within_cluster_queue != "Never":
+            return True
+        if in_cohort and within_nominal and self.reclaim_within_cohort != "Never":
+            return True
+        return in_cohort and self.borrow_within_cohort != "Never"
+
+
+@dataclass(slots=True)
+class AssignResult:
+    """The outcome of one flavor assignment for a whole workload."""
+
+    fits: bool
+    assignments: list[FlavorAssignment]
+    usage: dict[FlavorResource, int]
+    borrows: bool = False
+    message: str = ""
+    preemption_may_help: bool = False
+    # (pod set, resource, flavor) that would need preemption, for the preemption service.
+    preempt_flavors: tuple[tuple[str, str, str], ...] = ()
+
+
+def assign_flavors(
+    info: ClusterQueueInfo,
+    flavors: dict[str, FlavorInfo],
+    tree: QuotaTree,
+    pod_sets: list[PodSet],
+) -> AssignResult:
+    """Assign a flavor to every resource of every pod set, or say why that is impossible."""
+    acc: dict[FlavorResource, int] = {}  # what earlier pod sets of this workload took
+    assignments: list[FlavorAssignment] = []
+    borrows = False
+    for pod_set in pod_sets:
+        totals = {r: q * pod_set.count for r, q in pod_set.requests.items() if q}
+        chosen: dict[str, str] = {}
+        for resource in totals:
+            if resource in chosen:
+                continue
+            group = info.group_of.get(resource)
+            if group is None:
+                return _fail(pod_set, [f"resource {resource} unavailable in ClusterQueue"], acc)
+            group_resources = [r for r in totals if info.group_of.get(r) == group]
+            best: str | None = None
+            best_mode = _NO_FIT
+            reasons: list[str] = []
+            preempt_flavor: str | None = None
+            for flavor in info.groups[group]:
+                flavor_info = flavors.get(flavor)
+                if flavor_info is None:
+                    reasons.append(f"flavor {flavor} not found")
+                    continue
+                if flavor_info.untolerated_taint is not None:
+                    reasons.append(
+                        f"untolerated taint {flavor_info.untolerated_taint} in flavor {flavor}"
+                    )
+                    continue
+                mode = _flavor_mode(info, tree, flavor, group_resources, totals, acc, reasons)
+                if mode > best_mode:
+                    best, best_mode = flavor, mode
+                if mode == _PREEMPT and preempt_flavor is None:
+                    preempt_flavor = flavor
+                if mode == _FIT:
+                    break
+                if mode == _FIT_BORROW and info.when_can_borrow != "TryNextFlavor":
+                    break
+                if mode == _PREEMPT and info.when_can_preempt != "TryNextFlavor":
+                    break
+            if best is None or best_mode < _FIT_BORROW:
+                result = _fail(pod_set, reasons, acc)
+                if best_mode == _PREEMPT and preempt_flavor is not None:
+                    result.preemption_may_help = True
+                    result.preempt_flavors = tuple(
+                        (pod_set.name, r, preempt_flavor) for r in group_resources
+                    )
+                return result
+            borrows = borrows or best_mode == _FIT_BORROW
+            for r in group_resources:
+                chosen[r] = best
+                fr = (best, r)
+                acc[fr] = acc.get(fr, 0) + totals[r]
+        assignments.append(_assignment(pod_set, totals, chosen, flavors))
+    return AssignResult(True, assignments, acc, borrows=borrows)
+
+
+def _flavor_mode(
+    info: ClusterQueueInfo,
+    tree: QuotaTree,
+    flavor: str,
+    resources: list[str],
+    totals: dict[str, int],
+    acc: dict[FlavorResource, int],
+    reasons: list[str],
+) -> int:
+    """The worst mode over the group's resources on this flavor; appends why it falls short."""
+    node = tree.cluster_queues[info.name]
+    mode = _FIT
+    for resource in resources:
+        fr = (flavor, resource)
+        value = acc.get(fr, 0) + totals[resource]
+        capacity = tree.potential_available(info.name, flavor, resource)
+        if value > capacity:
+            reasons.append(
+                f"insufficient quota for {resource} in flavor {flavor}, request > maximum"
+                f" capacity ({fmt_quantity(resource, value)} > {fmt_quantity(resource, capacity)})"
+            )
+            return _NO_FIT
+        available = tree.available(info.name, flavor, resource)
+        if value <= available:
+            if node.usage.get(fr, 0) + value > node.subtree.get(fr, 0):
+                mode = min(mode, _FIT_BORROW)
+            continue
+        reasons.append(
+            f"insufficient unused quota for {resource} in flavor {flavor},"
+            f" {fmt_quantity(resource, value - available)} more needed"
+        )
+        nominal = tree.nominal(info.name, flavor, resource)
+        if info.preemption_could_help(nominal, value, node.parent is not None):
+            mode = min(mode, _PREEMPT)
+        else:
+            mode = _NO_FIT
+    return mode
+
+
+def _fail(pod_set: PodSet, reasons: list[str], acc: dict[FlavorResource, int]) -> AssignResult:
+    message = f"couldn't assign flavors to pod set {pod_set.name}: {', '.join(sorted(reasons))}"
+    return AssignResult(False, [], acc, message=message)
+
+
+def _assignment(
+    pod_set: PodSet, totals: dict[str, int], chosen: dict[str, str], flavors: dict[str, FlavorInfo]
+) -> FlavorAssignment:
+    labels: dict[str, str] = {}
+    tolerations: list[Toleration] = []
+    for name in dict.fromkeys(chosen.values()):
+        info = flavors[name]
+        labels.update(info.node_labels)
+        tolerations.extend(t for t in info.tolerations if t not in tolerations)
+    return FlavorAssignment(
+        pod_set=pod_set.name,
+        count=pod_set.count,
+        flavors=chosen,
+        usage=totals,
+        node_labels=labels,
+        tolerations=tolerations,
+    )

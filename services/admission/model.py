@@ -1,0 +1,68 @@
+"""The admission core's public value types: what goes in, and the decisions that come out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from shared.events import FlavorAssignment, PodSet, WorkloadRef
+
+__all__ = ["Admission", "Decision", "Inadmissible", "QueuedWorkload", "WorkloadView"]
+
+
+@dataclass(slots=True)
+class QueuedWorkload:
+    ref: WorkloadRef
+    local_queue: str  # kueue.x-k8s.io/queue-name; "" means the namespace's LocalQueue "default"
+    pod_sets: list[PodSet]
+    queue_time: float  # epoch seconds of creation; an evicted workload keeps it (ordering only)
+    priority_class: str = ""  # WorkloadPriorityClass (label kueue.x-k8s.io/priority-class)
+    priority_class_name: str = ""  # scheduling.k8s.io PriorityClass (pod priorityClassName)
+    priority: int | None = None  # pod spec priority set directly
+    boost: int = 0  # ageing boost added to the base priority
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Decision: the workload is admitted with these flavors; its quota is reserved."""
+
+    ref: WorkloadRef
+    cluster_queue: str
+    local_queue: str
+    priority: int  # the base priority (without boost), as Kueue records it
+    assignments: list[FlavorAssignment]
+
+
+@dataclass(frozen=True, slots=True)
+class Inadmissible:
+    """Decision: the workload stays pending; emitted only when the reason or message changed."""
+
+    ref: WorkloadRef
+    cluster_queue: str
+    reason: str
+    message: str
+    preemption_may_help: bool = False
+    # (pod set, resource, flavor) where preemption would have to make room.
+    preempt_flavors: tuple[tuple[str, str, str], ...] = ()
+
+
+Decision = Admission | Inadmissible
+
+WorkloadState = Literal["pending", "admitted", "finished"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    ref: WorkloadRef
+    local_queue: str
+    cluster_queue: str  # "" while unresolved
+    priority: int  # base priority (0 while unresolvable)
+    effective_priority: int  # base + boost
+    state: WorkloadState
+    queue_time: float
+    assignments: list[FlavorAssignment] = field(default_factory=list)
+    reason: str = ""
+    message: str = ""
+    position_in_cluster_queue: int | None = None  # 0-based, pending and queued only
+    position_in_local_queue: int | None = None
+    generation: int = 0  # how many times it has been admitted

@@ -1,0 +1,160 @@
+"""Per-ClusterQueue pending queues: ordering, StrictFIFO blocking, BestEffortFIFO parking.
+
+Order is Kueue's: effective priority descending, then queue time, then uid. Each queue is a
+binary heap with lazy deletion: a record's ``key`` is the identity of its live heap entry, so
+changing or removing a record only replaces ``key`` and stale entries are dropped when they
+surface. Nothing is ever re-sorted wholesale.
+
+Like Kueue, a BestEffortFIFO workload that did not fit is *parked* (moved aside) and is not
+retried until something that could help happens (quota released in its cohort, config
+change); a StrictFIFO queue whose head did not fit is *blocked* until then.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from services.admission.model import QueuedWorkload
+from shared.events import FlavorAssignment
+from shared.quota import FlavorResource
+
+__all__ = [
+    "ADMITTED",
+    "FINISHED",
+    "PENDING",
+    "ClusterQueueQueue",
+    "OrderKey",
+    "Record",
+    "order_key",
+]
+
+PENDING, ADMITTED, FINISHED = 0, 1, 2
+
+OrderKey = tuple[int, float, str]
+
+
+def order_key(priority: int, queue_time: float, uid: str) -> OrderKey:
+    return (-priority, queue_time, uid)
+
+
+class Record:
+    """The scheduler's state for one workload; slotted to keep 100k of them small."""
+
+    __slots__ = (
+        "assignments",
+        "base",
+        "cq",
+        "emitted",
+        "generation",
+        "key",
+        "parked",
+        "placeholder",
+        "state",
+        "usage",
+        "wl",
+    )
+
+    def __init__(self, wl: QueuedWorkload) -> None:
+        self.wl = wl
+        self.state = PENDING
+        self.cq = ""  # resolved (pending) or admitting (admitted) ClusterQueue
+        self.base: int | None = None  # resolved base priority
+        self.key: OrderKey | None = None  # live heap entry; None when not queued
+        self.parked = False
+        self.emitted: tuple[str, str, bool] | None = None  # last (reason, message, may_help)
+        self.generation = 0
+        self.assignments: list[FlavorAssignment] = []
+        self.usage: dict[FlavorResource, int] | None = None
+        self.placeholder = False  # restored admission whose submit has not been seen yet
+
+    @property
+    def effective_priority(self) -> int:
+        return (self.base or 0) + self.wl.boost
+
+    @property
+    def lq_name(self) -> str:
+        return self.wl.local_queue or "default"
+
+
+class ClusterQueueQueue:
+    """The pending workloads of one ClusterQueue."""
+
+    __slots__ = ("blocked", "heap", "parked", "records", "size", "strict")
+
+    def __init__(self, strict: bool, records: dict[str, Record]) -> None:
+        self.strict = strict
+        self.heap: list[OrderKey] = []
+        self.parked: list[str] = []  # uids set aside by BestEffortFIFO
+        self.records = records  # shared uid -> Record map, to tell live entries from stale
+        self.blocked = False  # StrictFIFO head did not fit; wait for a change
+        self.size = 0  # queued records, parked included
+
+    def _live(self, key: OrderKey) -> Record | None:
+        record = self.records.get(key[2])
+        if record is None or record.key is not key or record.parked:
+            return None
+        return record
+
+    def push(self, record: Record) -> None:
+        """Queue a record (its ``key`` must be set); unblocks a StrictFIFO queue it heads."""
+        assert record.key is not None
+        record.parked = False
+        heapq.heappush(self.heap, record.key)
+        self.size += 1
+        if self.blocked and self.heap[0] is record.key:
+            self.blocked = False
+
+    def remove(self, record: Record) -> None:
+        """Forget a record; its heap entry goes stale (lazy deletion)."""
+        if record.key is None:
+            return
+        if self.blocked and self.heap and self.heap[0] is record.key:
+            self.blocked = False  # the blocking head is gone: the next one deserves a try
+        record.key = None
+        record.parked = False
+        self.size -= 1
+
+    def head(self) -> Record | None:
+        heap = self.heap
+        while heap:
+            record = self._live(heap[0])
+            if record is not None:
+                return record
+            heapq.heappop(heap)
+        return None
+
+    def park(self, record: Record) -> None:
+        """Set a BestEffortFIFO head aside until something changes."""
+        record.parked = True
+        self.parked.append(record.wl.ref.uid)
+
+    def requeue_parked(self) -> None:
+        """Something changed (quota freed, config): parked records get another chance."""
+        self.blocked = False
+        if not self.parked:
+            return
+        for uid in self.parked:
+            record = self.records.get(uid)
+            if record is not None and record.parked and record.key is not None:
+                record.parked = False
+                # A fresh entry: the old one was popped (or is stale) when it was parked.
+                record.key = (record.key[0], record.key[1], record.key[2])
+                heapq.heappush(self.heap, record.key)
+        self.parked = []
+
+    def pending(self) -> list[Record]:
+        """Every queued record, in order (for visibility; O(n log n))."""
+        seen: set[str] = set()
+        result: list[Record] = []
+        for key in self.heap:
+            record = self.records.get(key[2])
+            if record is not None and record.key is key and key[2] not in seen:
+                seen.add(key[2])
+                result.append(record)
+        for uid in self.parked:
+            record = self.records.get(uid)
+            if record is not None and record.parked and uid not in seen:
+                seen.add(uid)
+                result.append(record)
+        result.sort(key=lambda record: record.key or ())
+        return result

@@ -1,0 +1,195 @@
+"""The cohort tree's quota accounting (shared.quota), checked against Kueue's semantics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shared.config import ClusterQueue, Cohort, parse_object
+from shared.quota import QuotaTree
+
+CPU = ("f", "cpu")
+
+
+def _quota(nominal: int, borrowing: int | None, lending: int | None) -> dict[str, Any]:
+    quota: dict[str, Any] = {"name": "cpu", "nominalQuota": nominal}
+    if borrowing is not None:
+        quota["borrowingLimit"] = borrowing
+    if lending is not None:
+        quota["lendingLimit"] = lending
+    return quota
+
+
+def cq(
+    name: str,
+    nominal: int,
+    cohort: str = "",
+    borrowing: int | None = None,
+    lending: int | None = None,
+) -> ClusterQueue:
+    spec: dict[str, Any] = {
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu"],
+                "flavors": [{"name": "f", "resources": [_quota(nominal, borrowing, lending)]}],
+            }
+        ]
+    }
+    if cohort:
+        spec["cohort"] = cohort
+    obj = parse_object(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
+    assert isinstance(obj, ClusterQueue)
+    return obj
+
+
+def cohort(
+    name: str,
+    parent: str = "",
+    nominal: int = 0,
+    borrowing: int | None = None,
+    lending: int | None = None,
+) -> Cohort:
+    spec: dict[str, Any] = {}
+    if parent:
+        spec["parentName"] = parent
+    if nominal or borrowing is not None or lending is not None:
+        spec["resourceGroups"] = [
+            {
+                "coveredResources": ["cpu"],
+                "flavors": [{"name": "f", "resources": [_quota(nominal, borrowing, lending)]}],
+            }
+        ]
+    obj = parse_object(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Cohort",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
+    assert isinstance(obj, Cohort)
+    return obj
+
+
+def k(units: int) -> int:
+    return units * 1000
+
+
+def test_standalone_cq_available_is_nominal_minus_usage() -> None:
+    """A ClusterQueue without a cohort has exactly its nominal quota."""
+    tree = QuotaTree.build([cq("a", 4)], [])
+    assert tree.available("a", *CPU) == k(4)
+    tree.add_usage("a", {CPU: k(3)})
+    assert tree.available("a", *CPU) == k(1)
+    assert tree.borrowed("a") == {}
+    assert tree.violations() == []
+
+
+def test_flat_cohort_borrowing_of_unused_quota() -> None:
+    """A ClusterQueue may borrow its cohort peers' unused nominal quota."""
+    tree = QuotaTree.build([cq("a", 2, "c"), cq("b", 10, "c")], [])
+    assert tree.available("a", *CPU) == k(12)
+    tree.add_usage("a", {CPU: k(5)})
+    assert tree.borrowed("a") == {CPU: k(3)}
+    assert tree.available("b", *CPU) == k(7)
+    tree.remove_usage("a", {CPU: k(5)})
+    assert tree.available("b", *CPU) == k(12)
+    assert tree.cohorts["c"].usage[CPU] == 0
+
+
+def test_borrowing_limit_caps_borrowing() -> None:
+    """borrowingLimit caps how far above nominal a ClusterQueue may go."""
+    tree = QuotaTree.build([cq("a", 2, "c", borrowing=1), cq("b", 10, "c")], [])
+    assert tree.available("a", *CPU) == k(3)
+    assert tree.potential_available("a", *CPU) == k(3)
+    tree.add_usage("a", {CPU: k(3)})
+    assert tree.available("a", *CPU) == 0
+    assert tree.violations() == []
+
+
+def test_borrowing_limit_zero_means_no_borrowing() -> None:
+    """borrowingLimit 0 forbids borrowing altogether."""
+    tree = QuotaTree.build([cq("a", 0, "c", borrowing=0), cq("b", 10, "c")], [])
+    assert tree.available("a", *CPU) == 0
+
+
+def test_lending_limit_keeps_guaranteed_quota() -> None:
+    """lendingLimit: a ClusterQueue keeps nominal - lendingLimit for itself."""
+    tree = QuotaTree.build([cq("a", 10, "c", lending=4), cq("b", 0, "c")], [])
+    assert tree.available("b", *CPU) == k(4)
+    assert tree.available("a", *CPU) == k(10)
+    tree.add_usage("b", {CPU: k(4)})
+    assert tree.available("a", *CPU) == k(6)
+    tree.add_usage("a", {CPU: k(6)})
+    assert tree.available("a", *CPU) == 0
+    assert tree.violations() == []
+    # The guaranteed part is used locally first and never bubbles into the cohort.
+    assert tree.cohorts["c"].usage[CPU] == k(4)
+
+
+def test_hierarchical_cohort_with_own_quota_and_parent() -> None:
+    """Explicit Cohorts add their own quota and lend to their parent's subtree."""
+    tree = QuotaTree.build(
+        [cq("a", 1, "left"), cq("b", 1, "right")],
+        [cohort("root", nominal=2), cohort("left", "root", nominal=3), cohort("right", "root")],
+    )
+    assert tree.cohorts["root"].subtree[CPU] == k(7)
+    assert tree.available("a", *CPU) == k(7)
+    tree.add_usage("a", {CPU: k(6)})
+    assert tree.available("b", *CPU) == k(1)
+    assert tree.violations() == []
+
+
+def test_cohort_borrowing_limit_in_hierarchy() -> None:
+    """A Cohort's borrowingLimit caps what its subtree takes from its parent."""
+    tree = QuotaTree.build(
+        [cq("a", 1, "left"), cq("b", 10, "right")],
+        [cohort("root"), cohort("left", "root", borrowing=2), cohort("right", "root")],
+    )
+    assert tree.available("a", *CPU) == k(3)
+    assert tree.potential_available("a", *CPU) == k(3)
+
+
+def test_cohort_lending_limit_in_hierarchy() -> None:
+    """A Cohort's lendingLimit caps what it lends to its parent's other children."""
+    tree = QuotaTree.build(
+        [cq("a", 10, "left"), cq("b", 0, "right")],
+        [cohort("root"), cohort("left", "root", nominal=5, lending=3), cohort("right", "root")],
+    )
+    assert tree.available("b", *CPU) == k(3)
+    assert tree.available("a", *CPU) == k(15)
+
+
+def test_cycle_is_detected_and_broken() -> None:
+    """Cohorts on a parent cycle are reported; their ClusterQueues are flagged."""
+    tree = QuotaTree.build([cq("a", 1, "x")], [cohort("x", "y"), cohort("y", "x")])
+    assert tree.in_cycle("a")
+    assert tree.cyclic_cohorts == {"x", "y"}
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [(k(12), True), (k(13), False)],
+)
+def test_violations_detect_overuse(usage: int, expected: bool) -> None:
+    """violations() reports a root used beyond its subtree quota."""
+    tree = QuotaTree.build([cq("a", 2, "c"), cq("b", 10, "c")], [])
+    tree.add_usage("a", {CPU: usage})
+    assert (tree.violations() == []) is expected
+    assert (tree.excess() == {}) is expected
+
+
+def test_fits_checks_every_resource() -> None:
+    """fits() is true only when every (flavor, resource) fits what is available."""
+    tree = QuotaTree.build([cq("a", 2)], [])
+    assert tree.fits("a", {CPU: k(2)})
+    assert not tree.fits("a", {CPU: k(2) + 1})
+    assert not tree.fits("missing", {CPU: 1})
