@@ -21,14 +21,18 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from shared.durations import parse_duration
 from shared.quantities import QuantityError, parse_quantity
 
 __all__ = [
     "KIND_PLURALS",
+    "AgeingPolicy",
     "ClusterQueue",
+    "ClusterQueuePolicy",
     "Cohort",
     "ConfigError",
     "ConfigObject",
+    "Configuration",
     "LocalQueue",
     "Namespace",
     "ObjectMeta",
@@ -269,6 +273,62 @@ class Namespace(msgspec.Struct, rename="camel", omit_defaults=True):
         return {**self.metadata.labels, "kubernetes.io/metadata.name": self.metadata.name}
 
 
+# --- Berth's own objects (berth.dev/v1alpha1) ------------------------------------------------
+
+
+class AgeingPolicy(_Spec):
+    """How a preempted managed job's effective priority grows while it waits (see docs)."""
+
+    # Priority points gained per minute since the job was first preempted; 0 turns ageing off.
+    priority_per_minute: int = 0
+    # The boost never exceeds this; None means no cap.
+    max_boost: int | None = None
+    # Whether a boosted job may preempt with its boost (off: no ping-pong with its preemptor).
+    boost_can_preempt: bool = False
+    # After waiting this long, the job gets a reservation: nothing new is admitted ahead of it.
+    reserve_after: str | None = None
+
+
+class ClusterQueuePolicySpec(_Spec):
+    # The ClusterQueues this policy applies to; empty: the default for every ClusterQueue.
+    cluster_queues: list[str] = []
+    # A workload that has run less than this may not be preempted (PreemptExemptTime).
+    minimum_run_time: str | None = None
+    ageing: AgeingPolicy | None = None
+
+
+class ClusterQueuePolicy(msgspec.Struct, rename="camel", omit_defaults=True):
+    api_version: str
+    metadata: ObjectMeta
+    spec: ClusterQueuePolicySpec = msgspec.field(default_factory=ClusterQueuePolicySpec)
+
+
+FairSharingStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+
+
+def _default_strategies() -> list[FairSharingStrategy]:
+    return ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]  # Kueue's default
+
+
+class FairSharingSettings(_Spec):
+    enable: bool = False
+    preemption_strategies: list[FairSharingStrategy] = msgspec.field(
+        default_factory=_default_strategies
+    )
+
+
+class ConfigurationSpec(_Spec):
+    fair_sharing: FairSharingSettings = msgspec.field(default_factory=FairSharingSettings)
+
+
+class Configuration(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Berth-wide settings (Kueue keeps these in its controller's Configuration)."""
+
+    api_version: str
+    metadata: ObjectMeta
+    spec: ConfigurationSpec = msgspec.field(default_factory=ConfigurationSpec)
+
+
 ConfigObject = (
     ResourceFlavor
     | ClusterQueue
@@ -277,6 +337,8 @@ ConfigObject = (
     | WorkloadPriorityClass
     | PriorityClass
     | Namespace
+    | ClusterQueuePolicy
+    | Configuration
 )
 
 # kind -> (accepted apiVersions, namespaced, kubectl-style resource name)
@@ -312,6 +374,12 @@ _KINDS: dict[str, tuple[frozenset[str], bool, str]] = {
         "priorityclass.scheduling.k8s.io",
     ),
     "Namespace": (frozenset({"v1"}), False, "namespace"),
+    "ClusterQueuePolicy": (
+        frozenset({"berth.dev/v1alpha1"}),
+        False,
+        "clusterqueuepolicy.berth.dev",
+    ),
+    "Configuration": (frozenset({"berth.dev/v1alpha1"}), False, "configuration.berth.dev"),
 }
 KIND_PLURALS = {kind: resource for kind, (_, _, resource) in _KINDS.items()}
 
@@ -323,6 +391,8 @@ _TYPES: dict[str, type[ConfigObject]] = {
     "WorkloadPriorityClass": WorkloadPriorityClass,
     "PriorityClass": PriorityClass,
     "Namespace": Namespace,
+    "ClusterQueuePolicy": ClusterQueuePolicy,
+    "Configuration": Configuration,
 }
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -374,7 +444,26 @@ def parse_object(document: Any, *, where: str = "document") -> ConfigObject:
     elif obj.metadata.namespace:
         raise ConfigError(f"{where}: {kind} {name} is cluster-scoped; remove `metadata.namespace`")
     _check_quantities(obj, where=f"{where}: {kind} {name}")
+    if isinstance(obj, ClusterQueuePolicy):
+        _check_policy(obj, where=f"{where}: {kind} {name}")
     return obj
+
+
+def _check_policy(policy: ClusterQueuePolicy, *, where: str) -> None:
+    durations = {"spec.minimumRunTime": policy.spec.minimum_run_time}
+    ageing = policy.spec.ageing
+    if ageing is not None:
+        durations["spec.ageing.reserveAfter"] = ageing.reserve_after
+        if ageing.priority_per_minute < 0:
+            raise ConfigError(f"{where}: `spec.ageing.priorityPerMinute` must not be negative")
+        if ageing.max_boost is not None and ageing.max_boost < 0:
+            raise ConfigError(f"{where}: `spec.ageing.maxBoost` must not be negative")
+    for path, text in durations.items():
+        if text is not None:
+            try:
+                parse_duration(text)
+            except ValueError as error:
+                raise ConfigError(f"{where}: `{path}`: {error}") from error
 
 
 def _check_quantities(obj: ConfigObject, *, where: str) -> None:

@@ -24,8 +24,9 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from services.watcher import metrics
-from services.watcher.processes import RunningPods, kill_leftover, parse_duration, pod_commands
+from services.watcher.processes import RunningPods, kill_leftover, pod_commands
 from shared.bus import OBJECTS_BUCKET, BucketWatch, live_value
+from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
     Event,

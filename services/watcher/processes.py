@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,20 +18,9 @@ from typing import Any
 
 from shared.logging import get_logger
 
-__all__ = ["PodOutcome", "PodProcess", "RunningPods", "parse_duration", "pod_commands"]
+__all__ = ["PodOutcome", "PodProcess", "RunningPods", "pod_commands"]
 
 log = get_logger("watcher.processes")
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
-
-
-def parse_duration(text: str) -> float:
-    """ "200ms", "1.5s", "2m", "3" (seconds) -> seconds."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"invalid duration {text!r} (use e.g. 200ms, 1.5s, 2m)")
-    return float(match.group(1)) * _UNIT_MS[match.group(2)] / 1000
 
 
 def pod_commands(pod_spec: dict[str, Any]) -> tuple[list[str], dict[str, str], str | None]:
