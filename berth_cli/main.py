@@ -12,7 +12,14 @@ import click
 
 from berth_cli import get as get_output
 from berth_cli.client import CliError, connect, query_all, run
-from berth_cli.writing import apply_config, delete_workload, read_documents, submit_workloads
+from berth_cli.writing import (
+    CONFIG_NAMES,
+    apply_config,
+    delete_config,
+    delete_workload,
+    read_documents,
+    submit_workloads,
+)
 from shared.bus import DEFAULT_NATS_URL
 from shared.events import event_json_schema
 from shared.logging import configure_logging
@@ -184,18 +191,25 @@ def get_pending(nats_url: str, cluster_queue: str, output: str | None) -> None:
     )
 
 
-@cli.group()
-def delete() -> None:
-    """Delete a workload (its processes are stopped and its quota released)."""
-
-
-@delete.command("workload")
+@cli.command()
+@click.argument("kind", metavar="KIND")
 @click.argument("name")
 @click.option("-n", "--namespace", default="default", show_default=True)
 @click.pass_obj
-def delete_workload_command(nats_url: str, name: str, namespace: str) -> None:
-    """Delete one workload by name."""
-    click.echo(run(lambda: delete_workload(nats_url, name, namespace)))
+def delete(nats_url: str, kind: str, name: str, namespace: str) -> None:
+    """Delete a workload (its processes stop, its quota is released) or a config object.
+
+    KIND is workload, clusterqueue (cq), localqueue (lq), resourceflavor (rf),
+    workloadpriorityclass (wpc), priorityclass (pc), cohort, namespace, clusterqueuepolicy or
+    configuration.
+    """
+    word = kind.lower()
+    if word in ("workload", "workloads", "wl", "job", "jobs", "pod", "pods", "rayjob", "rayjobs"):
+        click.echo(run(lambda: delete_workload(nats_url, name, namespace)))
+        return
+    if word not in CONFIG_NAMES:
+        raise CliError(f"unknown kind {kind!r} to delete")
+    click.echo(run(lambda: delete_config(nats_url, CONFIG_NAMES[word], name, namespace)))
 
 
 @cli.command()

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import nats.js.errors
 
-from berth_cli.client import CliError, connect
+from berth_cli.client import CliError, connect, query_all
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET
 from shared.config import (
     KIND_PLURALS,
@@ -37,7 +37,14 @@ from shared.workloads import (
     workload_spec,
 )
 
-__all__ = ["apply_config", "delete_workload", "read_documents", "submit_workloads"]
+__all__ = [
+    "CONFIG_NAMES",
+    "apply_config",
+    "delete_config",
+    "delete_workload",
+    "read_documents",
+    "submit_workloads",
+]
 
 _WORKLOAD_RESOURCE = {"Job": "job.batch", "Pod": "pod", "RayJob": "rayjob.ray.io"}
 
@@ -222,3 +229,45 @@ async def delete_workload(url: str, name: str, namespace: str) -> str:
             raise CliError(f'workload "{name}" not found in namespace "{namespace}"')
         await objects.delete(key)
     return f'workload "{name}" deleted'
+
+
+# kubectl-style names (singular, plural, short) -> config kind
+CONFIG_NAMES = {
+    **{n: "ClusterQueue" for n in ("clusterqueue", "clusterqueues", "cq")},
+    **{n: "LocalQueue" for n in ("localqueue", "localqueues", "lq")},
+    **{n: "ResourceFlavor" for n in ("resourceflavor", "resourceflavors", "rf", "flavor")},
+    **{
+        n: "WorkloadPriorityClass"
+        for n in ("workloadpriorityclass", "workloadpriorityclasses", "wpc")
+    },
+    **{n: "PriorityClass" for n in ("priorityclass", "priorityclasses", "pc")},
+    **{n: "Cohort" for n in ("cohort", "cohorts")},
+    **{n: "Namespace" for n in ("namespace", "namespaces", "ns")},
+    **{n: "ClusterQueuePolicy" for n in ("clusterqueuepolicy", "clusterqueuepolicies")},
+    **{n: "Configuration" for n in ("configuration", "configurations")},
+}
+
+
+async def delete_config(url: str, kind: str, name: str, namespace: str) -> str:
+    """Delete one config object; a ClusterQueue that still holds quota is refused."""
+    namespaced = kind == "LocalQueue"
+    key = f"{kind.lower()}.{namespace if namespaced else '_'}.{name}"
+    resource = f"{KIND_PLURALS[kind]}/{name}"
+    async with connect(url) as bus:
+        config = await bus.kv(CONFIG_BUCKET)
+        if not await _exists(config, key):
+            where = f' in namespace "{namespace}"' if namespaced else ""
+            raise CliError(f"{resource} not found{where}")
+        if kind == "ClusterQueue":
+            queues = await query_all(bus, "clusterqueues")
+            status: dict[str, Any] = next(
+                (q["status"] for q in queues if q["metadata"]["name"] == name), {}
+            )
+            holding = int(status.get("reservingWorkloads", 0))
+            if holding:
+                raise CliError(
+                    f"{resource} has {holding} workload(s) holding quota; delete them or let them"
+                    " finish first (Kueue keeps such a ClusterQueue until they are gone)"
+                )
+        await config.delete(key)
+    return f"{resource} deleted"

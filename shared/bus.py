@@ -260,6 +260,39 @@ class Bus:
                     if msg not in malformed:  # those were terminated already
                         await msg.ack()
 
+    async def replay_to_end(
+        self,
+        subscription: JetStreamContext.PullSubscription,
+        fold: Callable[[list[AnyEvent]], None],
+    ) -> int:
+        """Fold every stored event through ``fold``; returns how many messages there were.
+
+        For services whose state is the fold of the whole stream: they call this at start and
+        decide nothing until it returns.
+        """
+        count = 0
+        while True:
+            try:
+                messages = await subscription.fetch(2000, timeout=0.5)
+            except TimeoutError:
+                return count  # nothing (left) to replay
+            fold(decode_batch(messages)[0])
+            count += len(messages)
+            if messages[-1].metadata.num_pending == 0:
+                return count
+
+    async def next_batch(
+        self, subscription: JetStreamContext.PullSubscription, *, wait: float
+    ) -> list[AnyEvent] | None:
+        """The next batch of events, [] when none came within ``wait`` s, None once closed."""
+        try:
+            messages = await subscription.fetch(1000, timeout=wait)
+        except TimeoutError:
+            return []
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+            return None
+        return decode_batch(messages)[0]
+
     async def batches(
         self,
         subscription: JetStreamContext.PullSubscription,

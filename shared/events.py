@@ -29,6 +29,7 @@ import msgspec
 
 __all__ = [
     "SUBJECT_ROOT",
+    "ContestedResource",
     "Event",
     "EvictionRequested",
     "FlavorAssignment",
@@ -125,12 +126,29 @@ class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="WorkloadSubmitted
     annotations: dict[str, str] = {}
 
 
+class ContestedResource(msgspec.Struct, frozen=True):
+    """Quota a pending workload needs in a flavor where only preemption can make room."""
+
+    flavor: str
+    resource: str
+    amount: int  # milli-units, for the whole workload
+
+
 class WorkloadPending(Event, frozen=True, kw_only=True, tag="WorkloadPending"):
-    """Admission could not admit the workload yet; ``message`` says why, with numbers."""
+    """The workload waits; ``message`` says why, with numbers.
+
+    Admission emits it whenever the reason changes; when ``preemption_may_help`` the
+    preemption service looks for victims to free ``contested``. Preemption emits it too
+    (source "preemption") to say why preemption cannot help, or until when victims are
+    protected.
+    """
 
     cluster_queue: str
     reason: str
     message: str
+    priority: int = 0  # effective priority (base + ageing boost)
+    preemption_may_help: bool = False
+    contested: list[ContestedResource] = []
 
 
 class WorkloadAdmitted(Event, frozen=True, kw_only=True, tag="WorkloadAdmitted"):

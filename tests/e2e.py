@@ -69,11 +69,14 @@ def event_log(url: str) -> list[AnyEvent]:
     return asyncio.run(read())
 
 
-def peak_usage(events: list[AnyEvent]) -> dict[tuple[str, str, str], int]:
+def peak_usage(
+    events: list[AnyEvent], *, groups: dict[str, str] | None = None
+) -> dict[tuple[str, str, str], int]:
     """The highest usage per (ClusterQueue, flavor, resource) at any instant of the log.
 
     A workload holds quota from its WorkloadAdmitted until the WorkloadFinished,
-    WorkloadEvicted or WorkloadDeleted that ends that admission.
+    WorkloadEvicted or WorkloadDeleted that ends that admission. With ``groups`` (ClusterQueue
+    -> cohort), usage is summed per cohort instead, to check a cohort's total.
     """
     from shared.events import WorkloadAdmitted, WorkloadDeleted, WorkloadEvicted, WorkloadFinished
 
@@ -84,7 +87,8 @@ def peak_usage(events: list[AnyEvent]) -> dict[tuple[str, str, str], int]:
     def change(admitted: WorkloadAdmitted, sign: int) -> None:
         for assignment in admitted.assignments:
             for resource, amount in assignment.usage.items():
-                key = (admitted.cluster_queue, assignment.flavors.get(resource, ""), resource)
+                owner = (groups or {}).get(admitted.cluster_queue, admitted.cluster_queue)
+                key = (owner, assignment.flavors.get(resource, ""), resource)
                 usage[key] = usage.get(key, 0) + sign * amount
                 peak[key] = max(peak.get(key, 0), usage[key])
 
@@ -102,3 +106,34 @@ def peak_usage(events: list[AnyEvent]) -> dict[tuple[str, str, str], int]:
         elif isinstance(event, WorkloadDeleted) and uid in holding:
             change(holding.pop(uid), -1)
     return peak
+
+
+def objects_status(url: str, namespace: str, name: str) -> dict[str, Any]:
+    """The local backend's record of a workload object (its status holds the pids)."""
+    import msgspec
+
+    from shared.bus import OBJECTS_BUCKET
+    from shared.workloads import workload_key
+
+    async def read() -> dict[str, Any]:
+        bus = await Bus.connect(url, source="test")
+        try:
+            kv = await bus.kv(OBJECTS_BUCKET)
+            entry = await kv.get(workload_key(namespace, name))
+            assert entry.value is not None
+            return dict(msgspec.json.decode(entry.value).get("status") or {})
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+def pid_alive(pid: int) -> bool:
+    import os
+    from pathlib import Path
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()

@@ -373,6 +373,13 @@ class Scheduler:
         record = self._records.get(ref.uid)
         return 0 if record is None else record.generation
 
+    def effective_priority(self, ref: WorkloadRef) -> int:
+        """Base priority plus ageing boost (0 while the priority cannot be resolved)."""
+        record = self._records.get(ref.uid)
+        if record is None:
+            return 0
+        return (record.base or 0) + record.wl.boost
+
     # --- quota bookkeeping -----------------------------------------------------------------
 
     def _count_lq(self, lq: tuple[str, str], usage: dict[FlavorResource, int], sign: int) -> None:

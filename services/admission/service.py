@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterable
 
 import msgspec
-import nats.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
@@ -27,10 +26,11 @@ from services.admission import metrics
 from services.admission.api import serve_api
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
 from services.admission.workload_objects import WorkloadRecord
-from shared.bus import CONFIG_BUCKET, BucketWatch, decode_batch, live_value
+from shared.bus import CONFIG_BUCKET, BucketWatch, live_value
 from shared.config import ConfigError, ConfigObject, decode_object
 from shared.events import (
     AnyEvent,
+    ContestedResource,
     Event,
     EvictionRequested,
     WorkloadAdmitted,
@@ -49,6 +49,22 @@ log = get_logger("admission")
 
 # Everything admission folds: workload facts and the decisions about them.
 SUBJECTS = ("berth.wl.>", "berth.cq.*.admitted.>", "berth.cq.*.evict.>")
+
+
+def contested_resources(
+    decision: Inadmissible, record: WorkloadRecord | None
+) -> list[ContestedResource]:
+    """How much the workload needs of each flavor-resource where only preemption helps."""
+    if record is None or not decision.preemption_may_help:
+        return []
+    pod_sets = {pod_set.name: pod_set for pod_set in record.submitted.pod_sets}
+    amounts: dict[tuple[str, str], int] = {}
+    for pod_set_name, resource, flavor in decision.preempt_flavors:
+        pod_set = pod_sets.get(pod_set_name)
+        if pod_set is not None:
+            amount = pod_set.count * pod_set.requests.get(resource, 0)
+            amounts[(flavor, resource)] = amounts.get((flavor, resource), 0) + amount
+    return [ContestedResource(f, r, amount) for (f, r), amount in sorted(amounts.items())]
 
 
 class AdmissionService:
@@ -72,7 +88,7 @@ class AdmissionService:
 
         subscription = await self.bus.replay_subscription(SUBJECTS)
         started = time.monotonic()
-        replayed = await self._replay(subscription)
+        replayed = await self.bus.replay_to_end(subscription, self._apply)
         log.info("state_rebuilt", events=replayed, seconds=round(time.monotonic() - started, 3))
         api = await serve_api(self)
         self.runtime.set_ready()
@@ -100,30 +116,11 @@ class AdmissionService:
 
     # --- events ---------------------------------------------------------------------------
 
-    async def _replay(self, subscription: JetStreamContext.PullSubscription) -> int:
-        """Fold the stream up to its end; decide nothing meanwhile."""
-        count = 0
-        while True:
-            try:
-                messages = await subscription.fetch(2000, timeout=0.5)
-            except TimeoutError:
-                return count  # nothing (left) to replay
-            events, _ = decode_batch(messages)
-            self._apply(events)
-            count += len(messages)
-            if messages[-1].metadata.num_pending == 0:
-                return count
-
     async def _live(self, subscription: JetStreamContext.PullSubscription) -> None:
-        stopping = self.runtime.stopping
-        while not stopping.is_set():
-            try:
-                messages = await subscription.fetch(1000, timeout=0.2)
-            except TimeoutError:
-                messages = []
-            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+        while not self.runtime.stopping.is_set():
+            events = await self.bus.next_batch(subscription, wait=0.2)
+            if events is None:
                 return
-            events, _ = decode_batch(messages)
             self._apply(events)
             if events or self.config_changed.is_set():
                 await self._decide(events)
@@ -178,7 +175,9 @@ class AdmissionService:
                         self.scheduler.delete(ref)
                         del self.records[ref.uid]
                 case WorkloadPending():
-                    pass  # our own output: the scheduler recomputes reasons
+                    # Admission's own are echoes; preemption's say why it cannot help yet.
+                    if record is not None and event.source != "admission":
+                        record.on_pending(event)
 
     async def _decide(self, events: Iterable[AnyEvent]) -> None:
         if self.config_changed.is_set():
@@ -223,6 +222,9 @@ class AdmissionService:
                     cluster_queue=decision.cluster_queue or "_",
                     reason=decision.reason,
                     message=decision.message,
+                    priority=self.scheduler.effective_priority(decision.ref),
+                    preemption_may_help=decision.preemption_may_help,
+                    contested=contested_resources(decision, record),
                 )
                 if record is not None:
                     record.on_pending(pending)

@@ -209,16 +209,7 @@ class LocalBackend:
             await self._start_simulated(key, ref, event.generation, parse_duration(simulated))
             return
         spec = workload_spec(obj)
-        pods: list[tuple[str, list[str], dict[str, str], str | None]] = []
-        for pod_set in _admitted_pod_sets(spec.pod_sets, event):
-            argv, env, cwd = pod_commands(spec.pod_specs[pod_set.name])
-            for index in range(pod_set.count):
-                env_for_pod = {
-                    **env,
-                    "BERTH_POD_INDEX": str(index),
-                    "JOB_COMPLETION_INDEX": str(index),
-                }
-                pods.append((f"{pod_set.name}-{index}", argv, env_for_pod, cwd))
+        pods = _local_pods(obj, spec.pod_sets, spec.pod_specs, event)
         if any(not argv for _, argv, _, _ in pods):
             await self._finish(
                 key,
@@ -416,6 +407,33 @@ class LocalBackend:
 def _ref(obj: dict[str, Any]) -> WorkloadRef:
     metadata = obj["metadata"]
     return WorkloadRef(namespace=metadata["namespace"], name=metadata["name"], uid=metadata["uid"])
+
+
+LocalPod = tuple[str, list[str], dict[str, str], str | None]  # name, argv, env, working dir
+
+
+def _local_pods(
+    obj: dict[str, Any],
+    pod_sets: list[PodSet],
+    pod_specs: dict[str, dict[str, Any]],
+    event: WorkloadAdmitted,
+) -> list[LocalPod]:
+    """The processes that stand for a workload's pods on this machine.
+
+    A RayJob is one process: its ``entrypoint`` as a shell command, as the submitter pod
+    would run it; its head and workers only hold quota. Jobs and Pods run each pod's first
+    container.
+    """
+    if obj.get("kind") == "RayJob":
+        entrypoint = str((obj.get("spec") or {}).get("entrypoint") or "")
+        return [("submitter-0", ["sh", "-c", entrypoint] if entrypoint else [], {}, None)]
+    pods: list[LocalPod] = []
+    for pod_set in _admitted_pod_sets(pod_sets, event):
+        argv, env, cwd = pod_commands(pod_specs[pod_set.name])
+        for index in range(pod_set.count):
+            env_for_pod = {**env, "BERTH_POD_INDEX": str(index), "JOB_COMPLETION_INDEX": str(index)}
+            pods.append((f"{pod_set.name}-{index}", argv, env_for_pod, cwd))
+    return pods
 
 
 def _admitted_pod_sets(pod_sets: list[PodSet], event: WorkloadAdmitted) -> list[PodSet]:

@@ -1,0 +1,194 @@
+"""What the preemption service knows: the fold of the config and the event stream.
+
+Running workloads with their usage and priority, the quota tree with that usage, the pending
+workloads that asked for room, and the evictions in flight (victim -> preemptor). Pure: no
+I/O; the service feeds it events and asks it questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from services.preemption.victims import Preemptor, Running
+from shared.config import ClusterQueue, ClusterQueuePolicy, Cohort, ConfigObject, Configuration
+from shared.durations import parse_duration
+from shared.events import (
+    AnyEvent,
+    EvictionRequested,
+    WorkloadAdmitted,
+    WorkloadDeleted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPending,
+    WorkloadRef,
+    WorkloadSubmitted,
+)
+from shared.quota import FlavorResource, QuotaTree
+
+__all__ = ["Cluster", "InFlight", "usage_of"]
+
+
+def usage_of(event: WorkloadAdmitted) -> dict[FlavorResource, int]:
+    """Quota an admission holds, per (flavor, resource)."""
+    usage: dict[FlavorResource, int] = {}
+    for assignment in event.assignments:
+        for resource, amount in assignment.usage.items():
+            key = (assignment.flavors.get(resource, ""), resource)
+            usage[key] = usage.get(key, 0) + amount
+    return usage
+
+
+@dataclass
+class InFlight:
+    """Evictions ordered for one preemptor that have not completed yet."""
+
+    preemptor: Preemptor | None  # None if its pending event predates a restart's replay
+    victims: set[str] = field(default_factory=set)  # uids
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.cluster_queues: dict[str, ClusterQueue] = {}
+        self.cohorts: list[Cohort] = []
+        self.policies: list[ClusterQueuePolicy] = []
+        self.configuration: Configuration | None = None
+        self.tree = QuotaTree.build([], [])
+        self.running: dict[str, Running] = {}  # uid -> admitted workload
+        self.generations: dict[str, int] = {}  # uid -> generation of its current admission
+        self.queue_times: dict[str, float] = {}  # uid -> creation time
+        self.waiting: dict[str, WorkloadPending] = {}  # preemptors that asked for room
+        self.in_flight: dict[str, InFlight] = {}  # preemptor uid -> its evictions
+        self.victim_of: dict[str, str] = {}  # victim uid -> preemptor uid
+
+    # --- config ---------------------------------------------------------------------------
+
+    def set_config(self, objects: Iterable[ConfigObject]) -> None:
+        objects = list(objects)
+        self.cluster_queues = {o.metadata.name: o for o in objects if isinstance(o, ClusterQueue)}
+        self.cohorts = [o for o in objects if isinstance(o, Cohort)]
+        self.policies = [o for o in objects if isinstance(o, ClusterQueuePolicy)]
+        configurations = [o for o in objects if isinstance(o, Configuration)]
+        self.configuration = configurations[0] if configurations else None
+        self._rebuild_tree()
+
+    def _rebuild_tree(self) -> None:
+        self.tree = QuotaTree.build(self.cluster_queues.values(), self.cohorts)
+        for workload in self.running.values():
+            if workload.cluster_queue in self.cluster_queues:
+                self.tree.add_usage(workload.cluster_queue, workload.usage)
+
+    def minimum_run_time(self, cluster_queue: str) -> float:
+        """Seconds a workload in this ClusterQueue runs before it may be preempted (0: off)."""
+        chosen: ClusterQueuePolicy | None = None
+        for policy in self.policies:
+            if cluster_queue in policy.spec.cluster_queues:
+                chosen = policy
+                break
+            if not policy.spec.cluster_queues and chosen is None:
+                chosen = policy  # the default, unless one names this queue
+        if chosen is None or chosen.spec.minimum_run_time is None:
+            return 0.0
+        return parse_duration(chosen.spec.minimum_run_time)
+
+    # --- events ---------------------------------------------------------------------------
+
+    def apply(self, event: AnyEvent) -> None:
+        """Fold one event; idempotent, so replays and redeliveries change nothing."""
+        uid = event.workload.uid
+        match event:
+            case WorkloadSubmitted():
+                self.queue_times.setdefault(uid, event.created.timestamp())
+            case WorkloadAdmitted():
+                if self.generations.get(uid, 0) >= event.generation:
+                    return
+                self._release(uid)
+                self.generations[uid] = event.generation
+                running = Running(
+                    ref=event.workload,
+                    cluster_queue=event.cluster_queue,
+                    priority=event.priority,
+                    queue_time=self.queue_times.get(uid, event.time.timestamp()),
+                    admitted_at=event.time.timestamp(),
+                    usage=usage_of(event),
+                )
+                self.running[uid] = running
+                if event.cluster_queue in self.cluster_queues:
+                    self.tree.add_usage(event.cluster_queue, running.usage)
+                self.waiting.pop(uid, None)
+                self.in_flight.pop(uid, None)  # a preemptor got its room
+            case WorkloadFinished() | WorkloadEvicted():
+                if self.generations.get(uid) == event.generation:
+                    self._release(uid)
+            case WorkloadDeleted():
+                self._release(uid)
+                self.waiting.pop(uid, None)
+                self.in_flight.pop(uid, None)
+            case EvictionRequested():
+                if uid in self.running and event.preemptor is not None:
+                    preemptor_uid = event.preemptor.uid
+                    self.victim_of[uid] = preemptor_uid
+                    flight = self.in_flight.get(preemptor_uid)
+                    if flight is None:
+                        pending = self.waiting.get(preemptor_uid)
+                        flight = InFlight(None if pending is None else self.preemptor(pending))
+                        self.in_flight[preemptor_uid] = flight
+                    flight.victims.add(uid)
+            case WorkloadPending():
+                if event.source == "admission":
+                    if event.preemption_may_help and event.contested:
+                        self.waiting[uid] = event
+                    else:
+                        self.waiting.pop(uid, None)
+
+    def _release(self, uid: str) -> None:
+        running = self.running.pop(uid, None)
+        if running is not None and running.cluster_queue in self.cluster_queues:
+            self.tree.remove_usage(running.cluster_queue, running.usage)
+        preemptor = self.victim_of.pop(uid, None)
+        if preemptor is not None:
+            flight = self.in_flight.get(preemptor)
+            if flight is not None:
+                flight.victims.discard(uid)
+
+    # --- questions --------------------------------------------------------------------------
+
+    def preemptor(self, pending: WorkloadPending) -> Preemptor:
+        ref: WorkloadRef = pending.workload
+        return Preemptor(
+            ref=ref,
+            cluster_queue=pending.cluster_queue,
+            priority=pending.priority,
+            queue_time=self.queue_times.get(ref.uid, pending.time.timestamp()),
+            needs={(c.flavor, c.resource): c.amount for c in pending.contested},
+        )
+
+    def busy(self, preemptor_uid: str) -> bool:
+        """Whether evictions ordered for this preemptor are still in flight."""
+        flight = self.in_flight.get(preemptor_uid)
+        return flight is not None and bool(flight.victims)
+
+    def candidates(self) -> list[Running]:
+        """Running workloads that may be chosen: not already someone else's victim."""
+        return [w for uid, w in self.running.items() if uid not in self.victim_of]
+
+    def reserve_for_in_flight(self, sign: int) -> None:
+        """Apply (sign=1) or undo (sign=-1) the room promised to preemptors whose victims
+        are leaving: their victims' usage goes and their own needs come, so that no second
+        preemptor counts on the same room."""
+        for flight in self.in_flight.values():
+            if not flight.victims:
+                continue
+            for victim in flight.victims:
+                running = self.running.get(victim)
+                if running is not None and running.cluster_queue in self.cluster_queues:
+                    if sign > 0:
+                        self.tree.remove_usage(running.cluster_queue, running.usage)
+                    else:
+                        self.tree.add_usage(running.cluster_queue, running.usage)
+            preemptor = flight.preemptor
+            if preemptor is not None and preemptor.cluster_queue in self.cluster_queues:
+                if sign > 0:
+                    self.tree.add_usage(preemptor.cluster_queue, preemptor.needs)
+                else:
+                    self.tree.remove_usage(preemptor.cluster_queue, preemptor.needs)

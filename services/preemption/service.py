@@ -1,0 +1,238 @@
+"""The preemption service: chooses victims when a pending workload can only fit by eviction.
+
+Like admission, its state is the fold of the config bucket and the event stream, replayed
+from the start before it acts. Admission's ``WorkloadPending`` with ``preemption_may_help``
+names a preemptor and the flavor-resources it needs; the service runs the victim search and
+publishes one ``EvictionRequested`` per victim (id ``evict-<uid>-<generation>``, so no
+redelivery or re-evaluation ever evicts a workload twice). The watcher stops the victims;
+their ``WorkloadEvicted`` frees the quota and admission admits the preemptor.
+
+No thrashing: while a preemptor's evictions are in flight it gets no further victims, and the
+room they free is reserved for it in every other search. A preemptor preemption cannot help
+is told why (a ``WorkloadPending`` from source "preemption") and looked at again only when
+something changes: a config change, its evictions completing, or the end of a victim's
+minimum run time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import msgspec
+from nats.js.kv import KeyValue
+
+from services.preemption import metrics
+from services.preemption.cluster import Cluster
+from services.preemption.victims import Running, SearchResult, find_victims
+from shared.bus import CONFIG_BUCKET, BucketWatch, live_value
+from shared.config import ConfigError, ConfigObject, decode_object
+from shared.events import (
+    AnyEvent,
+    Event,
+    EvictionRequested,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPending,
+)
+from shared.logging import get_logger
+from shared.service import Runtime
+
+__all__ = ["PreemptionService"]
+
+log = get_logger("preemption")
+
+SUBJECTS = ("berth.wl.>", "berth.cq.*.admitted.>", "berth.cq.*.evict.>", "berth.cq.*.pending.>")
+# After a preemptor's victims are gone, give admission this long to admit it before looking
+# again (it may have lost the room to a higher-priority workload meanwhile).
+SETTLE_SECONDS = 1.0
+
+_BECAUSE = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+    "InCohortFairSharing": "fair sharing within the cohort",
+}
+
+
+class PreemptionService:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.bus = runtime.bus
+        self.cluster = Cluster()
+        self.config: dict[str, ConfigObject] = {}
+        self.config_changed = False
+        self.due: dict[str, float] = {}  # preemptor uid -> when to look at it (monotonic)
+        self.told: dict[str, str] = {}  # preemptor uid -> last "cannot help" message sent
+
+    async def run(self) -> None:
+        watch, initial = await BucketWatch.start(await self.bus.kv(CONFIG_BUCKET))
+        for entry in initial:
+            self._observe_config(entry)
+        self.cluster.set_config(self.config.values())
+        self.runtime.spawn(
+            watch.follow(self._config_entry, stopping=self.runtime.stopping),
+            name="preemption.config",
+        )
+        subscription = await self.bus.replay_subscription(SUBJECTS)
+        await self.bus.replay_to_end(subscription, lambda events: self._fold(events, live=False))
+        now = time.monotonic()
+        self.due = {uid: now for uid in self.cluster.waiting}
+        self.runtime.set_ready()
+        while not self.runtime.stopping.is_set():
+            # A short timeout: a protection that ends must be looked at even when all is quiet.
+            events = await self.bus.next_batch(subscription, wait=0.25)
+            if events is None:
+                return
+            self._fold(events, live=True)
+            await self._evaluate_due()
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def _observe_config(self, entry: KeyValue.Entry) -> None:
+        value = live_value(entry)
+        if value is None:
+            self.config.pop(entry.key, None)
+            return
+        try:
+            self.config[entry.key] = decode_object(value)
+        except (ConfigError, msgspec.DecodeError) as error:
+            log.error("invalid_config_object", key=entry.key, reason=str(error))
+
+    async def _config_entry(self, entry: KeyValue.Entry) -> None:
+        self._observe_config(entry)
+        self.config_changed = True
+
+    def _fold(self, events: list[AnyEvent], *, live: bool) -> None:
+        if self.config_changed:
+            self.config_changed = False
+            self.cluster.set_config(self.config.values())
+            now = time.monotonic()
+            self.due.update({uid: now for uid in self.cluster.waiting})
+        for event in events:
+            victim_of = self.cluster.victim_of.get(event.workload.uid)
+            self.cluster.apply(event)
+            if not live:
+                continue
+            uid = event.workload.uid
+            if isinstance(event, WorkloadPending) and uid in self.cluster.waiting:
+                self.due[uid] = time.monotonic()
+            elif isinstance(event, WorkloadEvicted | WorkloadFinished) and victim_of is not None:
+                if not self.cluster.busy(victim_of) and victim_of in self.cluster.waiting:
+                    self.due[victim_of] = time.monotonic() + SETTLE_SECONDS
+
+    # --- decisions ------------------------------------------------------------------------
+
+    async def _evaluate_due(self) -> None:
+        now = time.monotonic()
+        ready = sorted(uid for uid, when in self.due.items() if when <= now)
+        outgoing: list[Event] = []
+        for uid in ready:
+            del self.due[uid]
+            outgoing.extend(self._evaluate(uid))
+        if outgoing:
+            await self.bus.publish_many(outgoing)
+
+    def _evaluate(self, uid: str) -> list[Event]:
+        pending = self.cluster.waiting.get(uid)
+        if pending is None or self.cluster.busy(uid):
+            return []  # admitted meanwhile, or its victims are still leaving
+        wall = time.time()
+
+        def protected(workload: Running) -> bool:
+            minimum = self.cluster.minimum_run_time(workload.cluster_queue)
+            return minimum > 0 and wall - workload.admitted_at < minimum
+
+        started = time.perf_counter()
+        result = self._search(preemptor_pending=pending, protected=protected)
+        metrics.SEARCH_SECONDS.observe(time.perf_counter() - started)
+        if result.victims:
+            return self._evict(pending, result)
+        message = result.message
+        unprotected = self._search(preemptor_pending=pending, protected=lambda _: False)
+        if unprotected.victims:
+            ends = [
+                v.workload.admitted_at + self.cluster.minimum_run_time(v.workload.cluster_queue)
+                for v in unprotected.victims
+                if protected(v.workload)
+            ]
+            if ends:
+                until = max(ends)
+                self.due[uid] = time.monotonic() + max(0.0, until - wall) + 0.05
+                when = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                message = (
+                    f"preemption must wait: {len(ends)} candidate workload(s) are protected by"
+                    f" the minimum run time until {when}"
+                )
+        if self.told.get(uid) == message:
+            return []
+        self.told[uid] = message
+        log.info(
+            "preemption_cannot_help",
+            workload=pending.workload.key,
+            queue=pending.cluster_queue,
+            reason=message,
+        )
+        return [
+            WorkloadPending(
+                source="preemption",
+                workload=pending.workload,
+                cluster_queue=pending.cluster_queue,
+                reason="Pending",
+                message=f"{pending.message}; {message}",
+                priority=pending.priority,
+            )
+        ]
+
+    def _search(
+        self, *, preemptor_pending: WorkloadPending, protected: Callable[[Running], bool]
+    ) -> SearchResult:
+        cluster = self.cluster
+        cluster.reserve_for_in_flight(+1)
+        try:
+            configuration = cluster.configuration
+            return find_victims(
+                tree=cluster.tree,
+                cluster_queues=cluster.cluster_queues,
+                preemptor=cluster.preemptor(preemptor_pending),
+                running=cluster.candidates(),
+                protected=protected,
+                fair_sharing=None if configuration is None else configuration.spec.fair_sharing,
+            )
+        finally:
+            cluster.reserve_for_in_flight(-1)
+
+    def _evict(self, pending: WorkloadPending, result: SearchResult) -> list[Event]:
+        events: list[Event] = []
+        preemptor = pending.workload
+        for victim in result.victims:
+            workload = victim.workload
+            generation = self.cluster.generations.get(workload.ref.uid, 0)
+            event = EvictionRequested(
+                id=f"evict-{workload.ref.uid}-{generation}",
+                source="preemption",
+                workload=workload.ref,
+                cluster_queue=workload.cluster_queue,
+                generation=generation,
+                reason="Preempted",
+                detail=victim.reason,
+                message=(
+                    f"Preempted to accommodate a workload (UID: {preemptor.uid},"
+                    f" name: {preemptor.key}) due to {_BECAUSE[victim.reason]}"
+                ),
+                preemptor=preemptor,
+            )
+            self.cluster.apply(event)  # in memory now, so nothing else counts on this room
+            events.append(event)
+            metrics.PREEMPTED.labels(reason=victim.reason).inc()
+            log.info(
+                "preempting",
+                workload=workload.ref.key,
+                queue=workload.cluster_queue,
+                reason=victim.reason,
+                preemptor=preemptor.key,
+                preemptor_queue=pending.cluster_queue,
+            )
+        self.told.pop(preemptor.uid, None)
+        return events

@@ -1,0 +1,119 @@
+"""Removing candidates from the quota tree until the preemptor fits (Kueue's
+minimalPreemptions and fillBackWorkloads).
+
+The search works on the caller's tree in place: remove_usage / add_usage are exact inverses
+(a node's share in its parent is a function of its own usage only), so restoring is adding
+back what was removed. That is much cheaper than copying a tree per search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from services.preemption.model import Reason, Running, Victim
+from services.preemption.ordering import is_borrowing
+from shared.quota import FlavorResource, QuotaNode, QuotaTree
+
+__all__ = ["Simulation"]
+
+
+class Simulation:
+    """The preemptor's view of the tree while candidates are taken out and put back."""
+
+    __slots__ = ("contested", "needs", "node", "queue", "removed", "tree")
+
+    def __init__(
+        self,
+        tree: QuotaTree,
+        queue: str,
+        needs: Mapping[FlavorResource, int],
+        contested: frozenset[FlavorResource],
+    ) -> None:
+        self.tree = tree
+        self.queue = queue
+        self.node: QuotaNode = tree.cluster_queues[queue]
+        self.needs = [(fr, value) for fr, value in needs.items() if value]
+        self.contested = contested
+        # What is out of the tree right now, by identity (Running's equality compares usage).
+        self.removed: dict[int, Running] = {}
+
+    def fits(self, allow_borrowing: bool) -> bool:
+        """workloadFits: every need within what is available; without borrowing, also within
+        the ClusterQueue's own nominal quota."""
+        node, tree, queue = self.node, self.tree, self.queue
+        for fr, value in self.needs:
+            if not allow_borrowing and node.usage.get(fr, 0) + value > node.subtree.get(fr, 0):
+                return False
+            if value > tree.available(queue, fr[0], fr[1]):
+                return False
+        return True
+
+    def remove(self, w: Running) -> None:
+        self.tree.remove_usage(w.cluster_queue, w.usage)
+        self.removed[id(w)] = w
+
+    def add(self, w: Running) -> None:
+        self.tree.add_usage(w.cluster_queue, w.usage)
+        del self.removed[id(w)]
+
+    def restore(self) -> None:
+        """Put every removed workload back: the tree is as the caller gave it."""
+        for w in self.removed.values():
+            self.tree.add_usage(w.cluster_queue, w.usage)
+        self.removed.clear()
+
+    def borrowing(self, queue: str) -> bool:
+        return is_borrowing(self.tree.cluster_queues[queue], self.contested)
+
+    def minimal(
+        self,
+        candidates: Sequence[Running],
+        allow_borrowing: bool,
+        threshold: int | None = None,
+    ) -> list[Victim]:
+        """Take candidates out in order until the preemptor fits, then fill back.
+
+        Candidates from other ClusterQueues are skipped once their queue no longer borrows.
+        With ``threshold`` (borrowWithinCohort), removing an other-queue candidate at or above
+        it forbids borrowing for the rest of this attempt; the ones below are reclaimed while
+        borrowing. Leaves the tree as it found it.
+        """
+        own = self.queue
+        victims: list[Victim] = []
+        fits = False
+        try:
+            for w in candidates:
+                reason: Reason = "InClusterQueue"
+                if w.cluster_queue != own:
+                    if not self.borrowing(w.cluster_queue):
+                        continue
+                    reason = "InCohortReclamation"
+                    if threshold is not None:
+                        if w.priority >= threshold:
+                            allow_borrowing = False
+                        else:
+                            reason = "InCohortReclaimWhileBorrowing"
+                self.remove(w)
+                victims.append(Victim(w, reason))
+                if self.fits(allow_borrowing):
+                    fits = True
+                    break
+            if not fits:
+                return []
+            return self.fill_back(victims, allow_borrowing)
+        finally:
+            self.restore()
+
+    def fill_back(self, victims: list[Victim], allow_borrowing: bool) -> list[Victim]:
+        """fillBackWorkloads: in reverse order (the last one removed excepted), put back each
+        victim the preemptor can do without."""
+        kept = list(victims)
+        for i in range(len(kept) - 2, -1, -1):
+            w = kept[i].workload
+            self.add(w)
+            if self.fits(allow_borrowing):
+                kept[i] = kept[-1]  # Kueue's O(1) removal: the last victim takes slot i
+                kept.pop()
+            else:
+                self.remove(w)
+        return kept

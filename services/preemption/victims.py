@@ -1,0 +1,133 @@
+"""The preemption victim search: Kueue's classical preemption (GetTargets) and its fair-sharing
+variant, as a pure function over the quota tree. No I/O, no asyncio.
+
+Kueue's attempt order, once the candidates are known and sorted:
+
+1. all candidates in the preemptor's own ClusterQueue: one attempt, borrowing allowed;
+2. fair sharing enabled: fairPreemptions;
+3. borrowWithinCohort LowerPriority: one attempt with borrowing; unless the ClusterQueue is
+   under nominal quota in every contested flavor-resource, other-queue candidates must be
+   below the threshold (min(preemptor priority, maxPriorityThreshold + 1));
+4. otherwise: if under nominal, an attempt without borrowing over all candidates (reclaim);
+   if that fails, an attempt with borrowing over the own ClusterQueue's candidates only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from services.preemption.fair_sharing import fair_preemptions, weight_of
+from services.preemption.model import Preemptor, Running, SearchResult, Victim
+from services.preemption.ordering import find_candidates
+from services.preemption.simulation import Simulation
+from shared.config import ClusterQueue, ClusterQueuePreemption, FairSharingSettings
+from shared.quota import FlavorResource, QuotaNode, QuotaTree
+
+__all__ = ["Preemptor", "Running", "SearchResult", "Victim", "find_victims"]
+
+NO_CANDIDATES = (
+    "Workload requires preemption, but there are no candidate workloads allowed for preemption"
+)
+NO_FIT = "preempting every allowed candidate would not free enough quota for the workload"
+
+
+def find_victims(
+    *,
+    tree: QuotaTree,
+    cluster_queues: Mapping[str, ClusterQueue],
+    preemptor: Preemptor,
+    running: Iterable[Running],
+    protected: Callable[[Running], bool] = lambda _: False,
+    fair_sharing: FairSharingSettings | None = None,
+) -> SearchResult:
+    """The workloads to evict so that ``preemptor`` fits, each with its Preempted reason.
+
+    ``tree`` holds the usage of every running workload (evicting ones included); it is used
+    for the simulation and left exactly as it was.
+    """
+    own = preemptor.cluster_queue
+    node = tree.cluster_queues.get(own)
+    spec = cluster_queues.get(own)
+    if node is None or spec is None:
+        return SearchResult((), f"ClusterQueue {own} not found")
+    contested = _contested(tree, node, preemptor.needs)
+    if not contested:
+        return SearchResult((), "the workload fits without preemption")
+    policy = spec.spec.preemption
+    candidates = find_candidates(tree, policy, preemptor, running, contested, protected)
+    if not candidates:
+        return SearchResult((), NO_CANDIDATES)
+    sim = Simulation(tree, own, preemptor.needs, contested)
+    victims = _search(sim, node, policy, preemptor, candidates, cluster_queues, fair_sharing)
+    if not victims:
+        return SearchResult((), NO_FIT)
+    return SearchResult(tuple(victims), _summary(victims))
+
+
+def _contested(
+    tree: QuotaTree, node: QuotaNode, needs: Mapping[FlavorResource, int]
+) -> frozenset[FlavorResource]:
+    """Flavor-resources where the preemptor does not fit now (Kueue: assignment mode Preempt)."""
+    return frozenset(
+        fr for fr, value in needs.items() if value > tree.available(node.name, fr[0], fr[1])
+    )
+
+
+def _threshold(policy: ClusterQueuePreemption, priority: int) -> int | None:
+    """canBorrowWithinCohort: other-queue victims must be below this to allow borrowing."""
+    borrow = policy.borrow_within_cohort
+    if borrow.policy == "Never":
+        return None
+    limit = borrow.max_priority_threshold
+    if limit is not None and limit < priority:
+        return limit + 1
+    return priority
+
+
+def _under_nominal(node: QuotaNode, contested: frozenset[FlavorResource]) -> bool:
+    """queueUnderNominalInResourcesNeedingPreemption."""
+    for fr in contested:
+        quota = node.quotas.get(fr)
+        if node.usage.get(fr, 0) >= (0 if quota is None else quota.nominal):
+            return False
+    return True
+
+
+def _search(
+    sim: Simulation,
+    node: QuotaNode,
+    policy: ClusterQueuePreemption,
+    preemptor: Preemptor,
+    candidates: list[Running],
+    cluster_queues: Mapping[str, ClusterQueue],
+    fair_sharing: FairSharingSettings | None,
+) -> list[Victim]:
+    own = preemptor.cluster_queue
+    same_queue = [w for w in candidates if w.cluster_queue == own]
+    if len(same_queue) == len(candidates):
+        return sim.minimal(candidates, allow_borrowing=True)
+    threshold = _threshold(policy, preemptor.priority)
+    if fair_sharing is not None and fair_sharing.enable:
+        queues = {w.cluster_queue for w in candidates} | {own}
+        weights = {name: weight_of(cluster_queues.get(name)) for name in queues}
+        return fair_preemptions(
+            sim, weights, candidates, fair_sharing.preemption_strategies, threshold
+        )
+    under_nominal = _under_nominal(node, sim.contested)
+    if threshold is not None:
+        if not under_nominal:
+            candidates = [w for w in candidates if w.cluster_queue == own or w.priority < threshold]
+        return sim.minimal(candidates, allow_borrowing=True, threshold=threshold)
+    if under_nominal:
+        victims = sim.minimal(candidates, allow_borrowing=False)
+        if victims:
+            return victims
+    return sim.minimal(same_queue, allow_borrowing=True)
+
+
+def _summary(victims: list[Victim]) -> str:
+    counts: dict[str, int] = {}
+    for victim in victims:
+        counts[victim.reason] = counts.get(victim.reason, 0) + 1
+    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items()))
+    return f"preempting {len(victims)} workload(s): {reasons}"

@@ -1,0 +1,131 @@
+"""Admission end to end on `berth up`: cohorts, borrowing, positions, live quota changes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import FIXTURES, Stack, berth
+from tests.e2e import condition, event_log, eventually, get_json, is_admitted, peak_usage
+
+
+def _job(name: str, namespace: str, *, cpu: str, seconds: int = 3600) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"kueue.x-k8s.io/queue-name": "local-queue"},
+            },
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "main",
+                                "command": ["sleep", str(seconds)],
+                                "resources": {"requests": {"cpu": cpu}},
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    )
+
+
+def _submit(url: str, tmp_path: Path, name: str, body: str) -> None:
+    path = tmp_path / f"{name}.json"
+    path.write_text(body)
+    berth("submit", "-f", str(path), url=url)
+
+
+def _queues(url: str) -> dict[str, dict[str, Any]]:
+    return {q["metadata"]["name"]: q for q in get_json(url, "clusterqueues")}
+
+
+def test_seed_004_borrowing_positions_and_live_quota(stack: Stack, tmp_path: Path) -> None:
+    """Team B borrows the shared CPUs; what does not fit waits with numbers and positions;
+    lowering the quota evicts nothing; raising it admits at once; a busy CQ is not deleted."""
+    url = stack.url
+    berth("apply", "-f", str(FIXTURES / "seed004-kueue-resources.yaml"), url=url)
+    _submit(url, tmp_path, "b1", _job("b1", "team-b", cpu="4"))
+    _submit(url, tmp_path, "b2", _job("b2", "team-b", cpu="4"))
+    _submit(url, tmp_path, "b3", _job("b3", "team-b", cpu="4"))
+
+    def two_admitted() -> dict[str, dict[str, Any]]:
+        workloads = {w["metadata"]["name"]: w for w in get_json(url, "workloads", "-n", "team-b")}
+        assert [n for n, w in sorted(workloads.items()) if is_admitted(w)] == ["b1", "b2"]
+        reserved = condition(workloads["b3"], "QuotaReserved")
+        assert reserved is not None
+        assert "insufficient unused quota for cpu in flavor default-flavor, 2 more needed" in reserved["message"]
+        return workloads
+
+    workloads = eventually(two_admitted)
+    assert workloads["b3"]["status"]["berth"]["positionInClusterQueue"] == 0
+    team_b = _queues(url)["team-b-cq"]["status"]
+    cpu = next(r for f in team_b["flavorsUsage"] for r in f["resources"] if r["name"] == "cpu")
+    assert cpu == {"name": "cpu", "total": "8", "borrowed": "8"}
+
+    wide = berth("get", "workloads", "-n", "team-b", "-o", "wide", url=url).stdout
+    assert "POSITION IN CQ" in wide and "2 more needed" in wide
+    pending = berth("get", "pending", "team-b-cq", url=url).stdout
+    assert "b3" in pending and "b1" not in pending
+    local = {q["metadata"]["name"]: q for q in get_json(url, "localqueues", "-n", "team-b")}
+    assert local["local-queue"]["status"]["admittedWorkloads"] == 2
+
+    # Lower the shared quota under the usage: nothing is evicted by that alone.
+    lowered = (FIXTURES / "seed004-kueue-resources.yaml").read_text().replace(
+        'name: "cpu"\n              nominalQuota: 10', 'name: "cpu"\n              nominalQuota: 4'
+    )
+    assert lowered != (FIXTURES / "seed004-kueue-resources.yaml").read_text()
+    (tmp_path / "lowered.yaml").write_text(lowered)
+    assert "clusterqueue.kueue.x-k8s.io/shared-cq configured" in berth(
+        "apply", "-f", str(tmp_path / "lowered.yaml"), url=url
+    ).stdout
+    raised = lowered.replace(
+        'name: "cpu"\n              nominalQuota: 4', 'name: "cpu"\n              nominalQuota: 12'
+    )
+    (tmp_path / "raised.yaml").write_text(raised)
+    eventually(lambda: sum(is_admitted(w) for w in get_json(url, "workloads", "-n", "team-b")) == 2)
+    berth("apply", "-f", str(tmp_path / "raised.yaml"), url=url)
+    eventually(lambda: all(is_admitted(w) for w in get_json(url, "workloads", "-n", "team-b")))
+
+    refused = berth("delete", "clusterqueue", "team-b-cq", url=url, check=False)
+    assert refused.returncode != 0 and "3 workload(s) holding quota" in refused.stderr
+    assert "team-b-cq" in _queues(url)
+
+    events = event_log(url)
+    from shared.events import WorkloadEvicted
+
+    assert not [e for e in events if isinstance(e, WorkloadEvicted)]
+    cohort = {"team-a-cq": "team-ab", "team-b-cq": "team-ab", "shared-cq": "team-ab"}
+    assert peak_usage(events, groups=cohort)[("team-ab", "default-flavor", "cpu")] == 12_000
+
+
+def test_namespace_selector_keeps_other_teams_out(stack: Stack, tmp_path: Path) -> None:
+    """A ClusterQueue whose namespaceSelector does not match the namespace admits nothing."""
+    url = stack.url
+    berth("apply", "-f", str(FIXTURES / "seed004-kueue-resources.yaml"), url=url)
+    wrong = (tmp_path / "lq.yaml")
+    wrong.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: sneaky, namespace: team-b}\n"
+        "spec: {clusterQueue: team-a-cq}\n"
+    )
+    berth("apply", "-f", str(wrong), url=url)
+    body = _job("sneak", "team-b", cpu="1").replace('"local-queue"', '"sneaky"')
+    _submit(url, tmp_path, "sneak", body)
+
+    def refused() -> bool:
+        [workload] = get_json(url, "workloads", "-n", "team-b")
+        reserved = condition(workload, "QuotaReserved")
+        assert reserved is not None and "doesn't match ClusterQueue selector" in reserved["message"]
+        return True
+
+    eventually(refused)
+    assert berth("delete", "localqueue", "sneaky", "-n", "team-b", url=url).stdout.strip() == (
+        "localqueue.kueue.x-k8s.io/sneaky deleted"
+    )
