@@ -47,7 +47,7 @@ CONFIG_BUCKET = "berth-config"  # Kueue objects applied with `berth apply`
 OBJECTS_BUCKET = "berth-objects"  # the local backend's "API server": submitted Jobs and Pods
 JOBS_BUCKET = "berth-jobs"  # managed jobs, owned by recovery
 # Events are stored; `berth.api.>` is core request/reply (status queries) and is not.
-STREAM_SUBJECTS = ("berth.wl.>", "berth.cq.>", "berth.job.>")
+STREAM_SUBJECTS = ("berth.wl.>", "berth.cq.>", "berth.job.>", "berth.cmd.>")
 API_SUBJECT = "berth.api"
 DUPLICATE_WINDOW_S = 120.0
 PUBLISH_ATTEMPTS = 5

@@ -280,13 +280,14 @@ class AgeingPolicy(_Spec):
     """How a preempted managed job's effective priority grows while it waits (see docs)."""
 
     # Priority points gained per minute since the job was first preempted; 0 turns ageing off.
-    priority_per_minute: int = 0
+    priority_per_minute: int = 10
     # The boost never exceeds this; None means no cap.
     max_boost: int | None = None
     # Whether a boosted job may preempt with its boost (off: no ping-pong with its preemptor).
     boost_can_preempt: bool = False
-    # After waiting this long, the job gets a reservation: nothing new is admitted ahead of it.
-    reserve_after: str | None = None
+    # After waiting this long, the job gets a reservation: nothing new is admitted ahead of it
+    # (null turns it off). This is what bounds the wait; see docs/ageing.md.
+    reserve_after: str | None = "10m"
 
 
 class ClusterQueuePolicySpec(_Spec):

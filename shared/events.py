@@ -30,10 +30,14 @@ import msgspec
 __all__ = [
     "SUBJECT_ROOT",
     "ContestedResource",
+    "CreateWorkload",
+    "DeleteWorkload",
     "Event",
     "EvictionRequested",
     "FlavorAssignment",
+    "JobStatusChanged",
     "PodSet",
+    "PriorityBoosted",
     "WorkloadAdmitted",
     "WorkloadDeleted",
     "WorkloadEvicted",
@@ -200,6 +204,33 @@ class WorkloadDeleted(Event, frozen=True, kw_only=True, tag="WorkloadDeleted"):
     """The workload's object is gone and nothing of it runs any more."""
 
 
+class CreateWorkload(Event, frozen=True, kw_only=True, tag="CreateWorkload"):
+    """Recovery asks the watcher to create a workload object (a managed job's attempt)."""
+
+    object: dict[str, Any]  # the Job/Pod/RayJob, metadata.uid set by the requester
+
+
+class DeleteWorkload(Event, frozen=True, kw_only=True, tag="DeleteWorkload"):
+    """Recovery asks the watcher to delete a workload object (a cancelled managed job)."""
+
+
+class PriorityBoosted(Event, frozen=True, kw_only=True, tag="PriorityBoosted"):
+    """Recovery's ageing boost for a preempted managed job's workload (see docs/ageing.md)."""
+
+    boost: int
+    reserved: bool = False  # nothing else in its ClusterQueue goes first while it waits
+    can_preempt: bool = False  # whether the boost counts when it asks for preemption
+
+
+class JobStatusChanged(Event, frozen=True, kw_only=True, tag="JobStatusChanged"):
+    """A managed job moved to another status (SkyPilot's statuses)."""
+
+    job_id: int
+    status: str
+    recoveries: int
+    message: str = ""
+
+
 AnyEvent = (
     WorkloadSubmitted
     | WorkloadPending
@@ -209,6 +240,10 @@ AnyEvent = (
     | EvictionRequested
     | WorkloadEvicted
     | WorkloadDeleted
+    | CreateWorkload
+    | DeleteWorkload
+    | PriorityBoosted
+    | JobStatusChanged
 )
 
 _encoder = msgspec.json.Encoder()
@@ -224,6 +259,10 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
     WorkloadPending: ("cq", "pending"),
     WorkloadAdmitted: ("cq", "admitted"),
     EvictionRequested: ("cq", "evict"),
+    CreateWorkload: ("cmd", "create"),
+    DeleteWorkload: ("cmd", "delete"),
+    PriorityBoosted: ("job", "boost"),
+    JobStatusChanged: ("job", "status"),
 }
 
 
@@ -239,7 +278,9 @@ def subject_for(event: Event) -> str:
     if family == "cq":
         queue = subject_token(getattr(event, "cluster_queue", ""))
         return f"{SUBJECT_ROOT}.cq.{queue}.{verb}.{tail}"
-    return f"{SUBJECT_ROOT}.wl.{verb}.{tail}"
+    if isinstance(event, JobStatusChanged):
+        return f"{SUBJECT_ROOT}.job.status.{event.job_id}"
+    return f"{SUBJECT_ROOT}.{family}.{verb}.{tail}"
 
 
 def encode_event(event: Event) -> bytes:

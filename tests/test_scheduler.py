@@ -833,3 +833,21 @@ def test_statuses_and_views() -> None:
     assert views["b"].reason == "Pending"
     s.finish(ref("a"))
     assert {v.ref.name: v.state for v in s.workload_views()}["a"] == "finished"
+
+
+def test_reservation_holds_released_quota_for_a_starving_workload() -> None:
+    """A reserved workload goes first and, while it does not fit, small ones cannot pass it."""
+    s = scheduler(simple(cpu=4), wl("running", cpu=3, t=0))
+    assert admitted(s.schedule()) == ["running"]
+    s.submit(wl("big", cpu=4, t=1))
+    s.submit(wl("small", cpu=1, t=2, priority=5))
+    assert admitted(s.schedule()) == ["small"]  # best effort: small passes the big one
+    s.finish(ref("small"))
+    s.set_boost(ref("big"), 0, reserved=True)
+    s.submit(wl("small-2", cpu=1, t=3, priority=5))
+    assert admitted(s.schedule()) == []  # held back: the reservation collects freed quota
+    s.finish(ref("running"))
+    assert admitted(s.schedule()) == ["big"]
+    s.set_boost(ref("big"), 0, reserved=False)
+    s.finish(ref("big"))
+    assert admitted(s.schedule()) == ["small-2"]

@@ -20,6 +20,9 @@ class QueuedWorkload:
     priority_class_name: str = ""  # scheduling.k8s.io PriorityClass (pod priorityClassName)
     priority: int | None = None  # pod spec priority set directly
     boost: int = 0  # ageing boost added to the base priority
+    # Reserved (a starving managed job): it goes first in its ClusterQueue and, while it does
+    # not fit, nothing behind it is admitted, so released quota accumulates for it.
+    reserved: bool = False
 
 
 @dataclass(frozen=True, slots=True)

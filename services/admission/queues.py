@@ -33,8 +33,12 @@ PENDING, ADMITTED, FINISHED = 0, 1, 2
 OrderKey = tuple[int, float, str]
 
 
-def order_key(priority: int, queue_time: float, uid: str) -> OrderKey:
-    return (-priority, queue_time, uid)
+# Added to a reserved workload's priority so that it sorts before any unreserved one.
+RESERVATION_RANK = 1 << 40
+
+
+def order_key(priority: int, queue_time: float, uid: str, *, reserved: bool = False) -> OrderKey:
+    return (-(priority + RESERVATION_RANK if reserved else priority), queue_time, uid)
 
 
 class Record:

@@ -228,7 +228,9 @@ class Scheduler:
             )
             return
         record.cq = cq_name
-        record.key = order_key(record.effective_priority, wl.queue_time, wl.ref.uid)
+        record.key = order_key(
+            record.effective_priority, wl.queue_time, wl.ref.uid, reserved=wl.reserved
+        )
         self._queues[cq_name].push(record)
         lq = (namespace, lq_name)
         self._lq_pending[lq] = self._lq_pending.get(lq, 0) + 1
@@ -360,11 +362,13 @@ class Scheduler:
             self._unqueue(record)
         del self._records[ref.uid]
 
-    def set_boost(self, ref: WorkloadRef, boost: int) -> None:
+    def set_boost(self, ref: WorkloadRef, boost: int, *, reserved: bool = False) -> None:
+        """Change a workload's ageing boost (and reservation); it is re-queued in order."""
         record = self._records.get(ref.uid)
-        if record is None or record.wl.boost == boost:
+        if record is None or (record.wl.boost, record.wl.reserved) == (boost, reserved):
             return
         record.wl.boost = boost
+        record.wl.reserved = reserved
         if record.state == PENDING and record.key is not None:
             self._unqueue(record)
             self._place(record)
@@ -465,8 +469,9 @@ class Scheduler:
                     result.preemption_may_help,
                     result.preempt_flavors,
                 )
-                if queue.strict:
-                    queue.blocked = True  # StrictFIFO: nothing behind it may pass
+                if queue.strict or record.wl.reserved:
+                    # StrictFIFO, or a reservation: nothing behind it may pass.
+                    queue.blocked = True
                     continue
                 queue.park(record)
             following = queue.head()

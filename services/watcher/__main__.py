@@ -10,8 +10,14 @@ from shared.service import Runtime, run_service
 
 async def main(runtime: Runtime) -> None:
     backend_name = os.environ.get("BERTH_WATCHER_BACKEND", "local")
+    if backend_name == "kubernetes":
+        # Imported here: the local backend must not need a kubeconfig to start.
+        from services.watcher.kube.backend import run_kubernetes
+
+        await run_kubernetes(runtime)
+        return
     if backend_name != "local":
-        raise SystemExit(f"BERTH_WATCHER_BACKEND={backend_name!r} is not available yet (use local)")
+        raise SystemExit(f"unknown BERTH_WATCHER_BACKEND={backend_name!r} (local or kubernetes)")
     await LocalBackend(runtime, stop_grace=stop_grace_from_env()).run()
 
 

@@ -1,0 +1,540 @@
+"""The watcher's cluster backend: Jobs, Pods and RayJobs in a real Kubernetes.
+
+Same duties as the local backend, same reports (see :mod:`services.watcher.reporting`):
+
+- list-watch batch/v1 Jobs, v1 Pods and ray.io/v1 RayJobs; one is *ours* if it carries
+  ``kueue.x-k8s.io/queue-name`` or lives in a namespace with a LocalQueue named ``default``
+  (the config bucket says which). A Job or RayJob created running is suspended at once;
+  each new one is reported as ``WorkloadSubmitted``;
+- consume admission's and preemption's decisions (durable consumer ``watcher``), apply them
+  with conditional patches (:mod:`.patching`), report ``WorkloadStarted`` / ``WorkloadEvicted``;
+- report ``WorkloadFinished`` (Job Complete/Failed, Pod Succeeded/Failed, RayJob
+  SUCCEEDED/FAILED), ``WorkloadDeleted``, and ``WorkloadEvicted(reason="Preempted")`` when
+  Kubernetes itself disrupted a pod of a managed job (so recovery requeues it);
+- mirror Namespaces and Kueue's configuration kinds into the config bucket (:mod:`.mirroring`).
+
+Ready once every initial list is done (a CRD that is not installed counts as an empty list).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import OrderedDict
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors
+from nats.js.kv import KeyValue
+
+from services.watcher import metrics, reporting
+from services.watcher.kube.api import KubeClient, Resource
+from services.watcher.kube.errors import KubeError, KubeRefused
+from services.watcher.kube.mirroring import CONFIG_RESOURCES, ConfigMirror
+from services.watcher.kube.patching import (
+    ADMISSION_GATE,
+    FINISHED_ANNOTATION,
+    JOBS,
+    PODS,
+    RAYJOBS,
+    admit_plan,
+    admitted_generation,
+    converge,
+    evict_plan,
+    evicted_generation,
+    finished_generation,
+    mark_finished_plan,
+    suspend_plan,
+)
+from services.watcher.kube.watching import (
+    EventType,
+    Listed,
+    WatchEvent,
+    WatchSettings,
+    watch_objects,
+)
+from shared.bus import CONFIG_BUCKET
+from shared.events import AnyEvent, Event, EvictionRequested, WorkloadAdmitted, WorkloadRef
+from shared.logging import get_logger
+from shared.service import Runtime
+from shared.workloads import MANAGED_JOB_LABEL, WorkloadError, workload_spec
+
+__all__ = ["DISRUPTION_REASONS", "KubernetesBackend", "run_kubernetes"]
+
+log = get_logger("watcher.kube")
+
+WORKLOAD_RESOURCES: dict[str, Resource] = {"Job": JOBS, "Pod": PODS, "RayJob": RAYJOBS}
+DECISION_SUBJECTS = ["berth.cq.*.admitted.>", "berth.cq.*.evict.>"]
+# DisruptionTarget reasons that mean "Kubernetes took the pod away", not "the job failed":
+# scheduler preemption, node loss (taint manager, pod GC of a vanished node), node shutdown.
+DISRUPTION_REASONS = frozenset(
+    {"PreemptionByScheduler", "DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet"}
+)
+TOMBSTONES = 10_000  # deleted workloads remembered, so a late decision still finds its kind
+
+Obj = dict[str, Any]
+
+
+class KubernetesBackend:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        client: KubeClient,
+        settings: WatchSettings | None = None,
+        concurrency: int = 16,
+        config_resources: dict[str, list[Resource]] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.bus = runtime.bus
+        self.client = client
+        self.settings = settings or WatchSettings()
+        self.concurrency = concurrency
+        self.config_resources = CONFIG_RESOURCES if config_resources is None else config_resources
+        self.workloads: dict[str, Obj] = {}  # uid -> newest object of each workload we track
+        self.unqueued: dict[str, Obj] = {}  # uid -> top-level objects without a queue (yet)
+        self.tombstones: OrderedDict[str, Obj] = OrderedDict()
+        self.announced: set[str] = set()
+        self.reported: set[tuple[str, str, int]] = set()  # (what, uid, generation)
+        self.default_queue_namespaces: set[str] = set()
+        self.synced: dict[str, asyncio.Event] = {}
+        self.mirror: ConfigMirror | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        config_kv = await self.bus.kv(CONFIG_BUCKET)
+        self.mirror = ConfigMirror(config_kv)
+        queues = await config_kv.watchall()
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            # Default LocalQueues first: they decide which unlabelled workloads are ours.
+            async for entry in queues:
+                if entry is None:
+                    break
+                self._note_queue_entry(entry)
+            tasks.append(asyncio.create_task(self._follow_queues(queues), name="kube.queues"))
+            for kind, resource in WORKLOAD_RESOURCES.items():
+                self.synced[kind] = asyncio.Event()
+                tasks.append(
+                    asyncio.create_task(self._follow_workloads(kind, resource), name=f"kube.{kind}")
+                )
+            for kind, alternatives in self.config_resources.items():
+                self.synced[f"config.{kind}"] = asyncio.Event()
+                tasks.append(
+                    asyncio.create_task(
+                        self._follow_config(kind, alternatives), name=f"kube.config.{kind}"
+                    )
+                )
+            synced = asyncio.create_task(self._all_synced(), name="kube.synced")
+            if not await self._supervise([*tasks, synced], until=synced):
+                return
+            subscription = await self.bus.durable_subscription("watcher", DECISION_SUBJECTS)
+            tasks.append(
+                asyncio.create_task(
+                    self.bus.consume(
+                        subscription, self._on_decisions, stopping=self.runtime.stopping
+                    ),
+                    name="kube.decisions",
+                )
+            )
+            self.runtime.set_ready()
+            await self._supervise(tasks, until=None)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await queues.stop()  # type: ignore[no-untyped-call]
+
+    async def _all_synced(self) -> None:
+        await asyncio.gather(*(event.wait() for event in self.synced.values()))
+
+    async def _supervise(
+        self, tasks: list[asyncio.Task[None]], *, until: asyncio.Task[None] | None
+    ) -> bool:
+        """Wait for ``until`` (True), or the stop flag (False); a crashed task is re-raised."""
+        stop = asyncio.create_task(self.runtime.stopping.wait())
+        try:
+            pending: set[asyncio.Task[Any]] = {stop, *tasks}
+            while True:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task is not stop and not task.cancelled() and task.exception():
+                        raise task.exception()  # type: ignore[misc]
+                if until is not None and until in done:
+                    return True
+                if stop in done:
+                    return False
+        finally:
+            stop.cancel()
+
+    # --- workloads ------------------------------------------------------------------------
+
+    async def _follow_workloads(self, kind: str, resource: Resource) -> None:
+        stream = watch_objects(self.client, [resource], settings=self.settings)
+        async with aclosing(stream) as items:
+            async for item in items:
+                try:
+                    if isinstance(item, Listed):
+                        await self._on_listed(kind, item)
+                        self.synced[kind].set()
+                    else:
+                        await self._on_event(kind, item)
+                except KubeError as error:
+                    # The next event or re-list of this object tries again.
+                    log.warning("workload_handling_failed", kind=kind, error=str(error))
+
+    async def _on_listed(self, kind: str, listed: Listed) -> None:
+        events: list[Report] = []
+        present: set[str] = set()
+        for obj in listed.objects:
+            present.add(str(obj["metadata"].get("uid")))
+            events += await self._observe(kind, obj)
+        # Deleted while we were not watching: the list is the truth.
+        for uid, obj in list(self.workloads.items()):
+            if obj.get("kind") == kind and uid not in present:
+                events += self._forget(obj)
+        await self._publish(events)
+
+    async def _on_event(self, kind: str, event: WatchEvent) -> None:
+        if event.type is EventType.DELETED:
+            self.unqueued.pop(str(event.object["metadata"].get("uid")), None)
+            await self._publish(self._forget(event.object))
+        else:
+            await self._publish(await self._observe(kind, event.object))
+
+    def _queue_name(self, obj: Obj) -> str | None:
+        """The LocalQueue the object asks for, ``default`` by namespace, or None: not ours."""
+        metadata = obj.get("metadata") or {}
+        for source in (metadata.get("labels") or {}, metadata.get("annotations") or {}):
+            if source.get("kueue.x-k8s.io/queue-name"):
+                return str(source["kueue.x-k8s.io/queue-name"])
+        if metadata.get("namespace") in self.default_queue_namespaces:
+            return "default"
+        return None
+
+    async def _observe(self, kind: str, obj: Obj) -> list[Report]:
+        events: list[Report] = []
+        metadata = obj["metadata"]
+        if kind == "Pod":
+            events += await self._check_disruption(obj)
+            if _controller(obj) is not None:
+                return events  # a Job's or RayCluster's pod: its owner is the workload
+        uid = str(metadata["uid"])
+        queue = self._queue_name(obj)
+        if queue is None:
+            self.unqueued[uid] = obj
+            return events
+        self.unqueued.pop(uid, None)
+        self.workloads[uid] = obj
+        generation = admitted_generation(obj)
+        if kind == "Pod" and generation == 0 and not _gated(obj):
+            # Gates can only be set at creation (by our webhook); this pod runs outside quota.
+            if ("ungated", uid, 0) not in self.reported:
+                self.reported.add(("ungated", uid, 0))
+                log.warning(
+                    "pod_not_gated", workload=f"{metadata.get('namespace')}/{metadata['name']}"
+                )
+            return events
+        outcome = _finish_outcome(kind, obj)
+        ref = reporting.ref_of(obj)
+        if outcome is not None:
+            succeeded, message = outcome
+            already = FINISHED_ANNOTATION in (metadata.get("annotations") or {}) and (
+                finished_generation(obj) >= generation
+            )
+            if (generation > 0 or uid in self.announced) and not already:
+                if ("finished", uid, generation) not in self.reported:
+                    self.reported.add(("finished", uid, generation))
+                    events.append(
+                        reporting.finished(ref, generation, succeeded=succeeded, message=message)
+                    )
+                    metrics.FINISHED.labels(result="Succeeded" if succeeded else "Failed").inc()
+                    events.append(_FinishMark(kind, ref, generation))
+            return events
+        if uid in self.announced:
+            return events
+        try:
+            spec = workload_spec(obj)
+        except WorkloadError as error:
+            log.error("invalid_workload", workload=ref.key, reason=str(error))
+            self.announced.add(uid)  # do not log it again on every update
+            return events
+        if kind != "Pod" and generation == 0 and suspend_plan(obj) is not None:
+            await converge(self.client, WORKLOAD_RESOURCES[kind], ref, suspend_plan)
+            log.info("workload_suspended", workload=ref.key, kind=kind)
+        events.append(reporting.submitted(obj, spec, queue_name=queue))
+        self.announced.add(uid)
+        log.info("workload_submitted", workload=ref.key, queue=queue, kind=kind)
+        return events
+
+    async def _mark_finished(self, mark: _FinishMark) -> None:
+        plan = mark_finished_plan(mark.generation)
+        try:
+            await converge(self.client, WORKLOAD_RESOURCES[mark.kind], mark.ref, plan)
+        except KubeError as error:
+            log.warning("finish_mark_failed", workload=mark.ref.key, error=str(error))
+
+    def _forget(self, obj: Obj) -> list[Report]:
+        uid = str(obj["metadata"].get("uid"))
+        known = self.workloads.pop(uid, None)
+        if known is None:
+            return []
+        self.tombstones[uid] = known
+        while len(self.tombstones) > TOMBSTONES:
+            self.tombstones.popitem(last=False)
+        self.announced.discard(uid)
+        ref = reporting.ref_of(known)
+        log.info("workload_deleted", workload=ref.key)
+        return [reporting.deleted(ref)]
+
+    # --- disruption -----------------------------------------------------------------------
+
+    async def _check_disruption(self, pod: Obj) -> list[Report]:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if MANAGED_JOB_LABEL not in labels:
+            return []
+        reason = _disruption_reason(pod)
+        if reason is None:
+            return []
+        owner = self._owning_workload(pod)
+        if owner is None:
+            return []
+        generation = admitted_generation(owner)
+        uid = str(owner["metadata"]["uid"])
+        if generation == 0 or ("disrupted", uid, generation) in self.reported:
+            return []
+        self.reported.add(("disrupted", uid, generation))
+        message = f"pod {pod['metadata']['name']} was disrupted by Kubernetes ({reason})"
+        log.warning("managed_pod_disrupted", workload=reporting.ref_of(owner).key, reason=reason)
+        return await self._evict(owner, generation, reason="Preempted", message=message)
+
+    def _owning_workload(self, pod: Obj) -> Obj | None:
+        controller = _controller(pod)
+        if controller is None:
+            return self.workloads.get(str(pod["metadata"].get("uid")))
+        if controller.get("kind") == "Job":
+            return self.workloads.get(str(controller.get("uid")))
+        if controller.get("kind") == "RayCluster":
+            namespace = pod["metadata"].get("namespace")
+            for obj in self.workloads.values():
+                status = obj.get("status") or {}
+                if (
+                    obj.get("kind") == "RayJob"
+                    and obj["metadata"].get("namespace") == namespace
+                    and status.get("rayClusterName") == controller.get("name")
+                ):
+                    return obj
+        return None
+
+    # --- decisions ------------------------------------------------------------------------
+
+    async def _on_decisions(self, events: list[AnyEvent]) -> None:
+        """Decisions about different workloads run concurrently, one workload's in order."""
+        by_workload: dict[str, list[AnyEvent]] = {}
+        for event in events:
+            by_workload.setdefault(event.workload.uid, []).append(event)
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def one_workload(decisions: list[AnyEvent]) -> None:
+            async with limit:
+                for decision in decisions:
+                    await self._decide(decision)
+
+        async with asyncio.TaskGroup() as group:
+            for decisions in by_workload.values():
+                group.create_task(one_workload(decisions))
+
+    async def _decide(self, event: AnyEvent) -> None:
+        ref = event.workload
+        obj = self.workloads.get(ref.uid) or self.tombstones.get(ref.uid)
+        if obj is None:
+            log.info("decision_for_unknown_workload", workload=ref.key, type=type(event).__name__)
+            return
+        try:
+            if isinstance(event, WorkloadAdmitted):
+                await self._publish(await self._admit(obj, event))
+            elif isinstance(event, EvictionRequested):
+                await self._publish(
+                    await self._evict(
+                        obj, event.generation, reason=event.reason, message=event.message
+                    )
+                )
+        except KubeRefused as error:
+            # The server will refuse it again: redelivering cannot help. Say so loudly.
+            log.error("decision_refused", workload=ref.key, error=str(error))
+        # Other KubeErrors propagate: the batch is nak'ed and redelivered a second later.
+
+    async def _admit(self, obj: Obj, event: WorkloadAdmitted) -> list[Report]:
+        ref = event.workload
+        resource = WORKLOAD_RESOURCES[str(obj["kind"])]
+        plan = admit_plan(event.generation, event.assignments)
+        final = await converge(self.client, resource, ref, plan)
+        if final is None:
+            log.info("admitted_workload_gone", workload=ref.key, generation=event.generation)
+            return []
+        self.workloads[ref.uid] = final
+        if admitted_generation(final) != event.generation or evicted_generation(final) >= (
+            event.generation
+        ):
+            log.info("admission_overtaken", workload=ref.key, generation=event.generation)
+            return []
+        if ("started", ref.uid, event.generation) not in self.reported:
+            self.reported.add(("started", ref.uid, event.generation))
+            metrics.STARTED.inc()
+            log.info("workload_started", workload=ref.key, generation=event.generation)
+        return [reporting.started(ref, event.generation)]
+
+    async def _evict(self, obj: Obj, generation: int, *, reason: str, message: str) -> list[Report]:
+        ref = reporting.ref_of(obj)
+        kind = str(obj["kind"])
+        final = await converge(self.client, WORKLOAD_RESOURCES[kind], ref, evict_plan(generation))
+        if final is None:
+            # Gone: for a Pod that is what eviction means (we deleted it, maybe on an earlier
+            # delivery); a deleted Job or RayJob is reported as deleted instead.
+            if kind != "Pod" or admitted_generation(obj) != generation:
+                return []
+        else:
+            self.workloads[ref.uid] = final
+            if admitted_generation(final) != generation or evicted_generation(final) < generation:
+                log.info("evict_not_running", workload=ref.key, generation=generation)
+                return []
+        if ("evicted", ref.uid, generation) not in self.reported:
+            self.reported.add(("evicted", ref.uid, generation))
+            metrics.EVICTED.inc()
+            log.info("workload_evicted", workload=ref.key, reason=reason, generation=generation)
+        return [reporting.evicted(ref, generation, reason=reason, message=message)]
+
+    # --- configuration --------------------------------------------------------------------
+
+    async def _follow_config(self, kind: str, alternatives: list[Resource]) -> None:
+        assert self.mirror is not None
+        stream = watch_objects(self.client, alternatives, settings=self.settings)
+        async with aclosing(stream) as items:
+            async for item in items:
+                if isinstance(item, Listed):
+                    await self.mirror.resync(kind, item.objects)
+                    self.synced[f"config.{kind}"].set()
+                elif item.type is EventType.DELETED:
+                    await self.mirror.remove(kind, item.object)
+                else:
+                    await self.mirror.apply(kind, item.object)
+
+    def _note_queue_entry(self, entry: KeyValue.Entry) -> str | None:
+        """Track namespaces with a LocalQueue named ``default``; returns one that gained it."""
+        parts = entry.key.split(".")
+        if len(parts) != 3 or parts[0] != "localqueue" or parts[2] != "default":
+            return None
+        namespace = parts[1]
+        if entry.operation in ("DEL", "PURGE") or not entry.value:
+            self.default_queue_namespaces.discard(namespace)
+            return None
+        if namespace in self.default_queue_namespaces:
+            return None
+        self.default_queue_namespaces.add(namespace)
+        return namespace
+
+    async def _follow_queues(self, queues: Any) -> None:
+        while True:
+            try:
+                entry = await queues.updates(timeout=5.0)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            if entry is None:
+                continue
+            namespace = self._note_queue_entry(entry)
+            if namespace is None:
+                continue
+            # Objects that were not ours a moment ago are now: look at them again.
+            events: list[Report] = []
+            for obj in [
+                o for o in self.unqueued.values() if o["metadata"].get("namespace") == namespace
+            ]:
+                events += await self._observe(str(obj["kind"]), obj)
+            await self._publish(events)
+
+    # --- helpers --------------------------------------------------------------------------
+
+    async def _publish(self, reports: list[Report]) -> None:
+        """Publish the events, then write the finish marks: a crash in between reports a
+        finish twice (under one id), never not at all."""
+        await self.bus.publish_many([r for r in reports if isinstance(r, Event)])
+        for report in reports:
+            if isinstance(report, _FinishMark):
+                await self._mark_finished(report)
+
+
+@dataclass(frozen=True)
+class _FinishMark:
+    """To do after publishing: annotate the object so a re-list does not report it again."""
+
+    kind: str
+    ref: WorkloadRef
+    generation: int
+
+
+Report = Event | _FinishMark
+
+
+def _controller(obj: Obj) -> Obj | None:
+    for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("controller"):
+            return dict(owner)
+    return None
+
+
+def _gated(pod: Obj) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(gate.get("name") == ADMISSION_GATE for gate in gates)
+
+
+def _condition(obj: Obj, kind: str) -> Obj | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+def _disruption_reason(pod: Obj) -> str | None:
+    condition = _condition(pod, "DisruptionTarget")
+    if condition is None or condition.get("reason") not in DISRUPTION_REASONS:
+        return None
+    return str(condition["reason"])
+
+
+def _finish_outcome(kind: str, obj: Obj) -> tuple[bool, str] | None:
+    """(succeeded, message) once the workload has run to its end; None while it has not."""
+    status = obj.get("status") or {}
+    if kind == "Job":
+        for condition_type, succeeded in (("Complete", True), ("Failed", False)):
+            condition = _condition(obj, condition_type)
+            if condition is not None:
+                return succeeded, str(condition.get("message") or "")
+        return None
+    if kind == "Pod":
+        phase = status.get("phase")
+        if phase in ("Succeeded", "Failed"):
+            return phase == "Succeeded", str(status.get("message") or "")
+        return None
+    job_status = status.get("jobStatus")
+    if job_status in ("SUCCEEDED", "FAILED"):
+        return job_status == "SUCCEEDED", str(status.get("message") or "")
+    return None
+
+
+async def run_kubernetes(runtime: Runtime) -> None:
+    """``BERTH_WATCHER_BACKEND=kubernetes``: the backend, and the webhook if TLS is configured."""
+    from services.watcher.kube.webhook import WebhookSettings, serve_webhook
+
+    client = await KubeClient.from_environment()
+    webhook_settings = WebhookSettings.from_environment(os.environ)
+    runner = None
+    try:
+        if webhook_settings.tls_configured:
+            runner = await serve_webhook(webhook_settings)
+        await KubernetesBackend(runtime, client=client).run()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await client.close()
