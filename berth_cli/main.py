@@ -12,6 +12,7 @@ import click
 
 from berth_cli import get as get_output
 from berth_cli.client import CliError, connect, query_all, run
+from berth_cli.jobs import jobs
 from berth_cli.writing import (
     CONFIG_NAMES,
     apply_config,
@@ -210,6 +211,9 @@ def delete(nats_url: str, kind: str, name: str, namespace: str) -> None:
     if word not in CONFIG_NAMES:
         raise CliError(f"unknown kind {kind!r} to delete")
     click.echo(run(lambda: delete_config(nats_url, CONFIG_NAMES[word], name, namespace)))
+
+
+cli.add_command(jobs)
 
 
 @cli.command()

@@ -40,6 +40,7 @@ from shared.workloads import (
 __all__ = [
     "CONFIG_NAMES",
     "apply_config",
+    "check_priority_classes",
     "delete_config",
     "delete_workload",
     "read_documents",
@@ -161,6 +162,12 @@ async def _check_references(kv: Any, obj: dict[str, Any], where: str) -> None:
             f"{where}: no queue: set label {QUEUE_NAME_LABEL}, or create a LocalQueue named"
             f" 'default' in namespace {namespace!r}"
         )
+    await check_priority_classes(kv, obj, where)
+
+
+async def check_priority_classes(kv: Any, obj: dict[str, Any], where: str) -> None:
+    """The WorkloadPriorityClass label and the pods' PriorityClass must exist."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
     priority_class = labels.get(PRIORITY_CLASS_LABEL)
     if priority_class and not await _exists(kv, f"workloadpriorityclass._.{priority_class}"):
         raise CliError(

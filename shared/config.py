@@ -16,6 +16,7 @@ service. Objects travel as JSON in the config key-value bucket, keyed by :func:`
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import msgspec
@@ -39,10 +40,12 @@ __all__ = [
     "PriorityClass",
     "ResourceFlavor",
     "WorkloadPriorityClass",
+    "ageing_for",
     "decode_object",
     "load_documents",
     "object_key",
     "parse_object",
+    "policy_for",
 ]
 
 
@@ -302,6 +305,24 @@ class ClusterQueuePolicy(msgspec.Struct, rename="camel", omit_defaults=True):
     api_version: str
     metadata: ObjectMeta
     spec: ClusterQueuePolicySpec = msgspec.field(default_factory=ClusterQueuePolicySpec)
+
+
+def policy_for(policies: Iterable[ClusterQueuePolicy], cluster_queue: str) -> ClusterQueuePolicy:
+    """The policy of a ClusterQueue: the one that names it, else the default (no names), else
+    the built-in defaults (ageing on, no minimum run time)."""
+    default: ClusterQueuePolicy | None = None
+    for policy in policies:
+        if cluster_queue in policy.spec.cluster_queues:
+            return policy
+        if not policy.spec.cluster_queues and default is None:
+            default = policy
+    return default or ClusterQueuePolicy(
+        api_version="berth.dev/v1alpha1", metadata=ObjectMeta(name="built-in")
+    )
+
+
+def ageing_for(policies: Iterable[ClusterQueuePolicy], cluster_queue: str) -> AgeingPolicy:
+    return policy_for(policies, cluster_queue).spec.ageing or AgeingPolicy()
 
 
 FairSharingStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]

@@ -33,11 +33,13 @@ from shared.events import (
     ContestedResource,
     Event,
     EvictionRequested,
+    PriorityBoosted,
     WorkloadAdmitted,
     WorkloadDeleted,
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadPending,
+    WorkloadRef,
     WorkloadSubmitted,
 )
 from shared.logging import get_logger
@@ -48,7 +50,13 @@ __all__ = ["AdmissionService"]
 log = get_logger("admission")
 
 # Everything admission folds: workload facts and the decisions about them.
-SUBJECTS = ("berth.wl.>", "berth.cq.*.admitted.>", "berth.cq.*.evict.>")
+SUBJECTS = (
+    "berth.wl.>",
+    "berth.cq.*.admitted.>",
+    "berth.cq.*.evict.>",
+    "berth.cq.*.pending.>",
+    "berth.job.boost.>",
+)
 
 
 def contested_resources(
@@ -75,6 +83,7 @@ class AdmissionService:
         self.records: dict[str, WorkloadRecord] = {}  # uid -> display record
         self.config: dict[str, ConfigObject] = {}  # bucket key -> object
         self.config_changed = asyncio.Event()
+        self.boosts: dict[str, PriorityBoosted] = {}  # uid -> recovery's latest ageing boost
 
     async def run(self) -> None:
         watch, initial = await BucketWatch.start(await self.bus.kv(CONFIG_BUCKET))
@@ -178,6 +187,19 @@ class AdmissionService:
                     # Admission's own are echoes; preemption's say why it cannot help yet.
                     if record is not None and event.source != "admission":
                         record.on_pending(event)
+                case PriorityBoosted():
+                    if record is not None:
+                        self.scheduler.set_boost(ref, event.boost, reserved=event.reserved)
+                        self.boosts[ref.uid] = event
+
+    def _preempting_priority(self, ref: WorkloadRef) -> int:
+        """The priority a pending workload preempts with: its ageing boost only if allowed,
+        so that a boosted job never ping-pongs with the job that preempted it."""
+        effective = self.scheduler.effective_priority(ref)
+        boost = self.boosts.get(ref.uid)
+        if boost is None or boost.can_preempt:
+            return effective
+        return effective - boost.boost
 
     async def _decide(self, events: Iterable[AnyEvent]) -> None:
         if self.config_changed.is_set():
@@ -199,7 +221,8 @@ class AdmissionService:
                     workload=decision.ref,
                     cluster_queue=decision.cluster_queue,
                     local_queue=decision.local_queue,
-                    priority=decision.priority,
+                    # With its ageing boost: a recovered job is not the first victim again.
+                    priority=self.scheduler.effective_priority(decision.ref),
                     assignments=decision.assignments,
                     generation=generation,
                 )
@@ -222,7 +245,7 @@ class AdmissionService:
                     cluster_queue=decision.cluster_queue or "_",
                     reason=decision.reason,
                     message=decision.message,
-                    priority=self.scheduler.effective_priority(decision.ref),
+                    priority=self._preempting_priority(decision.ref),
                     preemption_may_help=decision.preemption_may_help,
                     contested=contested_resources(decision, record),
                 )

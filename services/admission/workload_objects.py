@@ -95,7 +95,7 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
     submitted = record.submitted
     ref = submitted.workload
     spec: dict[str, Any] = {
-        "queueName": submitted.queue_name,
+        "queueName": submitted.queue_name or view.get("local_queue") or "default",
         "priority": view.get("priority", 0),
         "podSets": [
             {

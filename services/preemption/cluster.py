@@ -11,7 +11,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from services.preemption.victims import Preemptor, Running
-from shared.config import ClusterQueue, ClusterQueuePolicy, Cohort, ConfigObject, Configuration
+from shared.config import (
+    ClusterQueue,
+    ClusterQueuePolicy,
+    Cohort,
+    ConfigObject,
+    Configuration,
+    policy_for,
+)
 from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
@@ -80,16 +87,8 @@ class Cluster:
 
     def minimum_run_time(self, cluster_queue: str) -> float:
         """Seconds a workload in this ClusterQueue runs before it may be preempted (0: off)."""
-        chosen: ClusterQueuePolicy | None = None
-        for policy in self.policies:
-            if cluster_queue in policy.spec.cluster_queues:
-                chosen = policy
-                break
-            if not policy.spec.cluster_queues and chosen is None:
-                chosen = policy  # the default, unless one names this queue
-        if chosen is None or chosen.spec.minimum_run_time is None:
-            return 0.0
-        return parse_duration(chosen.spec.minimum_run_time)
+        minimum = policy_for(self.policies, cluster_queue).spec.minimum_run_time
+        return 0.0 if minimum is None else parse_duration(minimum)
 
     # --- events ---------------------------------------------------------------------------
 

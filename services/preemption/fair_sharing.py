@@ -14,10 +14,10 @@ says doing so keeps things fair:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from services.preemption.model import Reason, Running, Victim
+from services.preemption.ordering import Candidates
 from services.preemption.simulation import Simulation
 from shared.config import ClusterQueue, FairSharingStrategy
 from shared.quantities import parse_quantity
@@ -86,11 +86,26 @@ def dominant_resource_share(
     return _trunc_div(drs * 1000, weight)
 
 
-@dataclass(slots=True)
 class _Queue:
-    name: str
-    share: int
-    workloads: list[Running] = field(default_factory=list)
+    """A ClusterQueue in the heap: its current share and its remaining candidates."""
+
+    __slots__ = ("_next", "_rest", "name", "share")
+
+    def __init__(self, name: str, share: int, workloads: Iterator[Running]) -> None:
+        self.name = name
+        self.share = share
+        self._rest = workloads
+        self._next: Running | None = next(workloads, None)
+
+    def __bool__(self) -> bool:
+        return self._next is not None
+
+    def take(self) -> Running | None:
+        """The next candidate (None when exhausted)."""
+        w = self._next
+        if w is not None:
+            self._next = next(self._rest, None)
+        return w
 
 
 def _pop_highest(heap: dict[str, _Queue]) -> _Queue:
@@ -100,25 +115,14 @@ def _pop_highest(heap: dict[str, _Queue]) -> _Queue:
     return best
 
 
-def _by_queue(
-    sim: Simulation, weights: Mapping[str, int], candidates: Sequence[Running], first_only: bool
-) -> dict[str, _Queue]:
-    heap: dict[str, _Queue] = {}
-    nodes = sim.tree.cluster_queues
-    for w in candidates:
-        entry = heap.get(w.cluster_queue)
-        if entry is None:
-            share = dominant_resource_share(nodes[w.cluster_queue], weights[w.cluster_queue])
-            heap[w.cluster_queue] = _Queue(w.cluster_queue, share, [w])
-        elif not first_only:
-            entry.workloads.append(w)
-    return heap
+def _share(sim: Simulation, weights: Mapping[str, int], queue: str) -> int:
+    return dominant_resource_share(sim.tree.cluster_queues[queue], weights[queue])
 
 
 def fair_preemptions(
     sim: Simulation,
     weights: Mapping[str, int],
-    candidates: Sequence[Running],
+    candidates: Candidates,
     strategies: Sequence[FairSharingStrategy],
     threshold: int | None,
 ) -> list[Victim]:
@@ -131,26 +135,29 @@ def fair_preemptions(
     victims: list[Victim] = []
     fits = False
     try:
-        heap = _by_queue(sim, weights, candidates, first_only=False)
+        heap = {
+            q: _Queue(q, _share(sim, weights, q), candidates.of_queue(q))
+            for q in sorted(candidates.queues)
+        }
         preemptor_share = dominant_resource_share(own_node, own_weight, needs)
-        retry: list[Running] = []
+        retry: dict[str, Running] = {}  # first candidate each queue's strategy refused
         while heap and not fits:
             queue = _pop_highest(heap)
             if queue.name == own:
-                w = queue.workloads[0]
+                w = queue.take()
+                assert w is not None  # only non-empty queues are in the heap
                 sim.remove(w)
                 victims.append(Victim(w, "InClusterQueue"))
                 if sim.fits(True):
                     fits = True
                     break
                 preemptor_share = dominant_resource_share(own_node, own_weight, needs)
-                queue.workloads = queue.workloads[1:]
-                if queue.workloads:
+                if queue:
                     queue.share = dominant_resource_share(own_node, own_weight)
                     heap[own] = queue
                 continue
             node, weight = nodes[queue.name], weights[queue.name]
-            for i, w in enumerate(queue.workloads):
+            while (w := queue.take()) is not None:
                 below = threshold is not None and w.priority < threshold
                 target_new = dominant_resource_share(node, weight, w.usage, -1)
                 fair = rules[0](preemptor_share, queue.share, target_new)
@@ -163,20 +170,20 @@ def fair_preemptions(
                     if sim.fits(True):
                         fits = True
                         break
-                    queue.workloads = queue.workloads[i + 1 :]
-                    if queue.workloads and sim.borrowing(queue.name):
+                    if queue and sim.borrowing(queue.name):
                         queue.share = target_new
                         heap[queue.name] = queue
                     break  # shares changed: pick the queue again
-                retry.append(w)
+                retry.setdefault(w.cluster_queue, w)
         if not fits and len(rules) > 1:
-            heap = _by_queue(sim, weights, retry, first_only=True)
+            # S2-b: one refused candidate per queue, highest current share first. It does not
+            # depend on the victim; Kueue does not requeue (S2-b applies once per queue).
+            heap = {q: _Queue(q, _share(sim, weights, q), iter((w,))) for q, w in retry.items()}
             while heap and not fits:
                 queue = _pop_highest(heap)
-                # S2-b does not depend on the victim: take the queue's first candidate. Kueue
-                # does not requeue here: S2-b applies at most once per queue.
                 if rules[1](preemptor_share, queue.share, 0):
-                    w = queue.workloads[0]
+                    w = queue.take()
+                    assert w is not None
                     sim.remove(w)
                     victims.append(Victim(w, "InCohortFairSharing"))
                     fits = sim.fits(True)

@@ -8,7 +8,7 @@ back what was removed. That is much cheaper than copying a tree per search.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 from services.preemption.model import Reason, Running, Victim
 from services.preemption.ordering import is_borrowing
@@ -20,7 +20,7 @@ __all__ = ["Simulation"]
 class Simulation:
     """The preemptor's view of the tree while candidates are taken out and put back."""
 
-    __slots__ = ("contested", "needs", "node", "queue", "removed", "tree")
+    __slots__ = ("_contested_needs", "contested", "needs", "node", "queue", "removed", "tree")
 
     def __init__(
         self,
@@ -34,18 +34,22 @@ class Simulation:
         self.node: QuotaNode = tree.cluster_queues[queue]
         self.needs = [(fr, value) for fr, value in needs.items() if value]
         self.contested = contested
+        # Only contested needs can lack available quota: usage only ever drops below what the
+        # caller gave, where the others fitted. Checking them alone, first, short-circuits.
+        self._contested_needs = [(fr, value) for fr, value in self.needs if fr in contested]
         # What is out of the tree right now, by identity (Running's equality compares usage).
         self.removed: dict[int, Running] = {}
 
     def fits(self, allow_borrowing: bool) -> bool:
         """workloadFits: every need within what is available; without borrowing, also within
         the ClusterQueue's own nominal quota."""
-        node, tree, queue = self.node, self.tree, self.queue
-        for fr, value in self.needs:
-            if not allow_borrowing and node.usage.get(fr, 0) + value > node.subtree.get(fr, 0):
-                return False
+        tree, queue = self.tree, self.queue
+        for fr, value in self._contested_needs:
             if value > tree.available(queue, fr[0], fr[1]):
                 return False
+        if not allow_borrowing:
+            usage, subtree = self.node.usage, self.node.subtree
+            return all(usage.get(fr, 0) + value <= subtree.get(fr, 0) for fr, value in self.needs)
         return True
 
     def remove(self, w: Running) -> None:
@@ -62,22 +66,32 @@ class Simulation:
             self.tree.add_usage(w.cluster_queue, w.usage)
         self.removed.clear()
 
+    def within_nominal_possible(self) -> bool:
+        """Whether the preemptor could ever fit without borrowing: no need above its nominal."""
+        subtree = self.node.subtree
+        return all(value <= subtree.get(fr, 0) for fr, value in self.needs)
+
     def borrowing(self, queue: str) -> bool:
         return is_borrowing(self.tree.cluster_queues[queue], self.contested)
 
     def minimal(
         self,
-        candidates: Sequence[Running],
+        candidates: Iterable[Running],
         allow_borrowing: bool,
         threshold: int | None = None,
+        skip: set[str] | None = None,
     ) -> list[Victim]:
         """Take candidates out in order until the preemptor fits, then fill back.
 
         Candidates from other ClusterQueues are skipped once their queue no longer borrows.
         With ``threshold`` (borrowWithinCohort), removing an other-queue candidate at or above
         it forbids borrowing for the rest of this attempt; the ones below are reclaimed while
-        borrowing. Leaves the tree as it found it.
+        borrowing. Queues found no longer borrowing are added to ``skip`` (removals never make
+        a queue borrow again), so the iterator can pass over their remaining candidates.
+        Leaves the tree as it found it.
         """
+        if skip is None:
+            skip = set()
         own = self.queue
         victims: list[Victim] = []
         fits = False
@@ -85,7 +99,10 @@ class Simulation:
             for w in candidates:
                 reason: Reason = "InClusterQueue"
                 if w.cluster_queue != own:
+                    if w.cluster_queue in skip:
+                        continue
                     if not self.borrowing(w.cluster_queue):
+                        skip.add(w.cluster_queue)
                         continue
                     reason = "InCohortReclamation"
                     if threshold is not None:

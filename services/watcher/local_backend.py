@@ -24,11 +24,14 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from services.watcher import metrics
+from services.watcher.logs_api import serve_logs
 from services.watcher.processes import RunningPods, kill_leftover, pod_commands
 from shared.bus import OBJECTS_BUCKET, BucketWatch, live_value
 from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
+    CreateWorkload,
+    DeleteWorkload,
     Event,
     EvictionRequested,
     PodSet,
@@ -84,8 +87,9 @@ class LocalBackend:
         for entry in initial:
             await self._observe(entry, initial=True)
         subscription = await self.bus.durable_subscription(
-            "watcher", ["berth.cq.*.admitted.>", "berth.cq.*.evict.>"]
+            "watcher", ["berth.cq.*.admitted.>", "berth.cq.*.evict.>", "berth.cmd.>"]
         )
+        logs = await serve_logs(self.bus, self.log_root)
         self.runtime.spawn(
             self.bus.consume(subscription, self._on_decisions, stopping=self.runtime.stopping),
             name="watcher.decisions",
@@ -94,6 +98,7 @@ class LocalBackend:
         try:
             await watch.follow(self._observe_change, stopping=self.runtime.stopping)
         finally:
+            await logs.unsubscribe()
             await self._stop_everything()
 
     async def _observe_change(self, entry: KeyValue.Entry) -> None:
@@ -182,9 +187,35 @@ class LocalBackend:
         for event in events:
             if isinstance(event, WorkloadAdmitted):
                 await self._start(event)
+            elif isinstance(event, CreateWorkload):
+                await self._create(event)
+            elif isinstance(event, DeleteWorkload):
+                await self._delete(event)
             elif isinstance(event, EvictionRequested):
                 # Stopping takes up to the grace period: never hold up other decisions for it.
                 self.runtime.spawn(self._evict(event), name=f"evict-{event.workload.key}")
+
+    async def _create(self, event: CreateWorkload) -> None:
+        """Create a workload object for recovery (a managed job's attempt), once."""
+        assert self.kv is not None
+        ref = event.workload
+        key = workload_key(ref.namespace, ref.name)
+        try:
+            workload_spec(event.object)
+            await self.kv.create(key, msgspec.json.encode(event.object))
+        except WorkloadError as error:
+            log.error("create_refused", workload=ref.key, reason=str(error))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            current = self._current(ref)
+            if current is None:  # a different object holds the name
+                log.error("create_conflict", workload=ref.key, reason="name taken")
+
+    async def _delete(self, event: DeleteWorkload) -> None:
+        """Delete a workload object for recovery; the watch then stops and reports it."""
+        assert self.kv is not None
+        current = self._current(event.workload)
+        if current is not None:
+            await self.kv.delete(current[0])
 
     def _current(self, ref: WorkloadRef) -> tuple[str, dict[str, Any]] | None:
         key = workload_key(ref.namespace, ref.name)

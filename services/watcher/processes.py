@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ from shared.logging import get_logger
 __all__ = ["PodOutcome", "PodProcess", "RunningPods", "pod_commands"]
 
 log = get_logger("watcher.processes")
+
+# `python` in a workload's command means Berth's own interpreter, so a task written for a
+# cluster image (seed 001's `python -c ...`) runs on a machine that only has `python3`.
+_PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 
 def pod_commands(pod_spec: dict[str, Any]) -> tuple[list[str], dict[str, str], str | None]:
@@ -83,7 +88,7 @@ class RunningPods:
                         stdin=asyncio.subprocess.DEVNULL,
                         stdout=output,
                         stderr=asyncio.subprocess.STDOUT,
-                        env={**os.environ, **env},
+                        env={**os.environ, "PATH": _PATH, **env},
                         cwd=cwd,
                         start_new_session=True,
                     )

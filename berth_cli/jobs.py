@@ -1,0 +1,242 @@
+"""`berth jobs`: SkyPilot-style managed jobs (launch, queue, cancel, logs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+import nats.errors
+import nats.js.errors
+
+from berth_cli.client import CliError, connect, run
+from berth_cli.get import print_table
+from berth_cli.writing import check_priority_classes
+from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus
+from shared.jobs import TERMINAL, JobStatus, ManagedJob, decode_job
+from shared.tasks import TaskError, load_managed_job
+
+__all__ = ["jobs"]
+
+
+async def _ask(bus: Bus, verb: str, payload: dict[str, Any]) -> dict[str, Any]:
+    try:
+        reply = await bus.nc.request(
+            f"{API_SUBJECT}.recovery.{verb}", msgspec.json.encode(payload), timeout=10.0
+        )
+    except nats.errors.NoRespondersError as error:
+        raise CliError("the recovery service is not running (no responder)") from error
+    except nats.errors.TimeoutError as error:
+        raise CliError("the recovery service did not answer within 10s") from error
+    body: dict[str, Any] = msgspec.json.decode(reply.data)
+    if "error" in body:
+        raise CliError(f"recovery: {body['error']}")
+    return body
+
+
+async def read_jobs(bus: Bus) -> list[ManagedJob]:
+    kv = await bus.kv(JOBS_BUCKET)
+    try:
+        keys = await kv.keys()
+    except nats.js.errors.NoKeysError:
+        return []
+    result = []
+    for key in sorted(k for k in keys if k.startswith("job.")):
+        entry = await kv.get(key)
+        if entry.value:
+            result.append(decode_job(entry.value))
+    return result
+
+
+@click.group()
+def jobs() -> None:
+    """Managed jobs: preempted ones come back by themselves, and never starve."""
+
+
+@jobs.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("-n", "--name", default=None, help="Job name (default: the task's name).")
+@click.option("--priority-class", default=None, help="WorkloadPriorityClass for the job.")
+@click.option("--namespace", default="default", show_default=True)
+@click.pass_obj
+def launch(
+    nats_url: str, file: str, name: str | None, priority_class: str | None, namespace: str
+) -> None:
+    """Launch a SkyPilot task YAML (or a batch/v1 Job) as a managed job; prints its ID."""
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    except OSError as error:
+        raise CliError(f"cannot read {file}: {error.strerror}") from error
+    source = "stdin" if file == "-" else file
+    try:
+        spec = load_managed_job(text, source=source, name=name, priority_class=priority_class)
+    except TaskError as error:
+        raise CliError(str(error)) from error
+
+    async def submit() -> dict[str, Any]:
+        async with connect(nats_url) as bus:
+            probe = {
+                **spec.job,
+                "metadata": {**spec.job.get("metadata", {}), "namespace": namespace},
+            }
+            await check_priority_classes(await bus.kv(CONFIG_BUCKET), probe, source)
+            return await _ask(
+                bus,
+                "launch",
+                {
+                    "name": spec.name,
+                    "namespace": namespace,
+                    "template": spec.job,
+                    "resources": spec.resources,
+                    "queueName": spec.queue_name,
+                    "maxRestartsOnErrors": spec.max_restarts_on_errors,
+                },
+            )
+
+    reply = run(submit)
+    click.echo(f"Managed job ID: {reply['id']}  ({spec.name}, {spec.resources})")
+    if reply["status"] == JobStatus.FAILED_PRECHECKS:
+        raise CliError(f"job {reply['id']} FAILED_PRECHECKS: {reply['message']}")
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 60:
+        return f"{int(seconds)} secs ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} mins ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} hrs ago"
+    return f"{int(seconds // 86400)} days ago"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m {secs}s"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"
+
+
+def job_row(job: ManagedJob, now: float, *, full: bool) -> list[Any]:
+    total = (job.ended_at or now) - job.submitted_at
+    running = job.job_seconds + (now - job.run_started_at if job.run_started_at else 0.0)
+    row: list[Any] = [
+        job.id,
+        job.name,
+        job.resources,
+        _ago(now - job.submitted_at),
+        _duration(total),
+        _duration(running) if job.started_at else "-",
+        job.recoveries,
+        job.status.value,
+    ]
+    if full:
+        attempt = job.current
+        row += [
+            f"{job.namespace}/{attempt.name}" if attempt else "-",
+            job.cluster_queue or "-",
+            job.boost,
+            "yes" if job.reserved else "",
+            job.message,
+        ]
+    return row
+
+
+@jobs.command()
+@click.option("-a", "--all", "full", is_flag=True, help="Show every column.")
+@click.option("-o", "--output", type=click.Choice(["json"]), default=None)
+@click.pass_obj
+def queue(nats_url: str, full: bool, output: str | None) -> None:
+    """Managed jobs with SkyPilot's columns."""
+
+    async def fetch() -> list[ManagedJob]:
+        async with connect(nats_url) as bus:
+            return await read_jobs(bus)
+
+    found = run(fetch)
+    if output == "json":
+        click.echo(json.dumps([msgspec.to_builtins(job) for job in found], indent=2))
+        return
+    active = [job for job in found if job.status not in TERMINAL]
+    if active:
+        counts: dict[str, int] = {}
+        for job in active:
+            counts[job.status.value] = counts.get(job.status.value, 0) + 1
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        click.echo(f"In progress tasks: {summary}")
+    else:
+        click.echo("No in-progress managed jobs.")
+    headers = ["ID", "NAME", "RESOURCES", "SUBMITTED", "TOT. DURATION", "JOB DURATION"]
+    headers += ["#RECOVERIES", "STATUS"]
+    if full:
+        headers += ["WORKLOAD", "CLUSTERQUEUE", "BOOST", "RESERVED", "MESSAGE"]
+    now = time.time()
+    rows = [job_row(job, now, full=full) for job in sorted(found, key=lambda j: -j.id)]
+    print_table(headers, rows, empty="No managed jobs.")
+
+
+@jobs.command()
+@click.argument("job_id", required=False, type=int)
+@click.option("-n", "--name", default=None, help="Cancel the job(s) with this name.")
+@click.pass_obj
+def cancel(nats_url: str, job_id: int | None, name: str | None) -> None:
+    """Cancel a managed job by ID or name."""
+    if (job_id is None) == (name is None):
+        raise CliError("give a job ID or -n NAME")
+
+    async def ask() -> dict[str, Any]:
+        async with connect(nats_url) as bus:
+            return await _ask(bus, "cancel", {"id": job_id, "name": name})
+
+    reply = run(ask)
+    click.echo(f"Cancelling managed job(s): {', '.join(str(i) for i in reply['cancelled'])}")
+
+
+@jobs.command()
+@click.argument("job_id", type=int)
+@click.option("--follow/--no-follow", default=False, help="Keep printing until the job ends.")
+@click.pass_obj
+def logs(nats_url: str, job_id: int, follow: bool) -> None:
+    """The job's output across all its attempts and recoveries."""
+
+    async def stream() -> None:
+        async with connect(nats_url) as bus:
+            offsets: dict[str, dict[str, int]] = {}
+            while True:
+                job = next((j for j in await read_jobs(bus) if j.id == job_id), None)
+                if job is None:
+                    raise CliError(f"no managed job {job_id}")
+                for attempt in job.attempts:
+                    await _print_new_output(bus, job.namespace, attempt.name, offsets)
+                if not follow or job.done:
+                    return
+                await asyncio.sleep(0.5)
+
+    run(stream)
+
+
+async def _print_new_output(
+    bus: Bus, namespace: str, name: str, offsets: dict[str, dict[str, int]]
+) -> None:
+    known = offsets.setdefault(name, {})
+    payload = msgspec.json.encode({"namespace": namespace, "name": name, "offsets": known})
+    try:
+        reply = await bus.nc.request(f"{API_SUBJECT}.watcher.logs", payload, timeout=5.0)
+    except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as error:
+        raise CliError("the watcher did not answer for logs") from error
+    body = msgspec.json.decode(reply.data)
+    if "error" in body:
+        raise CliError(f"watcher: {body['error']}")
+    for item in body["files"]:
+        if item["data"]:
+            sys.stdout.write(item["data"])
+            sys.stdout.flush()
+        known[item["file"]] = item["offset"]

@@ -1,0 +1,297 @@
+"""The recovery service: owns managed jobs, brings preempted ones back, keeps them from starving.
+
+- ``berth.api.recovery.launch|cancel`` (request/reply): a launch is checked, given the next
+  id, stored in the ``berth-jobs`` bucket, then its first attempt is requested from the
+  watcher (``CreateWorkload``); the reply carries the id.
+- A durable consumer follows the workloads' facts and admission's decisions; each job moves
+  along (``lifecycle.advance``); commands are published first (deterministic ids), then the
+  job is stored, then the batch is acked: a crash anywhere replays to the same result.
+- Every second, each waiting preempted job's ageing boost is recomputed from its policy and
+  published (``PriorityBoosted``) when it changes; admission reorders its queue with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import msgspec
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.kv import KeyValue
+
+from services.recovery import lifecycle
+from services.recovery.ageing import boost_at
+from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, BucketWatch, live_value
+from shared.config import ClusterQueuePolicy, ConfigError, ConfigObject, ageing_for, decode_object
+from shared.events import (
+    AnyEvent,
+    CreateWorkload,
+    Event,
+    JobStatusChanged,
+    PriorityBoosted,
+    WorkloadRef,
+)
+from shared.jobs import NEXT_ID_KEY, JobStatus, ManagedJob, decode_job, encode_job, job_key
+from shared.logging import get_logger
+from shared.service import Runtime
+
+__all__ = ["LaunchRequest", "RecoveryService"]
+
+log = get_logger("recovery")
+
+SUBJECTS = ["berth.wl.>", "berth.cq.*.admitted.>", "berth.cq.*.pending.>"]
+AGEING_TICK_SECONDS = 1.0
+
+
+class LaunchRequest(msgspec.Struct, rename="camel"):
+    name: str
+    namespace: str
+    template: dict[str, Any]
+    resources: str
+    queue_name: str = ""
+    max_restarts_on_errors: int = 0
+
+
+class CancelRequest(msgspec.Struct, rename="camel"):
+    id: int | None = None
+    name: str | None = None
+
+
+class RecoveryService:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.bus = runtime.bus
+        self.jobs: dict[int, ManagedJob] = {}
+        self.by_workload: dict[tuple[str, str], int] = {}  # (namespace, name) -> job id
+        self.config: dict[str, ConfigObject] = {}
+        self.kv: KeyValue | None = None
+        self.lock = asyncio.Lock()  # one writer at a time: API calls, the consumer, the tick
+
+    async def run(self) -> None:
+        watch, initial = await BucketWatch.start(await self.bus.kv(CONFIG_BUCKET))
+        for entry in initial:
+            await self._config_entry(entry)
+        self.runtime.spawn(
+            watch.follow(self._config_entry, stopping=self.runtime.stopping),
+            name="recovery.config",
+        )
+        self.kv = await self.bus.kv(JOBS_BUCKET, history=1)
+        await self._load_jobs()
+        subscription = await self.bus.durable_subscription("recovery", SUBJECTS)
+        api = await self._serve_api()
+        self.runtime.spawn(self._age(), name="recovery.ageing")
+        self.runtime.set_ready()
+        try:
+            await self.bus.consume(subscription, self._on_events, stopping=self.runtime.stopping)
+        finally:
+            await api.unsubscribe()
+
+    # --- state ----------------------------------------------------------------------------
+
+    async def _config_entry(self, entry: KeyValue.Entry) -> None:
+        value = live_value(entry)
+        if value is None:
+            self.config.pop(entry.key, None)
+            return
+        try:
+            self.config[entry.key] = decode_object(value)
+        except (ConfigError, msgspec.DecodeError) as error:
+            log.error("invalid_config_object", key=entry.key, reason=str(error))
+
+    async def _load_jobs(self) -> None:
+        assert self.kv is not None
+        try:
+            keys = await self.kv.keys()
+        except nats.js.errors.NoKeysError:
+            keys = []
+        for key in keys:
+            if not key.startswith("job."):
+                continue
+            entry = await self.kv.get(key)
+            if entry.value:
+                self._index(decode_job(entry.value))
+        log.info("jobs_loaded", jobs=len(self.jobs))
+
+    def _index(self, job: ManagedJob) -> None:
+        self.jobs[job.id] = job
+        for attempt in job.attempts:
+            self.by_workload[(job.namespace, attempt.name)] = job.id
+
+    async def _save(self, jobs: list[ManagedJob]) -> None:
+        assert self.kv is not None
+        for job in jobs:
+            await self.kv.put(job_key(job.id), encode_job(job))
+
+    async def _next_id(self) -> int:
+        """Sequential ids (1, 2, ...) via compare-and-swap, safe against a second replica."""
+        assert self.kv is not None
+        while True:
+            try:
+                entry = await self.kv.get(NEXT_ID_KEY)
+                current = int(entry.value or b"1")
+                await self.kv.update(NEXT_ID_KEY, str(current + 1).encode(), last=entry.revision)
+                return current
+            except nats.js.errors.KeyNotFoundError:
+                try:
+                    await self.kv.create(NEXT_ID_KEY, b"2")
+                    return 1
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    continue
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+
+    # --- events ---------------------------------------------------------------------------
+
+    async def _on_events(self, events: list[AnyEvent]) -> None:
+        async with self.lock:
+            now = time.time()
+            outgoing: list[Event] = []
+            changed: dict[int, ManagedJob] = {}
+            for event in events:
+                job_id = self.by_workload.get((event.workload.namespace, event.workload.name))
+                if job_id is None:
+                    continue
+                job = self.jobs[job_id]
+                published = lifecycle.advance(job, event, now)
+                changed[job.id] = job
+                for item in published:
+                    outgoing.append(item)
+                    self._note(job, item)
+            await self.bus.publish_many(outgoing)  # first: ids make a replay harmless
+            await self._save(list(changed.values()))
+
+    def _note(self, job: ManagedJob, event: Event) -> None:
+        if isinstance(event, CreateWorkload):
+            self.by_workload[(job.namespace, event.workload.name)] = job.id
+        elif isinstance(event, JobStatusChanged):
+            log.info(
+                "job_status",
+                job=job.id,
+                workload=event.workload.key,
+                queue=job.cluster_queue,
+                status=event.status,
+                recoveries=job.recoveries,
+                reason=event.message,
+            )
+
+    # --- ageing ---------------------------------------------------------------------------
+
+    async def _age(self) -> None:
+        while not self.runtime.stopping.is_set():
+            try:
+                await asyncio.wait_for(self.runtime.stopping.wait(), AGEING_TICK_SECONDS)
+                return
+            except TimeoutError:
+                pass
+            async with self.lock:
+                await self._publish_boosts(time.time())
+
+    async def _publish_boosts(self, now: float) -> None:
+        policies = [o for o in self.config.values() if isinstance(o, ClusterQueuePolicy)]
+        outgoing: list[Event] = []
+        changed: list[ManagedJob] = []
+        for job in self.jobs.values():
+            attempt = job.current
+            if job.first_preempted_at is None or attempt is None or job.done:
+                continue
+            if job.status != JobStatus.RECOVERING:
+                continue  # only a waiting job ages; a running one keeps what it had
+            policy = ageing_for(policies, job.cluster_queue)
+            boost, reserved = boost_at(policy, now - job.first_preempted_at)
+            if (boost, reserved) == (job.boost, job.reserved):
+                continue
+            job.boost, job.reserved = boost, reserved
+            changed.append(job)
+            outgoing.append(
+                PriorityBoosted(
+                    id=f"boost-{attempt.uid}-{boost}-{int(reserved)}",
+                    source="recovery",
+                    workload=WorkloadRef(job.namespace, attempt.name, attempt.uid),
+                    boost=boost,
+                    reserved=reserved,
+                    can_preempt=policy.boost_can_preempt,
+                )
+            )
+            log.info(
+                "job_boosted",
+                job=job.id,
+                workload=f"{job.namespace}/{attempt.name}",
+                queue=job.cluster_queue,
+                boost=boost,
+                reserved=reserved,
+                reason=f"waited {now - job.first_preempted_at:.0f}s since first preempted",
+            )
+        if outgoing:
+            await self.bus.publish_many(outgoing)
+            await self._save(changed)
+
+    # --- API ------------------------------------------------------------------------------
+
+    async def _serve_api(self) -> Subscription:
+        async def handle(msg: Msg) -> None:
+            verb = msg.subject.rsplit(".", 1)[-1]
+            try:
+                if verb == "launch":
+                    reply = await self._launch(msgspec.json.decode(msg.data, type=LaunchRequest))
+                elif verb == "cancel":
+                    reply = await self._cancel(msgspec.json.decode(msg.data, type=CancelRequest))
+                else:
+                    reply = {"error": f"unknown request {verb!r}"}
+            except msgspec.DecodeError as error:
+                reply = {"error": f"bad request: {error}"}
+            except Exception as error:  # an answer, never a silent timeout, for the asker
+                log.exception("api_failed", verb=verb)
+                reply = {"error": f"internal error: {error!r}"}
+            if msg.reply:
+                await msg.respond(msgspec.json.encode(reply))
+
+        return await self.bus.nc.subscribe(f"{API_SUBJECT}.recovery.*", cb=handle)
+
+    async def _launch(self, request: LaunchRequest) -> dict[str, Any]:
+        async with self.lock:
+            now = time.time()
+            job = ManagedJob(
+                id=await self._next_id(),
+                name=request.name,
+                namespace=request.namespace,
+                resources=request.resources,
+                submitted_at=now,
+                max_restarts_on_errors=request.max_restarts_on_errors,
+                template=request.template,
+            )
+            queue = request.queue_name or "default"
+            if f"localqueue.{request.namespace}.{queue}" not in self.config:
+                message = f"LocalQueue {queue!r} not found in namespace {request.namespace!r}"
+                events = lifecycle.set_status(job, JobStatus.FAILED_PRECHECKS, message, now)
+            else:
+                events = lifecycle.first_attempt(job, now)
+            self._index(job)
+            await self._save([job])  # stored before anything else: an accepted job is never lost
+            await self.bus.publish_many(events)
+            for event in events:
+                self._note(job, event)
+            return {"id": job.id, "status": job.status.value, "message": job.message}
+
+    async def _cancel(self, request: CancelRequest) -> dict[str, Any]:
+        async with self.lock:
+            matches = [
+                job
+                for job in self.jobs.values()
+                if job.id == request.id or (request.name is not None and job.name == request.name)
+            ]
+            if not matches:
+                return {"error": f"no managed job {request.id or request.name!r}"}
+            cancelled = []
+            for job in matches:
+                if job.done:
+                    continue
+                events = lifecycle.cancel(job, time.time())
+                await self.bus.publish_many(events)
+                await self._save([job])
+                cancelled.append(job.id)
+            if not cancelled:
+                return {"error": f"job {matches[0].id} already {matches[0].status.value}"}
+            return {"cancelled": cancelled}

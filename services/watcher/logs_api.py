@@ -1,0 +1,69 @@
+"""The local backend's log API: ``berth.api.watcher.logs`` (core NATS request/reply).
+
+Request ``{"namespace": ..., "name": ..., "offsets": {"<file>": <byte offset>}}``; the reply
+gives every log file of that workload (all its generations, all its pods, oldest first) with
+the text after each offset: ``{"files": [{"file": "1-main-0.log", "data": "...",
+"offset": 123}]}``. A caller that follows sends back the offsets it got. At most
+``CHUNK`` bytes per file per reply, so no reply outgrows NATS's message size limit.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from shared.bus import API_SUBJECT, Bus
+from shared.logging import get_logger
+
+__all__ = ["serve_logs"]
+
+log = get_logger("watcher.logs")
+CHUNK = 256 * 1024
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+class LogsRequest(msgspec.Struct):
+    namespace: str
+    name: str
+    offsets: dict[str, int] = {}
+
+
+def _generation(path: Path) -> tuple[int, str]:
+    head = path.name.split("-", 1)[0]
+    return (int(head) if head.isdigit() else 0, path.name)
+
+
+def read_logs(root: Path, request: LogsRequest) -> dict[str, Any]:
+    if not (_NAME.match(request.namespace) and _NAME.match(request.name)):
+        return {"error": "invalid namespace or name"}  # never a path outside the log root
+    folder = root / request.namespace / request.name
+    files = []
+    for path in sorted(folder.glob("*.log"), key=_generation):
+        offset = max(0, request.offsets.get(path.name, 0))
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read(CHUNK)
+        files.append(
+            {"file": path.name, "data": data.decode(errors="replace"), "offset": offset + len(data)}
+        )
+    return {"files": files}
+
+
+async def serve_logs(bus: Bus, root: Path) -> Subscription:
+    async def handle(msg: Msg) -> None:
+        try:
+            reply = read_logs(root, msgspec.json.decode(msg.data, type=LogsRequest))
+        except msgspec.DecodeError as error:
+            reply = {"error": f"bad request: {error}"}
+        except OSError as error:
+            log.warning("logs_unreadable", error=str(error))
+            reply = {"error": f"cannot read logs: {error.strerror}"}
+        if msg.reply:
+            await msg.respond(msgspec.json.encode(reply))
+
+    return await bus.nc.subscribe(f"{API_SUBJECT}.watcher.logs", cb=handle)

@@ -1,0 +1,118 @@
+"""Managed jobs: the record recovery keeps for each one, in the ``berth-jobs`` bucket.
+
+Recovery is the only writer; the CLI reads the bucket for ``berth jobs queue``. A job runs as
+one or more *attempts*, each a workload named ``<name>-<id>`` (then ``-r1``, ``-r2``... for
+retries after a failure of the user's program). A preempted attempt is requeued as it is, with
+its original queue time; only failures make a new attempt.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+__all__ = [
+    "TERMINAL",
+    "Attempt",
+    "JobStatus",
+    "ManagedJob",
+    "decode_job",
+    "encode_job",
+    "job_key",
+]
+
+NEXT_ID_KEY = "next-id"
+
+
+class JobStatus(StrEnum):
+    """SkyPilot's managed-job statuses."""
+
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    RECOVERING = "RECOVERING"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    FAILED_SETUP = "FAILED_SETUP"
+    FAILED_PRECHECKS = "FAILED_PRECHECKS"
+    FAILED_CONTROLLER = "FAILED_CONTROLLER"
+
+
+TERMINAL = frozenset(
+    {
+        JobStatus.CANCELLED,
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.FAILED_SETUP,
+        JobStatus.FAILED_PRECHECKS,
+        JobStatus.FAILED_CONTROLLER,
+    }
+)
+
+
+class Attempt(msgspec.Struct):
+    """One workload of the job."""
+
+    name: str
+    uid: str
+    generation: int = 0  # the admission currently (or last) running
+    evicted_generation: int = 0  # the last admission counted as a preemption
+
+
+class Transition(msgspec.Struct):
+    time: float
+    status: str
+    message: str = ""
+
+
+class ManagedJob(msgspec.Struct):
+    id: int
+    name: str
+    namespace: str
+    resources: str  # e.g. "1x[T4:4]"
+    submitted_at: float
+    status: JobStatus = JobStatus.PENDING
+    message: str = ""
+    recoveries: int = 0  # preemptions plus retried failures
+    restarts_on_errors: int = 0
+    max_restarts_on_errors: int = 0
+    attempts: list[Attempt] = []
+    cluster_queue: str = ""
+    base_priority: int = 0
+    started_at: float | None = None  # first time it ran
+    run_started_at: float | None = None  # start of the current run
+    job_seconds: float = 0.0  # time spent running, summed over runs
+    ended_at: float | None = None
+    first_preempted_at: float | None = None  # ageing counts from here, never reset
+    boost: int = 0
+    reserved: bool = False
+    cancel_requested: bool = False
+    template: dict[str, object] = {}  # the Job each attempt is made from
+    history: list[Transition] = []
+
+    @property
+    def current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+
+def job_key(job_id: int) -> str:
+    return f"job.{job_id:08d}"
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(ManagedJob)
+
+
+def encode_job(job: ManagedJob) -> bytes:
+    return _encoder.encode(job)
+
+
+def decode_job(data: bytes) -> ManagedJob:
+    return _decoder.decode(data)
