@@ -99,9 +99,8 @@ class Stack:
         return self.process.returncode
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    data_dir = tmp_path / "berth"
+def start_stack(data_dir: Path) -> Stack:
+    """Start `berth up` on a free NATS port and wait until it says it is ready."""
     process = subprocess.Popen(
         [sys.executable, "-m", "berth_cli", "up", "--data-dir", str(data_dir), "--nats-port", "0"],
         stdout=subprocess.PIPE,
@@ -113,6 +112,16 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     running = Stack(process, data_dir)
     try:
         running.wait_ready()
+    except BaseException:
+        running.stop()
+        raise
+    return running
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    running = start_stack(tmp_path / "berth")
+    try:
         yield running
     finally:
         running.stop()

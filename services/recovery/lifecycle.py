@@ -41,6 +41,9 @@ __all__ = ["advance", "cancel", "first_attempt", "set_status"]
 
 # Admission's words for a workload that no amount of waiting will admit.
 _NEVER_FITS = ("maximum capacity", "unavailable in ClusterQueue")
+# Evictions caused by Berth's own restarts: the job is requeued, but #RECOVERIES (which
+# counts preemptions and retried failures) and the ageing clock are not touched.
+NOT_A_RECOVERY = frozenset({"WatcherRestarted"})
 _ATTEMPT_NAMESPACE = uuid.UUID("6f1b4f0e-2f44-4b53-9f0e-6c1c1b6a9f31")
 
 
@@ -154,9 +157,11 @@ def advance(job: ManagedJob, event: AnyEvent, now: float) -> list[Event]:
             _stop_run(job, now)
             if cancelling:
                 return []
+            message = event.message or f"evicted: {event.reason}"
+            if event.reason in NOT_A_RECOVERY:
+                return set_status(job, JobStatus.RECOVERING, message, now)
             job.recoveries += 1
             job.first_preempted_at = job.first_preempted_at or now
-            message = event.message or f"evicted: {event.reason}"
             return set_status(job, JobStatus.RECOVERING, message, now)
         case WorkloadFinished():
             if event.generation != attempt.generation:
