@@ -148,7 +148,7 @@ def _preemptor_pairs_unique(url: str) -> list[EvictionRequested]:
 @pytest.mark.timeout(180)
 def test_ageing_brings_the_preempted_job_back_within_the_bound(stack: Stack, tmp_path: Path) -> None:
     """With ageing, the low job runs again within reserveAfter + R and then finishes."""
-    job_id, samples = _run(stack, tmp_path, AGEING_ON)
+    _job_id, samples = _run(stack, tmp_path, AGEING_ON)
     recovering = [t for t, status in samples if status == "RECOVERING"]
     back = [t for t, status in samples if recovering and t > recovering[0] and status != "RECOVERING"]
     assert recovering, samples
