@@ -851,3 +851,21 @@ def test_reservation_holds_released_quota_for_a_starving_workload() -> None:
     s.set_boost(ref("big"), 0, reserved=False)
     s.finish(ref("big"))
     assert admitted(s.schedule()) == ["small-2"]
+
+
+def test_hold_and_drain_lists_admitted_workloads_for_eviction() -> None:
+    """HoldAndDrain stops admission and names what the queue has admitted, with Kueue's reason."""
+    s = scheduler(simple(cpu=4), wl("a", cpu=1, t=0), wl("b", cpu=1, t=1))
+    assert admitted(s.schedule()) == ["a", "b"]
+    assert s.draining() == []
+    objects = simple(cpu=4, stopPolicy="HoldAndDrain")
+    s.set_config(objects)
+    assert sorted((r.name, cq, reason) for r, cq, reason in s.draining()) == [
+        ("a", "cq", "ClusterQueueStopped"),
+        ("b", "cq", "ClusterQueueStopped"),
+    ]
+    s.evict(ref("a"))
+    s.submit(wl("c", cpu=1, t=2))
+    assert admitted(s.schedule()) == []  # held: nothing new is admitted
+    s.set_config(simple(cpu=4, stopPolicy="Hold"))
+    assert s.draining() == []  # Hold lets admitted workloads run to completion

@@ -93,6 +93,8 @@ class Scheduler:
         self._flavors: dict[str, FlavorInfo] = {}
         self._cqs: dict[str, ClusterQueueInfo] = {}
         self._inactive: dict[str, tuple[str, str]] = {}  # cq -> (reason, message)
+        self._draining_cqs: set[str] = set()
+        self._draining_lqs: set[tuple[str, str]] = set()
         self._lqs: dict[tuple[str, str], LocalQueue] = {}
         self._namespaces: dict[str, dict[str, str]] = {}
         self._ns_match: dict[tuple[str, str], bool] = {}
@@ -143,6 +145,13 @@ class Scheduler:
             root = node.root().name
             self._root_of[name] = root
             self._cohort_members.setdefault(root, []).append(name)
+        # HoldAndDrain: what such a queue has admitted must be evicted (see draining()).
+        self._draining_cqs = {
+            cq.metadata.name for cq in cluster_queues if cq.spec.stop_policy == "HoldAndDrain"
+        }
+        self._draining_lqs = {
+            key for key, lq in self._lqs.items() if lq.spec.stop_policy == "HoldAndDrain"
+        }
         self._inactive = {}
         for name, info in self._cqs.items():
             problem = self._inactive_reason(info)
@@ -372,6 +381,21 @@ class Scheduler:
         if record.state == PENDING and record.key is not None:
             self._unqueue(record)
             self._place(record)
+
+    def draining(self) -> list[tuple[WorkloadRef, str, str]]:
+        """Admitted workloads of a HoldAndDrain ClusterQueue or LocalQueue, with Kueue's
+        eviction reason: (ref, cluster queue, ClusterQueueStopped | LocalQueueStopped)."""
+        if not self._draining_cqs and not self._draining_lqs:
+            return []
+        result = []
+        for record in self._records.values():
+            if record.state != ADMITTED:
+                continue
+            if record.cq in self._draining_cqs:
+                result.append((record.wl.ref, record.cq, "ClusterQueueStopped"))
+            elif (record.wl.ref.namespace, record.lq_name) in self._draining_lqs:
+                result.append((record.wl.ref, record.cq, "LocalQueueStopped"))
+        return result
 
     def generation(self, ref: WorkloadRef) -> int:
         record = self._records.get(ref.uid)

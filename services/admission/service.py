@@ -192,6 +192,28 @@ class AdmissionService:
                         self.scheduler.set_boost(ref, event.boost, reserved=event.reserved)
                         self.boosts[ref.uid] = event
 
+    def _drain(self) -> list[Event]:
+        """Evictions for what a HoldAndDrain queue has admitted (once per admission)."""
+        events: list[Event] = []
+        for ref, cluster_queue, reason in self.scheduler.draining():
+            generation = self.scheduler.generation(ref)
+            record = self.records.get(ref.uid)
+            event = EvictionRequested(
+                id=f"drain-{ref.uid}-{generation}",
+                source="admission",
+                workload=ref,
+                cluster_queue=cluster_queue,
+                generation=generation,
+                reason=reason,
+                message=f"The {'ClusterQueue' if reason.startswith('Cluster') else 'LocalQueue'}"
+                " is stopped (HoldAndDrain)",
+            )
+            if record is not None:
+                record.on_eviction_requested(event)
+            log.info("draining", workload=ref.key, queue=cluster_queue, reason=reason)
+            events.append(event)
+        return events
+
     def _preempting_priority(self, ref: WorkloadRef) -> int:
         """The priority a pending workload preempts with: its ageing boost only if allowed,
         so that a boosted job never ping-pongs with the job that preempted it."""
@@ -202,15 +224,17 @@ class AdmissionService:
         return effective - boost.boost
 
     async def _decide(self, events: Iterable[AnyEvent]) -> None:
+        drains: list[Event] = []
         if self.config_changed.is_set():
             self.config_changed.clear()
             self.scheduler.set_config(self.config.values())
+            drains = self._drain()
         started = time.perf_counter()
         decisions = self.scheduler.schedule()
         metrics.PASS_SECONDS.observe(time.perf_counter() - started)
-        if not decisions:
+        if not decisions and not drains:
             return
-        outgoing: list[Event] = []
+        outgoing: list[Event] = drains
         for decision in decisions:
             record = self.records.get(decision.ref.uid)
             if isinstance(decision, Admission):
