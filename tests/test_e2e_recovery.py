@@ -42,15 +42,12 @@ def test_seed_001_low_job_recovers_after_high_job(stack: Stack) -> None:
     eventually(lambda: status(url, low) == "RUNNING")
     high = launch(url, str(SEED_001 / "high-priority-job.yaml"))
 
-    def preempted() -> bool:
-        current = jobs(url)
-        assert current[high]["status"] == "RUNNING"
-        assert current[low]["status"] == "RECOVERING" and current[low]["recoveries"] == 1
-        return True
+    def preempted() -> str:
+        table = berth("jobs", "queue", url=url).stdout
+        assert "In progress tasks: 1 RECOVERING, 1 RUNNING" in table
+        return table
 
-    eventually(preempted, timeout=30)
-    table = berth("jobs", "queue", url=url).stdout
-    assert "In progress tasks: 1 RECOVERING, 1 RUNNING" in table
+    table = eventually(preempted, timeout=30)
     assert "#RECOVERIES" in table and "TOT. DURATION" in table and "1x[CPU:4]" in table
 
     eventually(lambda: status(url, high) == "SUCCEEDED", timeout=30)
@@ -58,10 +55,13 @@ def test_seed_001_low_job_recovers_after_high_job(stack: Stack) -> None:
     eventually(lambda: status(url, low) == "SUCCEEDED", timeout=30)
     final = jobs(url)
     assert final[low]["recoveries"] == 1 and final[high]["recoveries"] == 0
+    assert [step["status"] for step in final[low]["history"]] == [
+        "PENDING", "STARTING", "RUNNING", "RECOVERING", "STARTING", "RUNNING", "SUCCEEDED"
+    ]
     log = berth("jobs", "logs", str(low), url=url).stdout
     assert log.count("Low priority counter: 0") == 2  # the first run, then the recovered one
     assert "Low priority counter: 7" in log
-    assert "High priority counter: 5" in berth("jobs", "logs", str(high), url=url).stdout
+    assert "High priority counter: 11" in berth("jobs", "logs", str(high), url=url).stdout
 
 
 def test_seed_002_managed_jobs_on_a_9_cpu_quota(stack: Stack) -> None:
