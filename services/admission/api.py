@@ -80,7 +80,7 @@ def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
 
 def _config_items(service: AdmissionService, kind: type[Any]) -> list[Any]:
     return sorted(
-        (obj for obj in service.config.values() if isinstance(obj, kind)),
+        service.config.of_kind(kind),
         key=lambda obj: (obj.metadata.namespace, obj.metadata.name),
     )
 

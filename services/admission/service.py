@@ -14,20 +14,16 @@ good, the service stops: a restart rebuilds the truth from the stream.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterable
 
-import msgspec
 from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
 
 from services.admission import metrics
 from services.admission.api import serve_api
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
 from services.admission.workload_objects import WorkloadRecord
-from shared.bus import CONFIG_BUCKET, BucketWatch, live_value
-from shared.config import ConfigError, ConfigObject, decode_object
+from shared.config_mirror import ConfigMirror
 from shared.events import (
     AnyEvent,
     ContestedResource,
@@ -81,19 +77,13 @@ class AdmissionService:
         self.bus = runtime.bus
         self.scheduler = Scheduler()
         self.records: dict[str, WorkloadRecord] = {}  # uid -> display record
-        self.config: dict[str, ConfigObject] = {}  # bucket key -> object
-        self.config_changed = asyncio.Event()
+        self.config = ConfigMirror()
         self.boosts: dict[str, PriorityBoosted] = {}  # uid -> recovery's latest ageing boost
 
     async def run(self) -> None:
-        watch, initial = await BucketWatch.start(await self.bus.kv(CONFIG_BUCKET))
-        for entry in initial:
-            self._observe_config(entry)
+        await self.config.start(self.runtime)
+        self.config.take_change()
         self.scheduler.set_config(self.config.values())
-        self.runtime.spawn(
-            watch.follow(self._config_changed, stopping=self.runtime.stopping),
-            name="admission.config",
-        )
 
         subscription = await self.bus.replay_subscription(SUBJECTS)
         started = time.monotonic()
@@ -107,22 +97,6 @@ class AdmissionService:
         finally:
             await api.unsubscribe()
 
-    # --- config ---------------------------------------------------------------------------
-
-    def _observe_config(self, entry: KeyValue.Entry) -> None:
-        value = live_value(entry)
-        if value is None:
-            self.config.pop(entry.key, None)
-            return
-        try:
-            self.config[entry.key] = decode_object(value)
-        except (ConfigError, msgspec.DecodeError) as error:
-            log.error("invalid_config_object", key=entry.key, reason=str(error))
-
-    async def _config_changed(self, entry: KeyValue.Entry) -> None:
-        self._observe_config(entry)
-        self.config_changed.set()  # the decision loop applies it before its next pass
-
     # --- events ---------------------------------------------------------------------------
 
     async def _live(self, subscription: JetStreamContext.PullSubscription) -> None:
@@ -131,7 +105,7 @@ class AdmissionService:
             if events is None:
                 return
             self._apply(events)
-            if events or self.config_changed.is_set():
+            if events or self.config.changed.is_set():
                 await self._decide(events)
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
@@ -225,8 +199,7 @@ class AdmissionService:
 
     async def _decide(self, events: Iterable[AnyEvent]) -> None:
         drains: list[Event] = []
-        if self.config_changed.is_set():
-            self.config_changed.clear()
+        if self.config.take_change():
             self.scheduler.set_config(self.config.values())
             drains = self._drain()
         started = time.perf_counter()

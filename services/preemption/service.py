@@ -20,14 +20,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-import msgspec
-from nats.js.kv import KeyValue
-
 from services.preemption import metrics
 from services.preemption.cluster import Cluster
 from services.preemption.victims import Running, SearchResult, find_victims
-from shared.bus import CONFIG_BUCKET, BucketWatch, live_value
-from shared.config import ConfigError, ConfigObject, decode_object
+from shared.config_mirror import ConfigMirror
 from shared.events import (
     AnyEvent,
     Event,
@@ -61,20 +57,14 @@ class PreemptionService:
         self.runtime = runtime
         self.bus = runtime.bus
         self.cluster = Cluster()
-        self.config: dict[str, ConfigObject] = {}
-        self.config_changed = False
+        self.config = ConfigMirror()
         self.due: dict[str, float] = {}  # preemptor uid -> when to look at it (monotonic)
         self.told: dict[str, str] = {}  # preemptor uid -> last "cannot help" message sent
 
     async def run(self) -> None:
-        watch, initial = await BucketWatch.start(await self.bus.kv(CONFIG_BUCKET))
-        for entry in initial:
-            self._observe_config(entry)
+        await self.config.start(self.runtime)
+        self.config.take_change()
         self.cluster.set_config(self.config.values())
-        self.runtime.spawn(
-            watch.follow(self._config_entry, stopping=self.runtime.stopping),
-            name="preemption.config",
-        )
         subscription = await self.bus.replay_subscription(SUBJECTS)
         await self.bus.replay_to_end(subscription, lambda events: self._fold(events, live=False))
         now = time.monotonic()
@@ -90,23 +80,8 @@ class PreemptionService:
 
     # --- inputs ---------------------------------------------------------------------------
 
-    def _observe_config(self, entry: KeyValue.Entry) -> None:
-        value = live_value(entry)
-        if value is None:
-            self.config.pop(entry.key, None)
-            return
-        try:
-            self.config[entry.key] = decode_object(value)
-        except (ConfigError, msgspec.DecodeError) as error:
-            log.error("invalid_config_object", key=entry.key, reason=str(error))
-
-    async def _config_entry(self, entry: KeyValue.Entry) -> None:
-        self._observe_config(entry)
-        self.config_changed = True
-
     def _fold(self, events: list[AnyEvent], *, live: bool) -> None:
-        if self.config_changed:
-            self.config_changed = False
+        if self.config.take_change():
             self.cluster.set_config(self.config.values())
             now = time.monotonic()
             self.due.update({uid: now for uid in self.cluster.waiting})

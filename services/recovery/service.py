@@ -24,8 +24,9 @@ from nats.js.kv import KeyValue
 
 from services.recovery import lifecycle
 from services.recovery.ageing import boost_at
-from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, BucketWatch, live_value
-from shared.config import ClusterQueuePolicy, ConfigError, ConfigObject, ageing_for, decode_object
+from shared.bus import API_SUBJECT, JOBS_BUCKET
+from shared.config import ClusterQueuePolicy, ageing_for
+from shared.config_mirror import ConfigMirror
 from shared.events import (
     AnyEvent,
     CreateWorkload,
@@ -66,18 +67,12 @@ class RecoveryService:
         self.bus = runtime.bus
         self.jobs: dict[int, ManagedJob] = {}
         self.by_workload: dict[tuple[str, str], int] = {}  # (namespace, name) -> job id
-        self.config: dict[str, ConfigObject] = {}
+        self.config = ConfigMirror()
         self.kv: KeyValue | None = None
         self.lock = asyncio.Lock()  # one writer at a time: API calls, the consumer, the tick
 
     async def run(self) -> None:
-        watch, initial = await BucketWatch.start(await self.bus.kv(CONFIG_BUCKET))
-        for entry in initial:
-            await self._config_entry(entry)
-        self.runtime.spawn(
-            watch.follow(self._config_entry, stopping=self.runtime.stopping),
-            name="recovery.config",
-        )
+        await self.config.start(self.runtime)
         self.kv = await self.bus.kv(JOBS_BUCKET, history=1)
         await self._load_jobs()
         subscription = await self.bus.durable_subscription("recovery", SUBJECTS)
@@ -90,16 +85,6 @@ class RecoveryService:
             await api.unsubscribe()
 
     # --- state ----------------------------------------------------------------------------
-
-    async def _config_entry(self, entry: KeyValue.Entry) -> None:
-        value = live_value(entry)
-        if value is None:
-            self.config.pop(entry.key, None)
-            return
-        try:
-            self.config[entry.key] = decode_object(value)
-        except (ConfigError, msgspec.DecodeError) as error:
-            log.error("invalid_config_object", key=entry.key, reason=str(error))
 
     async def _load_jobs(self) -> None:
         assert self.kv is not None
@@ -190,7 +175,7 @@ class RecoveryService:
                 await self._publish_boosts(time.time())
 
     async def _publish_boosts(self, now: float) -> None:
-        policies = [o for o in self.config.values() if isinstance(o, ClusterQueuePolicy)]
+        policies = self.config.of_kind(ClusterQueuePolicy)
         outgoing: list[Event] = []
         changed: list[ManagedJob] = []
         for job in self.jobs.values():
