@@ -137,3 +137,46 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def job_manifest(
+    name: str,
+    *,
+    cpu: str | int,
+    priority_class: str | None = None,
+    queue: str = "user-queue",
+    namespace: str | None = None,
+    command: list[str] | None = None,
+    gpu: int = 0,
+    simulated_runtime: str | None = None,
+) -> dict[str, Any]:
+    """A batch/v1 Job for the tests: one container, requests, Kueue's labels."""
+    requests: dict[str, str] = {"cpu": str(cpu)}
+    if gpu:
+        requests["nvidia.com/gpu"] = str(gpu)
+    labels = {"kueue.x-k8s.io/queue-name": queue}
+    if priority_class:
+        labels["kueue.x-k8s.io/priority-class"] = priority_class
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
+    if namespace:
+        metadata["namespace"] = namespace
+    if simulated_runtime:
+        metadata["annotations"] = {"berth.dev/simulated-runtime": simulated_runtime}
+    container: dict[str, Any] = {"name": "main", "resources": {"requests": requests}}
+    if simulated_runtime is None:
+        container["command"] = command or ["sleep", "600"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {"template": {"spec": {"containers": [container], "restartPolicy": "Never"}}},
+    }
+
+
+def submit_manifest(url: str, folder: Any, manifest: dict[str, Any]) -> None:
+    """Write the manifest to a file and `berth submit` it, as a user would."""
+    import json
+
+    path = folder / f"{manifest['metadata']['name']}.json"
+    path.write_text(json.dumps(manifest))
+    berth("submit", "-f", str(path), url=url)

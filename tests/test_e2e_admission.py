@@ -2,45 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import FIXTURES, Stack, berth
-from tests.e2e import condition, event_log, eventually, get_json, is_admitted, peak_usage
-
-
-def _job(name: str, namespace: str, *, cpu: str, seconds: int = 3600) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": {"kueue.x-k8s.io/queue-name": "local-queue"},
-            },
-            "spec": {
-                "template": {
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "main",
-                                "command": ["sleep", str(seconds)],
-                                "resources": {"requests": {"cpu": cpu}},
-                            }
-                        ]
-                    }
-                }
-            },
-        }
-    )
-
-
-def _submit(url: str, tmp_path: Path, name: str, body: str) -> None:
-    path = tmp_path / f"{name}.json"
-    path.write_text(body)
-    berth("submit", "-f", str(path), url=url)
+from tests.e2e import (
+    condition,
+    event_log,
+    eventually,
+    get_json,
+    is_admitted,
+    job_manifest,
+    peak_usage,
+    submit_manifest,
+)
 
 
 def _queues(url: str) -> dict[str, dict[str, Any]]:
@@ -52,16 +27,25 @@ def test_seed_004_borrowing_positions_and_live_quota(stack: Stack, tmp_path: Pat
     lowering the quota evicts nothing; raising it admits at once; a busy CQ is not deleted."""
     url = stack.url
     berth("apply", "-f", str(FIXTURES / "seed004-kueue-resources.yaml"), url=url)
-    _submit(url, tmp_path, "b1", _job("b1", "team-b", cpu="4"))
-    _submit(url, tmp_path, "b2", _job("b2", "team-b", cpu="4"))
-    _submit(url, tmp_path, "b3", _job("b3", "team-b", cpu="4"))
+    submit_manifest(
+        url, tmp_path, job_manifest("b1", namespace="team-b", cpu=4, queue="local-queue")
+    )
+    submit_manifest(
+        url, tmp_path, job_manifest("b2", namespace="team-b", cpu=4, queue="local-queue")
+    )
+    submit_manifest(
+        url, tmp_path, job_manifest("b3", namespace="team-b", cpu=4, queue="local-queue")
+    )
 
     def two_admitted() -> dict[str, dict[str, Any]]:
         workloads = {w["metadata"]["name"]: w for w in get_json(url, "workloads", "-n", "team-b")}
         assert [n for n, w in sorted(workloads.items()) if is_admitted(w)] == ["b1", "b2"]
         reserved = condition(workloads["b3"], "QuotaReserved")
         assert reserved is not None
-        assert "insufficient unused quota for cpu in flavor default-flavor, 2 more needed" in reserved["message"]
+        assert (
+            "insufficient unused quota for cpu in flavor default-flavor, 2 more needed"
+            in reserved["message"]
+        )
         return workloads
 
     workloads = eventually(two_admitted)
@@ -78,14 +62,20 @@ def test_seed_004_borrowing_positions_and_live_quota(stack: Stack, tmp_path: Pat
     assert local["local-queue"]["status"]["admittedWorkloads"] == 2
 
     # Lower the shared quota under the usage: nothing is evicted by that alone.
-    lowered = (FIXTURES / "seed004-kueue-resources.yaml").read_text().replace(
-        'name: "cpu"\n              nominalQuota: 10', 'name: "cpu"\n              nominalQuota: 4'
+    lowered = (
+        (FIXTURES / "seed004-kueue-resources.yaml")
+        .read_text()
+        .replace(
+            'name: "cpu"\n              nominalQuota: 10',
+            'name: "cpu"\n              nominalQuota: 4',
+        )
     )
     assert lowered != (FIXTURES / "seed004-kueue-resources.yaml").read_text()
     (tmp_path / "lowered.yaml").write_text(lowered)
-    assert "clusterqueue.kueue.x-k8s.io/shared-cq configured" in berth(
-        "apply", "-f", str(tmp_path / "lowered.yaml"), url=url
-    ).stdout
+    assert (
+        "clusterqueue.kueue.x-k8s.io/shared-cq configured"
+        in berth("apply", "-f", str(tmp_path / "lowered.yaml"), url=url).stdout
+    )
     raised = lowered.replace(
         'name: "cpu"\n              nominalQuota: 4', 'name: "cpu"\n              nominalQuota: 12'
     )
@@ -110,14 +100,13 @@ def test_namespace_selector_keeps_other_teams_out(stack: Stack, tmp_path: Path) 
     """A ClusterQueue whose namespaceSelector does not match the namespace admits nothing."""
     url = stack.url
     berth("apply", "-f", str(FIXTURES / "seed004-kueue-resources.yaml"), url=url)
-    wrong = (tmp_path / "lq.yaml")
+    wrong = tmp_path / "lq.yaml"
     wrong.write_text(
         "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: sneaky, namespace: team-b}\n"
         "spec: {clusterQueue: team-a-cq}\n"
     )
     berth("apply", "-f", str(wrong), url=url)
-    body = _job("sneak", "team-b", cpu="1").replace('"local-queue"', '"sneaky"')
-    _submit(url, tmp_path, "sneak", body)
+    submit_manifest(url, tmp_path, job_manifest("sneak", namespace="team-b", cpu=1, queue="sneaky"))
 
     def refused() -> bool:
         [workload] = get_json(url, "workloads", "-n", "team-b")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import urllib.request
@@ -11,41 +10,15 @@ from typing import Any
 
 from shared.events import EvictionRequested, WorkloadAdmitted
 from tests.conftest import FIXTURES, Stack, berth
-from tests.e2e import condition, event_log, eventually, get_json, is_admitted
-
-
-def _job(name: str, *, cpu: str, priority_class: str, command: list[str] | None = None) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kueue.x-k8s.io/queue-name": "user-queue",
-                    "kueue.x-k8s.io/priority-class": priority_class,
-                },
-            },
-            "spec": {
-                "template": {
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "main",
-                                "command": command or ["sleep", "600"],
-                                "resources": {"requests": {"cpu": cpu}},
-                            }
-                        ]
-                    }
-                }
-            },
-        }
-    )
-
-
-def _submit(url: str, tmp_path: Path, name: str, body: str) -> None:
-    (tmp_path / f"{name}.json").write_text(body)
-    berth("submit", "-f", str(tmp_path / f"{name}.json"), url=url)
+from tests.e2e import (
+    condition,
+    event_log,
+    eventually,
+    get_json,
+    is_admitted,
+    job_manifest,
+    submit_manifest,
+)
 
 
 def _workloads(url: str) -> dict[str, dict[str, Any]]:
@@ -54,7 +27,9 @@ def _workloads(url: str) -> dict[str, dict[str, Any]]:
 
 def test_every_service_serves_probes_and_metrics(stack: Stack) -> None:
     """/healthz, /readyz and Prometheus /metrics answer on each service's HTTP port."""
-    ports = dict(re.findall(r"^(\w+)\s+\d+\s+http://127\.0\.0\.1:(\d+)", "".join(stack.output), re.M))
+    ports = dict(
+        re.findall(r"^(\w+)\s+\d+\s+http://127\.0\.0\.1:(\d+)", "".join(stack.output), re.M)
+    )
     assert set(ports) == {"watcher", "admission", "preemption", "recovery"}
     for service, port in ports.items():
         for path in ("/healthz", "/readyz"):
@@ -72,10 +47,12 @@ def test_hold_and_drain_evicts_and_holds(stack: Stack, tmp_path: Path) -> None:
     admits nothing; switching back admits them again."""
     url = stack.url
     berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
-    _submit(url, tmp_path, "a", _job("a", cpu="2", priority_class="low-priority"))
+    submit_manifest(url, tmp_path, job_manifest("a", cpu="2", priority_class="low-priority"))
     eventually(lambda: is_admitted(_workloads(url)["a"]))
     setup = (FIXTURES / "seed002-single-clusterqueue-setup.yaml").read_text()
-    drained = setup.replace("  namespaceSelector: {}\n", "  namespaceSelector: {}\n  stopPolicy: HoldAndDrain\n", 1)
+    drained = setup.replace(
+        "  namespaceSelector: {}\n", "  namespaceSelector: {}\n  stopPolicy: HoldAndDrain\n", 1
+    )
     assert drained != setup
     (tmp_path / "drain.yaml").write_text(drained)
     berth("apply", "-f", str(tmp_path / "drain.yaml"), url=url)
@@ -104,19 +81,24 @@ def test_minimum_run_time_protects_a_young_victim(stack: Stack, tmp_path: Path) 
         "spec: {minimumRunTime: 4s}\n"
     )
     berth("apply", "-f", str(tmp_path / "policy.yaml"), url=url)
-    _submit(url, tmp_path, "young", _job("young", cpu="6", priority_class="low-priority"))
+    submit_manifest(url, tmp_path, job_manifest("young", cpu="6", priority_class="low-priority"))
     eventually(lambda: is_admitted(_workloads(url)["young"]))
-    _submit(url, tmp_path, "urgent", _job("urgent", cpu="6", priority_class="high-priority"))
+    submit_manifest(url, tmp_path, job_manifest("urgent", cpu="6", priority_class="high-priority"))
 
     def waiting() -> bool:
         reserved = condition(_workloads(url)["urgent"], "QuotaReserved")
-        assert reserved is not None and "protected by the minimum run time until" in reserved["message"]
+        assert (
+            reserved is not None
+            and "protected by the minimum run time until" in reserved["message"]
+        )
         return True
 
     eventually(waiting)
     eventually(lambda: is_admitted(_workloads(url)["urgent"]), timeout=30)
     events = event_log(url)
-    admitted_young = next(e for e in events if isinstance(e, WorkloadAdmitted) and e.workload.name == "young")
+    admitted_young = next(
+        e for e in events if isinstance(e, WorkloadAdmitted) and e.workload.name == "young"
+    )
     eviction = next(e for e in events if isinstance(e, EvictionRequested))
     assert (eviction.time - admitted_young.time).total_seconds() >= 4.0
 
@@ -139,7 +121,9 @@ def test_rayjob_runs_its_entrypoint_on_the_local_backend(stack: Stack, tmp_path:
         return workload
 
     workload = eventually(finished, timeout=30)
-    usage = {p["name"]: p["resourceUsage"] for p in workload["status"]["admission"]["podSetAssignments"]}
+    usage = {
+        p["name"]: p["resourceUsage"] for p in workload["status"]["admission"]["podSetAssignments"]
+    }
     assert usage["head"]["cpu"] == "1" and usage["gpu-group"]["nvidia.com/gpu"] == "2"
     log_dir = stack.data_dir / "logs" / "default" / name
     assert "training done" in (log_dir / "1-submitter-0.log").read_text()

@@ -6,7 +6,6 @@ and that an evicted workload's process was really stopped.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,54 +17,16 @@ from tests.e2e import (
     eventually,
     get_json,
     is_admitted,
+    job_manifest,
     objects_status,
     peak_usage,
     pid_alive,
+    submit_manifest,
 )
 
 
 def _workloads(url: str, *args: str) -> dict[str, dict[str, Any]]:
     return {w["metadata"]["name"]: w for w in get_json(url, "workloads", *args)}
-
-
-def _job(name: str, *, cpu: str, priority_class: str, gpu: int = 0, seconds: int = 3600) -> str:
-    requests: dict[str, Any] = {"cpu": cpu}
-    if gpu:
-        requests["nvidia.com/gpu"] = str(gpu)
-    return json.dumps(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kueue.x-k8s.io/queue-name": "user-queue",
-                    "kueue.x-k8s.io/priority-class": priority_class,
-                },
-            },
-            "spec": {
-                "template": {
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "main",
-                                "image": "busybox",
-                                "command": ["sleep", str(seconds)],
-                                "resources": {"requests": requests},
-                            }
-                        ],
-                        "restartPolicy": "Never",
-                    }
-                }
-            },
-        }
-    )
-
-
-def _submit(url: str, tmp_path: Path, name: str, body: str) -> None:
-    path = tmp_path / f"{name}.json"
-    path.write_text(body)
-    berth("submit", "-f", str(path), url=url)
 
 
 def _running_pids(url: str, namespace: str, name: str) -> list[int]:
@@ -121,17 +82,23 @@ def test_seed_004_team_a_preempts_team_b(stack: Stack) -> None:
     )
 
 
-def test_seed_003_prod_preempts_dev_then_quota_raise_admits_all(stack: Stack, tmp_path: Path) -> None:
+def test_seed_003_prod_preempts_dev_then_quota_raise_admits_all(
+    stack: Stack, tmp_path: Path
+) -> None:
     """A prod job evicts a running dev job in the one-GPU queue; raising the quota then
     admits every pending dev job at once, and the preempted one runs again."""
     url = stack.url
     berth("apply", "-f", str(FIXTURES / "seed003-kueue-resources.yaml"), url=url)
     for index in range(3):
-        _submit(url, tmp_path, f"dev-{index}", _job(f"dev-{index}", cpu="1", gpu=1, priority_class="dev-priority"))
+        submit_manifest(
+            url, tmp_path, job_manifest(f"dev-{index}", cpu=1, gpu=1, priority_class="dev-priority")
+        )
     eventually(lambda: [n for n, w in _workloads(url).items() if is_admitted(w)] == ["dev-0"])
     dev_pids = _running_pids(url, "default", "dev-0")
 
-    _submit(url, tmp_path, "prod", _job("prod", cpu="1", gpu=1, priority_class="prod-priority"))
+    submit_manifest(
+        url, tmp_path, job_manifest("prod", cpu="1", gpu=1, priority_class="prod-priority")
+    )
 
     def prod_runs() -> bool:
         workloads = _workloads(url)
@@ -159,11 +126,15 @@ def test_seed_002_high_preempts_low_and_low_comes_back(stack: Stack, tmp_path: P
     """Two 6-CPU jobs on a 9-CPU quota: high preempts low; low runs again after high ends."""
     url = stack.url
     berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
-    _submit(url, tmp_path, "job1", _job("job1", cpu="6", priority_class="low-priority"))
+    submit_manifest(url, tmp_path, job_manifest("job1", cpu="6", priority_class="low-priority"))
     eventually(lambda: is_admitted(_workloads(url)["job1"]))
     low_pids = _running_pids(url, "default", "job1")
 
-    _submit(url, tmp_path, "job2", _job("job2", cpu="6", priority_class="high-priority", seconds=2))
+    submit_manifest(
+        url,
+        tmp_path,
+        job_manifest("job2", cpu="6", priority_class="high-priority", command=["sleep", "2"]),
+    )
 
     def high_runs() -> bool:
         workloads = _workloads(url)

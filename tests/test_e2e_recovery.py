@@ -56,7 +56,13 @@ def test_seed_001_low_job_recovers_after_high_job(stack: Stack) -> None:
     final = jobs(url)
     assert final[low]["recoveries"] == 1 and final[high]["recoveries"] == 0
     assert [step["status"] for step in final[low]["history"]] == [
-        "PENDING", "STARTING", "RUNNING", "RECOVERING", "STARTING", "RUNNING", "SUCCEEDED"
+        "PENDING",
+        "STARTING",
+        "RUNNING",
+        "RECOVERING",
+        "STARTING",
+        "RUNNING",
+        "SUCCEEDED",
     ]
     log = berth("jobs", "logs", str(low), url=url).stdout
     assert log.count("Low priority counter: 0") == 2  # the first run, then the recovered one

@@ -20,7 +20,7 @@ from shared.bus import JOBS_BUCKET, Bus
 from shared.events import EvictionRequested, WorkloadAdmitted
 from shared.jobs import decode_job, job_key
 from tests.conftest import Stack, berth
-from tests.e2e import event_log
+from tests.e2e import event_log, job_manifest
 
 SETUP = """
 apiVersion: kueue.x-k8s.io/v1beta1
@@ -63,28 +63,6 @@ AGEING_ON = "{priorityPerMinute: 60000, reserveAfter: 2s}"  # +1000 a second; re
 AGEING_OFF = "{priorityPerMinute: 0, reserveAfter: null}"
 
 
-def job(name: str, *, cpu: int, runtime: str, priority_class: str) -> dict[str, object]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kueue.x-k8s.io/queue-name": "user-queue",
-                "kueue.x-k8s.io/priority-class": priority_class,
-            },
-            "annotations": {"berth.dev/simulated-runtime": runtime},
-        },
-        "spec": {
-            "template": {
-                "spec": {
-                    "containers": [{"name": "c", "resources": {"requests": {"cpu": str(cpu)}}}]
-                }
-            }
-        },
-    }
-
-
 async def _job_status(bus: Bus, job_id: int) -> tuple[str, int]:
     entry = await (await bus.kv(JOBS_BUCKET)).get(job_key(job_id))
     assert entry.value is not None
@@ -100,7 +78,9 @@ async def _stream(url: str, seconds: float, job_id: int) -> list[tuple[float, st
     index = 0
     try:
         while time.monotonic() - started < seconds:
-            document = job(f"high-{index}", cpu=1, runtime="1500ms", priority_class="high")
+            document = job_manifest(
+                f"high-{index}", cpu=1, simulated_runtime="1500ms", priority_class="high"
+            )
             await submit_workloads(url, [document], "stream", namespace="default")
             index += 1
             status, _ = await _job_status(bus, job_id)
@@ -118,7 +98,7 @@ def _run(stack: Stack, tmp_path: Path, ageing: str) -> tuple[int, list[tuple[flo
     import yaml
 
     (tmp_path / "low.yaml").write_text(
-        yaml.safe_dump(job("low", cpu=2, runtime="3s", priority_class="low"))
+        yaml.safe_dump(job_manifest("low", cpu=2, simulated_runtime="3s", priority_class="low"))
     )
     launched = berth("jobs", "launch", str(tmp_path / "low.yaml"), url=url).stdout.split()
     job_id = int(launched[3])
@@ -146,11 +126,15 @@ def _preemptor_pairs_unique(url: str) -> list[EvictionRequested]:
 
 
 @pytest.mark.timeout(180)
-def test_ageing_brings_the_preempted_job_back_within_the_bound(stack: Stack, tmp_path: Path) -> None:
+def test_ageing_brings_the_preempted_job_back_within_the_bound(
+    stack: Stack, tmp_path: Path
+) -> None:
     """With ageing, the low job runs again within reserveAfter + R and then finishes."""
     _job_id, samples = _run(stack, tmp_path, AGEING_ON)
     recovering = [t for t, status in samples if status == "RECOVERING"]
-    back = [t for t, status in samples if recovering and t > recovering[0] and status != "RECOVERING"]
+    back = [
+        t for t, status in samples if recovering and t > recovering[0] and status != "RECOVERING"
+    ]
     assert recovering, samples
     assert back, f"never came back: {samples}"
     waited = back[0] - recovering[0]
@@ -158,7 +142,11 @@ def test_ageing_brings_the_preempted_job_back_within_the_bound(stack: Stack, tmp
     assert any(status == "SUCCEEDED" for _, status in samples), samples
     evictions = _preemptor_pairs_unique(stack.url)
     assert [e.workload.name for e in evictions].count("low-1") == 1  # boosted: not a victim again
-    admitted = [e for e in event_log(stack.url) if isinstance(e, WorkloadAdmitted) and e.workload.name == "low-1"]
+    admitted = [
+        e
+        for e in event_log(stack.url)
+        if isinstance(e, WorkloadAdmitted) and e.workload.name == "low-1"
+    ]
     assert admitted[-1].priority > 1000  # readmitted above the stream's priority
 
 
