@@ -869,3 +869,16 @@ def test_hold_and_drain_lists_admitted_workloads_for_eviction() -> None:
     assert admitted(s.schedule()) == []  # held: nothing new is admitted
     s.set_config(simple(cpu=4, stopPolicy="Hold"))
     assert s.draining() == []  # Hold lets admitted workloads run to completion
+
+
+def test_nominated_preemptor_gets_the_room_its_victims_free() -> None:
+    """Room freed by evicting a preemptor's victims goes to it, even before a reservation."""
+    s = scheduler(simple(cpu=2), wl("victim", cpu=2, t=0, priority=1))
+    assert admitted(s.schedule()) == ["victim"]
+    s.submit(wl("starving", cpu=2, t=1, priority=1))
+    s.set_boost(ref("starving"), 10, reserved=True)
+    s.submit(wl("preemptor", cpu=2, t=2, priority=100))
+    s.schedule()
+    s.nominate(ref("preemptor"))
+    s.evict(ref("victim"))
+    assert admitted(s.schedule()) == ["preemptor"]

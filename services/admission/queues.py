@@ -37,8 +37,11 @@ OrderKey = tuple[int, float, str]
 RESERVATION_RANK = 1 << 40
 
 
-def order_key(priority: int, queue_time: float, uid: str, *, reserved: bool = False) -> OrderKey:
-    return (-(priority + RESERVATION_RANK if reserved else priority), queue_time, uid)
+def order_key(
+    priority: int, queue_time: float, uid: str, *, reserved: bool = False, nominated: bool = False
+) -> OrderKey:
+    rank = 2 * RESERVATION_RANK if nominated else RESERVATION_RANK if reserved else 0
+    return (-(priority + rank), queue_time, uid)
 
 
 class Record:

@@ -238,7 +238,11 @@ class Scheduler:
             return
         record.cq = cq_name
         record.key = order_key(
-            record.effective_priority, wl.queue_time, wl.ref.uid, reserved=wl.reserved
+            record.effective_priority,
+            wl.queue_time,
+            wl.ref.uid,
+            reserved=wl.reserved,
+            nominated=wl.nominated,
         )
         self._queues[cq_name].push(record)
         lq = (namespace, lq_name)
@@ -382,6 +386,16 @@ class Scheduler:
             self._unqueue(record)
             self._place(record)
 
+    def nominate(self, ref: WorkloadRef) -> None:
+        """Victims are being evicted for this pending workload: the room is kept for it."""
+        record = self._records.get(ref.uid)
+        if record is None or record.state != PENDING or record.wl.nominated:
+            return
+        record.wl.nominated = True
+        if record.key is not None:
+            self._unqueue(record)
+            self._place(record)
+
     def draining(self) -> list[tuple[WorkloadRef, str, str]]:
         """Admitted workloads of a HoldAndDrain ClusterQueue or LocalQueue, with Kueue's
         eviction reason: (ref, cluster queue, ClusterQueueStopped | LocalQueueStopped)."""
@@ -493,7 +507,7 @@ class Scheduler:
                     result.preemption_may_help,
                     result.preempt_flavors,
                 )
-                if queue.strict or record.wl.reserved:
+                if queue.strict or record.wl.reserved or record.wl.nominated:
                     # StrictFIFO, or a reservation: nothing behind it may pass.
                     queue.blocked = True
                     continue
@@ -506,6 +520,7 @@ class Scheduler:
 
     def _admit(self, record: Record, cq_name: str, result: AssignResult) -> None:
         self._unqueue(record)
+        record.wl.nominated = False  # it got its room
         self._apply_admission(record, cq_name, result.assignments, result.usage)
         record.generation += 1
         self._out.append(

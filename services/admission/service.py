@@ -153,6 +153,8 @@ class AdmissionService:
                 case EvictionRequested():
                     if record is not None:
                         record.on_eviction_requested(event)
+                    if event.preemptor is not None:
+                        self.scheduler.nominate(event.preemptor)
                 case WorkloadDeleted():
                     if record is not None:
                         self.scheduler.delete(ref)

@@ -23,6 +23,7 @@ from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
     EvictionRequested,
+    PriorityBoosted,
     WorkloadAdmitted,
     WorkloadDeleted,
     WorkloadEvicted,
@@ -67,6 +68,9 @@ class Cluster:
         self.waiting: dict[str, WorkloadPending] = {}  # preemptors that asked for room
         self.in_flight: dict[str, InFlight] = {}  # preemptor uid -> its evictions
         self.victim_of: dict[str, str] = {}  # victim uid -> preemptor uid
+        # Managed jobs holding an ageing reservation: once admitted they are not victims, or
+        # a job that waited past reserveAfter would ping-pong with every new preemptor.
+        self.reserved: set[str] = set()
 
     # --- config ---------------------------------------------------------------------------
 
@@ -133,6 +137,11 @@ class Cluster:
                         flight = InFlight(None if pending is None else self.preemptor(pending))
                         self.in_flight[preemptor_uid] = flight
                     flight.victims.add(uid)
+            case PriorityBoosted():
+                if event.reserved:
+                    self.reserved.add(uid)
+                else:
+                    self.reserved.discard(uid)
             case WorkloadPending():
                 if event.source == "admission":
                     if event.preemption_may_help and event.contested:
@@ -168,8 +177,13 @@ class Cluster:
         return flight is not None and bool(flight.victims)
 
     def candidates(self) -> list[Running]:
-        """Running workloads that may be chosen: not already someone else's victim."""
-        return [w for uid, w in self.running.items() if uid not in self.victim_of]
+        """Running workloads that may be chosen: not already someone else's victim, and not
+        a managed job that got back in through its ageing reservation."""
+        return [
+            w
+            for uid, w in self.running.items()
+            if uid not in self.victim_of and uid not in self.reserved
+        ]
 
     def reserve_for_in_flight(self, sign: int) -> None:
         """Apply (sign=1) or undo (sign=-1) the room promised to preemptors whose victims

@@ -39,7 +39,13 @@ __all__ = ["PreemptionService"]
 
 log = get_logger("preemption")
 
-SUBJECTS = ("berth.wl.>", "berth.cq.*.admitted.>", "berth.cq.*.evict.>", "berth.cq.*.pending.>")
+SUBJECTS = (
+    "berth.wl.>",
+    "berth.cq.*.admitted.>",
+    "berth.cq.*.evict.>",
+    "berth.cq.*.pending.>",
+    "berth.job.boost.>",
+)
 # After a preemptor's victims are gone, give admission this long to admit it before looking
 # again (it may have lost the room to a higher-priority workload meanwhile).
 SETTLE_SECONDS = 1.0
