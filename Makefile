@@ -2,7 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install up test lint typecheck check bench-admission clean
+.PHONY: install up test lint typecheck check bench-admission bench-victims bench-ageing \
+	bench-kueue-baseline bench-kueue-large clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -26,6 +27,18 @@ check: lint typecheck test
 
 bench-admission: install   ## decisions/s and bytes per pending workload of the admission core
 	$(PY) bench/admission_core.py
+
+bench-victims: install     ## victim search time with 10,000 admitted workloads in one cohort
+	$(PY) bench/victim_search.py
+
+bench-ageing: install      ## waits and preemptions per admission, with and without ageing (live stack)
+	$(PY) bench/ageing.py
+
+bench-kueue-baseline: install   ## Kueue's scheduler perf scenario on the live stack (15,000 workloads)
+	$(PY) bench/kueue_scheduler.py --config baseline
+
+bench-kueue-large: install      ## the same, large-scale (50,000 workloads, 1,000 ClusterQueues)
+	$(PY) bench/kueue_scheduler.py --config large-scale
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

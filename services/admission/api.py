@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from services.admission.model import WorkloadView
@@ -144,23 +143,10 @@ HANDLERS = {
 
 
 async def serve_api(service: AdmissionService) -> Subscription:
-    nc = service.bus.nc
-
-    async def handle(msg: Msg) -> None:
-        resource = msg.subject.rsplit(".", 1)[-1]
+    async def answer(resource: str, data: bytes) -> dict[str, Any]:
         handler = HANDLERS.get(resource)
-        try:
-            request = _request_decoder.decode(msg.data or b"{}")
-            if handler is None:
-                reply: dict[str, Any] = {"error": f"unknown resource {resource!r}"}
-            else:
-                reply = handler(service, request)
-        except msgspec.DecodeError as error:
-            reply = {"error": f"bad request: {error}"}
-        except Exception as error:  # an answer, never a silent timeout, for the asker
-            log.exception("api_failed", resource=resource)
-            reply = {"error": f"internal error: {error!r}"}
-        if msg.reply:
-            await msg.respond(msgspec.json.encode(reply))
+        if handler is None:
+            return {"error": f"unknown resource {resource!r}"}
+        return handler(service, _request_decoder.decode(data))
 
-    return await nc.subscribe(f"{API_PREFIX}.*", cb=handle)
+    return await service.bus.serve_requests(f"{API_PREFIX}.*", answer)

@@ -18,7 +18,6 @@ from typing import Any
 
 import msgspec
 import nats.js.errors
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.kv import KeyValue
 
@@ -216,24 +215,14 @@ class RecoveryService:
     # --- API ------------------------------------------------------------------------------
 
     async def _serve_api(self) -> Subscription:
-        async def handle(msg: Msg) -> None:
-            verb = msg.subject.rsplit(".", 1)[-1]
-            try:
-                if verb == "launch":
-                    reply = await self._launch(msgspec.json.decode(msg.data, type=LaunchRequest))
-                elif verb == "cancel":
-                    reply = await self._cancel(msgspec.json.decode(msg.data, type=CancelRequest))
-                else:
-                    reply = {"error": f"unknown request {verb!r}"}
-            except msgspec.DecodeError as error:
-                reply = {"error": f"bad request: {error}"}
-            except Exception as error:  # an answer, never a silent timeout, for the asker
-                log.exception("api_failed", verb=verb)
-                reply = {"error": f"internal error: {error!r}"}
-            if msg.reply:
-                await msg.respond(msgspec.json.encode(reply))
+        async def answer(verb: str, data: bytes) -> dict[str, Any]:
+            if verb == "launch":
+                return await self._launch(msgspec.json.decode(data, type=LaunchRequest))
+            if verb == "cancel":
+                return await self._cancel(msgspec.json.decode(data, type=CancelRequest))
+            return {"error": f"unknown request {verb!r}"}
 
-        return await self.bus.nc.subscribe(f"{API_SUBJECT}.recovery.*", cb=handle)
+        return await self.bus.serve_requests(f"{API_SUBJECT}.recovery.*", answer)
 
     async def _launch(self, request: LaunchRequest) -> dict[str, Any]:
         async with self.lock:

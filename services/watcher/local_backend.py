@@ -76,7 +76,11 @@ class LocalBackend:
         self.log_root = Path(runtime.data_dir) / "logs"
         self.objects: dict[str, dict[str, Any]] = {}  # bucket key -> object
         self.announced: set[str] = set()  # uids reported as submitted by this process
+        self.announcing: set[str] = set()  # uids of the batch's announcements not yet flushed
         self.running: dict[str, RunningPods | _Simulated] = {}  # uid -> what runs
+        # bucket key -> revision of self.objects[key]: lets a status write go straight to the
+        # compare-and-swap (no get first), and tells our own writes' echoes from news.
+        self.revisions: dict[str, int] = {}
         self.kv: KeyValue | None = None
 
     # --- the list-watch of the objects bucket --------------------------------------------
@@ -96,27 +100,47 @@ class LocalBackend:
         )
         self.runtime.set_ready()
         try:
-            await watch.follow(self._observe_change, stopping=self.runtime.stopping)
+            await watch.follow_batches(self._observe_changes, stopping=self.runtime.stopping)
         finally:
             await logs.unsubscribe()
             await self._stop_everything()
 
-    async def _observe_change(self, entry: KeyValue.Entry) -> None:
-        await self._observe(entry, initial=False)
+    async def _observe_changes(self, entries: list[KeyValue.Entry]) -> None:
+        """A batch of changes, in order. New workloads are announced with one pipelined
+        publish for the batch (why: one awaited ack per object capped the watcher at a few
+        thousand new workloads per second); anything else that publishes (a deletion) first
+        flushes the announcements before it, so the stream keeps the bucket's order."""
+        announcements: list[tuple[WorkloadSubmitted, str]] = []
+        for entry in entries:
+            await self._observe(entry, initial=False, announcements=announcements)
+        await self._flush_announcements(announcements)
 
-    async def _observe(self, entry: KeyValue.Entry, *, initial: bool) -> None:
+    async def _observe(
+        self,
+        entry: KeyValue.Entry,
+        *,
+        initial: bool,
+        announcements: list[tuple[WorkloadSubmitted, str]] | None = None,
+    ) -> None:
         value = live_value(entry)
         if value is None:
+            self.revisions.pop(entry.key, None)
             obj = self.objects.pop(entry.key, None)
             if obj is not None:
+                if announcements:
+                    await self._flush_announcements(announcements)
                 await self._deleted(obj)
             return
+        if entry.revision is not None and entry.revision <= self.revisions.get(entry.key, 0):
+            return  # the echo of our own status write (or older): self.objects has it already
         try:
             obj = msgspec.json.decode(value)
         except msgspec.DecodeError as error:
             log.error("malformed_object", key=entry.key, error=str(error))
             return
         self.objects[entry.key] = obj
+        if entry.revision is not None:
+            self.revisions[entry.key] = entry.revision
         uid = obj["metadata"]["uid"]
         status = obj.get("status") or {}
         phase = status.get("phase", "")
@@ -124,18 +148,46 @@ class LocalBackend:
             return
         if initial and phase == "Running" and uid not in self.running:
             await self._orphaned(entry.key, obj)
-        await self._announce(obj)
+        if announcements is None:
+            await self._announce(obj)
+            return
+        if uid in self.announcing:
+            return  # announced in this batch already
+        announcement = self._announcement(obj)
+        if announcement is not None:
+            announcements.append(announcement)
+            self.announcing.add(uid)
+
+    async def _flush_announcements(
+        self, announcements: list[tuple[WorkloadSubmitted, str]]
+    ) -> None:
+        if not announcements:
+            return
+        batch = list(announcements)
+        announcements.clear()
+        self.announcing.clear()
+        await self.bus.publish_many([event for event, _ in batch])
+        for event, kind in batch:
+            self.announced.add(event.workload.uid)
+            log.info(
+                "workload_submitted", workload=event.workload.key, queue=event.queue_name, kind=kind
+            )
 
     async def _announce(self, obj: dict[str, Any]) -> None:
+        announcement = self._announcement(obj)
+        if announcement is not None:
+            await self._flush_announcements([announcement])
+
+    def _announcement(self, obj: dict[str, Any]) -> tuple[WorkloadSubmitted, str] | None:
         ref = _ref(obj)
         try:
             spec = workload_spec(obj)
         except WorkloadError as error:  # `berth submit` validates; this is a hand-made object
             log.error("invalid_workload", workload=ref.key, reason=str(error))
-            return
+            return None
         metadata = obj["metadata"]
         created = datetime.fromisoformat(metadata["creationTimestamp"]).astimezone(UTC)
-        await self.bus.publish(
+        return (
             WorkloadSubmitted(
                 id=f"submitted-{ref.uid}",
                 source="watcher",
@@ -149,10 +201,9 @@ class LocalBackend:
                 priority=spec.priority,
                 labels=metadata.get("labels") or {},
                 annotations=metadata.get("annotations") or {},
-            )
+            ),
+            spec.kind,
         )
-        self.announced.add(ref.uid)
-        log.info("workload_submitted", workload=ref.key, queue=spec.queue_name, kind=spec.kind)
 
     async def _orphaned(self, key: str, obj: dict[str, Any]) -> None:
         """A workload a previous watcher ran: stop what is left of it and report it evicted."""
@@ -184,6 +235,27 @@ class LocalBackend:
     # --- decisions from admission and preemption ------------------------------------------
 
     async def _on_decisions(self, events: list[AnyEvent]) -> None:
+        """Each workload's decisions in order; different workloads' concurrently.
+
+        Why: starting a workload awaits a status write and a publish; one workload after
+        the other, a batch of admissions took a round trip each (the Kueue benchmark measured
+        admitted -> started at 0.3-0.9 s). Decisions about one workload keep their order.
+        """
+        by_workload: dict[str, list[AnyEvent]] = {}
+        for event in events:
+            by_workload.setdefault(event.workload.uid, []).append(event)
+        if len(by_workload) == 1:
+            await self._decide_in_order(events)
+            return
+        outcomes = await asyncio.gather(
+            *(self._decide_in_order(group) for group in by_workload.values()),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome  # the batch is redelivered; every step is idempotent
+
+    async def _decide_in_order(self, events: list[AnyEvent]) -> None:
         for event in events:
             if isinstance(event, WorkloadAdmitted):
                 await self._start(event)
@@ -415,8 +487,25 @@ class LocalBackend:
         await self.bus.publish(event)
 
     async def _set_status(self, key: str, status: dict[str, Any]) -> None:
-        """Compare-and-swap the object's status, so a concurrent delete is never undone."""
+        """Compare-and-swap the object's status, so a concurrent delete is never undone.
+
+        The first attempt swaps against the revision we last saw or wrote (no get: one round
+        trip instead of two per state change); if anything changed it since, the swap fails
+        and we read the current object and try again, as before.
+        """
         assert self.kv is not None
+        known = self.objects.get(key)
+        revision = self.revisions.get(key)
+        if known is not None and revision is not None:
+            obj = {**known, "status": {**(known.get("status") or {}), **status}}
+            obj["status"]["updated"] = _now_iso()
+            try:
+                written = await self.kv.update(key, msgspec.json.encode(obj), last=revision)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                pass
+            else:
+                self._wrote(key, obj, written)
+                return
         for _ in range(10):
             try:
                 entry = await self.kv.get(key)
@@ -427,12 +516,17 @@ class LocalBackend:
             obj = msgspec.json.decode(entry.value)
             obj["status"] = {**(obj.get("status") or {}), **status, "updated": _now_iso()}
             try:
-                await self.kv.update(key, msgspec.json.encode(obj), last=entry.revision)
+                written = await self.kv.update(key, msgspec.json.encode(obj), last=entry.revision)
             except nats.js.errors.KeyWrongLastSequenceError:
                 continue
-            self.objects[key] = obj
+            self._wrote(key, obj, written)
             return
         log.error("status_update_conflicts", key=key)
+
+    def _wrote(self, key: str, obj: dict[str, Any], revision: int) -> None:
+        self.objects[key] = obj
+        if revision > self.revisions.get(key, 0):
+            self.revisions[key] = revision
 
 
 def _ref(obj: dict[str, Any]) -> WorkloadRef:

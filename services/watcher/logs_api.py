@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from shared.bus import API_SUBJECT, Bus
@@ -55,15 +54,11 @@ def read_logs(root: Path, request: LogsRequest) -> dict[str, Any]:
 
 
 async def serve_logs(bus: Bus, root: Path) -> Subscription:
-    async def handle(msg: Msg) -> None:
+    async def answer(_: str, data: bytes) -> dict[str, Any]:
         try:
-            reply = read_logs(root, msgspec.json.decode(msg.data, type=LogsRequest))
-        except msgspec.DecodeError as error:
-            reply = {"error": f"bad request: {error}"}
+            return read_logs(root, msgspec.json.decode(data, type=LogsRequest))
         except OSError as error:
             log.warning("logs_unreadable", error=str(error))
-            reply = {"error": f"cannot read logs: {error.strerror}"}
-        if msg.reply:
-            await msg.respond(msgspec.json.encode(reply))
+            return {"error": f"cannot read logs: {error.strerror}"}
 
-    return await bus.nc.subscribe(f"{API_SUBJECT}.watcher.logs", cb=handle)
+    return await bus.serve_requests(f"{API_SUBJECT}.watcher.logs", answer)

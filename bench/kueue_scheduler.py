@@ -1,0 +1,678 @@
+"""Kueue's scheduler performance benchmark, reproduced on the live Berth stack.
+
+    .venv/bin/python bench/kueue_scheduler.py --config baseline|large-scale [--scale 0.1]
+
+Starts ``berth up`` programmatically (nats-server and the four services as processes), writes
+the scenario's ResourceFlavor, ClusterQueues (in cohorts), Namespaces and LocalQueues into the
+config bucket, then runs three independent creation streams per ClusterQueue (sleep the
+interval, then create the Job in the objects bucket, as Kueue's generator does). Each Job is
+annotated with its simulated run time, so the watcher starts it at admission and finishes it
+after that time; a preempted Job starts from zero when it is admitted again. The run ends when
+every workload has finished; then the event log is read and checked (quota never
+over-committed) and the metrics are printed beside Kueue's published figures and the ideal
+schedule (bench/kueue_ideal.py). The per-workload timeline goes to bench/out/.
+
+Metrics (see /work/shared/KUEUE-PERF-BENCH.md): wall time (stack start to stack stopped);
+pooled ClusterQueue usage as Kueue's checker computes it (admitted CPU x time over nominal x
+window); goodput (useful CPU-seconds over the same denominator); average time to admission
+per class (creationTimestamp to the last admission, millisecond resolution); evictions per
+class; admissions per second at peak (1 s bins); CPU seconds and peak RSS of each process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import os
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import msgspec
+from rich.console import Console
+
+from bench.eventlog import quota_violations, read_events
+from bench.kueue_config import CONFIGS, ScenarioConfig
+from bench.kueue_ideal import IdealResult, simulate_ideal
+from berth_cli.up import Stack
+from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus
+from shared.config import encode_object, object_key, parse_object
+from shared.events import (
+    AnyEvent,
+    WorkloadAdmitted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadStarted,
+)
+from shared.workloads import QUEUE_NAME_LABEL, SIMULATED_RUNTIME_ANNOTATION, workload_key
+
+__all__ = ["RunResult", "main", "run_benchmark"]
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "bench" / "out"
+V1 = "kueue.x-k8s.io/v1beta1"
+CLASS_LABEL = "berth.dev/bench-class"
+RUNTIME_LABEL = "berth.dev/bench-runtime-ms"
+# Published ideal figures (spec section 6); the simulated ideal is computed, these are quoted.
+SPEC_IDEAL = {
+    "baseline": {"wall": 67.0, "small": 19.5, "medium": 16.1, "large": 0.7},
+    "large-scale": {"wall": 4.6, "small": 2.0, "medium": 1.4, "large": 0.1},
+}
+GOALS = {
+    "baseline": {"wall": 77.0, "small": 25.0, "medium": 21.0, "large": 2.0},
+    "large-scale": {"wall": 60.0},
+}
+
+
+# --- objects ------------------------------------------------------------------------------
+
+
+def config_documents(config: ScenarioConfig) -> list[dict[str, Any]]:
+    documents: list[dict[str, Any]] = [
+        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "rf"}}
+    ]
+    for cq, cohort in config.cluster_queues():
+        documents.append(
+            {
+                "apiVersion": V1,
+                "kind": "ClusterQueue",
+                "metadata": {"name": cq},
+                "spec": {
+                    "cohort": cohort,
+                    "namespaceSelector": {},
+                    "queueingStrategy": "BestEffortFIFO",
+                    "flavorFungibility": {
+                        "whenCanBorrow": "MayStopSearch",
+                        "whenCanPreempt": "TryNextFlavor",
+                    },
+                    "preemption": {
+                        "reclaimWithinCohort": "Any",
+                        "withinClusterQueue": "LowerPriority",
+                    },
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu"],
+                            "flavors": [
+                                {
+                                    "name": "rf",
+                                    "resources": [
+                                        {
+                                            "name": "cpu",
+                                            "nominalQuota": config.nominal_cpu,
+                                            "borrowingLimit": config.borrowing_limit_cpu,
+                                        }
+                                    ],
+                                }
+                            ],
+                        }
+                    ],
+                },
+            }
+        )
+        documents.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cq}})
+        documents.append(
+            {
+                "apiVersion": V1,
+                "kind": "LocalQueue",
+                "metadata": {"name": cq, "namespace": cq},
+                "spec": {"clusterQueue": cq},
+            }
+        )
+    return documents
+
+
+def job_object(
+    name: str, namespace: str, klass_name: str, cpu: int, priority: int, runtime_ms: int
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": str(uuid.uuid4()),
+            "creationTimestamp": datetime.now(UTC).isoformat(),
+            "labels": {
+                QUEUE_NAME_LABEL: namespace,
+                CLASS_LABEL: klass_name,
+                RUNTIME_LABEL: str(runtime_ms),
+            },
+            "annotations": {SIMULATED_RUNTIME_ANNOTATION: f"{runtime_ms}ms"},
+        },
+        "spec": {
+            "template": {
+                "spec": {
+                    # Kueue's bench sets the workload's priority directly.
+                    "priority": priority,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": str(cpu)}},
+                        }
+                    ],
+                    "restartPolicy": "Never",
+                }
+            }
+        },
+    }
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+@dataclass
+class Created:
+    uid: str
+    name: str
+    cluster_queue: str
+    cohort: str
+    klass: str
+    cpu: int
+    runtime_ms: int
+    created: float  # epoch seconds, = metadata.creationTimestamp
+
+
+@dataclass
+class DriveResult:
+    t_config: float  # epoch seconds when the first config object was written
+    created: list[Created]
+    gen_end: float  # epoch seconds of the last create
+    done: float  # epoch seconds when the last finish was seen
+
+
+class _Finished(msgspec.Struct):
+    class _Ref(msgspec.Struct):
+        uid: str
+
+    workload: _Ref
+
+
+async def drive(url: str, config: ScenarioConfig, stack: Stack, *, limit_s: float) -> DriveResult:
+    bus = await Bus.connect(url, source="bench")
+    try:
+        config_kv = await bus.kv(CONFIG_BUCKET)
+        objects_kv = await bus.kv(OBJECTS_BUCKET)
+        total = config.total_workloads
+        finished: set[str] = set()
+        all_done = asyncio.Event()
+        decoder = msgspec.json.Decoder(_Finished)
+
+        async def on_finished(msg: Any) -> None:
+            finished.add(decoder.decode(msg.data).workload.uid)
+            if len(finished) >= total:
+                all_done.set()
+
+        subscription = await bus.nc.subscribe("berth.wl.finished.>", cb=on_finished)
+
+        t_config = time.time()
+        objects = [parse_object(d) for d in config_documents(config)]
+        # Pipelined: every put in flight at once, one round trip for all.
+        await asyncio.gather(*(config_kv.put(object_key(o), encode_object(o)) for o in objects))
+
+        created: list[Created] = []
+        cohort_of = dict(config.cluster_queues())
+        last_create = [time.time()]
+
+        async def stream(cq: str, set_index: int) -> None:
+            klass = config.classes[set_index]
+            interval = klass.interval_ms / 1000.0
+            for seq in range(klass.count):
+                await asyncio.sleep(interval)  # sleep the interval, then create (Kueue's loop)
+                name = f"{klass.name}-{set_index}-{seq}-0"
+                obj = job_object(
+                    name, cq, klass.name, klass.request_cpu, klass.priority, klass.runtime_ms
+                )
+                metadata = obj["metadata"]
+                await objects_kv.create(workload_key(cq, name), msgspec.json.encode(obj))
+                created.append(
+                    Created(
+                        uid=metadata["uid"],
+                        name=name,
+                        cluster_queue=cq,
+                        cohort=cohort_of[cq],
+                        klass=klass.name,
+                        cpu=klass.request_cpu,
+                        runtime_ms=klass.runtime_ms,
+                        created=datetime.fromisoformat(metadata["creationTimestamp"]).timestamp(),
+                    )
+                )
+                last_create[0] = time.time()
+
+        streams = [
+            asyncio.create_task(stream(cq, index))
+            for cq, _ in config.cluster_queues()
+            for index in range(len(config.classes))
+        ]
+        deadline = time.monotonic() + limit_s
+        while not all_done.is_set():
+            for service in stack.services:
+                assert service.process is not None
+                if service.process.poll() is not None:
+                    raise RuntimeError(
+                        f"{service.name} exited with {service.process.returncode};"
+                        f" see {service.log_path}"
+                    )
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"only {len(finished)} of {total} workloads finished within {limit_s:.0f}s"
+                )
+            try:
+                await asyncio.wait_for(all_done.wait(), timeout=1.0)
+            except TimeoutError:
+                pass
+        done = time.time()
+        await asyncio.gather(*streams)
+        await subscription.unsubscribe()
+        return DriveResult(t_config, created, last_create[0], done)
+    finally:
+        await bus.close()
+
+
+def proc_stats(pid: int) -> tuple[float, float]:
+    """(CPU seconds user+system, peak RSS in MiB) of a live process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        hwm = 0.0
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                hwm = int(line.split()[1]) / 1024
+        return cpu, hwm
+    except (OSError, IndexError, ValueError):
+        return float("nan"), float("nan")
+
+
+@dataclass
+class RunResult:
+    config: ScenarioConfig
+    wall: float
+    startup: float
+    drain_stop: float
+    window: float
+    usage_pct: float
+    goodput_pct: float
+    avg_wait: dict[str, float]
+    max_wait: dict[str, float]
+    evictions: dict[str, int]
+    peak_admissions_per_s: int
+    processes: dict[str, tuple[float, float]]
+    violations: int
+    peak_cohort_cpu: float
+    cohort_limit_cpu: float
+    workloads: int
+    finished: int
+    events: int
+    creation_span: float
+    timeline: Path | None
+    ideal: IdealResult
+    by_type: dict[str, int]
+    start_lag: tuple[float, float]
+    overhold: tuple[float, float]
+    notes: list[str] = field(default_factory=list)
+
+
+def _mean_p99(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return (0.0, 0.0)
+    ordered = sorted(values)
+    return (sum(ordered) / len(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))])
+
+
+def compute(
+    config: ScenarioConfig, drive_result: DriveResult, events: list[AnyEvent]
+) -> dict[str, Any]:
+    by_uid = {c.uid: c for c in drive_result.created}
+    admissions: dict[str, list[float]] = defaultdict(list)
+    started: dict[str, float] = {}
+    finished_at: dict[str, float] = {}
+    evicted: dict[str, int] = defaultdict(int)
+    holding: dict[str, tuple[int, float]] = {}  # uid -> (generation, admitted at)
+    cpu_time = 0.0  # CPU-seconds of quota held (Kueue's usage integral, pooled)
+    last_event = drive_result.t_config
+    seen_evictions: set[tuple[str, int]] = set()
+    admit_times: list[float] = []
+    by_type: dict[str, int] = defaultdict(int)
+    start_lag: list[float] = []  # admitted -> started (the watcher's reaction)
+    overhold: list[float] = []  # quota held beyond the run time, per finished run
+    last_admit: dict[str, float] = {}
+    for event in events:
+        by_type[f"{type(event).__name__}/{event.source}"] += 1
+        uid = event.workload.uid
+        info = by_uid.get(uid)
+        if info is None:
+            continue
+        t = event.time.timestamp()
+        if isinstance(event, WorkloadAdmitted):
+            held = holding.get(uid)
+            if held is not None and held[0] >= event.generation:
+                continue
+            holding[uid] = (event.generation, t)
+            last_admit[uid] = t
+            admissions[uid].append(t)
+            admit_times.append(t)
+            last_event = max(last_event, t)
+        elif isinstance(event, WorkloadFinished | WorkloadEvicted):
+            held = holding.get(uid)
+            if held is None or held[0] != event.generation:
+                continue
+            del holding[uid]
+            cpu_time += info.cpu * max(0.0, t - held[1])
+            last_event = max(last_event, t)
+            if isinstance(event, WorkloadFinished):
+                finished_at[uid] = t
+                overhold.append(t - held[1] - info.runtime_ms / 1000.0)
+            elif (uid, event.generation) not in seen_evictions:
+                seen_evictions.add((uid, event.generation))
+                evicted[info.klass] += 1
+        elif isinstance(event, WorkloadStarted):
+            started[uid] = t
+            if uid in last_admit:
+                start_lag.append(t - last_admit[uid])
+    window = max(1e-9, last_event - drive_result.t_config)
+    nominal = config.nominal_cpu * config.cohorts * config.cqs_per_cohort
+    useful = sum(by_uid[uid].cpu * by_uid[uid].runtime_ms / 1000.0 for uid in finished_at)
+    waits: dict[str, list[float]] = defaultdict(list)
+    for uid, times in admissions.items():
+        info = by_uid[uid]
+        waits[info.klass].append(times[-1] - info.created)
+    bins: dict[int, int] = defaultdict(int)
+    for t in admit_times:
+        bins[int(t - drive_result.t_config)] += 1
+    cq_limit = {
+        cq: (config.nominal_cpu + config.borrowing_limit_cpu) * 1000
+        for cq, _ in config.cluster_queues()
+    }
+    cohort_of = dict(config.cluster_queues())
+    cohort_limit = {
+        cohort: config.nominal_cpu * config.cqs_per_cohort * 1000 for cohort in cohort_of.values()
+    }
+    violations, peak = quota_violations(
+        events, cq_limit=cq_limit, cohort_of=cohort_of, cohort_limit=cohort_limit
+    )
+    return {
+        "window": window,
+        "usage_pct": 100.0 * cpu_time / (nominal * window),
+        "goodput_pct": 100.0 * useful / (nominal * window),
+        "avg_wait": {k: sum(v) / len(v) for k, v in waits.items()},
+        "max_wait": {k: max(v) for k, v in waits.items()},
+        "evictions": {c.name: evicted.get(c.name, 0) for c in config.classes},
+        "peak_admissions_per_s": max(bins.values(), default=0),
+        "violations": violations,
+        "peak_cohort_cpu": max(peak.values(), default=0) / 1000,
+        "cohort_limit_cpu": config.nominal_cpu * config.cqs_per_cohort,
+        "finished": len(finished_at),
+        "by_type": dict(sorted(by_type.items(), key=lambda item: -item[1])),
+        "start_lag": _mean_p99(start_lag),
+        "overhold": _mean_p99(overhold),
+        "rows": [
+            (
+                c.uid,
+                c.name,
+                c.cluster_queue,
+                c.cohort,
+                c.klass,
+                c.cpu,
+                c.runtime_ms,
+                round(c.created - drive_result.t_config, 4),
+                round(admissions[c.uid][0] - drive_result.t_config, 4)
+                if admissions.get(c.uid)
+                else "",
+                round(admissions[c.uid][-1] - drive_result.t_config, 4)
+                if admissions.get(c.uid)
+                else "",
+                len(admissions.get(c.uid, [])),
+                round(started[c.uid] - drive_result.t_config, 4) if c.uid in started else "",
+                round(finished_at[c.uid] - drive_result.t_config, 4)
+                if c.uid in finished_at
+                else "",
+            )
+            for c in drive_result.created
+        ],
+    }
+
+
+def run_benchmark(
+    config: ScenarioConfig,
+    *,
+    data_dir: Path | None = None,
+    out_dir: Path | None = OUT,
+    timeout: float = 900.0,
+    label: str | None = None,
+) -> RunResult:
+    ideal = simulate_ideal(config)
+    owned_tmp = None
+    if data_dir is None:
+        owned_tmp = tempfile.TemporaryDirectory(prefix="berth-bench-")
+        data_dir = Path(owned_tmp.name)
+    stack = Stack(data_dir=data_dir, nats_port=0, console=Console(quiet=True))
+    started = time.monotonic()
+    stopped_in = 0.0
+    try:
+        startup = stack.start()
+        drive_result = asyncio.run(drive(stack.nats.url, config, stack, limit_s=timeout))
+        done = time.monotonic()
+        processes: dict[str, tuple[float, float]] = {}
+        if stack.nats.process is not None:
+            processes["nats-server"] = proc_stats(stack.nats.process.pid)
+        for service in stack.services:
+            assert service.process is not None
+            processes[service.name] = proc_stats(service.process.pid)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        processes["bench (generator)"] = (usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+        events = asyncio.run(read_events(stack.nats.url))
+    finally:
+        stop_started = time.monotonic()
+        stack.stop()
+        stopped_in = time.monotonic() - stop_started
+        if owned_tmp is not None:
+            owned_tmp.cleanup()
+    wall = (done - started) + stopped_in  # reading the log is not part of the run
+    metrics = compute(config, drive_result, events)
+    timeline = None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        timeline = out_dir / f"{label or config.name}-timeline.csv"
+        with timeline.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(
+                [
+                    "uid",
+                    "name",
+                    "cluster_queue",
+                    "cohort",
+                    "class",
+                    "cpu",
+                    "runtime_ms",
+                    "created_s",
+                    "first_admitted_s",
+                    "last_admitted_s",
+                    "admissions",
+                    "last_started_s",
+                    "finished_s",
+                ]
+            )
+            writer.writerows(metrics["rows"])
+    created = drive_result.created
+    return RunResult(
+        config=config,
+        wall=wall,
+        startup=startup,
+        drain_stop=stopped_in,
+        window=metrics["window"],
+        usage_pct=metrics["usage_pct"],
+        goodput_pct=metrics["goodput_pct"],
+        avg_wait=metrics["avg_wait"],
+        max_wait=metrics["max_wait"],
+        evictions=metrics["evictions"],
+        peak_admissions_per_s=metrics["peak_admissions_per_s"],
+        processes=processes,
+        violations=len(metrics["violations"]),
+        peak_cohort_cpu=metrics["peak_cohort_cpu"],
+        cohort_limit_cpu=metrics["cohort_limit_cpu"],
+        workloads=len(created),
+        finished=metrics["finished"],
+        events=len(events),
+        creation_span=(max(c.created for c in created) - min(c.created for c in created))
+        if created
+        else 0.0,
+        timeline=timeline,
+        ideal=ideal,
+        by_type=metrics["by_type"],
+        start_lag=metrics["start_lag"],
+        overhold=metrics["overhold"],
+    )
+
+
+# --- the table ----------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def render(result: RunResult) -> str:
+    config = result.config
+    spec = SPEC_IDEAL.get(config.name, {})
+    goals = GOALS.get(config.name, {})
+    mean, threshold = config.kueue_mean, config.kueue_threshold
+    rows: list[tuple[str, str, str, str, str, str, str]] = []
+
+    def row(
+        name: str,
+        berth: str,
+        ideal: str = "-",
+        spec_ideal: str = "-",
+        kueue: str = "-",
+        limit: str = "-",
+        goal: str = "-",
+    ) -> None:
+        rows.append((name, berth, ideal, spec_ideal, kueue, limit, goal))
+
+    def goal_of(key: str, value: float) -> str:
+        if key not in goals:
+            return "-"
+        ok = "ok" if value <= goals[key] else "MISSED"
+        return f"<= {goals[key]:g} {ok}"
+
+    row(
+        "wall time (s)",
+        _fmt(result.wall),
+        _fmt(result.ideal.wall),
+        _fmt(spec.get("wall")),
+        _fmt(mean.get("wall")),
+        f"<= {threshold['wall']:,.0f}",
+        goal_of("wall", result.wall),
+    )
+    row(
+        "CQ usage, Kueue's checker (%)",
+        _fmt(result.usage_pct),
+        "-",
+        "-",
+        _fmt(mean.get("usage")),
+        f">= {threshold['usage']:g}",
+    )
+    row("goodput: useful CPU-s / quota x window (%)", _fmt(result.goodput_pct))
+    for klass in config.classes:
+        name = klass.name
+        value = result.avg_wait.get(name, float("nan"))
+        row(
+            f"avg time to admission, {name} (s)",
+            f"{_fmt(value, 2)} (max {_fmt(result.max_wait.get(name), 1)})",
+            f"{_fmt(result.ideal.avg_wait(name), 2)} (max {_fmt(result.ideal.max_wait(name), 1)})",
+            _fmt(spec.get(name)),
+            _fmt(mean.get(name), 1),
+            f"<= {threshold[name]:g}",
+            goal_of(name, value),
+        )
+    for klass in config.classes:
+        row(f"evictions, {klass.name}", str(result.evictions.get(klass.name, 0)), "0")
+    row("admissions/s at peak (1 s bins)", str(result.peak_admissions_per_s))
+    for name, (cpu, rss) in result.processes.items():
+        row(f"{name}: CPU s / peak RSS MiB", f"{_fmt(cpu)} / {_fmt(rss, 0)}")
+    row(
+        "quota over-committed (event log)",
+        "no" if result.violations == 0 else f"YES: {result.violations} instants",
+        "no",
+    )
+    row(
+        "peak cohort usage / cohort quota (CPU)",
+        f"{_fmt(result.peak_cohort_cpu, 0)} / {_fmt(result.cohort_limit_cpu, 0)}",
+    )
+    row("workloads created / finished", f"{result.workloads:,} / {result.finished:,}")
+    row("creation span, first to last create (s)", _fmt(result.creation_span))
+    row("startup / stop (s)", f"{_fmt(result.startup, 2)} / {_fmt(result.drain_stop, 2)}")
+    row(
+        "admitted -> started, mean / p99 (ms)",
+        f"{result.start_lag[0] * 1000:,.0f} / {result.start_lag[1] * 1000:,.0f}",
+        "0",
+    )
+    row(
+        "quota held beyond run time, mean / p99 (ms)",
+        f"{result.overhold[0] * 1000:,.0f} / {result.overhold[1] * 1000:,.0f}",
+        "0",
+    )
+    row("events in the log", f"{result.events:,}")
+    for kind, count in result.by_type.items():
+        row(f"  {kind}", f"{count:,}")
+    headers = (
+        "metric",
+        "Berth",
+        "ideal (sim)",
+        "ideal (spec)",
+        "Kueue mean",
+        "Kueue threshold",
+        "goal",
+    )
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = [
+        f"Kueue scheduler benchmark, config {config.name}: {config.total_workloads:,} workloads,"
+        f" {config.cohorts * config.cqs_per_cohort:,} ClusterQueues in {config.cohorts} cohorts",
+        "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+    ]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    if result.timeline is not None:
+        lines.append(f"timeline: {result.timeline}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", choices=sorted(CONFIGS), default="baseline")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="fraction of each stream's workloads"
+    )
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args(argv)
+    config = CONFIGS[args.config]
+    label = config.name
+    if args.scale != 1.0:
+        config = config.scaled(args.scale)
+        label = f"{config.name}-x{args.scale:g}"
+    result = run_benchmark(
+        config, data_dir=args.data_dir, out_dir=args.out, timeout=args.timeout, label=label
+    )
+    print(render(result))
+    return 0 if result.violations == 0 and result.finished == result.workloads else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

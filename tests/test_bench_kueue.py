@@ -1,0 +1,56 @@
+"""The Kueue scheduler benchmark's harness, run short (a tenth of the workloads) as a
+correctness check: every workload is created, admitted and finished on the live stack, the
+event log shows quota never over-committed, and the metrics are computed. No timing is
+asserted here; `make bench-kueue-baseline` is the measurement."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from bench.kueue_config import BASELINE, LARGE_SCALE, plan_workloads
+from bench.kueue_ideal import simulate_ideal
+from bench.kueue_scheduler import render, run_benchmark
+
+
+def test_ideal_schedule_matches_the_spec_bounds() -> None:
+    """The reference row: wall time 67 s (baseline) and 4.6 s (large-scale), as the spec."""
+    baseline = simulate_ideal(BASELINE)
+    assert 66.0 <= baseline.wall <= 68.5
+    assert sum(len(v) for v in baseline.waits.values()) == 15_000
+    large = simulate_ideal(LARGE_SCALE)
+    assert 4.0 <= large.wall <= 5.0
+    assert round(large.avg_wait("small"), 1) == 2.0
+    assert len(plan_workloads(LARGE_SCALE)) == 50_000
+
+
+@pytest.mark.timeout(180)
+def test_short_baseline_run_on_the_live_stack(tmp_path: Path) -> None:
+    config = BASELINE.scaled(0.1)
+    result = run_benchmark(config, data_dir=tmp_path / "berth", out_dir=tmp_path / "out")
+    assert result.workloads == config.total_workloads == 1_500
+    assert result.finished == result.workloads
+    assert result.violations == 0, "quota over-committed according to the event log"
+    assert result.peak_cohort_cpu <= result.cohort_limit_cpu
+    for klass in config.classes:
+        assert klass.name in result.avg_wait
+        assert result.avg_wait[klass.name] >= 0
+    assert 0 < result.goodput_pct <= result.usage_pct <= 100.0 + 1e-6
+    assert result.peak_admissions_per_s > 0
+    assert set(result.processes) >= {"watcher", "admission", "preemption", "recovery"}
+    for cpu, rss in result.processes.values():
+        assert cpu > 0 and rss > 0
+    assert result.timeline is not None
+    with result.timeline.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 1_500
+    assert all(row["finished_s"] for row in rows)
+    # Nothing is admitted before it exists, nor finishes before its run time has passed.
+    for row in rows:
+        assert float(row["last_admitted_s"]) >= float(row["created_s"])
+        runtime = int(row["runtime_ms"]) / 1000
+        assert float(row["finished_s"]) >= float(row["last_admitted_s"]) + runtime * 0.9
+    table = render(result)
+    assert "wall time" in table and "Kueue mean" in table
