@@ -47,14 +47,14 @@ from rich.table import Table
 
 from berth_cli.main import cli
 from berth_cli.writing import submit_workloads
-from shared.bus import JOBS_BUCKET, STREAM, Bus
+from shared.bus import JOBS_BUCKET, Bus
+from shared.eventlog import read_events
 from shared.events import (
     AnyEvent,
     EvictionRequested,
     WorkloadAdmitted,
     WorkloadEvicted,
     WorkloadSubmitted,
-    decode_event,
 )
 from shared.jobs import TERMINAL, ManagedJob, decode_job, job_key
 
@@ -329,22 +329,8 @@ async def drain(url: str, ids: list[int], within: float) -> dict[int, ManagedJob
 
 
 async def event_log(url: str) -> list[AnyEvent]:
-    """Every workload and decision event in the stream, in order (tests/e2e.py's reader)."""
-    bus = await Bus.connect(url, source="bench")
-    try:
-        subscription = await bus.replay_subscription(["berth.wl.>", "berth.cq.>"])
-        events: list[AnyEvent] = []
-        last = (await bus.js.stream_info(STREAM)).state.last_seq
-        while True:
-            messages = await subscription.fetch(1000, timeout=2)
-            events.extend(decode_event(m.data) for m in messages)
-            if (
-                messages[-1].metadata.sequence.stream >= last
-                or messages[-1].metadata.num_pending == 0
-            ):
-                return events
-    finally:
-        await bus.close()
+    """Every event in the stream, in order."""
+    return await read_events(url)
 
 
 # --- the numbers ----------------------------------------------------------------------------

@@ -8,8 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shared.bus import STREAM, Bus
-from shared.events import AnyEvent, decode_event
+from shared.bus import Bus
+from shared.eventlog import read_events, usage_changes
+from shared.events import AnyEvent
 from tests.conftest import berth
 
 
@@ -47,26 +48,8 @@ def is_admitted(workload: dict[str, Any]) -> bool:
 
 
 def event_log(url: str) -> list[AnyEvent]:
-    """Every event in the stream, in order (read with a fresh consumer)."""
-
-    async def read() -> list[AnyEvent]:
-        bus = await Bus.connect(url, source="test")
-        try:
-            subscription = await bus.replay_subscription(["berth.wl.>", "berth.cq.>"])
-            events: list[AnyEvent] = []
-            last = (await bus.js.stream_info(STREAM)).state.last_seq
-            while True:
-                messages = await subscription.fetch(1000, timeout=2)
-                events.extend(decode_event(m.data) for m in messages)
-                if (
-                    messages[-1].metadata.sequence.stream >= last
-                    or messages[-1].metadata.num_pending == 0
-                ):
-                    return events
-        finally:
-            await bus.close()
-
-    return asyncio.run(read())
+    """Every event in the stream, in order."""
+    return asyncio.run(read_events(url))
 
 
 def peak_usage(
@@ -74,37 +57,18 @@ def peak_usage(
 ) -> dict[tuple[str, str, str], int]:
     """The highest usage per (ClusterQueue, flavor, resource) at any instant of the log.
 
-    A workload holds quota from its WorkloadAdmitted until the WorkloadFinished,
-    WorkloadEvicted or WorkloadDeleted that ends that admission. With ``groups`` (ClusterQueue
-    -> cohort), usage is summed per cohort instead, to check a cohort's total.
+    With ``groups`` (ClusterQueue -> cohort), usage is summed per cohort instead, to check a
+    cohort's total. A re-admission while still holding quota is a failure by itself.
     """
-    from shared.events import WorkloadAdmitted, WorkloadDeleted, WorkloadEvicted, WorkloadFinished
-
-    holding: dict[str, WorkloadAdmitted] = {}
     usage: dict[tuple[str, str, str], int] = {}
     peak: dict[tuple[str, str, str], int] = {}
-
-    def change(admitted: WorkloadAdmitted, sign: int) -> None:
-        for assignment in admitted.assignments:
-            for resource, amount in assignment.usage.items():
-                owner = (groups or {}).get(admitted.cluster_queue, admitted.cluster_queue)
-                key = (owner, assignment.flavors.get(resource, ""), resource)
-                usage[key] = usage.get(key, 0) + sign * amount
-                peak[key] = max(peak.get(key, 0), usage[key])
-
-    for event in events:
-        uid = event.workload.uid
-        if isinstance(event, WorkloadAdmitted):
-            if uid in holding and holding[uid].generation >= event.generation:
-                continue  # a duplicate can never double-count
-            holding[uid] = event
-            change(event, +1)
-        elif isinstance(event, WorkloadFinished | WorkloadEvicted):
-            held = holding.get(uid)
-            if held is not None and held.generation == event.generation:
-                change(holding.pop(uid), -1)
-        elif isinstance(event, WorkloadDeleted) and uid in holding:
-            change(holding.pop(uid), -1)
+    for change in usage_changes(events):
+        assert not change.while_holding, f"admitted twice without release: {change}"
+        owner = (groups or {}).get(change.cluster_queue, change.cluster_queue)
+        for (flavor, resource), amount in change.usage.items():
+            key = (owner, flavor, resource)
+            usage[key] = usage.get(key, 0) + change.sign * amount
+            peak[key] = max(peak.get(key, 0), usage[key])
     return peak
 
 

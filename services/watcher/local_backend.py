@@ -23,7 +23,7 @@ import msgspec
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from services.watcher import metrics
+from services.watcher import metrics, reporting
 from services.watcher.logs_api import serve_logs
 from services.watcher.processes import RunningPods, kill_leftover, pod_commands
 from shared.bus import OBJECTS_BUCKET, BucketWatch, live_value
@@ -36,11 +36,7 @@ from shared.events import (
     EvictionRequested,
     PodSet,
     WorkloadAdmitted,
-    WorkloadDeleted,
-    WorkloadEvicted,
-    WorkloadFinished,
     WorkloadRef,
-    WorkloadStarted,
     WorkloadSubmitted,
 )
 from shared.logging import get_logger
@@ -179,31 +175,13 @@ class LocalBackend:
             await self._flush_announcements([announcement])
 
     def _announcement(self, obj: dict[str, Any]) -> tuple[WorkloadSubmitted, str] | None:
-        ref = _ref(obj)
+        ref = reporting.ref_of(obj)
         try:
             spec = workload_spec(obj)
         except WorkloadError as error:  # `berth submit` validates; this is a hand-made object
             log.error("invalid_workload", workload=ref.key, reason=str(error))
             return None
-        metadata = obj["metadata"]
-        created = datetime.fromisoformat(metadata["creationTimestamp"]).astimezone(UTC)
-        return (
-            WorkloadSubmitted(
-                id=f"submitted-{ref.uid}",
-                source="watcher",
-                workload=ref,
-                kind=spec.kind,  # type: ignore[arg-type]
-                queue_name=spec.queue_name,
-                pod_sets=spec.pod_sets,
-                created=created,
-                priority_class=spec.priority_class,
-                priority_class_name=spec.priority_class_name,
-                priority=spec.priority,
-                labels=metadata.get("labels") or {},
-                annotations=metadata.get("annotations") or {},
-            ),
-            spec.kind,
-        )
+        return reporting.submitted(obj, spec), spec.kind
 
     async def _orphaned(self, key: str, obj: dict[str, Any]) -> None:
         """A workload a previous watcher ran: stop what is left of it and report it evicted."""
@@ -212,24 +190,20 @@ class LocalBackend:
         kill_leftover([int(pid) for pid in status.get("pids") or []])
         await self._set_status(key, {"phase": "Evicted", "reason": "WatcherRestarted"})
         await self._publish(
-            WorkloadEvicted(
-                id=f"evicted-{obj['metadata']['uid']}-{generation}",
-                source="watcher",
-                workload=_ref(obj),
-                generation=generation,
+            reporting.evicted(
+                reporting.ref_of(obj),
+                generation,
                 reason="WatcherRestarted",
                 message="the watcher restarted while the workload ran; it is queued again",
             )
         )
 
     async def _deleted(self, obj: dict[str, Any]) -> None:
-        ref = _ref(obj)
+        ref = reporting.ref_of(obj)
         running = self.running.pop(ref.uid, None)
         if running is not None:
             await self._stop(running)
-        await self._publish(
-            WorkloadDeleted(id=f"deleted-{ref.uid}", source="watcher", workload=ref)
-        )
+        await self._publish(reporting.deleted(ref))
         log.info("workload_deleted", workload=ref.key, was_running=running is not None)
 
     # --- decisions from admission and preemption ------------------------------------------
@@ -345,14 +319,7 @@ class LocalBackend:
         await self._set_status(
             key, {"phase": "Running", "generation": event.generation, "pids": running.pids}
         )
-        await self._publish(
-            WorkloadStarted(
-                id=f"started-{ref.uid}-{event.generation}",
-                source="watcher",
-                workload=ref,
-                generation=event.generation,
-            )
-        )
+        await self._publish(reporting.started(ref, event.generation))
         metrics.STARTED.inc()
         log.info(
             "workload_started",
@@ -369,14 +336,7 @@ class LocalBackend:
         simulated = _Simulated(generation, seconds)
         self.running[ref.uid] = simulated
         await self._set_status(key, {"phase": "Running", "generation": generation, "pids": []})
-        await self._publish(
-            WorkloadStarted(
-                id=f"started-{ref.uid}-{generation}",
-                source="watcher",
-                workload=ref,
-                generation=generation,
-            )
-        )
+        await self._publish(reporting.started(ref, generation))
         metrics.STARTED.inc()
         self.runtime.spawn(self._await_simulated(key, ref, simulated), name=f"sim-{ref.key}")
 
@@ -404,14 +364,8 @@ class LocalBackend:
             key, {"phase": phase, "generation": generation, "exitCode": code, "pids": []}
         )
         await self._publish(
-            WorkloadFinished(
-                id=f"finished-{ref.uid}-{generation}",
-                source="watcher",
-                workload=ref,
-                generation=generation,
-                succeeded=code == 0,
-                exit_code=code,
-                message=message,
+            reporting.finished(
+                ref, generation, succeeded=code == 0, exit_code=code, message=message
             )
         )
         metrics.FINISHED.labels(result=phase).inc()
@@ -452,14 +406,7 @@ class LocalBackend:
                 },
             )
         await self._publish(
-            WorkloadEvicted(
-                id=f"evicted-{ref.uid}-{event.generation}",
-                source="watcher",
-                workload=ref,
-                generation=event.generation,
-                reason=event.reason,
-                message=event.message,
-            )
+            reporting.evicted(ref, event.generation, reason=event.reason, message=event.message)
         )
         metrics.EVICTED.inc()
         log.info(
@@ -527,11 +474,6 @@ class LocalBackend:
         self.objects[key] = obj
         if revision > self.revisions.get(key, 0):
             self.revisions[key] = revision
-
-
-def _ref(obj: dict[str, Any]) -> WorkloadRef:
-    metadata = obj["metadata"]
-    return WorkloadRef(namespace=metadata["namespace"], name=metadata["name"], uid=metadata["uid"])
 
 
 LocalPod = tuple[str, list[str], dict[str, str], str | None]  # name, argv, env, working dir
