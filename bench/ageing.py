@@ -26,13 +26,9 @@ import asyncio
 import contextlib
 import io
 import math
-import os
 import random
-import re
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,6 +41,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from berth_cli.launcher import start_stack
 from berth_cli.main import cli
 from berth_cli.writing import submit_workloads
 from shared.bus import JOBS_BUCKET, Bus
@@ -104,73 +101,7 @@ AGEING_OFF = "{priorityPerMinute: 0, reserveAfter: null}"
 console = Console(highlight=False)
 
 
-# --- the stack ------------------------------------------------------------------------------
-
-
-class LiveStack:
-    """`berth up` in a subprocess (the idea of tests/conftest.py's start_stack)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.output: list[str] = []
-        self.url = ""
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "berth_cli",
-                "up",
-                "--data-dir",
-                str(data_dir),
-                "--nats-port",
-                "0",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=REPO,
-            env={**os.environ, "COLUMNS": "250", "BERTH_POD_GRACE_SECONDS": "2"},
-        )
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        assert self.process.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError("berth up exited:\n" + "".join(self.output))
-            self.output.append(line)
-            if line.startswith("export BERTH_NATS_URL="):
-                self.url = line.split("=", 1)[1].strip()
-            if re.search(r"Berth is ready in ([\d.]+)s", line):
-                # Keep draining its output so a chatty supervisor never blocks on the pipe.
-                threading.Thread(target=self._drain, daemon=True).start()
-                return
-        raise RuntimeError("berth up not ready:\n" + "".join(self.output))
-
-    def _drain(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.output.append(line)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def start_stack(data_dir: Path) -> LiveStack:
-    stack = LiveStack(data_dir)
-    try:
-        stack.wait_ready()
-    except BaseException:
-        stack.stop()
-        raise
-    return stack
+# --- the CLI ------------------------------------------------------------------------------
 
 
 def berth(*args: str, url: str) -> str:

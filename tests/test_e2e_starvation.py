@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.ageing import SETUP as AGEING_SCENARIO
 from berth_cli.writing import submit_workloads
 from shared.bus import JOBS_BUCKET, Bus
 from shared.events import EvictionRequested, WorkloadAdmitted
@@ -22,43 +23,7 @@ from shared.jobs import decode_job, job_key
 from tests.conftest import Stack, berth
 from tests.e2e import event_log, job_manifest
 
-SETUP = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: default-flavor}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors: [{name: default-flavor, resources: [{name: cpu, nominalQuota: 2}]}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: user-queue, namespace: default}
-spec: {clusterQueue: cq}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: low}
-value: 100
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: high}
-value: 1000
----
-apiVersion: berth.dev/v1alpha1
-kind: ClusterQueuePolicy
-metadata: {name: ageing}
-spec:
-  clusterQueues: [cq]
-  ageing: AGEING
-"""
+SETUP = AGEING_SCENARIO.replace("CPUS", "2")  # one ClusterQueue, low/high classes, a policy
 AGEING_ON = "{priorityPerMinute: 60000, reserveAfter: 2s}"  # +1000 a second; reserve at 2 s
 AGEING_OFF = "{priorityPerMinute: 0, reserveAfter: null}"
 
