@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 __all__ = [
+    "STATE_SUBJECTS",
     "SUBJECT_ROOT",
     "ContestedResource",
     "CreateWorkload",
@@ -264,6 +265,17 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
     PriorityBoosted: ("job", "boost"),
     JobStatusChanged: ("job", "status"),
 }
+
+
+# What a service folds to know the decided state of every workload: the facts, admissions,
+# evictions, pending decisions and ageing boosts (admission and preemption replay these).
+STATE_SUBJECTS = (
+    f"{SUBJECT_ROOT}.wl.>",
+    f"{SUBJECT_ROOT}.cq.*.admitted.>",
+    f"{SUBJECT_ROOT}.cq.*.evict.>",
+    f"{SUBJECT_ROOT}.cq.*.pending.>",
+    f"{SUBJECT_ROOT}.job.boost.>",
+)
 
 
 def subject_token(value: str) -> str:

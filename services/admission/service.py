@@ -25,6 +25,7 @@ from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload
 from services.admission.workload_objects import WorkloadRecord
 from shared.config_mirror import ConfigMirror
 from shared.events import (
+    STATE_SUBJECTS,
     AnyEvent,
     ContestedResource,
     Event,
@@ -44,15 +45,6 @@ from shared.service import Runtime
 __all__ = ["AdmissionService"]
 
 log = get_logger("admission")
-
-# Everything admission folds: workload facts and the decisions about them.
-SUBJECTS = (
-    "berth.wl.>",
-    "berth.cq.*.admitted.>",
-    "berth.cq.*.evict.>",
-    "berth.cq.*.pending.>",
-    "berth.job.boost.>",
-)
 
 
 def contested_resources(
@@ -85,7 +77,7 @@ class AdmissionService:
         self.config.take_change()
         self.scheduler.set_config(self.config.values())
 
-        subscription = await self.bus.replay_subscription(SUBJECTS)
+        subscription = await self.bus.replay_subscription(STATE_SUBJECTS)
         started = time.monotonic()
         replayed = await self.bus.replay_to_end(subscription, self._apply)
         log.info("state_rebuilt", events=replayed, seconds=round(time.monotonic() - started, 3))

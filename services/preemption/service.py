@@ -25,6 +25,7 @@ from services.preemption.cluster import Cluster
 from services.preemption.victims import Running, SearchResult, find_victims
 from shared.config_mirror import ConfigMirror
 from shared.events import (
+    STATE_SUBJECTS,
     AnyEvent,
     Event,
     EvictionRequested,
@@ -39,13 +40,6 @@ __all__ = ["PreemptionService"]
 
 log = get_logger("preemption")
 
-SUBJECTS = (
-    "berth.wl.>",
-    "berth.cq.*.admitted.>",
-    "berth.cq.*.evict.>",
-    "berth.cq.*.pending.>",
-    "berth.job.boost.>",
-)
 # After a preemptor's victims are gone, give admission this long to admit it before looking
 # again (it may have lost the room to a higher-priority workload meanwhile).
 SETTLE_SECONDS = 1.0
@@ -71,7 +65,7 @@ class PreemptionService:
         await self.config.start(self.runtime)
         self.config.take_change()
         self.cluster.set_config(self.config.values())
-        subscription = await self.bus.replay_subscription(SUBJECTS)
+        subscription = await self.bus.replay_subscription(STATE_SUBJECTS)
         await self.bus.replay_to_end(subscription, lambda events: self._fold(events, live=False))
         now = time.monotonic()
         self.due = {uid: now for uid in self.cluster.waiting}
