@@ -882,3 +882,15 @@ def test_nominated_preemptor_gets_the_room_its_victims_free() -> None:
     s.nominate(ref("preemptor"))
     s.evict(ref("victim"))
     assert admitted(s.schedule()) == ["preemptor"]
+
+
+def test_a_nomination_that_still_does_not_fit_stops_blocking_when_it_ends() -> None:
+    """A nominated preemptor holds its queue only while its victims leave."""
+    s = scheduler(simple(cpu=4), wl("running", cpu=3, t=0))
+    assert admitted(s.schedule()) == ["running"]
+    s.submit(wl("preemptor", cpu=4, t=1, priority=100))
+    s.submit(wl("small", cpu=1, t=2))
+    s.nominate(ref("preemptor"))
+    assert admitted(s.schedule()) == []  # its room is coming: nothing else takes it
+    s.unnominate(ref("preemptor"))
+    assert admitted(s.schedule()) == ["small"]  # best effort again

@@ -396,6 +396,16 @@ class Scheduler:
             self._unqueue(record)
             self._place(record)
 
+    def unnominate(self, ref: WorkloadRef) -> None:
+        """The nomination is over (its victims are gone); it queues as anyone else again."""
+        record = self._records.get(ref.uid)
+        if record is None or not record.wl.nominated:
+            return
+        record.wl.nominated = False
+        if record.state == PENDING and record.key is not None:
+            self._unqueue(record)
+            self._place(record)
+
     def draining(self) -> list[tuple[WorkloadRef, str, str]]:
         """Admitted workloads of a HoldAndDrain ClusterQueue or LocalQueue, with Kueue's
         eviction reason: (ref, cluster queue, ClusterQueueStopped | LocalQueueStopped)."""

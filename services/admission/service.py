@@ -71,6 +71,10 @@ class AdmissionService:
         self.records: dict[str, WorkloadRecord] = {}  # uid -> display record
         self.config = ConfigMirror()
         self.boosts: dict[str, PriorityBoosted] = {}  # uid -> recovery's latest ageing boost
+        # Preemptions in flight: preemptor uid -> victims still leaving, and back.
+        self.leaving: dict[str, set[str]] = {}
+        self.preemptor_of: dict[str, WorkloadRef] = {}
+        self.released: list[WorkloadRef] = []  # preemptors whose victims have all left
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -105,6 +109,8 @@ class AdmissionService:
         for event in events:
             ref = event.workload
             record = self.records.get(ref.uid)
+            if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):
+                self._victim_left(ref.uid)
             match event:
                 case WorkloadSubmitted():
                     if record is None:
@@ -147,6 +153,8 @@ class AdmissionService:
                         record.on_eviction_requested(event)
                     if event.preemptor is not None:
                         self.scheduler.nominate(event.preemptor)
+                        self.leaving.setdefault(event.preemptor.uid, set()).add(ref.uid)
+                        self.preemptor_of[ref.uid] = event.preemptor
                 case WorkloadDeleted():
                     if record is not None:
                         self.scheduler.delete(ref)
@@ -159,6 +167,17 @@ class AdmissionService:
                     if record is not None:
                         self.scheduler.set_boost(ref, event.boost, reserved=event.reserved)
                         self.boosts[ref.uid] = event
+
+    def _victim_left(self, uid: str) -> None:
+        preemptor = self.preemptor_of.pop(uid, None)
+        if preemptor is None:
+            return
+        leaving = self.leaving.get(preemptor.uid)
+        if leaving is not None:
+            leaving.discard(uid)
+            if not leaving:
+                del self.leaving[preemptor.uid]
+                self.released.append(preemptor)
 
     def _drain(self) -> list[Event]:
         """Evictions for what a HoldAndDrain queue has admitted (once per admission)."""
@@ -199,6 +218,11 @@ class AdmissionService:
         started = time.perf_counter()
         decisions = self.scheduler.schedule()
         metrics.PASS_SECONDS.observe(time.perf_counter() - started)
+        # A nomination ends with its evictions: a preemptor that still does not fit must not
+        # hold its ClusterQueue (preemption looks at it again).
+        for preemptor in self.released:
+            self.scheduler.unnominate(preemptor)
+        self.released.clear()
         if not decisions and not drains:
             return
         outgoing: list[Event] = drains
