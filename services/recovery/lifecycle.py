@@ -37,7 +37,7 @@ from shared.jobs import Attempt, JobStatus, ManagedJob, Transition
 from shared.tasks import SETUP_FAILED_EXIT_CODE
 from shared.workloads import MANAGED_JOB_LABEL
 
-__all__ = ["advance", "cancel", "first_attempt", "set_status"]
+__all__ = ["advance", "advance_safely", "cancel", "first_attempt", "set_status"]
 
 # Admission's words for a workload that no amount of waiting will admit.
 _NEVER_FITS = ("maximum capacity", "unavailable in ClusterQueue")
@@ -194,3 +194,12 @@ def advance(job: ManagedJob, event: AnyEvent, now: float) -> list[Event]:
                 return set_status(job, JobStatus.CANCELLED, "", now)
             return set_status(job, JobStatus.CANCELLED, "its workload was deleted", now)
     return []
+
+
+def advance_safely(job: ManagedJob, event: AnyEvent, now: float) -> list[Event]:
+    """``advance``, except that a bug in handling one job fails that job (FAILED_CONTROLLER,
+    as SkyPilot's controller does) instead of stopping recovery for every job."""
+    try:
+        return advance(job, event, now)
+    except Exception as error:
+        return set_status(job, JobStatus.FAILED_CONTROLLER, f"recovery failed: {error!r}", now)

@@ -139,7 +139,9 @@ class RecoveryService:
                 if job_id is None:
                     continue
                 job = self.jobs[job_id]
-                published = lifecycle.advance(job, event, now)
+                published = lifecycle.advance_safely(job, event, now)
+                if job.status == JobStatus.FAILED_CONTROLLER:
+                    log.error("job_failed_controller", job=job.id, reason=job.message)
                 changed[job.id] = job
                 for item in published:
                     outgoing.append(item)
