@@ -22,9 +22,10 @@ from shared.events import (
     WorkloadEvicted,
     WorkloadFinished,
     decode_event,
+    quota_of,
 )
 
-__all__ = ["UsageChange", "read_events", "usage_changes", "usage_of"]
+__all__ = ["UsageChange", "read_events", "usage_changes"]
 
 
 async def read_events(url: str, *, within_s: float = 600.0) -> list[AnyEvent]:
@@ -56,16 +57,6 @@ async def read_events(url: str, *, within_s: float = 600.0) -> list[AnyEvent]:
         await bus.close()
 
 
-def usage_of(admitted: WorkloadAdmitted) -> dict[tuple[str, str], int]:
-    """The quota an admission holds, per (flavor, resource), in milli-units."""
-    usage: dict[tuple[str, str], int] = {}
-    for assignment in admitted.assignments:
-        for resource, amount in assignment.usage.items():
-            key = (assignment.flavors.get(resource, ""), resource)
-            usage[key] = usage.get(key, 0) + amount
-    return usage
-
-
 @dataclass(frozen=True, slots=True)
 class UsageChange:
     index: int  # position of the event in the log
@@ -91,7 +82,11 @@ def usage_changes(events: list[AnyEvent]) -> Iterator[UsageChange]:
                 continue
             holding[uid] = event
             yield UsageChange(
-                index, event.cluster_queue, usage_of(event), +1, while_holding=held is not None
+                index,
+                event.cluster_queue,
+                quota_of(event.assignments),
+                +1,
+                while_holding=held is not None,
             )
         elif isinstance(event, WorkloadFinished | WorkloadEvicted | WorkloadDeleted):
             held = holding.get(uid)
@@ -99,4 +94,4 @@ def usage_changes(events: list[AnyEvent]) -> Iterator[UsageChange]:
                 continue
             if isinstance(event, WorkloadDeleted) or held.generation == event.generation:
                 del holding[uid]
-                yield UsageChange(index, held.cluster_queue, usage_of(held), -1)
+                yield UsageChange(index, held.cluster_queue, quota_of(held.assignments), -1)

@@ -22,6 +22,7 @@ exact identity.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -52,6 +53,7 @@ __all__ = [
     "event_json_schema",
     "new_event_id",
     "now",
+    "quota_of",
     "subject_for",
 ]
 
@@ -108,6 +110,17 @@ class FlavorAssignment(msgspec.Struct, frozen=True):
     usage: MilliQuantities  # total for the pod set (per-pod requests x count)
     node_labels: dict[str, str] = {}
     tolerations: list[Toleration] = []
+
+
+def quota_of(assignments: Iterable[FlavorAssignment]) -> dict[tuple[str, str], int]:
+    """The quota assignments hold, per (flavor, resource), in milli-units."""
+    usage: dict[tuple[str, str], int] = {}
+    for assignment in assignments:
+        for resource, amount in assignment.usage.items():
+            flavor = assignment.flavors.get(resource)
+            if flavor is not None:  # admission assigns a flavor to every resource it counts
+                usage[(flavor, resource)] = usage.get((flavor, resource), 0) + amount
+    return usage
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):

@@ -49,7 +49,7 @@ from shared.config import (
     Namespace,
     ResourceFlavor,
 )
-from shared.events import FlavorAssignment, WorkloadRef
+from shared.events import FlavorAssignment, WorkloadRef, quota_of
 from shared.quota import FlavorResource, QuotaTree
 
 __all__ = [
@@ -67,17 +67,6 @@ _NAME_LABEL = "kubernetes.io/metadata.name"
 INADMISSIBLE = "Inadmissible"
 PENDING_REASON = "Pending"
 _LQ_BLOCKED = "Can't submit new workloads to clusterQueue"
-
-
-def usage_of(assignments: Iterable[FlavorAssignment]) -> dict[FlavorResource, int]:
-    """Total (flavor, resource) usage of a list of pod-set assignments."""
-    usage: dict[FlavorResource, int] = {}
-    for assignment in assignments:
-        for resource, milli in assignment.usage.items():
-            flavor = assignment.flavors.get(resource)
-            if flavor is not None and milli:
-                usage[(flavor, resource)] = usage.get((flavor, resource), 0) + milli
-    return usage
 
 
 def _add(target: dict[FlavorResource, int], usage: dict[FlavorResource, int], sign: int) -> None:
@@ -338,7 +327,7 @@ class Scheduler:
             self._release(record)
         elif record.state == PENDING:
             self._unqueue(record)
-        self._apply_admission(record, cluster_queue, list(assignments), usage_of(assignments))
+        self._apply_admission(record, cluster_queue, list(assignments), quota_of(assignments))
         # A replayed admission is a new admission unless the caller knows its number.
         record.generation = (
             record.generation + 1 if generation is None else max(record.generation, generation)

@@ -31,20 +31,11 @@ from shared.events import (
     WorkloadPending,
     WorkloadRef,
     WorkloadSubmitted,
+    quota_of,
 )
-from shared.quota import FlavorResource, QuotaTree
+from shared.quota import QuotaTree
 
-__all__ = ["Cluster", "InFlight", "usage_of"]
-
-
-def usage_of(event: WorkloadAdmitted) -> dict[FlavorResource, int]:
-    """Quota an admission holds, per (flavor, resource)."""
-    usage: dict[FlavorResource, int] = {}
-    for assignment in event.assignments:
-        for resource, amount in assignment.usage.items():
-            key = (assignment.flavors.get(resource, ""), resource)
-            usage[key] = usage.get(key, 0) + amount
-    return usage
+__all__ = ["Cluster", "InFlight"]
 
 
 @dataclass
@@ -117,7 +108,7 @@ class Cluster:
                     priority=event.priority,
                     queue_time=self.queue_times.get(uid, event.time.timestamp()),
                     admitted_at=event.time.timestamp(),
-                    usage=usage_of(event),
+                    usage=quota_of(event.assignments),
                 )
                 self.running[uid] = running
                 if event.cluster_queue in self.cluster_queues:
