@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -13,21 +12,13 @@ import nats.errors
 
 from shared.bus import API_SUBJECT, Bus, BusError
 
-__all__ = ["CliError", "connect", "query_all", "run"]
+__all__ = ["CliError", "connect", "query_all"]
 
 T = TypeVar("T")
 
 
 class CliError(click.ClickException):
     """A one-line error for the user; the CLI exits non-zero."""
-
-
-def run(coroutine_factory: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(_call(coroutine_factory))
-
-
-async def _call(factory: Callable[[], Awaitable[T]]) -> T:
-    return await factory()
 
 
 @asynccontextmanager

@@ -14,7 +14,7 @@ import msgspec
 import nats.errors
 import nats.js.errors
 
-from berth_cli.client import CliError, connect, run
+from berth_cli.client import CliError, connect
 from berth_cli.get import print_table
 from berth_cli.writing import check_priority_classes
 from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus
@@ -98,7 +98,7 @@ def launch(
                 },
             )
 
-    reply = run(submit)
+    reply = asyncio.run(submit())
     click.echo(f"Managed job ID: {reply['id']}  ({spec.name}, {spec.resources})")
     if reply["status"] == JobStatus.FAILED_PRECHECKS:
         raise CliError(f"job {reply['id']} FAILED_PRECHECKS: {reply['message']}")
@@ -161,7 +161,7 @@ def queue(nats_url: str, full: bool, output: str | None) -> None:
         async with connect(nats_url) as bus:
             return await read_jobs(bus)
 
-    found = run(fetch)
+    found = asyncio.run(fetch())
     if output == "json":
         click.echo(json.dumps([msgspec.to_builtins(job) for job in found], indent=2))
         return
@@ -196,7 +196,7 @@ def cancel(nats_url: str, job_id: int | None, name: str | None) -> None:
         async with connect(nats_url) as bus:
             return await _ask(bus, "cancel", {"id": job_id, "name": name})
 
-    reply = run(ask)
+    reply = asyncio.run(ask())
     click.echo(f"Cancelling managed job(s): {', '.join(str(i) for i in reply['cancelled'])}")
 
 
@@ -220,7 +220,7 @@ def logs(nats_url: str, job_id: int, follow: bool) -> None:
                     return
                 await asyncio.sleep(0.5)
 
-    run(stream)
+    asyncio.run(stream())
 
 
 async def _print_new_output(

@@ -72,9 +72,6 @@ class LiveStack:
         for line in self.process.stdout:
             self.output.append(line)
 
-    def log(self, service: str) -> str:
-        return (self.data_dir / "logs" / f"{service}.log").read_text()
-
     def stop(self) -> int:
         """SIGTERM, as Ctrl-C would; returns `berth up`'s exit code."""
         if self.process.poll() is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from typing import Any
 import click
 
 from berth_cli import get as get_output
-from berth_cli.client import CliError, connect, query_all, run
+from berth_cli.client import CliError, connect, query_all
 from berth_cli.jobs import jobs
 from berth_cli.writing import (
     CONFIG_NAMES,
@@ -69,7 +70,7 @@ def up(data_dir: Path, nats_port: int) -> None:
 def apply(nats_url: str, filename: str) -> None:
     """Create or update ResourceFlavors, ClusterQueues, LocalQueues, priority classes..."""
     documents, source = read_documents(filename)
-    for line in run(lambda: apply_config(nats_url, documents, source)):
+    for line in asyncio.run(apply_config(nats_url, documents, source)):
         click.echo(line)
 
 
@@ -84,7 +85,7 @@ def apply(nats_url: str, filename: str) -> None:
 def submit(nats_url: str, filename: str, namespace: str | None) -> None:
     """Submit workloads; they queue in the LocalQueue their label names."""
     documents, source = read_documents(filename)
-    for line in run(lambda: submit_workloads(nats_url, documents, source, namespace=namespace)):
+    for line in asyncio.run(submit_workloads(nats_url, documents, source, namespace=namespace)):
         click.echo(line)
 
 
@@ -112,7 +113,7 @@ def _show(
         async with connect(nats_url) as bus:
             return await query_all(bus, resource, **request)
 
-    items = run(fetch)
+    items = asyncio.run(fetch())
     if output in ("json", "yaml"):
         get_output.print_objects(items, output)
         return
@@ -206,11 +207,11 @@ def delete(nats_url: str, kind: str, name: str, namespace: str) -> None:
     """
     word = kind.lower()
     if word in ("workload", "workloads", "wl", "job", "jobs", "pod", "pods", "rayjob", "rayjobs"):
-        click.echo(run(lambda: delete_workload(nats_url, name, namespace)))
+        click.echo(asyncio.run(delete_workload(nats_url, name, namespace)))
         return
     if word not in CONFIG_NAMES:
         raise CliError(f"unknown kind {kind!r} to delete")
-    click.echo(run(lambda: delete_config(nats_url, CONFIG_NAMES[word], name, namespace)))
+    click.echo(asyncio.run(delete_config(nats_url, CONFIG_NAMES[word], name, namespace)))
 
 
 cli.add_command(jobs)

@@ -66,15 +66,22 @@ def _page(items: list[Any], request: Request) -> dict[str, Any]:
 
 
 def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
+    records = sorted(
+        (
+            record
+            for record in service.records.values()
+            if request.namespace is None or record.submitted.workload.namespace == request.namespace
+        ),
+        key=lambda record: (record.submitted.workload.namespace, record.submitted.workload.name),
+    )
+    page = _page(records, request)
+    # Render only the page: a client paging through 100,000 workloads renders each once.
     views = {view.ref.uid: view_fields(view) for view in service.scheduler.workload_views()}
-    items = []
-    for uid, record in service.records.items():
-        ref = record.submitted.workload
-        if request.namespace is not None and ref.namespace != request.namespace:
-            continue
-        items.append(render_workload(record, views.get(uid, {})))
-    items.sort(key=lambda item: (item["metadata"]["namespace"], item["metadata"]["name"]))
-    return _page(items, request)
+    page["items"] = [
+        render_workload(record, views.get(record.submitted.workload.uid, {}))
+        for record in page["items"]
+    ]
+    return page
 
 
 def _config_items(service: AdmissionService, kind: type[Any]) -> list[Any]:

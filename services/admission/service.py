@@ -88,7 +88,7 @@ class AdmissionService:
         api = await serve_api(self)
         self.runtime.set_ready()
         try:
-            await self._decide(())  # whatever became admissible while we were down
+            await self._decide()  # whatever became admissible while we were down
             await self._live(subscription)
         finally:
             await api.unsubscribe()
@@ -102,7 +102,7 @@ class AdmissionService:
                 return
             self._apply(events)
             if events or self.config.changed.is_set():
-                await self._decide(events)
+                await self._decide()
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
         """Fold events into the scheduler; idempotent, so replays and echoes change nothing."""
@@ -210,7 +210,7 @@ class AdmissionService:
             return effective
         return effective - boost.boost
 
-    async def _decide(self, events: Iterable[AnyEvent]) -> None:
+    async def _decide(self) -> None:
         drains: list[Event] = []
         if self.config.take_change():
             self.scheduler.set_config(self.config.values())
