@@ -259,6 +259,7 @@ def test_seed_004_cohort_borrowing_and_preemption_hint() -> None:
         in decision.message
     )
     assert ("main", "cpu", "default-flavor") in decision.preempt_flavors
+    assert ("default-flavor", "cpu", 7000) in decision.contested  # the whole pod set's need
     s.evict(ref("b-job", "team-b"))
     decisions = s.schedule()
     assert admitted(decisions)[0] == "a-job"

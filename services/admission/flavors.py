@@ -138,6 +138,8 @@ class AssignResult:
     preemption_may_help: bool = False
     # (pod set, resource, flavor) that would need preemption, for the preemption service.
     preempt_flavors: tuple[tuple[str, str, str], ...] = ()
+    # (flavor, resource, amount) the workload needs where only preemption can make room.
+    contested: tuple[tuple[str, str, int], ...] = ()
 
 
 def assign_flavors(
@@ -191,6 +193,9 @@ def assign_flavors(
                     result.preemption_may_help = True
                     result.preempt_flavors = tuple(
                         (pod_set.name, r, preempt_flavor) for r in group_resources
+                    )
+                    result.contested = tuple(
+                        (preempt_flavor, r, totals[r]) for r in group_resources
                     )
                 return result
             borrows = borrows or best_mode == _FIT_BORROW

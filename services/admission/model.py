@@ -50,6 +50,8 @@ class Inadmissible:
     preemption_may_help: bool = False
     # (pod set, resource, flavor) where preemption would have to make room.
     preempt_flavors: tuple[tuple[str, str, str], ...] = ()
+    # (flavor, resource, amount) needed there, for the preemption service.
+    contested: tuple[tuple[str, str, int], ...] = ()
 
 
 Decision = Admission | Inadmissible

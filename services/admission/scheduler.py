@@ -262,6 +262,7 @@ class Scheduler:
         message: str,
         may_help: bool = False,
         preempt_flavors: tuple[tuple[str, str, str], ...] = (),
+        contested: tuple[tuple[str, str, int], ...] = (),
     ) -> None:
         """Record why a workload is pending; emit a decision only if that changed."""
         emitted = (reason, message, may_help)
@@ -276,6 +277,7 @@ class Scheduler:
                 message=message,
                 preemption_may_help=may_help,
                 preempt_flavors=preempt_flavors,
+                contested=contested,
             )
         )
 
@@ -505,6 +507,7 @@ class Scheduler:
                     result.message,
                     result.preemption_may_help,
                     result.preempt_flavors,
+                    result.contested,
                 )
                 if queue.strict or record.wl.reserved or record.wl.nominated:
                     # StrictFIFO, or a reservation: nothing behind it may pass.

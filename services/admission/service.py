@@ -47,22 +47,6 @@ __all__ = ["AdmissionService"]
 log = get_logger("admission")
 
 
-def contested_resources(
-    decision: Inadmissible, record: WorkloadRecord | None
-) -> list[ContestedResource]:
-    """How much the workload needs of each flavor-resource where only preemption helps."""
-    if record is None or not decision.preemption_may_help:
-        return []
-    pod_sets = {pod_set.name: pod_set for pod_set in record.submitted.pod_sets}
-    amounts: dict[tuple[str, str], int] = {}
-    for pod_set_name, resource, flavor in decision.preempt_flavors:
-        pod_set = pod_sets.get(pod_set_name)
-        if pod_set is not None:
-            amount = pod_set.count * pod_set.requests.get(resource, 0)
-            amounts[(flavor, resource)] = amounts.get((flavor, resource), 0) + amount
-    return [ContestedResource(f, r, amount) for (f, r), amount in sorted(amounts.items())]
-
-
 class AdmissionService:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -262,7 +246,9 @@ class AdmissionService:
                     message=decision.message,
                     priority=self._preempting_priority(decision.ref),
                     preemption_may_help=decision.preemption_may_help,
-                    contested=contested_resources(decision, record),
+                    contested=[
+                        ContestedResource(f, r, amount) for f, r, amount in decision.contested
+                    ],
                 )
                 if record is not None:
                     record.on_pending(pending)
