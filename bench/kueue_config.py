@@ -33,6 +33,9 @@ class ScenarioConfig:
     classes: tuple[ClassSpec, ...]
     cohort_class: str = "cohort"
     cq_class: str = "cq"
+    # The ClusterQueues' preemption policy; Kueue's scenario uses Any / LowerPriority.
+    reclaim_within_cohort: str = "Any"
+    within_cluster_queue: str = "LowerPriority"
     # Kueue's published means and thresholds (section 4 of the spec).
     kueue_mean: dict[str, float] = field(default_factory=dict)
     kueue_threshold: dict[str, float] = field(default_factory=dict)
@@ -41,6 +44,14 @@ class ScenarioConfig:
         """The same shape with ``fraction`` of each stream's workloads (at least one)."""
         classes = tuple(replace(c, count=max(1, round(c.count * fraction))) for c in self.classes)
         return replace(self, classes=classes)
+
+    def without_preemption(self) -> ScenarioConfig:
+        """The same scenario with both preemption policies ``Never`` (not Kueue's)."""
+        return replace(self, reclaim_within_cohort="Never", within_cluster_queue="Never")
+
+    @property
+    def preempts(self) -> bool:
+        return (self.reclaim_within_cohort, self.within_cluster_queue) != ("Never", "Never")
 
     def cluster_queues(self) -> list[tuple[str, str]]:
         """(ClusterQueue name, cohort name), Kueue's naming ``<cq>-<set>-<idx>-<cohort>``."""

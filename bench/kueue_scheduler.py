@@ -97,8 +97,8 @@ def config_documents(config: ScenarioConfig) -> list[dict[str, Any]]:
                         "whenCanPreempt": "TryNextFlavor",
                     },
                     "preemption": {
-                        "reclaimWithinCohort": "Any",
-                        "withinClusterQueue": "LowerPriority",
+                        "reclaimWithinCohort": config.reclaim_within_cohort,
+                        "withinClusterQueue": config.within_cluster_queue,
                     },
                     "resourceGroups": [
                         {

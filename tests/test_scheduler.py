@@ -895,3 +895,22 @@ def test_a_nomination_that_still_does_not_fit_stops_blocking_when_it_ends() -> N
     assert admitted(s.schedule()) == []  # its room is coming: nothing else takes it
     s.unnominate(ref("preemptor"))
     assert admitted(s.schedule()) == ["small"]  # best effort again
+
+
+def test_same_shaped_workloads_share_a_failure_until_usage_changes() -> None:
+    """Scheduling equivalence: identical workloads are judged once per usage state; a
+    later one, after an admission changed the usage, gets its own (current) numbers."""
+    s = scheduler(
+        simple(cpu=10),
+        wl("running", cpu="8", t=0, priority=100),
+        wl("b1", cpu="4", t=1, priority=10),
+        wl("b2", cpu="4", t=2, priority=10),
+        wl("d", cpu="1", t=3, priority=5),
+        wl("c", cpu="4", t=4, priority=1),
+    )
+    decisions = s.schedule()
+    assert admitted(decisions) == ["running", "d"]
+    reasons = pending(decisions)
+    assert "2 more needed" in reasons["b1"].message
+    assert reasons["b2"].message == reasons["b1"].message
+    assert "3 more needed" in reasons["c"].message

@@ -17,7 +17,15 @@ from shared.events import FlavorAssignment, PodSet, Toleration
 from shared.quantities import format_quantity, is_binary_resource
 from shared.quota import FlavorResource, QuotaTree
 
-__all__ = ["AssignResult", "ClusterQueueInfo", "FlavorInfo", "assign_flavors", "fmt_quantity"]
+__all__ = [
+    "AssignResult",
+    "ClusterQueueInfo",
+    "FlavorInfo",
+    "PodSetsShape",
+    "assign_flavors",
+    "fmt_quantity",
+    "pod_sets_shape",
+]
 
 _NO_FIT, _PREEMPT, _FIT_BORROW, _FIT = 0, 1, 2, 3
 
@@ -140,6 +148,14 @@ class AssignResult:
     preempt_flavors: tuple[tuple[str, str, str], ...] = ()
     # (flavor, resource, amount) the workload needs where only preemption can make room.
     contested: tuple[tuple[str, str, int], ...] = ()
+
+
+PodSetsShape = tuple[tuple[str, int, int | None, tuple[tuple[str, int], ...]], ...]
+
+
+def pod_sets_shape(pod_sets: list[PodSet]) -> PodSetsShape:
+    """Everything of the pod sets that ``assign_flavors`` reads, as a hashable key."""
+    return tuple((p.name, p.count, p.min_count, tuple(p.requests.items())) for p in pod_sets)
 
 
 def assign_flavors(

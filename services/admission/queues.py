@@ -56,6 +56,7 @@ class Record:
         "key",
         "parked",
         "placeholder",
+        "shape",
         "state",
         "usage",
         "wl",
@@ -73,6 +74,7 @@ class Record:
         self.assignments: list[FlavorAssignment] = []
         self.usage: dict[FlavorResource, int] | None = None
         self.placeholder = False  # restored admission whose submit has not been seen yet
+        self.shape: object = None  # the pod sets' hashable shape, computed when first needed
 
     @property
     def effective_priority(self) -> int:

@@ -23,6 +23,7 @@ from services.admission.flavors import (
     FlavorInfo,
     assign_flavors,
     fmt_quantity,
+    pod_sets_shape,
 )
 from services.admission.model import (
     Admission,
@@ -92,6 +93,9 @@ class Scheduler:
         self._queues: dict[str, ClusterQueueQueue] = {}
         self._cohort_members: dict[str, list[str]] = {}  # root node name -> its ClusterQueues
         self._root_of: dict[str, str] = {}  # cq -> root node name
+        # Bumped whenever usage changes under a root cohort: a failed assignment computed at
+        # one version holds for every same-shaped workload of that ClusterQueue until then.
+        self._usage_version: dict[str, int] = {}
         self._ready: set[str] = set()  # queues to look at in the next pass
         self._dirty: set[str] = set()  # queues whose parked / blocked workloads get a retry
         self._out: list[Decision] = []  # decisions made outside schedule(), drained by it
@@ -442,6 +446,7 @@ class Scheduler:
         record.usage = usage
         record.emitted = None
         self._tree.add_usage(cq_name, usage)
+        self._bump_usage_version(cq_name)
         self._cq_admitted[cq_name] = self._cq_admitted.get(cq_name, 0) + 1
         _add(self._cq_usage.setdefault(cq_name, {}), usage, 1)
         self._count_lq((record.wl.ref.namespace, record.lq_name), usage, 1)
@@ -450,6 +455,7 @@ class Scheduler:
         usage = record.usage or {}
         cq_name = record.cq
         self._tree.remove_usage(cq_name, usage)
+        self._bump_usage_version(cq_name)
         self._cq_admitted[cq_name] = self._cq_admitted.get(cq_name, 0) - 1
         _add(self._cq_usage.setdefault(cq_name, {}), usage, -1)
         self._count_lq((record.wl.ref.namespace, record.lq_name), usage, -1)
@@ -458,6 +464,10 @@ class Scheduler:
         root = self._root_of.get(cq_name)
         if root is not None:
             self._dirty.update(self._cohort_members[root])
+
+    def _bump_usage_version(self, cq_name: str) -> None:
+        root = self._root_of.get(cq_name, cq_name)
+        self._usage_version[root] = self._usage_version.get(root, 0) + 1
 
     # --- the pass --------------------------------------------------------------------------
 
@@ -480,6 +490,10 @@ class Scheduler:
                 heads.append((0, head.key, name))
         self._ready = set()
         heapq.heapify(heads)
+        # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
+        # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
+        # backlog of identical workloads then costs a dict lookup each, not a flavor search.
+        failed: dict[tuple[str, object], tuple[int, AssignResult]] = {}
         while heads:
             borrowing, key, name = heapq.heappop(heads)
             queue = self._queues[name]
@@ -490,8 +504,18 @@ class Scheduler:
                 if record.key is not None:
                     heapq.heappush(heads, (0, record.key, name))
                 continue
-            info = self._cqs[name]
-            result = assign_flavors(info, self._flavors, self._tree, record.wl.pod_sets)
+            if record.shape is None:
+                record.shape = pod_sets_shape(record.wl.pod_sets)
+            shape = (name, record.shape)
+            version = self._usage_version.get(self._root_of.get(name, name), 0)
+            cached = failed.get(shape)
+            if cached is not None and cached[0] == version:
+                result = cached[1]
+            else:
+                pod_sets = record.wl.pod_sets
+                result = assign_flavors(self._cqs[name], self._flavors, self._tree, pod_sets)
+                if not result.fits:
+                    failed[shape] = (version, result)
             self.decisions += 1
             if result.fits:
                 if result.borrows and not borrowing:

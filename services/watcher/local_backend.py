@@ -62,6 +62,8 @@ class _Simulated:
         self.generation = generation
         self.seconds = seconds
         self.stopping = False
+        # Set once Running is written and Started published: the finish must come after.
+        self.announced = asyncio.Event()
 
 
 class LocalBackend:
@@ -335,13 +337,19 @@ class LocalBackend:
     ) -> None:
         simulated = _Simulated(generation, seconds)
         self.running[ref.uid] = simulated
-        await self._set_status(key, {"phase": "Running", "generation": generation, "pids": []})
-        await self._publish(reporting.started(ref, generation))
-        metrics.STARTED.inc()
+        # The clock starts now, as a process would: the status write and the report are
+        # bookkeeping, and awaiting them first would hold the quota that much longer.
         self.runtime.spawn(self._await_simulated(key, ref, simulated), name=f"sim-{ref.key}")
+        try:
+            await self._set_status(key, {"phase": "Running", "generation": generation, "pids": []})
+            await self._publish(reporting.started(ref, generation))
+        finally:
+            simulated.announced.set()  # even on failure: a finish must never wait forever
+        metrics.STARTED.inc()
 
     async def _await_simulated(self, key: str, ref: WorkloadRef, simulated: _Simulated) -> None:
         await asyncio.sleep(simulated.seconds)
+        await simulated.announced.wait()
         if simulated.stopping or self.running.get(ref.uid) is not simulated:
             return
         await self._finish(key, ref, simulated.generation, 0, "")
