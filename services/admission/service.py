@@ -21,6 +21,7 @@ from nats.js import JetStreamContext
 
 from services.admission import metrics
 from services.admission.api import serve_api
+from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.config_mirror import ConfigMirror
@@ -46,6 +47,9 @@ __all__ = ["AdmissionService"]
 
 log = get_logger("admission")
 
+# A pending workload's message alone (its numbers) is republished at most this often.
+PENDING_MESSAGE_INTERVAL_S = 1.0
+
 
 class AdmissionService:
     def __init__(self, runtime: Runtime) -> None:
@@ -59,6 +63,7 @@ class AdmissionService:
         self.leaving: dict[str, set[str]] = {}
         self.preemptor_of: dict[str, WorkloadRef] = {}
         self.released: list[WorkloadRef] = []  # preemptors whose victims have all left
+        self.pending_throttle = PendingThrottle(PENDING_MESSAGE_INTERVAL_S)
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -87,6 +92,11 @@ class AdmissionService:
             self._apply(events)
             if events or self.config.changed.is_set():
                 await self._decide()
+            held = self.pending_throttle.due(time.monotonic())
+            if held:
+                for pending in held:
+                    _log_pending(pending)
+                await self.bus.publish_many(held)
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
         """Fold events into the scheduler; idempotent, so replays and echoes change nothing."""
@@ -95,6 +105,8 @@ class AdmissionService:
             record = self.records.get(ref.uid)
             if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):
                 self._victim_left(ref.uid)
+                if not isinstance(event, WorkloadEvicted):
+                    self.pending_throttle.forget(ref.uid)
             match event:
                 case WorkloadSubmitted():
                     if record is None:
@@ -210,9 +222,11 @@ class AdmissionService:
         if not decisions and not drains:
             return
         outgoing: list[Event] = drains
+        now = time.monotonic()
         for decision in decisions:
             record = self.records.get(decision.ref.uid)
             if isinstance(decision, Admission):
+                self.pending_throttle.forget(decision.ref.uid)
                 generation = self.scheduler.generation(decision.ref)
                 event = WorkloadAdmitted(
                     id=f"admitted-{decision.ref.uid}-{generation}",
@@ -251,13 +265,18 @@ class AdmissionService:
                     ],
                 )
                 if record is not None:
-                    record.on_pending(pending)
-                log.info(
-                    "pending",
-                    workload=decision.ref.key,
-                    queue=decision.cluster_queue,
-                    reason=decision.reason,
-                    message=decision.message,
-                )
-                outgoing.append(pending)
+                    record.on_pending(pending)  # what `berth get` shows is never held back
+                if self.pending_throttle.offer(pending, now):
+                    _log_pending(pending)
+                    outgoing.append(pending)
         await self.bus.publish_many(outgoing)
+
+
+def _log_pending(event: WorkloadPending) -> None:
+    log.info(
+        "pending",
+        workload=event.workload.key,
+        queue=event.cluster_queue,
+        reason=event.reason,
+        message=event.message,
+    )

@@ -1,0 +1,51 @@
+"""Admission's pending-message throttle: material changes go at once, numbers at most 1/s."""
+
+from __future__ import annotations
+
+from services.admission.pending_throttle import PendingThrottle
+from shared.events import ContestedResource, WorkloadPending, WorkloadRef
+
+REF = WorkloadRef(namespace="ns", name="w", uid="u1")
+
+
+def pending(message: str, *, may_help: bool = False, reason: str = "Pending") -> WorkloadPending:
+    return WorkloadPending(
+        source="admission",
+        workload=REF,
+        cluster_queue="cq",
+        reason=reason,
+        message=message,
+        preemption_may_help=may_help,
+        contested=[ContestedResource("rf", "cpu", 1000)] if may_help else [],
+    )
+
+
+def test_first_and_material_changes_go_at_once() -> None:
+    throttle = PendingThrottle(1.0)
+    assert throttle.offer(pending("2 more needed"), 0.0)
+    assert throttle.offer(pending("2 more needed", may_help=True), 0.1)
+    assert throttle.offer(pending("x", may_help=True, reason="Inadmissible"), 0.2)
+    assert throttle.due(10.0) == []
+
+
+def test_message_only_changes_are_held_and_the_newest_lands() -> None:
+    throttle = PendingThrottle(1.0)
+    assert throttle.offer(pending("2 more needed"), 0.0)
+    assert not throttle.offer(pending("3 more needed"), 0.3)
+    assert not throttle.offer(pending("4 more needed"), 0.6)
+    assert throttle.due(0.9) == []
+    assert [e.message for e in throttle.due(1.0)] == ["4 more needed"]
+    assert throttle.due(5.0) == []
+    # Counted as published at 1.0: the next message-only change waits until 2.0.
+    assert not throttle.offer(pending("5 more needed"), 1.5)
+    assert throttle.offer(pending("6 more needed"), 2.1)
+    assert throttle.due(5.0) == []
+
+
+def test_forget_drops_what_is_held() -> None:
+    throttle = PendingThrottle(1.0)
+    throttle.offer(pending("a"), 0.0)
+    assert not throttle.offer(pending("b"), 0.5)
+    throttle.forget(REF.uid)
+    assert throttle.due(5.0) == []
+    assert throttle.offer(pending("c"), 0.6)  # nothing known of it: goes at once
