@@ -480,14 +480,29 @@ def print_result(result: Result, *, per_job: bool) -> None:
     console.print(table)
     if per_job:
         detail = Table(title=f"ageing {result.mode}: per managed job", title_justify="left")
-        columns = ("job", "name", "status", "admissions", "preemptions",
-                   f"< {THRASH_SECONDS:g}s after admission", "wait p50 / p90 / max", "censored")
+        columns = (
+            "job",
+            "name",
+            "status",
+            "admissions",
+            "preemptions",
+            f"< {THRASH_SECONDS:g}s after admission",
+            "wait p50 / p90 / max",
+            "censored",
+        )
         for column in columns:
             detail.add_column(column, justify="left" if column in ("name", "status") else "right")
         for j in result.jobs:
-            detail.add_row(str(j.job_id), j.name, j.status, str(j.admissions),
-                           str(j.preemptions), str(j.thrashed), _spread(sorted(j.waits)),
-                           str(j.censored))
+            detail.add_row(
+                str(j.job_id),
+                j.name,
+                j.status,
+                str(j.admissions),
+                str(j.preemptions),
+                str(j.thrashed),
+                _spread(sorted(j.waits)),
+                str(j.censored),
+            )
         console.print(detail)
 
 

@@ -641,7 +641,9 @@ def render(result: RunResult) -> str:
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     lines = [
         f"Kueue scheduler benchmark, config {config.name}: {config.total_workloads:,} workloads,"
-        f" {config.cohorts * config.cqs_per_cohort:,} ClusterQueues in {config.cohorts} cohorts",
+        f" {config.cohorts * config.cqs_per_cohort:,} ClusterQueues in {config.cohorts} cohorts,"
+        f" preemption reclaimWithinCohort {config.reclaim_within_cohort} / withinClusterQueue"
+        f" {config.within_cluster_queue}",
         "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
         "  ".join("-" * w for w in widths),
     ]
@@ -661,12 +663,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--no-preemption",
+        action="store_true",
+        help="both ClusterQueue preemption policies Never (not Kueue's scenario: the spec's"
+        " ideal schedule assumes no preemption)",
+    )
     args = parser.parse_args(argv)
     config = CONFIGS[args.config]
     label = config.name
     if args.scale != 1.0:
         config = config.scaled(args.scale)
         label = f"{config.name}-x{args.scale:g}"
+    if args.no_preemption:
+        config = config.without_preemption()
+        label = f"{label}-no-preemption"
     result = run_benchmark(
         config, data_dir=args.data_dir, out_dir=args.out, timeout=args.timeout, label=label
     )

@@ -47,14 +47,24 @@ def build_queues() -> list[ClusterQueue]:
                 "resourceGroups": [
                     {
                         "coveredResources": ["cpu", "memory"],
-                        "flavors": [{"name": "default", "resources": [
-                            {"name": "cpu", "nominalQuota": 2500},
-                            {"name": "memory", "nominalQuota": "9000Gi"},
-                        ]}],
+                        "flavors": [
+                            {
+                                "name": "default",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 2500},
+                                    {"name": "memory", "nominalQuota": "9000Gi"},
+                                ],
+                            }
+                        ],
                     },
                     {
                         "coveredResources": ["nvidia.com/gpu"],
-                        "flavors": [{"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 100}]}],
+                        "flavors": [
+                            {
+                                "name": "gpu",
+                                "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 100}],
+                            }
+                        ],
                     },
                 ],
             },
@@ -114,7 +124,10 @@ def main() -> None:
             )
             start = time.perf_counter()
             result = find_victims(
-                tree=tree, cluster_queues=specs, preemptor=preemptor, running=running,
+                tree=tree,
+                cluster_queues=specs,
+                preemptor=preemptor,
+                running=running,
                 fair_sharing=fair,
             )
             times.append((time.perf_counter() - start) * 1000)

@@ -41,8 +41,14 @@ def job(max_restarts: int = 0) -> tuple[ManagedJob, WorkloadRef]:
 
 def admitted(ref: WorkloadRef, generation: int) -> WorkloadAdmitted:
     return WorkloadAdmitted(
-        source="admission", workload=ref, cluster_queue="cq", local_queue="lq", priority=0,
-        assignments=[], generation=generation, time=datetime.now(UTC),
+        source="admission",
+        workload=ref,
+        cluster_queue="cq",
+        local_queue="lq",
+        priority=0,
+        assignments=[],
+        generation=generation,
+        time=datetime.now(UTC),
     )
 
 
@@ -55,8 +61,17 @@ def test_runs_then_succeeds() -> None:
     """PENDING, STARTING, RUNNING, SUCCEEDED, with no recovery."""
     record, ref = job()
     run(record, ref, 1)
-    advance(record, WorkloadFinished(source="watcher", workload=ref, generation=1, succeeded=True), T0 + 5)
-    assert [step.status for step in record.history] == ["PENDING", "STARTING", "RUNNING", "SUCCEEDED"]
+    advance(
+        record,
+        WorkloadFinished(source="watcher", workload=ref, generation=1, succeeded=True),
+        T0 + 5,
+    )
+    assert [step.status for step in record.history] == [
+        "PENDING",
+        "STARTING",
+        "RUNNING",
+        "SUCCEEDED",
+    ]
     assert record.recoveries == 0 and record.job_seconds == 5
 
 
@@ -69,7 +84,11 @@ def test_a_preemption_is_counted_once_and_starts_the_ageing_clock_once() -> None
     advance(record, evicted, T0 + 2)
     assert record.status == JobStatus.RECOVERING and record.recoveries == 1
     run(record, ref, 2)
-    advance(record, WorkloadEvicted(source="watcher", workload=ref, generation=2, reason="Preempted"), T0 + 9)
+    advance(
+        record,
+        WorkloadEvicted(source="watcher", workload=ref, generation=2, reason="Preempted"),
+        T0 + 9,
+    )
     assert record.recoveries == 2 and record.first_preempted_at == T0 + 1
 
 
@@ -77,7 +96,11 @@ def test_a_watcher_restart_is_not_a_recovery() -> None:
     """Requeued after Berth's own restart: RECOVERING, but #RECOVERIES stays 0."""
     record, ref = job()
     run(record, ref, 1)
-    advance(record, WorkloadEvicted(source="watcher", workload=ref, generation=1, reason="WatcherRestarted"), T0)
+    advance(
+        record,
+        WorkloadEvicted(source="watcher", workload=ref, generation=1, reason="WatcherRestarted"),
+        T0,
+    )
     assert record.status == JobStatus.RECOVERING and record.recoveries == 0
     assert record.first_preempted_at is None
 
@@ -86,13 +109,21 @@ def test_failures_are_retried_up_to_the_limit_with_a_new_attempt() -> None:
     """A failing program gets a new attempt while max_restarts_on_errors allows, then FAILED."""
     record, ref = job(max_restarts=1)
     run(record, ref, 1)
-    failed = WorkloadFinished(source="watcher", workload=ref, generation=1, succeeded=False, exit_code=3)
+    failed = WorkloadFinished(
+        source="watcher", workload=ref, generation=1, succeeded=False, exit_code=3
+    )
     events = advance(record, failed, T0)
     retry = next(e for e in events if isinstance(e, CreateWorkload))
     assert retry.workload.name == "train-7-r1" and record.recoveries == 1
     assert advance(record, failed, T0) == []  # about the old attempt now: ignored
     run(record, retry.workload, 1)
-    advance(record, WorkloadFinished(source="watcher", workload=retry.workload, generation=1, succeeded=False, exit_code=3), T0)
+    advance(
+        record,
+        WorkloadFinished(
+            source="watcher", workload=retry.workload, generation=1, succeeded=False, exit_code=3
+        ),
+        T0,
+    )
     assert record.status == JobStatus.FAILED and len(record.attempts) == 2
 
 
@@ -100,11 +131,24 @@ def test_setup_failure_and_prechecks() -> None:
     """Exit code 86 is FAILED_SETUP; a request that can never fit is FAILED_PRECHECKS."""
     record, ref = job(max_restarts=3)
     run(record, ref, 1)
-    advance(record, WorkloadFinished(source="watcher", workload=ref, generation=1, succeeded=False, exit_code=SETUP_FAILED_EXIT_CODE), T0)
+    advance(
+        record,
+        WorkloadFinished(
+            source="watcher",
+            workload=ref,
+            generation=1,
+            succeeded=False,
+            exit_code=SETUP_FAILED_EXIT_CODE,
+        ),
+        T0,
+    )
     assert record.status == JobStatus.FAILED_SETUP
     other, other_ref = job()
     pending = WorkloadPending(
-        source="admission", workload=other_ref, cluster_queue="cq", reason="Pending",
+        source="admission",
+        workload=other_ref,
+        cluster_queue="cq",
+        reason="Pending",
         message="couldn't assign flavors to pod set main: request > maximum capacity (5 > 4)",
     )
     events = advance(other, pending, T0)
@@ -127,6 +171,8 @@ def test_a_bug_fails_only_that_job() -> None:
     record, ref = job(max_restarts=1)
     run(record, ref, 1)
     record.template = {"metadata": "not a mapping"}  # the next attempt cannot be built
-    failed = WorkloadFinished(source="watcher", workload=ref, generation=1, succeeded=False, exit_code=1)
+    failed = WorkloadFinished(
+        source="watcher", workload=ref, generation=1, succeeded=False, exit_code=1
+    )
     advance_safely(record, failed, T0)
     assert record.status == JobStatus.FAILED_CONTROLLER and "recovery failed" in record.message

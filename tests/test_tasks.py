@@ -120,7 +120,10 @@ def test_seed_000_t4_tasks_request_four_gpus_in_user_queue(text: str, priority: 
     assert spec.resources == "1x[T4:4]"
     assert spec.name == "low"
     assert spec.max_restarts_on_errors == 0
-    for labels in (spec.job["metadata"]["labels"], spec.job["spec"]["template"]["metadata"]["labels"]):
+    for labels in (
+        spec.job["metadata"]["labels"],
+        spec.job["spec"]["template"]["metadata"]["labels"],
+    ):
         assert labels[QUEUE_NAME_LABEL] == "user-queue"
         assert labels[PRIORITY_CLASS_LABEL] == priority
         assert labels[ACCELERATOR_LABEL] == "T4"
@@ -161,7 +164,9 @@ def test_priority_class_flag_overrides_the_task_label() -> None:
     spec = load_managed_job(SEED_000_LOW, source="low.yaml", priority_class="high-priority")
     assert spec.priority_class == "high-priority"
     assert workload_spec(spec.job).priority_class == "high-priority"
-    assert spec.job["spec"]["template"]["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "high-priority"
+    assert (
+        spec.job["spec"]["template"]["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "high-priority"
+    )
     added = load_managed_job(SEED_002, source="t.yaml", priority_class="low-priority")
     assert added.priority_class == "low-priority" and added.queue_name == "user-queue"
 
@@ -210,7 +215,11 @@ def test_num_nodes_sets_parallelism_and_completions() -> None:
         ("{accelerators: {L4: 2}}", {"nvidia.com/gpu": "2"}, "1x[L4:2]"),
         ("{accelerators: [H100:8, A100:8]}", {"nvidia.com/gpu": "8"}, "1x[H100:8]"),
         ("{accelerators: '{V100:2, A100:2}'}", {"nvidia.com/gpu": "2"}, "1x[V100:2]"),
-        ("{cpus: 8, accelerators: 'T4:1.0'}", {"cpu": "8", "nvidia.com/gpu": "1"}, "1x[CPU:8, T4:1]"),
+        (
+            "{cpus: 8, accelerators: 'T4:1.0'}",
+            {"cpu": "8", "nvidia.com/gpu": "1"},
+            "1x[CPU:8, T4:1]",
+        ),
     ],
 )
 def test_resource_spellings(resources: str, requests: dict[str, str], summary: str) -> None:
@@ -223,7 +232,9 @@ def test_resource_spellings(resources: str, requests: dict[str, str], summary: s
 
 def test_job_recovery_dict_and_string() -> None:
     """resources.job_recovery gives max_restarts_on_errors as a dict, 0 as a strategy string."""
-    spec = _task("resources: {job_recovery: {strategy: EAGER_NEXT_REGION, max_restarts_on_errors: 3}}")
+    spec = _task(
+        "resources: {job_recovery: {strategy: EAGER_NEXT_REGION, max_restarts_on_errors: 3}}"
+    )
     assert spec.max_restarts_on_errors == 3
     assert spec.job["metadata"]["annotations"][MAX_RESTARTS_ANNOTATION] == "3"
     assert _task("resources: {job_recovery: FAILOVER}").max_restarts_on_errors == 0
@@ -269,7 +280,9 @@ def test_accepted_but_unhonoured_fields_are_listed() -> None:
 
 def test_image_id_docker_sets_the_image() -> None:
     """resources.image_id: docker:IMAGE becomes the container image."""
-    assert _container(_task("resources: {image_id: 'docker:ubuntu:22.04'}"))["image"] == "ubuntu:22.04"
+    assert (
+        _container(_task("resources: {image_id: 'docker:ubuntu:22.04'}"))["image"] == "ubuntu:22.04"
+    )
 
 
 # --- the wrapper, actually run --------------------------------------------------------------
@@ -298,7 +311,7 @@ def test_run_is_not_set_e() -> None:
 
 def test_envs_are_visible_to_setup_and_run() -> None:
     """Task envs (numbers included) are in the environment of setup and run."""
-    text = "envs:\n  GREETING: hello world\n  COUNT: 3\nsetup: echo \"setup $COUNT\"\nrun: echo \"$GREETING x$COUNT\""
+    text = 'envs:\n  GREETING: hello world\n  COUNT: 3\nsetup: echo "setup $COUNT"\nrun: echo "$GREETING x$COUNT"'
     result = _run(_task(text))
     assert result.returncode == 0
     assert result.stdout == "setup 3\nhello world x3\n"
@@ -317,8 +330,8 @@ run: |
     result = _run(_task(text))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "double \"quoted\" it's me",
-        "single $WHO \"inner\"",
+        'double "quoted" it\'s me',
+        'single $WHO "inner"',
         "a b a bc $HOME",
     ]
 
@@ -330,7 +343,9 @@ def test_wrapper_works_without_bash(tmp_path: Path) -> None:
     (tmp_path / "sh").symlink_to(sh)
     failed = _run(_task("setup: exit 1\nrun: echo no"), path=str(tmp_path))
     assert failed.returncode == SETUP_FAILED_EXIT_CODE
-    ran = _run(_task("envs: {V: '$x'}\nsetup: 'true'\nrun: echo \"$V\"; exit 7"), path=str(tmp_path))
+    ran = _run(
+        _task("envs: {V: '$x'}\nsetup: 'true'\nrun: echo \"$V\"; exit 7"), path=str(tmp_path)
+    )
     assert (ran.returncode, ran.stdout) == (7, "$x\n")
 
 
@@ -390,13 +405,28 @@ spec:
         ("resources: {cpus: 4x}", "task.yaml: `resources.cpus`: invalid value '4x'"),
         ("resources: {cpus: 0}", "task.yaml: `resources.cpus`: must be positive"),
         ("resources: {memory: 16G}", "task.yaml: `resources.memory`: invalid value '16G'"),
-        ("resources: {accelerators: 'T4:0.5'}", "task.yaml: `resources.accelerators`: invalid count 0.5"),
-        ("resources: {accelerators: 'T4:two'}", "task.yaml: `resources.accelerators`: invalid value 'T4:two'"),
+        (
+            "resources: {accelerators: 'T4:0.5'}",
+            "task.yaml: `resources.accelerators`: invalid count 0.5",
+        ),
+        (
+            "resources: {accelerators: 'T4:two'}",
+            "task.yaml: `resources.accelerators`: invalid value 'T4:two'",
+        ),
         ("resources: {cloud: aws}", "task.yaml: `resources.cloud`: Berth runs tasks on Kubernetes"),
         ("resources: {gpus: 1}", "task.yaml: `resources.gpus`: unknown resources field"),
-        ("resources: {job_recovery: {max_restarts_on_errors: -1}}", "task.yaml: `resources.job_recovery.max_restarts_on_errors`: must be a non-negative integer"),
-        ("resources: {labels: {kueue.x-k8s.io/queue-name: 3}}", "task.yaml: `resources.labels.kueue.x-k8s.io/queue-name`: must be a string"),
-        ("resources: {labels: {team: 'a b'}}", "task.yaml: `resources.labels.team`: 'a b' is not a valid Kubernetes label value"),
+        (
+            "resources: {job_recovery: {max_restarts_on_errors: -1}}",
+            "task.yaml: `resources.job_recovery.max_restarts_on_errors`: must be a non-negative integer",
+        ),
+        (
+            "resources: {labels: {kueue.x-k8s.io/queue-name: 3}}",
+            "task.yaml: `resources.labels.kueue.x-k8s.io/queue-name`: must be a string",
+        ),
+        (
+            "resources: {labels: {team: 'a b'}}",
+            "task.yaml: `resources.labels.team`: 'a b' is not a valid Kubernetes label value",
+        ),
         ("run: echo\nservices: {}", "task.yaml: `services`: unknown task field"),
         ("num_nodes: 0", "task.yaml: `num_nodes`: must be a positive integer"),
         ("run: [echo]", "task.yaml: `run`: must be a string"),
@@ -404,9 +434,18 @@ spec:
         ("envs: {TOKEN: null}", "task.yaml: `envs.TOKEN`: has no value"),
         ("envs: {BERTH_TASK_RUN: x}", "task.yaml: `envs.BERTH_TASK_RUN`: is reserved by Berth"),
         ("experimental: {foo: 1}", "task.yaml: `experimental.foo`: unknown field"),
-        ("apiVersion: v1\nkind: Pod\nspec: {}", "task.yaml: `kind`: 'Pod' cannot be launched as a managed job"),
-        ("apiVersion: batch/v2\nkind: Job\nspec: {}", "task.yaml: Job does not exist in apiVersion 'batch/v2'"),
-        ("apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: []}}}", "task.yaml: `spec.template.spec.containers` must list at least one container"),
+        (
+            "apiVersion: v1\nkind: Pod\nspec: {}",
+            "task.yaml: `kind`: 'Pod' cannot be launched as a managed job",
+        ),
+        (
+            "apiVersion: batch/v2\nkind: Job\nspec: {}",
+            "task.yaml: Job does not exist in apiVersion 'batch/v2'",
+        ),
+        (
+            "apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: []}}}",
+            "task.yaml: `spec.template.spec.containers` must list at least one container",
+        ),
         ("resources: [", "task.yaml: invalid YAML at line 1"),
         ("run: a\n---\nrun: b", "task.yaml: 2 YAML documents"),
         ("- run: a", "task.yaml: expected a mapping"),

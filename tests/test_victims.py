@@ -52,7 +52,10 @@ def _groups(quotas: Mapping[str, Quota]) -> list[dict[str, Any]]:
             entry["lendingLimit"] = lending
         by_flavor.setdefault(flavor, []).append(entry)
     return [
-        {"coveredResources": [r["name"] for r in resources], "flavors": [{"name": f, "resources": resources}]}
+        {
+            "coveredResources": [r["name"] for r in resources],
+            "flavors": [{"name": f, "resources": resources}],
+        }
         for f, resources in by_flavor.items()
     ]
 
@@ -78,7 +81,9 @@ def cq(
         spec["cohort"] = cohort
     if weight is not None:
         spec["fairSharing"] = {"weight": weight}
-    obj = parse_object({"apiVersion": V1, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
+    obj = parse_object(
+        {"apiVersion": V1, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+    )
     assert isinstance(obj, ClusterQueue)
     return obj
 
@@ -89,7 +94,9 @@ def cohort(name: str, parent: str = "", quotas: Mapping[str, Quota] | None = Non
         spec["parentName"] = parent
     if quotas:
         spec["resourceGroups"] = _groups(quotas)
-    obj = parse_object({"apiVersion": V1, "kind": "Cohort", "metadata": {"name": name}, "spec": spec})
+    obj = parse_object(
+        {"apiVersion": V1, "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
+    )
     assert isinstance(obj, Cohort)
     return obj
 
@@ -123,7 +130,9 @@ def run(
 
 
 def wants(queue: str, priority: int, needs: Mapping[str, int], created: float = 100.0) -> Preemptor:
-    return Preemptor(WorkloadRef("ns", "preemptor", "preemptor"), queue, priority, created, _usage(needs))
+    return Preemptor(
+        WorkloadRef("ns", "preemptor", "preemptor"), queue, priority, created, _usage(needs)
+    )
 
 
 def snapshot(tree: QuotaTree) -> dict[str, dict[FlavorResource, int]]:
@@ -333,21 +342,33 @@ CASES: dict[str, Case] = {
     ),
     "no_reclaim_while_borrowing": Case(
         "Without borrowWithinCohort, a preemptor that must borrow only preempts in its own queue.",
-        [cq("a", {F: 4}, "c", within="LowerPriority", reclaim="Any"), cq("b", {F: 4}, "c"), cq("s", {F: 4}, "c")],
+        [
+            cq("a", {F: 4}, "c", within="LowerPriority", reclaim="Any"),
+            cq("b", {F: 4}, "c"),
+            cq("s", {F: 4}, "c"),
+        ],
         [run("a-own", "a", 1, {F: 2}), run("b1", "b", 1, {F: 5}), run("s1", "s", 1, {F: 3})],
         wants("a", 100, {F: 6}),
         {},
     ),
     "borrow_within_cohort": Case(
         "borrowWithinCohort LowerPriority reclaims from a lower-priority queue while borrowing.",
-        [cq("a", {F: 4}, "c", within="LowerPriority", reclaim="Any", borrow=None), cq("b", {F: 4}, "c"), cq("s", {F: 4}, "c")],
+        [
+            cq("a", {F: 4}, "c", within="LowerPriority", reclaim="Any", borrow=None),
+            cq("b", {F: 4}, "c"),
+            cq("s", {F: 4}, "c"),
+        ],
         [run("a-own", "a", 1, {F: 2}), run("b1", "b", 1, {F: 5}), run("s1", "s", 1, {F: 3})],
         wants("a", 100, {F: 6}),
         {"b1": "InCohortReclaimWhileBorrowing"},
     ),
     "borrow_threshold_excludes": Case(
         "Above maxPriorityThreshold, other queues' workloads cannot be preempted to borrow.",
-        [cq("a", {F: 0}, "c", reclaim="Any", borrow=100), cq("b", {F: 0}, "c"), cq("s", {F: 10}, "c")],
+        [
+            cq("a", {F: 0}, "c", reclaim="Any", borrow=100),
+            cq("b", {F: 0}, "c"),
+            cq("s", {F: 10}, "c"),
+        ],
         [run("b1", "b", 101, {F: 5})],
         wants("a", 1000, {F: 7}),
         {},
@@ -355,21 +376,33 @@ CASES: dict[str, Case] = {
     ),
     "borrow_threshold_at": Case(
         "A workload exactly at maxPriorityThreshold may be preempted while borrowing.",
-        [cq("a", {F: 0}, "c", reclaim="Any", borrow=100), cq("b", {F: 0}, "c"), cq("s", {F: 10}, "c")],
+        [
+            cq("a", {F: 0}, "c", reclaim="Any", borrow=100),
+            cq("b", {F: 0}, "c"),
+            cq("s", {F: 10}, "c"),
+        ],
         [run("b1", "b", 100, {F: 5})],
         wants("a", 1000, {F: 7}),
         {"b1": "InCohortReclaimWhileBorrowing"},
     ),
     "borrow_threshold_preemptor_priority": Case(
         "Without a threshold, borrowing reclaim still needs a strictly lower priority.",
-        [cq("a", {F: 0}, "c", reclaim="Any", borrow=None), cq("b", {F: 0}, "c"), cq("s", {F: 10}, "c")],
+        [
+            cq("a", {F: 0}, "c", reclaim="Any", borrow=None),
+            cq("b", {F: 0}, "c"),
+            cq("s", {F: 10}, "c"),
+        ],
         [run("b1", "b", 1000, {F: 5})],
         wants("a", 1000, {F: 7}),
         {},
     ),
     "borrow_threshold_under_nominal": Case(
         "Under nominal, a borrower above the threshold is reclaimed without borrowing (InCohortReclamation).",
-        [cq("a", {F: 4}, "c", reclaim="Any", borrow=100), cq("b", {F: 0}, "c"), cq("s", {F: 4}, "c")],
+        [
+            cq("a", {F: 4}, "c", reclaim="Any", borrow=100),
+            cq("b", {F: 0}, "c"),
+            cq("s", {F: 4}, "c"),
+        ],
         [run("b1", "b", 500, {F: 6})],
         wants("a", 1000, {F: 4}),
         {"b1": "InCohortReclamation"},
@@ -404,7 +437,11 @@ CASES: dict[str, Case] = {
     ),
     "borrowing_limit": Case(
         "A borrowing limit caps what reclaim can give: nothing is preempted when it cannot suffice.",
-        [cq("a", {F: (0, 2, None)}, "c", reclaim="Any", borrow=None), cq("b", {F: 0}, "c"), cq("s", {F: 10}, "c")],
+        [
+            cq("a", {F: (0, 2, None)}, "c", reclaim="Any", borrow=None),
+            cq("b", {F: 0}, "c"),
+            cq("s", {F: 10}, "c"),
+        ],
         [run("b1", "b", 1, {F: 10})],
         wants("a", 100, {F: 3}),
         {},
@@ -467,7 +504,11 @@ CASES: dict[str, Case] = {
     ),
     "fair_weight": Case(
         "A lower fairSharing.weight raises a queue's share, making it a target.",
-        [cq("a", {F: 0}, "c", reclaim="Any"), cq("b", {F: 0}, "c", weight="500m"), cq("s", {F: 10}, "c")],
+        [
+            cq("a", {F: 0}, "c", reclaim="Any"),
+            cq("b", {F: 0}, "c", weight="500m"),
+            cq("s", {F: 10}, "c"),
+        ],
         [run("b1", "b", 1, {F: 6})],
         wants("a", 100, {F: 7}),
         {"b1": "InCohortFairSharing"},
@@ -475,7 +516,11 @@ CASES: dict[str, Case] = {
     ),
     "fair_below_threshold": Case(
         "Under fair sharing, a workload below the borrowWithinCohort threshold is reclaimed while borrowing.",
-        [cq("a", {F: 0}, "c", reclaim="Any", borrow=100), cq("b", {F: 0}, "c"), cq("s", {F: 10}, "c")],
+        [
+            cq("a", {F: 0}, "c", reclaim="Any", borrow=100),
+            cq("b", {F: 0}, "c"),
+            cq("s", {F: 10}, "c"),
+        ],
         [run("b1", "b", 50, {F: 6})],
         wants("a", 1000, {F: 7}),
         {"b1": "InCohortReclaimWhileBorrowing"},
@@ -496,7 +541,9 @@ CASES: dict[str, Case] = {
 def test_case(name: str) -> None:
     """Each table case yields exactly its expected victims and reasons."""
     case = CASES[name]
-    result = search(case.queues, case.running, case.preemptor, case.cohorts, case.protected, case.fair)
+    result = search(
+        case.queues, case.running, case.preemptor, case.cohorts, case.protected, case.fair
+    )
     assert victims_of(result) == case.expected, case.why
     if case.message is not None:
         assert result.message == case.message
@@ -525,7 +572,11 @@ def test_seed004_team_a_reclaims_while_borrowing() -> None:
 def test_seed003_prod_preempts_dev() -> None:
     """Seed 003: prod (1000) preempts dev (100) in the same ClusterQueue."""
     queues = _fixture_queues("seed003-kueue-resources.yaml")
-    usage = {"default-flavor/cpu": 1, "default-flavor/memory": 1, "default-flavor/nvidia.com/gpu": 1}
+    usage = {
+        "default-flavor/cpu": 1,
+        "default-flavor/memory": 1,
+        "default-flavor/nvidia.com/gpu": 1,
+    }
     dev = run("dev", "cluster-queue", 100, usage)
     result = search(queues, [dev], wants("cluster-queue", 1000, usage))
     assert victims_of(result) == {"dev": "InClusterQueue"}
@@ -569,9 +620,20 @@ def test_candidate_order() -> None:
     for w in running:
         tree.add_usage(w.cluster_queue, w.usage)
     found = find_candidates(
-        tree, queues[0].spec.preemption, wants("a", 100, {F: 10}), running, frozenset({("f", "cpu")}), lambda _: False
+        tree,
+        queues[0].spec.preemption,
+        wants("a", 100, {F: 10}),
+        running,
+        frozenset({("f", "cpu")}),
+        lambda _: False,
     )
-    assert [w.ref.name for w in found] == ["own-evicting", "b-low-new", "b-low-old", "b-high", "own-low"]
+    assert [w.ref.name for w in found] == [
+        "own-evicting",
+        "b-low-new",
+        "b-low-old",
+        "b-high",
+        "own-low",
+    ]
 
 
 # --- property test ---------------------------------------------------------------------------
@@ -582,7 +644,16 @@ POLICIES_RECLAIM = ["Never", "LowerPriority", "Any", "Any"]
 
 
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[list[ClusterQueue], list[Cohort], list[Running], Preemptor, frozenset[str], FairSharingSettings | None]:
+def worlds(
+    draw: st.DrawFn,
+) -> tuple[
+    list[ClusterQueue],
+    list[Cohort],
+    list[Running],
+    Preemptor,
+    frozenset[str],
+    FairSharingSettings | None,
+]:
     flavors = ["f", "g"][: draw(st.integers(1, 2))]
     hierarchical = draw(st.booleans())
     cohorts = [cohort("root"), cohort("x", "root"), cohort("y", "root")] if hierarchical else []
@@ -613,19 +684,30 @@ def worlds(draw: st.DrawFn) -> tuple[list[ClusterQueue], list[Cohort], list[Runn
     for j in range(draw(st.integers(2, 16))):
         queue = draw(st.sampled_from(names))
         usage = {f"{flavor}/cpu": draw(st.integers(0, 3)) for flavor in flavors}
-        w = run(f"w{j}", queue, draw(st.integers(0, 8)), usage, admitted=draw(st.integers(0, 5)),
-                created=draw(st.integers(0, 5)), evicting=draw(st.booleans()))
+        w = run(
+            f"w{j}",
+            queue,
+            draw(st.integers(0, 8)),
+            usage,
+            admitted=draw(st.integers(0, 5)),
+            created=draw(st.integers(0, 5)),
+            evicting=draw(st.booleans()),
+        )
         if any(w.usage.values()) and tree.fits(queue, w.usage):
             tree.add_usage(queue, w.usage)
             running.append(w)
     queue = draw(st.sampled_from(names))
     # Needs within what the queue could ever get: admission only asks when preemption may help.
     needs = {
-        f"{flavor}/cpu": draw(st.integers(1, max(1, tree.potential_available(queue, flavor, "cpu") // 1000)))
+        f"{flavor}/cpu": draw(
+            st.integers(1, max(1, tree.potential_available(queue, flavor, "cpu") // 1000))
+        )
         for flavor in flavors
     }
     preemptor = wants(queue, draw(st.integers(4, 12)), needs, created=draw(st.integers(0, 5)))
-    protected = frozenset(w.ref.name for w in running if draw(st.booleans()) and draw(st.booleans()))
+    protected = frozenset(
+        w.ref.name for w in running if draw(st.booleans()) and draw(st.booleans())
+    )
     fair = draw(st.sampled_from([None, FAIR, S2A_ONLY]))
     return queues, cohorts, running, preemptor, protected, fair
 
@@ -644,7 +726,16 @@ def _fits(tree: QuotaTree, p: Preemptor, allow_borrowing: bool) -> bool:
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
-def test_search_properties(world: tuple[list[ClusterQueue], list[Cohort], list[Running], Preemptor, frozenset[str], FairSharingSettings | None]) -> None:
+def test_search_properties(
+    world: tuple[
+        list[ClusterQueue],
+        list[Cohort],
+        list[Running],
+        Preemptor,
+        frozenset[str],
+        FairSharingSettings | None,
+    ],
+) -> None:
     """Victims make room, respect the policy, form a minimal set, and the tree is untouched."""
     queues, cohorts, running, preemptor, protected, fair = world
     result = search(queues, running, preemptor, cohorts, protected, fair)  # checks the tree
@@ -662,7 +753,10 @@ def test_search_properties(world: tuple[list[ClusterQueue], list[Cohort], list[R
         if w.cluster_queue == preemptor.cluster_queue:
             assert victim.reason == "InClusterQueue"
             assert spec.within_cluster_queue != "Never"
-            newer = spec.within_cluster_queue == "LowerOrNewerEqualPriority" and w.queue_time > preemptor.queue_time
+            newer = (
+                spec.within_cluster_queue == "LowerOrNewerEqualPriority"
+                and w.queue_time > preemptor.queue_time
+            )
             assert w.priority < preemptor.priority or (w.priority == preemptor.priority and newer)
         else:
             assert victim.reason != "InClusterQueue"
