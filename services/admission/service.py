@@ -139,6 +139,7 @@ class AdmissionService:
                 case WorkloadEvicted():
                     if (
                         record is not None
+                        and not record.finished  # a restarted watcher may report a done run
                         and record.admission is not None
                         and record.admission.generation == event.generation
                     ):

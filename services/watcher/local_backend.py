@@ -368,13 +368,17 @@ class LocalBackend:
     ) -> None:
         self.running.pop(ref.uid, None)
         phase = "Succeeded" if code == 0 else "Failed"
-        await self._set_status(
-            key, {"phase": phase, "generation": generation, "exitCode": code, "pids": []}
-        )
+        # The report first: it is what frees the quota, and under load each round trip costs
+        # tens of ms (the Kueue benchmark measured 57 ms mean for the status write). Should we
+        # die between the two, the next watcher reports the run as evicted by the restart;
+        # every consumer ignores an eviction of a generation that has finished.
         await self._publish(
             reporting.finished(
                 ref, generation, succeeded=code == 0, exit_code=code, message=message
             )
+        )
+        await self._set_status(
+            key, {"phase": phase, "generation": generation, "exitCode": code, "pids": []}
         )
         metrics.FINISHED.labels(result=phase).inc()
         log.info(
@@ -402,6 +406,11 @@ class LocalBackend:
         else:
             self.running.pop(ref.uid, None)
             await self._stop(running)
+        # The report first, as in _finish: it frees the quota a preemptor waits for. A restart
+        # before the status write reports the same eviction again (same id: deduplicated).
+        await self._publish(
+            reporting.evicted(ref, event.generation, reason=event.reason, message=event.message)
+        )
         current = self._current(ref)
         if current is not None:
             await self._set_status(
@@ -413,9 +422,6 @@ class LocalBackend:
                     "reason": event.reason,
                 },
             )
-        await self._publish(
-            reporting.evicted(ref, event.generation, reason=event.reason, message=event.message)
-        )
         metrics.EVICTED.inc()
         log.info(
             "workload_evicted",
