@@ -36,6 +36,8 @@ class ScenarioConfig:
     # The ClusterQueues' preemption policy; Kueue's scenario uses Any / LowerPriority.
     reclaim_within_cohort: str = "Any"
     within_cluster_queue: str = "LowerPriority"
+    # Berth's opt-in Configuration.spec.admission.borrowingYieldsToHigherPriority (not Kueue's).
+    borrowing_yields: bool = False
     # Kueue's published means and thresholds (section 4 of the spec).
     kueue_mean: dict[str, float] = field(default_factory=dict)
     kueue_threshold: dict[str, float] = field(default_factory=dict)

@@ -31,7 +31,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -127,6 +127,15 @@ def config_documents(config: ScenarioConfig) -> list[dict[str, Any]]:
                 "kind": "LocalQueue",
                 "metadata": {"name": cq, "namespace": cq},
                 "spec": {"clusterQueue": cq},
+            }
+        )
+    if config.borrowing_yields:
+        documents.append(
+            {
+                "apiVersion": "berth.dev/v1alpha1",
+                "kind": "Configuration",
+                "metadata": {"name": "berth"},
+                "spec": {"admission": {"borrowingYieldsToHigherPriority": True}},
             }
         )
     return documents
@@ -643,7 +652,8 @@ def render(result: RunResult) -> str:
         f"Kueue scheduler benchmark, config {config.name}: {config.total_workloads:,} workloads,"
         f" {config.cohorts * config.cqs_per_cohort:,} ClusterQueues in {config.cohorts} cohorts,"
         f" preemption reclaimWithinCohort {config.reclaim_within_cohort} / withinClusterQueue"
-        f" {config.within_cluster_queue}",
+        f" {config.within_cluster_queue}"
+        + (", borrowingYieldsToHigherPriority" if config.borrowing_yields else ""),
         "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
         "  ".join("-" * w for w in widths),
     ]
@@ -669,6 +679,11 @@ def main(argv: list[str] | None = None) -> int:
         help="both ClusterQueue preemption policies Never (not Kueue's scenario: the spec's"
         " ideal schedule assumes no preemption)",
     )
+    parser.add_argument(
+        "--borrowing-yields",
+        action="store_true",
+        help="Berth's opt-in borrowingYieldsToHigherPriority (not Kueue's behaviour)",
+    )
     args = parser.parse_args(argv)
     config = CONFIGS[args.config]
     label = config.name
@@ -678,6 +693,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_preemption:
         config = config.without_preemption()
         label = f"{label}-no-preemption"
+    if args.borrowing_yields:
+        config = replace(config, borrowing_yields=True)
+        label = f"{label}-borrowing-yields"
     result = run_benchmark(
         config, data_dir=args.data_dir, out_dir=args.out, timeout=args.timeout, label=label
     )

@@ -339,8 +339,16 @@ class FairSharingSettings(_Spec):
     )
 
 
+class AdmissionSettings(_Spec):
+    # While a workload waits for quota, lower-priority workloads of its cohort may still use
+    # their own ClusterQueue's nominal quota but do not borrow the room it waits for. Off:
+    # Kueue's BestEffortFIFO, where whatever fits is admitted.
+    borrowing_yields_to_higher_priority: bool = False
+
+
 class ConfigurationSpec(_Spec):
     fair_sharing: FairSharingSettings = msgspec.field(default_factory=FairSharingSettings)
+    admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
 
 
 class Configuration(msgspec.Struct, rename="camel", omit_defaults=True):

@@ -914,3 +914,59 @@ def test_same_shaped_workloads_share_a_failure_until_usage_changes() -> None:
     assert "2 more needed" in reasons["b1"].message
     assert reasons["b2"].message == reasons["b1"].message
     assert "3 more needed" in reasons["c"].message
+
+
+def _yield_setup(yields: bool) -> Scheduler:
+    """Cohort c: a and b with 4 CPU each. a-run (2) and b-run (3) are admitted; then big
+    (4 CPU, priority 10) waits in a, which has only 3 CPU it could use."""
+    documents = [
+        flavor("f"),
+        cq("a", group(["cpu"], ("f", {"cpu": 4})), cohort="c"),
+        cq("b", group(["cpu"], ("f", {"cpu": 4})), cohort="c"),
+        lq("qa", "a"),
+        lq("qb", "b"),
+    ]
+    if yields:
+        documents.append(
+            {
+                "apiVersion": "berth.dev/v1alpha1",
+                "kind": "Configuration",
+                "metadata": {"name": "berth"},
+                "spec": {"admission": {"borrowingYieldsToHigherPriority": True}},
+            }
+        )
+    s = scheduler(
+        config(*documents), wl("a-run", "qa", cpu="2", t=1), wl("b-run", "qb", cpu="3", t=2)
+    )
+    assert admitted(s.schedule()) == ["a-run", "b-run"]
+    s.submit(wl("big", "qa", cpu="4", t=3, priority=10))
+    assert "1 more needed" in pending(s.schedule())["big"].message
+    return s
+
+
+def test_by_default_a_lower_priority_workload_borrows_the_room_a_higher_one_waits_for() -> None:
+    """Kueue's BestEffortFIFO: whatever fits is admitted."""
+    s = _yield_setup(yields=False)
+    s.submit(wl("borrower", "qb", cpu="2", t=4))
+    assert admitted(s.schedule()) == ["borrower"]
+
+
+def test_borrowing_yields_to_a_waiting_higher_priority_workload() -> None:
+    """Opt-in: a lower-priority workload may use its own nominal quota, not borrow the room a
+    higher-priority one of the cohort waits for; it is retried when that one is admitted."""
+    s = _yield_setup(yields=True)
+    s.submit(wl("borrower", "qb", cpu="2", t=4))
+    s.submit(wl("own", "qb", cpu="1", t=5))
+    decisions = s.schedule()
+    assert admitted(decisions) == ["own"]
+    assert "priority 10 waits for quota in cohort c" in pending(decisions)["borrower"].message
+    s.finish(ref("a-run"))
+    assert admitted(s.schedule()) == ["big"]
+    s.finish(ref("b-run"))
+    assert admitted(s.schedule()) == ["borrower"]
+
+
+def test_borrowing_does_not_yield_to_an_equal_priority() -> None:
+    s = _yield_setup(yields=True)
+    s.submit(wl("peer", "qb", cpu="2", t=4, priority=10))
+    assert admitted(s.schedule()) == ["peer"]

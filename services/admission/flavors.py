@@ -27,7 +27,9 @@ __all__ = [
     "pod_sets_shape",
 ]
 
-_NO_FIT, _PREEMPT, _FIT_BORROW, _FIT = 0, 1, 2, 3
+# Flavor modes, worst to best. _WAIT: it fits the quota's limits but not what is unused now,
+# and preemption cannot help (it must wait for room); _NO_FIT: it exceeds what could ever be.
+_NO_FIT, _WAIT, _PREEMPT, _FIT_BORROW, _FIT = 0, 1, 2, 3, 4
 
 
 def fmt_quantity(resource: str, milli: int) -> str:
@@ -148,6 +150,8 @@ class AssignResult:
     preempt_flavors: tuple[tuple[str, str, str], ...] = ()
     # (flavor, resource, amount) the workload needs where only preemption can make room.
     contested: tuple[tuple[str, str, int], ...] = ()
+    # It does not fit only for lack of unused quota: released quota could admit it.
+    waits_for_room: bool = False
 
 
 PodSetsShape = tuple[tuple[str, int, int | None, tuple[tuple[str, int], ...]], ...]
@@ -205,6 +209,7 @@ def assign_flavors(
                     break
             if best is None or best_mode < _FIT_BORROW:
                 result = _fail(pod_set, reasons, acc)
+                result.waits_for_room = best_mode in (_WAIT, _PREEMPT)
                 if best_mode == _PREEMPT and preempt_flavor is not None:
                     result.preemption_may_help = True
                     result.preempt_flavors = tuple(
@@ -258,7 +263,7 @@ def _flavor_mode(
         if info.preemption_could_help(nominal, value, node.parent is not None):
             mode = min(mode, _PREEMPT)
         else:
-            mode = _NO_FIT
+            mode = min(mode, _WAIT)
     return mode
 
 

@@ -42,10 +42,12 @@ from services.admission.queues import (
     Record,
     order_key,
 )
+from services.admission.waiting import WaitingForRoom
 from shared.config import (
     ClusterQueue,
     Cohort,
     ConfigObject,
+    Configuration,
     LocalQueue,
     Namespace,
     ResourceFlavor,
@@ -96,6 +98,9 @@ class Scheduler:
         # Bumped whenever usage changes under a root cohort: a failed assignment computed at
         # one version holds for every same-shaped workload of that ClusterQueue until then.
         self._usage_version: dict[str, int] = {}
+        # Configuration.spec.admission.borrowingYieldsToHigherPriority, and who waits.
+        self._borrowing_yields = False
+        self._waiting = WaitingForRoom()
         self._ready: set[str] = set()  # queues to look at in the next pass
         self._dirty: set[str] = set()  # queues whose parked / blocked workloads get a retry
         self._out: list[Decision] = []  # decisions made outside schedule(), drained by it
@@ -113,6 +118,11 @@ class Scheduler:
         """Replace the whole configuration; nothing is evicted, everything is re-evaluated."""
         objects = list(objects)
         cluster_queues = [o for o in objects if isinstance(o, ClusterQueue)]
+        configurations = [o for o in objects if isinstance(o, Configuration)]
+        self._borrowing_yields = bool(configurations) and (
+            configurations[0].spec.admission.borrowing_yields_to_higher_priority
+        )
+        self._waiting.clear()  # every pending workload is judged again in the next pass
         cohorts = [o for o in objects if isinstance(o, Cohort)]
         self._flavors = {
             o.metadata.name: FlavorInfo.from_config(o)
@@ -246,6 +256,10 @@ class Scheduler:
             self._ready.add(cq_name)
 
     def _unqueue(self, record: Record) -> None:
+        root = self._waiting.remove(record.wl.ref.uid)
+        if root is not None and self._borrowing_yields:
+            # Who yielded to it may borrow now: give the cohort's parked workloads a retry.
+            self._dirty.update(self._cohort_members.get(root, ()))
         if record.key is None:
             return
         queue = self._queues.get(record.cq)
@@ -517,22 +531,34 @@ class Scheduler:
                 if not result.fits:
                     failed[shape] = (version, result)
             self.decisions += 1
-            if result.fits:
-                if result.borrows and not borrowing:
-                    # Kueue admits heads that need no borrowing first.
+            yields_to: int | None = None
+            if result.fits and result.borrows:
+                if not borrowing and not self._borrowing_yields:
+                    # Kueue admits heads that need no borrowing first. (Yielding goes by
+                    # priority: a higher-priority borrower goes before lower non-borrowers.)
                     heapq.heappush(heads, (1, key, name))
                     continue
+                yields_to = self._yields_to(name, record)
+            if result.fits and yields_to is None:
                 self._admit(record, name, result)
             else:
-                self._note(
-                    record,
-                    name,
-                    PENDING_REASON,
-                    result.message,
-                    result.preemption_may_help,
-                    result.preempt_flavors,
-                    result.contested,
-                )
+                if yields_to is not None:
+                    message = (
+                        f"couldn't borrow: a workload of priority {yields_to} waits for quota in"
+                        f" cohort {self._root_of.get(name, name)}"
+                    )
+                    self._note(record, name, PENDING_REASON, message)
+                else:
+                    self._note(
+                        record,
+                        name,
+                        PENDING_REASON,
+                        result.message,
+                        result.preemption_may_help,
+                        result.preempt_flavors,
+                        result.contested,
+                    )
+                    self._track_waiting(record, name, result.waits_for_room)
                 if queue.strict or record.wl.reserved or record.wl.nominated:
                     # StrictFIFO, or a reservation: nothing behind it may pass.
                     queue.blocked = True
@@ -543,6 +569,21 @@ class Scheduler:
                 heapq.heappush(heads, (0, following.key, name))
         self._out = []
         return out
+
+    def _yields_to(self, cq_name: str, record: Record) -> int | None:
+        """The priority a borrowing ``record`` must yield to, if it must."""
+        if not self._borrowing_yields:
+            return None
+        waiting = self._waiting.highest(self._root_of.get(cq_name, cq_name))
+        return waiting if waiting is not None and waiting > record.effective_priority else None
+
+    def _track_waiting(self, record: Record, cq_name: str, waits_for_room: bool) -> None:
+        uid = record.wl.ref.uid
+        if waits_for_room and self._borrowing_yields:
+            root = self._root_of.get(cq_name, cq_name)
+            self._waiting.add(uid, root, record.effective_priority)
+        else:
+            self._waiting.remove(uid)
 
     def _admit(self, record: Record, cq_name: str, result: AssignResult) -> None:
         self._unqueue(record)
