@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: install up test lint typecheck check bench-admission bench-victims bench-ageing \
-	bench-kueue-baseline bench-kueue-large clean
+	bench-kueue-baseline bench-kueue-large bench-kueue-yielding clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -39,6 +39,9 @@ bench-kueue-baseline: install   ## Kueue's scheduler perf scenario on the live s
 
 bench-kueue-large: install      ## the same, large-scale (50,000 workloads, 1,000 ClusterQueues)
 	$(PY) bench/kueue_scheduler.py --config large-scale
+
+bench-kueue-yielding: install   ## baseline without preemption, borrowing yields to waiting priorities
+	$(PY) bench/kueue_scheduler.py --config baseline --no-preemption --borrowing-yields
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

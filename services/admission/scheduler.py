@@ -258,7 +258,7 @@ class Scheduler:
     def _unqueue(self, record: Record) -> None:
         root = self._waiting.remove(record.wl.ref.uid)
         if root is not None and self._borrowing_yields:
-            # Who yielded to it may borrow now: give the cohort's parked workloads a retry.
+            # Who yielded to that priority may borrow now: the cohort's parked get a retry.
             self._dirty.update(self._cohort_members.get(root, ()))
         if record.key is None:
             return

@@ -24,16 +24,18 @@ class WaitingForRoom:
         self._priorities.setdefault(root, Counter())[priority] += 1
 
     def remove(self, uid: str) -> str | None:
-        """Forget ``uid``; returns its root cohort if it was waiting."""
+        """Forget ``uid``. Returns its root cohort if the highest priority waiting there fell
+        (so a workload that yielded may borrow now); otherwise None."""
         entry = self._of.pop(uid, None)
         if entry is None:
             return None
         root, priority = entry
         counts = self._priorities[root]
+        highest = max(counts)
         counts[priority] -= 1
         if counts[priority] <= 0:
             del counts[priority]
-        return root
+        return root if priority == highest and (not counts or max(counts) < highest) else None
 
     def highest(self, root: str) -> int | None:
         """The highest priority waiting in ``root`` (few distinct priorities: cheap)."""
