@@ -8,6 +8,12 @@ surface. Nothing is ever re-sorted wholesale.
 Like Kueue, a BestEffortFIFO workload that did not fit is *parked* (moved aside) and is not
 retried until something that could help happens (quota released in its cohort, config
 change); a StrictFIFO queue whose head did not fit is *blocked* until then.
+
+Parked workloads are grouped by shape (their pod sets). When something changes, only the first
+of each group is tried again; the next one of a group is released only once one of that
+shape has been admitted. Same-shaped workloads behind one that does not fit would not fit
+either, so a backlog of a thousand identical jobs costs one try per change, not a thousand
+(they keep their last pending message meanwhile, as Kueue's non-head workloads do).
 """
 
 from __future__ import annotations
@@ -93,7 +99,8 @@ class ClusterQueueQueue:
     def __init__(self, strict: bool, records: dict[str, Record]) -> None:
         self.strict = strict
         self.heap: list[OrderKey] = []
-        self.parked: list[str] = []  # uids set aside by BestEffortFIFO
+        # Set aside by BestEffortFIFO: shape -> heap of their keys (lazy deletion too).
+        self.parked: dict[object, list[OrderKey]] = {}
         self.records = records  # shared uid -> Record map, to tell live entries from stale
         self.blocked = False  # StrictFIFO head did not fit; wait for a change
         self.size = 0  # queued records, parked included
@@ -134,22 +141,33 @@ class ClusterQueueQueue:
 
     def park(self, record: Record) -> None:
         """Set a BestEffortFIFO head aside until something changes."""
+        assert record.key is not None
         record.parked = True
-        self.parked.append(record.wl.ref.uid)
+        shape = record.shape if record.shape is not None else record.wl.ref.uid
+        heapq.heappush(self.parked.setdefault(shape, []), record.key)
 
     def requeue_parked(self) -> None:
-        """Something changed (quota freed, config): parked records get another chance."""
+        """Something changed (quota freed, config): the first parked record of each shape
+        gets another chance."""
         self.blocked = False
-        if not self.parked:
-            return
-        for uid in self.parked:
-            record = self.records.get(uid)
-            if record is not None and record.parked and record.key is not None:
-                record.parked = False
-                # A fresh entry: the old one was popped (or is stale) when it was parked.
-                record.key = (record.key[0], record.key[1], record.key[2])
-                heapq.heappush(self.heap, record.key)
-        self.parked = []
+        for shape in list(self.parked):
+            self.release_one(shape)
+
+    def release_one(self, shape: object) -> None:
+        """Queue again the first parked record of ``shape`` (one of that shape got in)."""
+        group = self.parked.get(shape)
+        while group:
+            key = heapq.heappop(group)
+            record = self.records.get(key[2])
+            if record is None or record.key is not key or not record.parked:
+                continue  # removed, re-placed or released since
+            record.parked = False
+            # A fresh entry: the old one was popped (or is stale) when it was parked.
+            record.key = (key[0], key[1], key[2])
+            heapq.heappush(self.heap, record.key)
+            break
+        if group is not None and not group:
+            del self.parked[shape]
 
     def pending(self) -> list[Record]:
         """Every queued record, in order (for visibility; O(n log n))."""
@@ -160,10 +178,12 @@ class ClusterQueueQueue:
             if record is not None and record.key is key and key[2] not in seen:
                 seen.add(key[2])
                 result.append(record)
-        for uid in self.parked:
-            record = self.records.get(uid)
-            if record is not None and record.parked and uid not in seen:
-                seen.add(uid)
-                result.append(record)
+        for group in self.parked.values():
+            for key in group:
+                record = self.records.get(key[2])
+                if record is not None and record.parked and record.key is key:
+                    if key[2] not in seen:
+                        seen.add(key[2])
+                        result.append(record)
         result.sort(key=lambda record: record.key or ())
         return result

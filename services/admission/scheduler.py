@@ -541,6 +541,7 @@ class Scheduler:
                 yields_to = self._yields_to(name, record)
             if result.fits and yields_to is None:
                 self._admit(record, name, result)
+                queue.release_one(record.shape)  # the next of its shape may fit too
             else:
                 if yields_to is not None:
                     message = (
