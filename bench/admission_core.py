@@ -139,7 +139,8 @@ def main() -> None:
     print(f"first pass decisions/s:       {attempted / first:,.0f}")
     print(
         f"steady-state passes:          {steady_decisions:,} decisions in {steady_time:.3f} s"
-        f" ({steady_decisions / max(steady_time, 1e-9):,.0f}/s)"
+        f" ({steady_decisions / max(steady_time, 1e-9):,.0f}/s, {steady_time / 20 * 1000:,.0f} ms"
+        " per pass)"
     )
     print(f"memory per pending workload:  {per_workload:,.0f} bytes (scheduler state, tracemalloc)")
     print(f"  incl. QueuedWorkload + ref:  {per_workload_all:,.0f} bytes")

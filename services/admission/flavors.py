@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from shared.config import ClusterQueue, LabelSelector, ResourceFlavor, Taint
 from shared.config import Toleration as ConfigToleration
 from shared.events import FlavorAssignment, PodSet, Toleration
@@ -29,6 +31,8 @@ __all__ = [
 
 # Flavor modes, worst to best. _WAIT: it fits the quota's limits but not what is unused now,
 # and preemption cannot help (it must wait for room); _NO_FIT: it exceeds what could ever be.
+_encode = msgspec.json.Encoder().encode
+
 _NO_FIT, _WAIT, _PREEMPT, _FIT_BORROW, _FIT = 0, 1, 2, 3, 4
 
 
@@ -154,12 +158,13 @@ class AssignResult:
     waits_for_room: bool = False
 
 
-PodSetsShape = tuple[tuple[str, int, int | None, tuple[tuple[str, int], ...]], ...]
+PodSetsShape = bytes
 
 
 def pod_sets_shape(pod_sets: list[PodSet]) -> PodSetsShape:
-    """Everything of the pod sets that ``assign_flavors`` reads, as a hashable key."""
-    return tuple((p.name, p.count, p.min_count, tuple(p.requests.items())) for p in pod_sets)
+    """Everything of the pod sets that ``assign_flavors`` reads, as a hashable key (their
+    JSON: one C call, where building nested tuples cost a third of a first pass)."""
+    return _encode(pod_sets)
 
 
 def assign_flavors(
