@@ -970,3 +970,19 @@ def test_borrowing_does_not_yield_to_an_equal_priority() -> None:
     s = _yield_setup(yields=True)
     s.submit(wl("peer", "qb", cpu="2", t=4, priority=10))
     assert admitted(s.schedule()) == ["peer"]
+
+
+def test_parked_workloads_of_one_shape_are_retried_one_after_another() -> None:
+    """A release retries the first parked workload of each shape; each admission releases
+    the next of its shape, so everything that fits still gets in, in queue order."""
+    s = scheduler(simple(cpu=4), wl("a", cpu="4", t=1))
+    assert admitted(s.schedule()) == ["a"]
+    for name, cpu, t in [("b1", "1", 2), ("b2", "1", 3), ("c", "2", 4), ("b3", "1", 5)]:
+        s.submit(wl(name, cpu=cpu, t=t))
+    assert admitted(s.schedule()) == []
+    views = {v.ref.name: v for v in s.workload_views()}
+    assert [views[n].position_in_cluster_queue for n in ("b1", "b2", "c", "b3")] == [0, 1, 2, 3]
+    s.finish(ref("a"))
+    assert admitted(s.schedule()) == ["b1", "b2", "c"]
+    s.finish(ref("c"))
+    assert admitted(s.schedule()) == ["b3"]
