@@ -18,7 +18,7 @@ from berth_cli.client import CliError, connect
 from berth_cli.get import print_table
 from berth_cli.writing import check_priority_classes
 from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus
-from shared.jobs import TERMINAL, JobStatus, ManagedJob, decode_job
+from shared.jobs import TERMINAL, JobStatus, ManagedJob, load_jobs
 from shared.tasks import TaskError, load_managed_job
 
 __all__ = ["jobs"]
@@ -40,17 +40,7 @@ async def _ask(bus: Bus, verb: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 async def read_jobs(bus: Bus) -> list[ManagedJob]:
-    kv = await bus.kv(JOBS_BUCKET)
-    try:
-        keys = await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return []
-    result = []
-    for key in sorted(k for k in keys if k.startswith("job.")):
-        entry = await kv.get(key)
-        if entry.value:
-            result.append(decode_job(entry.value))
-    return result
+    return await load_jobs(await bus.kv(JOBS_BUCKET))
 
 
 @click.group()

@@ -8,9 +8,12 @@ its original queue time; only failures make a new attempt.
 
 from __future__ import annotations
 
+import asyncio
 from enum import StrEnum
 
 import msgspec
+import nats.js.errors
+from nats.js.kv import KeyValue
 
 __all__ = [
     "TERMINAL",
@@ -116,3 +119,30 @@ def encode_job(job: ManagedJob) -> bytes:
 
 def decode_job(data: bytes) -> ManagedJob:
     return _decoder.decode(data)
+
+
+async def load_jobs(kv: KeyValue) -> list[ManagedJob]:
+    """Every stored managed job, by id.
+
+    Why not ``kv.keys()``: its scan can end early while keys are being updated, and a listing
+    that drops a running job (seen as a flaky `berth jobs queue`) is worse than a few more
+    gets. Ids are sequential (``NEXT_ID_KEY`` holds the next one), so each job is read
+    directly; an id taken by a launch whose job is not stored yet is skipped.
+    """
+    try:
+        entry = await kv.get(NEXT_ID_KEY)
+    except nats.js.errors.KeyNotFoundError:
+        return []
+    last = int(entry.value or b"1") - 1
+    entries = await asyncio.gather(
+        *(kv.get(job_key(job_id)) for job_id in range(1, last + 1)), return_exceptions=True
+    )
+    jobs = []
+    for job_entry in entries:
+        if isinstance(job_entry, nats.js.errors.KeyNotFoundError):
+            continue
+        if isinstance(job_entry, BaseException):
+            raise job_entry
+        if job_entry.value:
+            jobs.append(decode_job(job_entry.value))
+    return jobs

@@ -34,7 +34,14 @@ from shared.events import (
     PriorityBoosted,
     WorkloadRef,
 )
-from shared.jobs import NEXT_ID_KEY, JobStatus, ManagedJob, decode_job, encode_job, job_key
+from shared.jobs import (
+    NEXT_ID_KEY,
+    JobStatus,
+    ManagedJob,
+    encode_job,
+    job_key,
+    load_jobs,
+)
 from shared.logging import get_logger
 from shared.service import Runtime
 
@@ -87,16 +94,8 @@ class RecoveryService:
 
     async def _load_jobs(self) -> None:
         assert self.kv is not None
-        try:
-            keys = await self.kv.keys()
-        except nats.js.errors.NoKeysError:
-            keys = []
-        for key in keys:
-            if not key.startswith("job."):
-                continue
-            entry = await self.kv.get(key)
-            if entry.value:
-                self._index(decode_job(entry.value))
+        for job in await load_jobs(self.kv):
+            self._index(job)
         log.info("jobs_loaded", jobs=len(self.jobs))
 
     def _index(self, job: ManagedJob) -> None:
