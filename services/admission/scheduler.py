@@ -579,10 +579,11 @@ class Scheduler:
         return waiting if waiting is not None and waiting > record.effective_priority else None
 
     def _track_waiting(self, record: Record, cq_name: str, waits_for_room: bool) -> None:
+        if not self._borrowing_yields:
+            return  # nobody yields: nothing to keep
         uid = record.wl.ref.uid
-        if waits_for_room and self._borrowing_yields:
-            root = self._root_of.get(cq_name, cq_name)
-            self._waiting.add(uid, root, record.effective_priority)
+        if waits_for_room:
+            self._waiting.add(uid, self._root_of.get(cq_name, cq_name), record.effective_priority)
         else:
             self._waiting.remove(uid)
 
