@@ -643,17 +643,22 @@ POLICIES_WITHIN = ["Never", "LowerPriority", "LowerOrNewerEqualPriority", "Lower
 POLICIES_RECLAIM = ["Never", "LowerPriority", "Any", "Any"]
 
 
-@st.composite
-def worlds(
-    draw: st.DrawFn,
-) -> tuple[
+# A generated world: queues, cohorts, running workloads, the preemptor, the protected
+# workloads' uids and the fair-sharing settings.
+World = tuple[
     list[ClusterQueue],
     list[Cohort],
     list[Running],
     Preemptor,
     frozenset[str],
     FairSharingSettings | None,
-]:
+]
+
+
+@st.composite
+def worlds(
+    draw: st.DrawFn,
+) -> World:
     flavors = ["f", "g"][: draw(st.integers(1, 2))]
     hierarchical = draw(st.booleans())
     cohorts = [cohort("root"), cohort("x", "root"), cohort("y", "root")] if hierarchical else []
@@ -727,14 +732,7 @@ def _fits(tree: QuotaTree, p: Preemptor, allow_borrowing: bool) -> bool:
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_search_properties(
-    world: tuple[
-        list[ClusterQueue],
-        list[Cohort],
-        list[Running],
-        Preemptor,
-        frozenset[str],
-        FairSharingSettings | None,
-    ],
+    world: World,
 ) -> None:
     """Victims make room, respect the policy, form a minimal set, and the tree is untouched."""
     queues, cohorts, running, preemptor, protected, fair = world

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 
+from services.admission.flavors import pod_sets_shape
 from services.admission.model import QueuedWorkload
 from shared.events import FlavorAssignment
 from shared.quota import FlavorResource
@@ -54,6 +55,7 @@ class Record:
     """The scheduler's state for one workload; slotted to keep 100k of them small."""
 
     __slots__ = (
+        "_shape",
         "assignments",
         "base",
         "cq",
@@ -62,7 +64,6 @@ class Record:
         "key",
         "parked",
         "placeholder",
-        "shape",
         "state",
         "usage",
         "wl",
@@ -80,7 +81,18 @@ class Record:
         self.assignments: list[FlavorAssignment] = []
         self.usage: dict[FlavorResource, int] | None = None
         self.placeholder = False  # restored admission whose submit has not been seen yet
-        self.shape: object = None  # the pod sets' hashable shape, computed when first needed
+        self._shape: bytes | None = None  # see shape
+
+    @property
+    def shape(self) -> bytes:
+        """The pod sets as a hashable key (computed once): what the flavor assigner reads."""
+        if self._shape is None:
+            self._shape = pod_sets_shape(self.wl.pod_sets)
+        return self._shape
+
+    def replace_workload(self, wl: QueuedWorkload) -> None:
+        self.wl = wl
+        self._shape = None
 
     @property
     def effective_priority(self) -> int:
@@ -100,7 +112,7 @@ class ClusterQueueQueue:
         self.strict = strict
         self.heap: list[OrderKey] = []
         # Set aside by BestEffortFIFO: shape -> heap of their keys (lazy deletion too).
-        self.parked: dict[object, list[OrderKey]] = {}
+        self.parked: dict[bytes, list[OrderKey]] = {}
         self.records = records  # shared uid -> Record map, to tell live entries from stale
         self.blocked = False  # StrictFIFO head did not fit; wait for a change
         self.size = 0  # queued records, parked included
@@ -143,8 +155,7 @@ class ClusterQueueQueue:
         """Set a BestEffortFIFO head aside until something changes."""
         assert record.key is not None
         record.parked = True
-        shape = record.shape if record.shape is not None else record.wl.ref.uid
-        heapq.heappush(self.parked.setdefault(shape, []), record.key)
+        heapq.heappush(self.parked.setdefault(record.shape, []), record.key)
 
     def requeue_parked(self) -> None:
         """Something changed (quota freed, config): the first parked record of each shape
@@ -153,7 +164,7 @@ class ClusterQueueQueue:
         for shape in list(self.parked):
             self.release_one(shape)
 
-    def release_one(self, shape: object) -> None:
+    def release_one(self, shape: bytes) -> None:
         """Queue again the first parked record of ``shape`` (one of that shape got in)."""
         group = self.parked.get(shape)
         while group:

@@ -23,7 +23,6 @@ from services.admission.flavors import (
     FlavorInfo,
     assign_flavors,
     fmt_quantity,
-    pod_sets_shape,
 )
 from services.admission.model import (
     Admission,
@@ -256,10 +255,11 @@ class Scheduler:
             self._ready.add(cq_name)
 
     def _unqueue(self, record: Record) -> None:
-        root = self._waiting.remove(record.wl.ref.uid)
-        if root is not None and self._borrowing_yields:
-            # Who yielded to that priority may borrow now: the cohort's parked get a retry.
-            self._dirty.update(self._cohort_members.get(root, ()))
+        if self._borrowing_yields:
+            root = self._waiting.remove(record.wl.ref.uid)
+            if root is not None:
+                # Who yielded to that priority may borrow now: the cohort's parked get a retry.
+                self._dirty.update(self._cohort_members.get(root, ()))
         if record.key is None:
             return
         queue = self._queues.get(record.cq)
@@ -314,7 +314,7 @@ class Scheduler:
 
     def _swap_workload(self, record: Record, wl: QueuedWorkload) -> None:
         lq_before = (record.wl.ref.namespace, record.lq_name)
-        record.wl = wl
+        record.replace_workload(wl)
         record.placeholder = False
         if record.state == ADMITTED and record.usage is not None:
             self._count_lq(lq_before, record.usage, -1)
@@ -507,7 +507,7 @@ class Scheduler:
         # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
         # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
         # backlog of identical workloads then costs a dict lookup each, not a flavor search.
-        failed: dict[tuple[str, object], tuple[int, AssignResult]] = {}
+        failed: dict[tuple[str, bytes], tuple[int, AssignResult]] = {}
         while heads:
             borrowing, key, name = heapq.heappop(heads)
             queue = self._queues[name]
@@ -518,8 +518,6 @@ class Scheduler:
                 if record.key is not None:
                     heapq.heappush(heads, (0, record.key, name))
                 continue
-            if record.shape is None:
-                record.shape = pod_sets_shape(record.wl.pod_sets)
             shape = (name, record.shape)
             version = self._usage_version.get(self._root_of.get(name, name), 0)
             cached = failed.get(shape)

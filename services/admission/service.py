@@ -105,8 +105,8 @@ class AdmissionService:
             record = self.records.get(ref.uid)
             if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):
                 self._victim_left(ref.uid)
-                if not isinstance(event, WorkloadEvicted):
-                    self.pending_throttle.forget(ref.uid)
+            if isinstance(event, WorkloadFinished | WorkloadDeleted):
+                self.pending_throttle.forget(ref.uid)  # never pending again
             match event:
                 case WorkloadSubmitted():
                     if record is None:
