@@ -3,10 +3,13 @@
 import asyncio
 import time
 
+import nats.js.errors
 import pytest
+from nats.js import JetStreamContext
 
 from shared.bus import STREAM, Bus
 from shared.events import AnyEvent, PodSet, WorkloadRef, WorkloadSubmitted, now
+from shared.publishing import AckTimeout, AckTracker, PublishRefused
 
 
 def _submitted(index: int) -> WorkloadSubmitted:
@@ -19,6 +22,23 @@ def _submitted(index: int) -> WorkloadSubmitted:
         pod_sets=[PodSet("main", 1, {"cpu": 1000})],
         created=now(),
     )
+
+
+async def _consume_until(
+    bus: Bus, subscription: JetStreamContext.PullSubscription, count: int
+) -> list[str]:
+    """Consume until ``count`` events were handled; their uids, once the acks are in."""
+    handled: list[str] = []
+    stop = asyncio.Event()
+
+    async def handler(events: list[AnyEvent]) -> None:
+        handled.extend(e.workload.uid for e in events)
+        if len(handled) >= count:
+            stop.set()
+
+    await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 10)
+    await asyncio.sleep(0.3)
+    return handled
 
 
 async def _bus(url: str) -> Bus:
@@ -101,17 +121,8 @@ async def test_malformed_message_is_dropped_not_looped(nats_url: str) -> None:
     try:
         await bus.js.publish("berth.wl.submitted.default.x", b'{"type":"Nope"}')
         await bus.publish(_submitted(2))
-        handled: list[str] = []
-        stop = asyncio.Event()
-
-        async def handler(events: list[AnyEvent]) -> None:
-            handled.extend(e.workload.uid for e in events)
-            if handled:
-                stop.set()
-
         subscription = await bus.durable_subscription("m", ["berth.wl.>"])
-        await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 10)
-        await asyncio.sleep(0.3)
+        handled = await _consume_until(bus, subscription, 1)
         info = await bus.js.consumer_info(STREAM, "m")
         assert handled == ["u2"]
         assert info.num_ack_pending == 0 and info.num_pending == 0
@@ -139,5 +150,62 @@ async def test_replay_reads_from_the_first_event(nats_url: str) -> None:
         messages = await subscription.fetch(100, timeout=1)
         assert len(messages) == 30
         assert messages[-1].metadata.num_pending == 0
+    finally:
+        await bus.close()
+
+
+async def test_lost_compare_and_swap_fails_at_once(nats_url: str) -> None:
+    """A pipelined key update against a stale revision raises, promptly (nats-py's own
+    publish_async left such a future unresolved), and a fresh one goes through."""
+    bus = await _bus(nats_url)
+    try:
+        kv = await bus.kv("swap-test")
+        first = await kv.put("key", b"one")
+        second = await bus.update_key(kv, "key", b"two", last=first)
+        assert second > first and (await kv.get("key")).value == b"two"
+        started = time.monotonic()
+        with pytest.raises(nats.js.errors.KeyWrongLastSequenceError):
+            await bus.update_key(kv, "key", b"stale", last=first)
+        assert time.monotonic() - started < 1
+        assert (await kv.get("key")).value == b"two"
+    finally:
+        await bus.close()
+
+
+async def test_unanswered_publish_times_out(nats_url: str) -> None:
+    """A publish nobody acks (a plain subscriber, not a stream) fails with AckTimeout after
+    the tracker's timeout instead of waiting forever; one with no listener at all is refused."""
+    bus = await _bus(nats_url)
+    try:
+        silent = await bus.nc.subscribe("silent.subject")
+        tracker = AckTracker(bus.nc, timeout=0.3)
+        future = await tracker.send("silent.subject", b"x", {})
+        with pytest.raises(AckTimeout):
+            await asyncio.wait_for(future, 3)
+        nobody = await tracker.send("nobody.listens", b"x", {})
+        with pytest.raises(PublishRefused) as refused:
+            await asyncio.wait_for(nobody, 3)
+        assert refused.value.code == 503
+        await tracker.close()
+        await silent.unsubscribe()
+    finally:
+        await bus.close()
+
+
+async def test_consumer_sees_only_its_subjects(nats_url: str) -> None:
+    """Consumers read the whole stream and keep their subjects on the client: the others
+    are acked unread, so nothing stays pending for them."""
+    bus = await _bus(nats_url)
+    try:
+        await bus.publish_many([_submitted(i) for i in range(5)])
+        await bus.js.publish("berth.cmd.other.default.x", b"not even an event")
+        await bus.publish(_submitted(5))
+        subscription = await bus.durable_subscription(
+            "only-wl", ["berth.wl.>"], most_of_stream=True
+        )
+        handled = await _consume_until(bus, subscription, 6)
+        info = await bus.js.consumer_info(STREAM, "only-wl")
+        assert handled == [f"u{i}" for i in range(6)]
+        assert info.num_ack_pending == 0 and info.num_pending == 0
     finally:
         await bus.close()

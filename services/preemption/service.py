@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 from services.preemption import metrics
 from services.preemption.cluster import Cluster
-from services.preemption.victims import Running, SearchResult, find_victims
+from services.preemption.victims import FITS, Running, SearchResult, find_victims
 from shared.config_mirror import ConfigMirror
 from shared.events import (
     STATE_SUBJECTS,
@@ -128,6 +128,11 @@ class PreemptionService:
         metrics.SEARCH_SECONDS.observe(time.perf_counter() - started)
         if result.victims:
             return self._evict(pending, result)
+        if result.message == FITS:
+            # Room was freed since admission asked; its next pass admits the workload, and
+            # telling the user "it fits" on a pending workload would only confuse (the
+            # Kueue benchmark saw one such event per waiting workload).
+            return []
         message = result.message
         # Why the shortcut: when no candidate was protected, the search without protection is
         # the same deterministic call getting the same answers, so its result is this one

@@ -23,11 +23,12 @@ from services.preemption.simulation import Simulation
 from shared.config import ClusterQueue, ClusterQueuePreemption, FairSharingSettings
 from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
-__all__ = ["Preemptor", "Running", "SearchResult", "Victim", "find_victims"]
+__all__ = ["FITS", "Preemptor", "Running", "SearchResult", "Victim", "find_victims"]
 
 NO_CANDIDATES = (
     "Workload requires preemption, but there are no candidate workloads allowed for preemption"
 )
+FITS = "the workload fits without preemption"
 NO_FIT = "preempting every allowed candidate would not free enough quota for the workload"
 
 
@@ -52,7 +53,7 @@ def find_victims(
         return SearchResult((), f"ClusterQueue {own} not found")
     contested = _contested(tree, node, preemptor.needs)
     if not contested:
-        return SearchResult((), "the workload fits without preemption")
+        return SearchResult((), FITS)
     policy = spec.spec.preemption
     candidates = find_candidates(tree, policy, preemptor, running, contested, protected)
     if not candidates:

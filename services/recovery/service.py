@@ -81,7 +81,9 @@ class RecoveryService:
         await self.config.start(self.runtime)
         self.kv = await self.bus.kv(JOBS_BUCKET, history=1)
         await self._load_jobs()
-        subscription = await self.bus.durable_subscription("recovery", SUBJECTS)
+        subscription = await self.bus.durable_subscription(
+            "recovery", SUBJECTS, most_of_stream=True
+        )
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")
         self.runtime.set_ready()

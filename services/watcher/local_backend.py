@@ -40,6 +40,7 @@ from shared.events import (
     WorkloadSubmitted,
 )
 from shared.logging import get_logger
+from shared.publishing import AckTimeout
 from shared.service import Runtime
 from shared.workloads import (
     SIMULATED_RUNTIME_ANNOTATION,
@@ -461,9 +462,11 @@ class LocalBackend:
             obj = {**known, "status": {**(known.get("status") or {}), **status}}
             obj["status"]["updated"] = _now_iso()
             try:
-                written = await self.kv.update(key, msgspec.json.encode(obj), last=revision)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                pass
+                written = await self.bus.update_key(
+                    self.kv, key, msgspec.json.encode(obj), last=revision
+                )
+            except (nats.js.errors.KeyWrongLastSequenceError, AckTimeout):
+                pass  # changed since, or unknown: read it back
             else:
                 self._wrote(key, obj, written)
                 return
@@ -477,8 +480,10 @@ class LocalBackend:
             obj = msgspec.json.decode(entry.value)
             obj["status"] = {**(obj.get("status") or {}), **status, "updated": _now_iso()}
             try:
-                written = await self.kv.update(key, msgspec.json.encode(obj), last=entry.revision)
-            except nats.js.errors.KeyWrongLastSequenceError:
+                written = await self.bus.update_key(
+                    self.kv, key, msgspec.json.encode(obj), last=entry.revision or 0
+                )
+            except (nats.js.errors.KeyWrongLastSequenceError, AckTimeout):
                 continue
             self._wrote(key, obj, written)
             return
