@@ -216,14 +216,34 @@ class Bus:
         publish; returns the new revision. A lost swap raises
         ``nats.js.errors.KeyWrongLastSequenceError``, as ``kv.update`` does; an unanswered
         one raises ``AckTimeout`` (whether it was stored is unknown: read the key again)."""
-        headers = {"Nats-Expected-Last-Subject-Sequence": str(last)}
-        try:
-            ack = await (await self.acks.send(f"{kv._pre}{key}", value, headers))
-        except PublishRefused as refused:
-            if refused.err_code == WRONG_LAST_SEQUENCE:
-                raise nats.js.errors.KeyWrongLastSequenceError(refused.description) from refused
-            raise BusError(f"update of {key} refused: {refused.description}") from refused
-        return ack.seq
+        [outcome] = await self.update_keys(kv, [(key, value, last)])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def update_keys(
+        self, kv: KeyValue, updates: Sequence[tuple[str, bytes, int]]
+    ) -> list[int | Exception]:
+        """Many :meth:`update_key` (key, value, last revision) in flight at once; each
+        outcome is the new revision or the exception ``update_key`` would raise."""
+        futures = [
+            await self.acks.send(
+                f"{kv._pre}{key}", value, {"Nats-Expected-Last-Subject-Sequence": str(last)}
+            )
+            for key, value, last in updates
+        ]
+        outcomes: list[int | Exception] = []
+        for (key, _, _), future in zip(updates, futures, strict=True):
+            try:
+                outcomes.append((await future).seq)
+            except PublishRefused as refused:
+                if refused.err_code == WRONG_LAST_SEQUENCE:
+                    outcomes.append(nats.js.errors.KeyWrongLastSequenceError(refused.description))
+                else:
+                    outcomes.append(BusError(f"update of {key} refused: {refused.description}"))
+            except AckTimeout as timeout:
+                outcomes.append(timeout)
+        return outcomes
 
     # --- consuming -------------------------------------------------------------------------
 

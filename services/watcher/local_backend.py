@@ -57,14 +57,18 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 class _Simulated:
-    """A workload that runs no process and finishes after its simulated runtime."""
+    """A workload that runs no process and finishes after its simulated runtime: a timer,
+    not a task (a burst of thousands costs thousands of timers and nothing else)."""
 
-    def __init__(self, generation: int, seconds: float) -> None:
+    def __init__(self, key: str, ref: WorkloadRef, generation: int) -> None:
+        self.key = key
+        self.ref = ref
         self.generation = generation
-        self.seconds = seconds
         self.stopping = False
-        # Set once Running is written and Started published: the finish must come after.
-        self.announced = asyncio.Event()
+        # The finish is reported only after Running is written and Started published.
+        self.announced = False
+        self.elapsed = False
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class LocalBackend:
@@ -81,6 +85,8 @@ class LocalBackend:
         # compare-and-swap (no get first), and tells our own writes' echoes from news.
         self.revisions: dict[str, int] = {}
         self.kv: KeyValue | None = None
+        self.finishing: list[_Simulated] = []  # simulated runs whose time is up, unreported
+        self.finish_wanted = asyncio.Event()
 
     # --- the list-watch of the objects bucket --------------------------------------------
 
@@ -97,6 +103,7 @@ class LocalBackend:
             self.bus.consume(subscription, self._on_decisions, stopping=self.runtime.stopping),
             name="watcher.decisions",
         )
+        self.runtime.spawn(self._report_simulated_finishes(), name="watcher.finishes")
         self.runtime.set_ready()
         try:
             await watch.follow_batches(self._observe_changes, stopping=self.runtime.stopping)
@@ -217,17 +224,27 @@ class LocalBackend:
         Why: starting a workload awaits a status write and a publish; one workload after
         the other, a batch of admissions took a round trip each (the Kueue benchmark measured
         admitted -> started at 0.3-0.9 s). Decisions about one workload keep their order.
+        Simulated runs admitted in the batch start together: one pipelined round of status
+        writes and one of Started reports.
         """
         by_workload: dict[str, list[AnyEvent]] = {}
         for event in events:
             by_workload.setdefault(event.workload.uid, []).append(event)
-        if len(by_workload) == 1:
-            await self._decide_in_order(events)
+        simulated: list[tuple[_Simulated, float]] = []
+        in_order: list[list[AnyEvent]] = []
+        for group in by_workload.values():
+            run = self._simulated_run(group[0]) if len(group) == 1 else None
+            if run is None:
+                in_order.append(group)
+            else:
+                simulated.append(run)
+        steps = [self._decide_in_order(group) for group in in_order]
+        if simulated:
+            steps.append(self._start_simulated(simulated))
+        if len(steps) == 1:
+            await steps[0]
             return
-        outcomes = await asyncio.gather(
-            *(self._decide_in_order(group) for group in by_workload.values()),
-            return_exceptions=True,
-        )
+        outcomes = await asyncio.gather(*steps, return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome  # the batch is redelivered; every step is idempotent
@@ -283,10 +300,9 @@ class LocalBackend:
         status = obj.get("status") or {}
         if int(status.get("generation", 0)) >= event.generation or ref.uid in self.running:
             return  # redelivered: this generation was already started
-        annotations = obj["metadata"].get("annotations") or {}
-        simulated = annotations.get(SIMULATED_RUNTIME_ANNOTATION)
-        if simulated is not None:
-            await self._start_simulated(key, ref, event.generation, parse_duration(simulated))
+        run = self._simulated_run(event)
+        if run is not None:
+            await self._start_simulated([run])
             return
         spec = workload_spec(obj)
         pods = _local_pods(obj, spec.pod_sets, spec.pod_specs, event)
@@ -333,27 +349,82 @@ class LocalBackend:
         )
         self.runtime.spawn(self._await_exit(key, ref, running), name=f"run-{ref.key}")
 
-    async def _start_simulated(
-        self, key: str, ref: WorkloadRef, generation: int, seconds: float
-    ) -> None:
-        simulated = _Simulated(generation, seconds)
-        self.running[ref.uid] = simulated
-        # The clock starts now, as a process would: the status write and the report are
-        # bookkeeping, and awaiting them first would hold the quota that much longer.
-        self.runtime.spawn(self._await_simulated(key, ref, simulated), name=f"sim-{ref.key}")
-        try:
-            await self._set_status(key, {"phase": "Running", "generation": generation, "pids": []})
-            await self._publish(reporting.started(ref, generation))
-        finally:
-            simulated.announced.set()  # even on failure: a finish must never wait forever
-        metrics.STARTED.inc()
+    def _simulated_run(self, event: AnyEvent) -> tuple[_Simulated, float] | None:
+        """The run to start for an admission of a simulated workload not started yet."""
+        if not isinstance(event, WorkloadAdmitted):
+            return None
+        current = self._current(event.workload)
+        if current is None or event.workload.uid in self.running:
+            return None
+        key, obj = current
+        annotations = obj["metadata"].get("annotations") or {}
+        seconds = annotations.get(SIMULATED_RUNTIME_ANNOTATION)
+        status = obj.get("status") or {}
+        if seconds is None or int(status.get("generation", 0)) >= event.generation:
+            return None
+        return _Simulated(key, event.workload, event.generation), parse_duration(seconds)
 
-    async def _await_simulated(self, key: str, ref: WorkloadRef, simulated: _Simulated) -> None:
-        await asyncio.sleep(simulated.seconds)
-        await simulated.announced.wait()
-        if simulated.stopping or self.running.get(ref.uid) is not simulated:
-            return
-        await self._finish(key, ref, simulated.generation, 0, "")
+    async def _start_simulated(self, runs: list[tuple[_Simulated, float]]) -> None:
+        loop = asyncio.get_running_loop()
+        for run, seconds in runs:
+            self.running[run.ref.uid] = run
+            # The clock starts now, as a process would: the status write and the report are
+            # bookkeeping, and awaiting them first would hold the quota that much longer.
+            run.timer = loop.call_later(seconds, self._simulated_elapsed, run)
+        try:
+            await self._set_statuses(
+                [
+                    (run.key, {"phase": "Running", "generation": run.generation, "pids": []})
+                    for run, _ in runs
+                ]
+            )
+            await self.bus.publish_many([reporting.started(r.ref, r.generation) for r, _ in runs])
+        finally:
+            for run, _ in runs:  # even on failure: a finish must never wait forever
+                run.announced = True
+                if run.elapsed:
+                    self._queue_finish(run)
+        metrics.STARTED.inc(len(runs))
+
+    def _simulated_elapsed(self, run: _Simulated) -> None:
+        run.elapsed = True
+        if run.announced:
+            self._queue_finish(run)
+
+    def _queue_finish(self, run: _Simulated) -> None:
+        if not run.stopping and self.running.get(run.ref.uid) is run:
+            self.finishing.append(run)
+            self.finish_wanted.set()
+
+    async def _report_simulated_finishes(self) -> None:
+        """Report the simulated runs whose time is up, all that are due in one pipelined
+        round of Finished reports and one of status writes."""
+        while True:
+            await self.finish_wanted.wait()
+            self.finish_wanted.clear()
+            due, self.finishing = self.finishing, []
+            done = [run for run in due if self.running.get(run.ref.uid) is run]
+            for run in done:
+                del self.running[run.ref.uid]
+            # The reports first: they free the quota (see _finish).
+            await self.bus.publish_many(
+                [reporting.finished(r.ref, r.generation, succeeded=True, exit_code=0) for r in done]
+            )
+            await self._set_statuses(
+                [
+                    (r.key, {"phase": "Succeeded", "generation": r.generation, "exitCode": 0})
+                    for r in done
+                ]
+            )
+            for run in done:
+                metrics.FINISHED.labels(result="Succeeded").inc()
+                log.info(
+                    "workload_finished",
+                    workload=run.ref.key,
+                    phase="Succeeded",
+                    exit_code=0,
+                    generation=run.generation,
+                )
 
     async def _await_exit(self, key: str, ref: WorkloadRef, running: RunningPods) -> None:
         outcomes = await running.wait()
@@ -436,6 +507,8 @@ class LocalBackend:
         running.stopping = True
         if isinstance(running, RunningPods):
             await running.stop(grace=self.stop_grace)
+        elif running.timer is not None:
+            running.timer.cancel()
 
     async def _stop_everything(self) -> None:
         """On shutdown, nothing we started may outlive us; the next watcher requeues it."""
@@ -449,27 +522,42 @@ class LocalBackend:
         await self.bus.publish(event)
 
     async def _set_status(self, key: str, status: dict[str, Any]) -> None:
-        """Compare-and-swap the object's status, so a concurrent delete is never undone.
+        await self._set_statuses([(key, status)])
+
+    async def _set_statuses(self, updates: list[tuple[str, dict[str, Any]]]) -> None:
+        """Compare-and-swap objects' status, so a concurrent delete is never undone.
 
         The first attempt swaps against the revision we last saw or wrote (no get: one round
-        trip instead of two per state change); if anything changed it since, the swap fails
-        and we read the current object and try again, as before.
+        trip instead of two per state change), all of them in flight at once; one that lost
+        (anything changed the object since) reads the current object and tries again.
         """
         assert self.kv is not None
-        known = self.objects.get(key)
-        revision = self.revisions.get(key)
-        if known is not None and revision is not None:
+        swaps: list[tuple[str, dict[str, Any], dict[str, Any], bytes, int]] = []
+        slow: list[tuple[str, dict[str, Any]]] = []
+        for key, status in updates:
+            known = self.objects.get(key)
+            revision = self.revisions.get(key)
+            if known is None or revision is None:
+                slow.append((key, status))
+                continue
             obj = {**known, "status": {**(known.get("status") or {}), **status}}
             obj["status"]["updated"] = _now_iso()
-            try:
-                written = await self.bus.update_key(
-                    self.kv, key, msgspec.json.encode(obj), last=revision
-                )
-            except (nats.js.errors.KeyWrongLastSequenceError, AckTimeout):
-                pass  # changed since, or unknown: read it back
+            swaps.append((key, status, obj, msgspec.json.encode(obj), revision))
+        outcomes = await self.bus.update_keys(
+            self.kv, [(key, value, revision) for key, _, _, value, revision in swaps]
+        )
+        for (key, status, obj, _, _), outcome in zip(swaps, outcomes, strict=True):
+            if isinstance(outcome, nats.js.errors.KeyWrongLastSequenceError | AckTimeout):
+                slow.append((key, status))  # changed since, or unknown: read it back
+            elif isinstance(outcome, Exception):
+                raise outcome
             else:
-                self._wrote(key, obj, written)
-                return
+                self._wrote(key, obj, outcome)
+        for key, status in slow:
+            await self._set_status_reading_first(key, status)
+
+    async def _set_status_reading_first(self, key: str, status: dict[str, Any]) -> None:
+        assert self.kv is not None
         for _ in range(10):
             try:
                 entry = await self.kv.get(key)
