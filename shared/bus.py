@@ -52,6 +52,8 @@ __all__ = [
     "STREAM",
     "Bus",
     "BusError",
+    "KeyUpdates",
+    "SentEvents",
     "nats_url_from_env",
 ]
 
@@ -77,6 +79,52 @@ RequestHandler = Callable[[str, bytes], Awaitable[dict[str, Any]]]
 
 class BusError(RuntimeError):
     """The bus could not be reached or refused an operation; the cause is chained."""
+
+
+class SentEvents:
+    """Events sent and not yet acknowledged (:meth:`Bus.send_many`)."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        prepared: list[tuple[str, bytes, str]],
+        futures: list[asyncio.Future[Ack]],
+    ) -> None:
+        self.bus = bus
+        self.prepared = prepared  # subject, payload, message id
+        self.futures = futures
+
+    async def settle(self) -> None:
+        """Wait for every ack; publish again (same id) any that failed or went unanswered."""
+        for (subject, payload, msg_id), future in zip(self.prepared, self.futures, strict=True):
+            try:
+                await future
+            except (AckTimeout, PublishRefused):
+                await self.bus._publish_raw(subject, payload, msg_id)
+
+
+class KeyUpdates:
+    """Key updates sent and not yet acknowledged (:meth:`Bus.send_key_updates`)."""
+
+    def __init__(self, keys: list[str], futures: list[asyncio.Future[Ack]]) -> None:
+        self.keys = keys
+        self.futures = futures
+
+    async def outcomes(self) -> list[int | Exception]:
+        """Each update's new revision, or ``KeyWrongLastSequenceError`` (the swap lost),
+        ``AckTimeout`` (unknown: read the key again) or ``BusError``."""
+        outcomes: list[int | Exception] = []
+        for key, future in zip(self.keys, self.futures, strict=True):
+            try:
+                outcomes.append((await future).seq)
+            except PublishRefused as refused:
+                if refused.err_code == WRONG_LAST_SEQUENCE:
+                    outcomes.append(nats.js.errors.KeyWrongLastSequenceError(refused.description))
+                else:
+                    outcomes.append(BusError(f"update of {key} refused: {refused.description}"))
+            except AckTimeout as timeout:
+                outcomes.append(timeout)
+        return outcomes
 
 
 class _NoStream(Exception):
@@ -200,16 +248,17 @@ class Bus:
 
     async def publish_many(self, events: Sequence[Event]) -> None:
         """Publish a batch pipelined (one round trip for all), then retry any that failed."""
+        await (await self.send_many(events)).settle()
+
+    async def send_many(self, events: Sequence[Event]) -> SentEvents:
+        """Send the batch of :meth:`publish_many` and return at once: the caller may send
+        more (key updates) before it awaits ``settle()``, one round trip for all."""
         prepared = [(subject_for(e), encode_event(e), e.id) for e in events]
         futures = [
             await self.acks.send(subject, payload, {"Nats-Msg-Id": msg_id})
             for subject, payload, msg_id in prepared
         ]
-        for (subject, payload, msg_id), future in zip(prepared, futures, strict=True):
-            try:
-                await future
-            except (AckTimeout, PublishRefused):
-                await self._publish_raw(subject, payload, msg_id)
+        return SentEvents(self, prepared, futures)
 
     async def update_key(self, kv: KeyValue, key: str, value: bytes, *, last: int) -> int:
         """``kv.update`` (compare-and-swap on the key's last revision), pipelined like a
@@ -226,24 +275,20 @@ class Bus:
     ) -> list[int | Exception]:
         """Many :meth:`update_key` (key, value, last revision) in flight at once; each
         outcome is the new revision or the exception ``update_key`` would raise."""
+        return await (await self.send_key_updates(kv, updates)).outcomes()
+
+    async def send_key_updates(
+        self, kv: KeyValue, updates: Sequence[tuple[str, bytes, int]]
+    ) -> KeyUpdates:
+        """Send the updates of :meth:`update_keys` and return at once: the caller may send
+        more (a publish) before it awaits ``outcomes()``, one round trip for both."""
         futures = [
             await self.acks.send(
                 f"{kv._pre}{key}", value, {"Nats-Expected-Last-Subject-Sequence": str(last)}
             )
             for key, value, last in updates
         ]
-        outcomes: list[int | Exception] = []
-        for (key, _, _), future in zip(updates, futures, strict=True):
-            try:
-                outcomes.append((await future).seq)
-            except PublishRefused as refused:
-                if refused.err_code == WRONG_LAST_SEQUENCE:
-                    outcomes.append(nats.js.errors.KeyWrongLastSequenceError(refused.description))
-                else:
-                    outcomes.append(BusError(f"update of {key} refused: {refused.description}"))
-            except AckTimeout as timeout:
-                outcomes.append(timeout)
-        return outcomes
+        return KeyUpdates([key for key, _, _ in updates], futures)
 
     # --- consuming -------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from nats.js.kv import KeyValue
 from services.watcher import metrics, reporting
 from services.watcher.logs_api import serve_logs
 from services.watcher.processes import RunningPods, kill_leftover, pod_commands
-from shared.bus import OBJECTS_BUCKET, BucketWatch, live_value
+from shared.bus import OBJECTS_BUCKET, BucketWatch, KeyUpdates, live_value
 from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
@@ -372,13 +372,15 @@ class LocalBackend:
             # bookkeeping, and awaiting them first would hold the quota that much longer.
             run.timer = loop.call_later(seconds, self._simulated_elapsed, run)
         try:
-            await self._set_statuses(
+            # Statuses and reports in flight together: one round trip for the batch.
+            writes = await self._send_statuses(
                 [
                     (run.key, {"phase": "Running", "generation": run.generation, "pids": []})
                     for run, _ in runs
                 ]
             )
             await self.bus.publish_many([reporting.started(r.ref, r.generation) for r, _ in runs])
+            await self._settle_statuses(writes)
         finally:
             for run, _ in runs:  # even on failure: a finish must never wait forever
                 run.announced = True
@@ -406,16 +408,20 @@ class LocalBackend:
             done = [run for run in due if self.running.get(run.ref.uid) is run]
             for run in done:
                 del self.running[run.ref.uid]
-            # The reports first: they free the quota (see _finish).
-            await self.bus.publish_many(
-                [reporting.finished(r.ref, r.generation, succeeded=True, exit_code=0) for r in done]
-            )
-            await self._set_statuses(
+            # The reports go first (they free the quota, see _finish), the statuses right
+            # behind them in the same round trip.
+            finished = [
+                reporting.finished(r.ref, r.generation, succeeded=True, exit_code=0) for r in done
+            ]
+            reported = await self.bus.send_many(finished)
+            writes = await self._send_statuses(
                 [
                     (r.key, {"phase": "Succeeded", "generation": r.generation, "exitCode": 0})
                     for r in done
                 ]
             )
+            await reported.settle()
+            await self._settle_statuses(writes)
             for run in done:
                 metrics.FINISHED.labels(result="Succeeded").inc()
                 log.info(
@@ -525,35 +531,42 @@ class LocalBackend:
         await self._set_statuses([(key, status)])
 
     async def _set_statuses(self, updates: list[tuple[str, dict[str, Any]]]) -> None:
+        await self._settle_statuses(await self._send_statuses(updates))
+
+    async def _send_statuses(self, updates: list[tuple[str, dict[str, Any]]]) -> _StatusWrites:
         """Compare-and-swap objects' status, so a concurrent delete is never undone.
 
         The first attempt swaps against the revision we last saw or wrote (no get: one round
         trip instead of two per state change), all of them in flight at once; one that lost
-        (anything changed the object since) reads the current object and tries again.
+        (anything changed the object since) reads the current object and tries again when
+        the writes are settled (:meth:`_settle_statuses`).
         """
         assert self.kv is not None
-        swaps: list[tuple[str, dict[str, Any], dict[str, Any], bytes, int]] = []
-        slow: list[tuple[str, dict[str, Any]]] = []
+        writes = _StatusWrites()
+        encoded: list[tuple[str, bytes, int]] = []
         for key, status in updates:
             known = self.objects.get(key)
             revision = self.revisions.get(key)
             if known is None or revision is None:
-                slow.append((key, status))
+                writes.slow.append((key, status))
                 continue
             obj = {**known, "status": {**(known.get("status") or {}), **status}}
             obj["status"]["updated"] = _now_iso()
-            swaps.append((key, status, obj, msgspec.json.encode(obj), revision))
-        outcomes = await self.bus.update_keys(
-            self.kv, [(key, value, revision) for key, _, _, value, revision in swaps]
-        )
-        for (key, status, obj, _, _), outcome in zip(swaps, outcomes, strict=True):
+            writes.swaps.append((key, status, obj))
+            encoded.append((key, msgspec.json.encode(obj), revision))
+        writes.sent = await self.bus.send_key_updates(self.kv, encoded)
+        return writes
+
+    async def _settle_statuses(self, writes: _StatusWrites) -> None:
+        outcomes = [] if writes.sent is None else await writes.sent.outcomes()
+        for (key, status, obj), outcome in zip(writes.swaps, outcomes, strict=True):
             if isinstance(outcome, nats.js.errors.KeyWrongLastSequenceError | AckTimeout):
-                slow.append((key, status))  # changed since, or unknown: read it back
+                writes.slow.append((key, status))  # changed since, or unknown: read it back
             elif isinstance(outcome, Exception):
                 raise outcome
             else:
                 self._wrote(key, obj, outcome)
-        for key, status in slow:
+        for key, status in writes.slow:
             await self._set_status_reading_first(key, status)
 
     async def _set_status_reading_first(self, key: str, status: dict[str, Any]) -> None:
@@ -581,6 +594,15 @@ class LocalBackend:
         self.objects[key] = obj
         if revision > self.revisions.get(key, 0):
             self.revisions[key] = revision
+
+
+class _StatusWrites:
+    """Status writes in flight: the swaps sent, and those that must read the object first."""
+
+    def __init__(self) -> None:
+        self.swaps: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # key, status, obj
+        self.slow: list[tuple[str, dict[str, Any]]] = []
+        self.sent: KeyUpdates | None = None
 
 
 LocalPod = tuple[str, list[str], dict[str, str], str | None]  # name, argv, env, working dir
