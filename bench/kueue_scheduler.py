@@ -244,7 +244,11 @@ async def drive(url: str, config: ScenarioConfig, stack: Stack, *, limit_s: floa
                     name, cq, klass.name, klass.request_cpu, klass.priority, klass.runtime_ms
                 )
                 metadata = obj["metadata"]
-                await objects_kv.create(workload_key(cq, name), msgspec.json.encode(obj))
+                # A create is an update of a key that must not exist yet (revision 0); through
+                # the bus's pipelined publishes, the generator's own CPU stays out of the way.
+                await bus.update_key(
+                    objects_kv, workload_key(cq, name), msgspec.json.encode(obj), last=0
+                )
                 created.append(
                     Created(
                         uid=metadata["uid"],

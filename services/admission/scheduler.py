@@ -430,6 +430,11 @@ class Scheduler:
                 result.append((record.wl.ref, record.cq, "LocalQueueStopped"))
         return result
 
+    def holds_quota(self, ref: WorkloadRef, generation: int) -> bool:
+        """Whether this admission (``generation``) of the workload still holds its quota."""
+        record = self._records.get(ref.uid)
+        return record is not None and record.state == ADMITTED and record.generation == generation
+
     def generation(self, ref: WorkloadRef) -> int:
         record = self._records.get(ref.uid)
         return 0 if record is None else record.generation

@@ -148,7 +148,13 @@ class AdmissionService:
                 case EvictionRequested():
                     if record is not None:
                         record.on_eviction_requested(event)
-                    if event.preemptor is not None:
+                    # A victim that finished before the request frees nothing more and will
+                    # never be reported leaving: nominating for it would hold the preemptor's
+                    # ClusterQueue blocked (the Kueue benchmark's preemption, running behind,
+                    # picked thousands of such victims).
+                    if event.preemptor is not None and self.scheduler.holds_quota(
+                        ref, event.generation
+                    ):
                         self.scheduler.nominate(event.preemptor)
                         self.leaving.setdefault(event.preemptor.uid, set()).add(ref.uid)
                         self.preemptor_of[ref.uid] = event.preemptor
