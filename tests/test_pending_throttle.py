@@ -20,9 +20,32 @@ def pending(message: str, *, may_help: bool = False, reason: str = "Pending") ->
     )
 
 
-def test_first_and_material_changes_go_at_once() -> None:
+def _published(throttle: PendingThrottle, event: WorkloadPending, now: float) -> None:
+    """Offer a first report and let its second pass, so that it counts as published."""
+    assert not throttle.offer(event, now - 1.0)
+    assert throttle.due(now) == [event]
+
+
+def test_a_first_report_waits_a_second_unless_preemption_may_help() -> None:
     throttle = PendingThrottle(1.0)
-    assert throttle.offer(pending("2 more needed"), 0.0)
+    assert not throttle.offer(pending("2 more needed"), 0.0)
+    assert not throttle.offer(pending("3 more needed"), 0.4)
+    assert throttle.due(0.9) == []
+    assert [e.message for e in throttle.due(1.0)] == ["3 more needed"]
+    other = PendingThrottle(1.0)
+    assert other.offer(pending("2 more needed", may_help=True), 0.0)  # preemption acts on it
+
+
+def test_a_first_report_of_a_workload_admitted_meanwhile_is_never_sent() -> None:
+    throttle = PendingThrottle(1.0)
+    assert not throttle.offer(pending("2 more needed"), 0.0)
+    throttle.forget(REF.uid)  # admitted
+    assert throttle.due(5.0) == []
+
+
+def test_material_changes_go_at_once() -> None:
+    throttle = PendingThrottle(1.0)
+    _published(throttle, pending("2 more needed"), 0.0)
     assert throttle.offer(pending("2 more needed", may_help=True), 0.1)
     assert throttle.offer(pending("x", may_help=True, reason="Inadmissible"), 0.2)
     assert throttle.due(10.0) == []
@@ -30,7 +53,7 @@ def test_first_and_material_changes_go_at_once() -> None:
 
 def test_message_only_changes_are_held_and_the_newest_lands() -> None:
     throttle = PendingThrottle(1.0)
-    assert throttle.offer(pending("2 more needed"), 0.0)
+    _published(throttle, pending("2 more needed"), 0.0)
     assert not throttle.offer(pending("3 more needed"), 0.3)
     assert not throttle.offer(pending("4 more needed"), 0.6)
     assert throttle.due(0.9) == []
@@ -44,8 +67,8 @@ def test_message_only_changes_are_held_and_the_newest_lands() -> None:
 
 def test_forget_drops_what_is_held() -> None:
     throttle = PendingThrottle(1.0)
-    throttle.offer(pending("a"), 0.0)
+    _published(throttle, pending("a"), 0.0)
     assert not throttle.offer(pending("b"), 0.5)
     throttle.forget(REF.uid)
     assert throttle.due(5.0) == []
-    assert throttle.offer(pending("c"), 0.6)  # nothing known of it: goes at once
+    assert not throttle.offer(pending("c"), 0.6)  # nothing known of it: a first report again

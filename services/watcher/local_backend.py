@@ -54,7 +54,6 @@ __all__ = ["LocalBackend"]
 log = get_logger("watcher.local")
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-DECISION_BATCH = 4096
 
 
 class _Simulated:
@@ -101,15 +100,7 @@ class LocalBackend:
         )
         logs = await serve_logs(self.bus, self.log_root)
         self.runtime.spawn(
-            # Large batches: a batch costs a round trip or two whatever its size, and under a
-            # burst of admissions 512 at a time fell behind (the Kueue benchmark measured
-            # admitted -> started at 3 s while the watcher's CPU was half idle).
-            self.bus.consume(
-                subscription,
-                self._on_decisions,
-                stopping=self.runtime.stopping,
-                batch=DECISION_BATCH,
-            ),
+            self.bus.consume(subscription, self._on_decisions, stopping=self.runtime.stopping),
             name="watcher.decisions",
         )
         self.runtime.spawn(self._report_simulated_finishes(), name="watcher.finishes")
