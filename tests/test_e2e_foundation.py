@@ -137,6 +137,13 @@ def test_shutdown_leaves_no_process_behind(stack: Stack, tmp_path: Path) -> None
     for pid in pids:
         assert not _alive(pid), f"pid {pid} outlived berth up"
     assert not any("sleeper" in _cmdline(pid) for pid in _all_pids())
+    # Every service's tasks ended on their own within the grace period: none was cancelled
+    # (a task that never watches for shutdown holds every stop for the whole grace).
+    logs = {p.name: p.read_text() for p in (stack.data_dir / "logs").glob("*.log")}
+    assert {"admission.log", "preemption.log", "recovery.log", "watcher.log"} <= set(logs)
+    for name, text in logs.items():
+        assert '"stopped"' in text, name
+        assert '"tasks_cancelled"' not in text, name
 
 
 def _alive(pid: int) -> bool:

@@ -87,6 +87,7 @@ class LocalBackend:
         self.kv: KeyValue | None = None
         self.finishing: list[_Simulated] = []  # simulated runs whose time is up, unreported
         self.finish_wanted = asyncio.Event()
+        self.closing = False  # set on shutdown: the finisher reports what is due, then ends
 
     # --- the list-watch of the objects bucket --------------------------------------------
 
@@ -103,12 +104,16 @@ class LocalBackend:
             self.bus.consume(subscription, self._on_decisions, stopping=self.runtime.stopping),
             name="watcher.decisions",
         )
-        self.runtime.spawn(self._report_simulated_finishes(), name="watcher.finishes")
+        finisher = self.runtime.spawn(self._report_simulated_finishes(), name="watcher.finishes")
         self.runtime.set_ready()
         try:
             await watch.follow_batches(self._observe_changes, stopping=self.runtime.stopping)
         finally:
             await logs.unsubscribe()
+            # Finishes already due are reported before anything is stopped.
+            self.closing = True
+            self.finish_wanted.set()
+            await asyncio.wait({finisher}, timeout=self.stop_grace)
             await self._stop_everything()
 
     async def _observe_changes(self, entries: list[KeyValue.Entry]) -> None:
@@ -401,7 +406,7 @@ class LocalBackend:
     async def _report_simulated_finishes(self) -> None:
         """Report the simulated runs whose time is up, all that are due in one pipelined
         round of Finished reports and one of status writes."""
-        while True:
+        while not self.closing or self.finishing:
             await self.finish_wanted.wait()
             self.finish_wanted.clear()
             due, self.finishing = self.finishing, []
