@@ -48,55 +48,47 @@ def _submitted(name: str, cpus: int, priority: int) -> WorkloadSubmitted:
     )
 
 
+def _victim_evicted_for_the_preemptor() -> EvictionRequested:
+    return EvictionRequested(
+        source="preemption",
+        workload=_ref("victim"),
+        cluster_queue="cq",
+        generation=1,
+        reason="Preempted",
+        preemptor=_ref("preemptor"),
+    )
+
+
 def _admitted(service: AdmissionService) -> list[str]:
     return [d.ref.name for d in service.scheduler.schedule() if isinstance(d, Admission)]
+
+
+def _full_queue_with_a_waiting_preemptor() -> AdmissionService:
+    """4 CPUs held by "victim" and "other" (2 each); "preemptor" (4, high priority) and
+    "small" (1) wait."""
+    service = _service()
+    service._apply([_submitted("victim", 2, 0), _submitted("other", 2, 0)])
+    assert sorted(_admitted(service)) == ["other", "victim"]
+    service._apply([_submitted("preemptor", 4, 100), _submitted("small", 1, 0)])
+    assert _admitted(service) == []  # the ClusterQueue is full
+    return service
 
 
 def test_a_late_eviction_of_a_finished_victim_blocks_nothing() -> None:
     """Preemption, running behind, asks to evict a victim that already finished: nothing is
     leaving for the preemptor, so it is not nominated, and its ClusterQueue does not wait
     behind it (what fits behind it is admitted)."""
-    service = _service()
-    service._apply([_submitted("victim", 2, 0), _submitted("other", 2, 0)])
-    assert sorted(_admitted(service)) == ["other", "victim"]
-    service._apply([_submitted("preemptor", 4, 100), _submitted("small", 1, 0)])
-    assert _admitted(service) == []  # the ClusterQueue is full
-    service._apply(
-        [
-            WorkloadFinished(
-                source="watcher", workload=_ref("victim"), generation=1, succeeded=True
-            ),
-            EvictionRequested(
-                source="preemption",
-                workload=_ref("victim"),
-                cluster_queue="cq",
-                generation=1,
-                reason="Preempted",
-                preemptor=_ref("preemptor"),
-            ),
-        ]
+    service = _full_queue_with_a_waiting_preemptor()
+    finished = WorkloadFinished(
+        source="watcher", workload=_ref("victim"), generation=1, succeeded=True
     )
+    service._apply([finished, _victim_evicted_for_the_preemptor()])
     assert _admitted(service) == ["small"]  # the preemptor (4 CPUs) still does not fit
 
 
 def test_an_eviction_in_flight_keeps_the_room_for_the_preemptor() -> None:
     """The counterpart: while its victim is still leaving, the preemptor is nominated and
     nothing smaller takes the room it waits for."""
-    service = _service()
-    service._apply([_submitted("victim", 2, 0), _submitted("other", 2, 0)])
-    assert sorted(_admitted(service)) == ["other", "victim"]
-    service._apply([_submitted("preemptor", 4, 100), _submitted("small", 1, 0)])
-    assert _admitted(service) == []
-    service._apply(
-        [
-            EvictionRequested(
-                source="preemption",
-                workload=_ref("victim"),
-                cluster_queue="cq",
-                generation=1,
-                reason="Preempted",
-                preemptor=_ref("preemptor"),
-            )
-        ]
-    )
+    service = _full_queue_with_a_waiting_preemptor()
+    service._apply([_victim_evicted_for_the_preemptor()])
     assert _admitted(service) == []
