@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_NATS_URL",
     "JOBS_BUCKET",
     "OBJECTS_BUCKET",
+    "STATUS_BUCKET",
     "STREAM",
     "Bus",
     "BusError",
@@ -62,6 +63,7 @@ STREAM = "BERTH"
 CONFIG_BUCKET = "berth-config"  # Kueue objects applied with `berth apply`
 OBJECTS_BUCKET = "berth-objects"  # the local backend's "API server": submitted Jobs and Pods
 JOBS_BUCKET = "berth-jobs"  # managed jobs, owned by recovery
+STATUS_BUCKET = "berth-status"  # the local backend's status of each object, owned by the watcher
 # Events are stored; `berth.api.>` is core request/reply (status queries) and is not.
 STREAM_SUBJECTS = ("berth.wl.>", "berth.cq.>", "berth.job.>", "berth.cmd.>")
 API_SUBJECT = "berth.api"
@@ -278,13 +280,16 @@ class Bus:
         return await (await self.send_key_updates(kv, updates)).outcomes()
 
     async def send_key_updates(
-        self, kv: KeyValue, updates: Sequence[tuple[str, bytes, int]]
+        self, kv: KeyValue, updates: Sequence[tuple[str, bytes, int | None]]
     ) -> KeyUpdates:
         """Send the updates of :meth:`update_keys` and return at once: the caller may send
-        more (a publish) before it awaits ``outcomes()``, one round trip for both."""
+        more (a publish) before it awaits ``outcomes()``, one round trip for both. A last
+        revision of None is a plain put."""
         futures = [
             await self.acks.send(
-                f"{kv._pre}{key}", value, {"Nats-Expected-Last-Subject-Sequence": str(last)}
+                f"{kv._pre}{key}",
+                value,
+                {} if last is None else {"Nats-Expected-Last-Subject-Sequence": str(last)},
             )
             for key, value, last in updates
         ]
@@ -631,6 +636,14 @@ class BucketWatch:
 
     def __init__(self, watcher: KeyValue.KeyWatcher) -> None:
         self._watcher = watcher
+
+    @classmethod
+    async def snapshot(cls, kv: KeyValue) -> list[KeyValue.Entry]:
+        """Every entry that exists now (a watch, stopped once the initial values are in:
+        unlike ``kv.keys()``, it cannot end early while keys change)."""
+        watch, entries = await cls.start(kv)
+        await watch._watcher.stop()  # type: ignore[no-untyped-call]
+        return entries
 
     @classmethod
     async def start(cls, kv: KeyValue) -> tuple[BucketWatch, list[KeyValue.Entry]]:

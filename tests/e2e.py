@@ -73,19 +73,19 @@ def peak_usage(
 
 
 def objects_status(url: str, namespace: str, name: str) -> dict[str, Any]:
-    """The local backend's record of a workload object (its status holds the pids)."""
+    """The local backend's status of a workload object (phase, generation, pids)."""
     import msgspec
 
-    from shared.bus import OBJECTS_BUCKET
+    from shared.bus import STATUS_BUCKET
     from shared.workloads import workload_key
 
     async def read() -> dict[str, Any]:
         bus = await Bus.connect(url, source="test")
         try:
-            kv = await bus.kv(OBJECTS_BUCKET)
+            kv = await bus.kv(STATUS_BUCKET)
             entry = await kv.get(workload_key(namespace, name))
             assert entry.value is not None
-            return dict(msgspec.json.decode(entry.value).get("status") or {})
+            return dict(msgspec.json.decode(entry.value))
         finally:
             await bus.close()
 

@@ -6,9 +6,11 @@ that bucket the way the kubernetes backend list-watches the API. It reports each
 ``WorkloadSubmitted``, runs admitted workloads as local processes, stops them on eviction and
 reports ``WorkloadStarted``, ``WorkloadFinished``, ``WorkloadEvicted`` and ``WorkloadDeleted``.
 
-What runs is recorded in each object's ``status`` (phase, generation, pids), so a restarted
-watcher knows what its predecessor started: such a workload is stopped and reported evicted,
-and admission queues it again with its original queue time.
+What runs is recorded in the ``berth-status`` bucket (phase, generation, pids; under the
+object's key, with its uid), so a restarted watcher knows what its predecessor started: such a
+workload is stopped and reported evicted, and admission queues it again with its original
+queue time. Status lives apart from the objects, like Kubernetes' status subresource: writing
+it rewrites no object, and the objects' watch does not echo it back.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from nats.js.kv import KeyValue
 from services.watcher import metrics, reporting
 from services.watcher.logs_api import serve_logs
 from services.watcher.processes import RunningPods, kill_leftover, pod_commands
-from shared.bus import OBJECTS_BUCKET, BucketWatch, KeyUpdates, live_value
+from shared.bus import OBJECTS_BUCKET, STATUS_BUCKET, BucketWatch, KeyUpdates, live_value
 from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
@@ -78,13 +80,12 @@ class LocalBackend:
         self.stop_grace = stop_grace
         self.log_root = Path(runtime.data_dir) / "logs"
         self.objects: dict[str, dict[str, Any]] = {}  # bucket key -> object
+        self.statuses: dict[str, dict[str, Any]] = {}  # bucket key -> status (with "uid")
         self.announced: set[str] = set()  # uids reported as submitted by this process
         self.announcing: set[str] = set()  # uids of the batch's announcements not yet flushed
         self.running: dict[str, RunningPods | _Simulated] = {}  # uid -> what runs
-        # bucket key -> revision of self.objects[key]: lets a status write go straight to the
-        # compare-and-swap (no get first), and tells our own writes' echoes from news.
-        self.revisions: dict[str, int] = {}
         self.kv: KeyValue | None = None
+        self.status_kv: KeyValue | None = None
         self.finishing: list[_Simulated] = []  # simulated runs whose time is up, unreported
         self.finish_wanted = asyncio.Event()
         self.closing = False  # set on shutdown: the finisher reports what is due, then ends
@@ -93,9 +94,16 @@ class LocalBackend:
 
     async def run(self) -> None:
         self.kv = await self.bus.kv(OBJECTS_BUCKET)
+        self.status_kv = await self.bus.kv(STATUS_BUCKET)
+        for entry in await BucketWatch.snapshot(self.status_kv):
+            value = live_value(entry)
+            if value is not None:
+                self.statuses[entry.key] = msgspec.json.decode(value)
         watch, initial = await BucketWatch.start(self.kv)
         for entry in initial:
             await self._observe(entry, initial=True)
+        for key in set(self.statuses) - set(self.objects):  # written after a deletion
+            await self._forget_status(key)
         subscription = await self.bus.durable_subscription(
             "watcher", ["berth.cq.*.admitted.>", "berth.cq.*.evict.>", "berth.cmd.>"]
         )
@@ -135,26 +143,21 @@ class LocalBackend:
     ) -> None:
         value = live_value(entry)
         if value is None:
-            self.revisions.pop(entry.key, None)
             obj = self.objects.pop(entry.key, None)
             if obj is not None:
                 if announcements:
                     await self._flush_announcements(announcements)
                 await self._deleted(obj)
+                await self._forget_status(entry.key)
             return
-        if entry.revision is not None and entry.revision <= self.revisions.get(entry.key, 0):
-            return  # the echo of our own status write (or older): self.objects has it already
         try:
             obj = msgspec.json.decode(value)
         except msgspec.DecodeError as error:
             log.error("malformed_object", key=entry.key, error=str(error))
             return
         self.objects[entry.key] = obj
-        if entry.revision is not None:
-            self.revisions[entry.key] = entry.revision
         uid = obj["metadata"]["uid"]
-        status = obj.get("status") or {}
-        phase = status.get("phase", "")
+        phase = self._status(entry.key, obj).get("phase", "")
         if phase in TERMINAL_PHASES or uid in self.announced:
             return
         if initial and phase == "Running" and uid not in self.running:
@@ -200,7 +203,7 @@ class LocalBackend:
 
     async def _orphaned(self, key: str, obj: dict[str, Any]) -> None:
         """A workload a previous watcher ran: stop what is left of it and report it evicted."""
-        status = obj.get("status") or {}
+        status = self._status(key, obj)
         generation = int(status.get("generation", 0))
         kill_leftover([int(pid) for pid in status.get("pids") or []])
         await self._set_status(key, {"phase": "Evicted", "reason": "WatcherRestarted"})
@@ -302,7 +305,7 @@ class LocalBackend:
             log.info("admitted_unknown_workload", workload=ref.key, generation=event.generation)
             return
         key, obj = current
-        status = obj.get("status") or {}
+        status = self._status(key, obj)
         if int(status.get("generation", 0)) >= event.generation or ref.uid in self.running:
             return  # redelivered: this generation was already started
         run = self._simulated_run(event)
@@ -364,7 +367,7 @@ class LocalBackend:
         key, obj = current
         annotations = obj["metadata"].get("annotations") or {}
         seconds = annotations.get(SIMULATED_RUNTIME_ANNOTATION)
-        status = obj.get("status") or {}
+        status = self._status(key, obj)
         if seconds is None or int(status.get("generation", 0)) >= event.generation:
             return None
         return _Simulated(key, event.workload, event.generation), parse_duration(seconds)
@@ -477,7 +480,7 @@ class LocalBackend:
         running = self.running.get(ref.uid)
         if running is None or running.generation != event.generation:
             current = self._current(ref)
-            status = (current[1].get("status") or {}) if current else {}
+            status = self._status(*current) if current else {}
             if (
                 status.get("phase") == "Evicted"
                 and int(status.get("generation", 0)) == event.generation
@@ -532,81 +535,59 @@ class LocalBackend:
     async def _publish(self, event: Event) -> None:
         await self.bus.publish(event)
 
-    async def _set_status(self, key: str, status: dict[str, Any]) -> None:
-        await self._set_statuses([(key, status)])
+    def _status(self, key: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """The recorded status of this object (not of an older one of the same name)."""
+        status = self.statuses.get(key)
+        return status if status is not None and status.get("uid") == obj["metadata"]["uid"] else {}
 
-    async def _set_statuses(self, updates: list[tuple[str, dict[str, Any]]]) -> None:
-        await self._settle_statuses(await self._send_statuses(updates))
+    async def _set_status(self, key: str, status: dict[str, Any]) -> None:
+        await self._settle_statuses(await self._send_statuses([(key, status)]))
 
     async def _send_statuses(self, updates: list[tuple[str, dict[str, Any]]]) -> _StatusWrites:
-        """Compare-and-swap objects' status, so a concurrent delete is never undone.
+        """Record statuses, all in flight at once; :meth:`_settle_statuses` awaits them.
 
-        The first attempt swaps against the revision we last saw or wrote (no get: one round
-        trip instead of two per state change), all of them in flight at once; one that lost
-        (anything changed the object since) reads the current object and tries again when
-        the writes are settled (:meth:`_settle_statuses`).
+        Only this process writes them, so no compare-and-swap: an object deleted meanwhile
+        gets none (a write that races its deletion is dropped at the next start).
         """
-        assert self.kv is not None
+        assert self.status_kv is not None
         writes = _StatusWrites()
-        encoded: list[tuple[str, bytes, int]] = []
-        for key, status in updates:
-            known = self.objects.get(key)
-            revision = self.revisions.get(key)
-            if known is None or revision is None:
-                writes.slow.append((key, status))
+        for key, change in updates:
+            obj = self.objects.get(key)
+            if obj is None:
                 continue
-            obj = {**known, "status": {**(known.get("status") or {}), **status}}
-            obj["status"]["updated"] = _now_iso()
-            writes.swaps.append((key, status, obj))
-            encoded.append((key, msgspec.json.encode(obj), revision))
-        writes.sent = await self.bus.send_key_updates(self.kv, encoded)
+            status = {**self._status(key, obj), **change}
+            status["uid"] = obj["metadata"]["uid"]
+            status["updated"] = _now_iso()
+            self.statuses[key] = status
+            writes.values.append((key, msgspec.json.encode(status)))
+        writes.sent = await self.bus.send_key_updates(
+            self.status_kv, [(key, value, None) for key, value in writes.values]
+        )
         return writes
 
     async def _settle_statuses(self, writes: _StatusWrites) -> None:
+        assert self.status_kv is not None
         outcomes = [] if writes.sent is None else await writes.sent.outcomes()
-        for (key, status, obj), outcome in zip(writes.swaps, outcomes, strict=True):
-            if isinstance(outcome, nats.js.errors.KeyWrongLastSequenceError | AckTimeout):
-                writes.slow.append((key, status))  # changed since, or unknown: read it back
+        for (key, _), outcome in zip(writes.values, outcomes, strict=True):
+            if isinstance(outcome, AckTimeout):
+                # Unknown whether it landed: write the newest status (never an older one).
+                newest = self.statuses.get(key)
+                if newest is not None:
+                    await self.status_kv.put(key, msgspec.json.encode(newest))
             elif isinstance(outcome, Exception):
                 raise outcome
-            else:
-                self._wrote(key, obj, outcome)
-        for key, status in writes.slow:
-            await self._set_status_reading_first(key, status)
 
-    async def _set_status_reading_first(self, key: str, status: dict[str, Any]) -> None:
-        assert self.kv is not None
-        for _ in range(10):
-            try:
-                entry = await self.kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                return
-            if entry.value is None:
-                return
-            obj = msgspec.json.decode(entry.value)
-            obj["status"] = {**(obj.get("status") or {}), **status, "updated": _now_iso()}
-            try:
-                written = await self.bus.update_key(
-                    self.kv, key, msgspec.json.encode(obj), last=entry.revision or 0
-                )
-            except (nats.js.errors.KeyWrongLastSequenceError, AckTimeout):
-                continue
-            self._wrote(key, obj, written)
-            return
-        log.error("status_update_conflicts", key=key)
-
-    def _wrote(self, key: str, obj: dict[str, Any], revision: int) -> None:
-        self.objects[key] = obj
-        if revision > self.revisions.get(key, 0):
-            self.revisions[key] = revision
+    async def _forget_status(self, key: str) -> None:
+        assert self.status_kv is not None
+        if self.statuses.pop(key, None) is not None:
+            await self.status_kv.delete(key)
 
 
 class _StatusWrites:
-    """Status writes in flight: the swaps sent, and those that must read the object first."""
+    """Status writes in flight: (key, encoded status) and their acks to come."""
 
     def __init__(self) -> None:
-        self.swaps: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # key, status, obj
-        self.slow: list[tuple[str, dict[str, Any]]] = []
+        self.values: list[tuple[str, bytes]] = []
         self.sent: KeyUpdates | None = None
 
 
