@@ -267,24 +267,17 @@ class Bus:
         publish; returns the new revision. A lost swap raises
         ``nats.js.errors.KeyWrongLastSequenceError``, as ``kv.update`` does; an unanswered
         one raises ``AckTimeout`` (whether it was stored is unknown: read the key again)."""
-        [outcome] = await self.update_keys(kv, [(key, value, last)])
+        [outcome] = await (await self.send_key_updates(kv, [(key, value, last)])).outcomes()
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    async def update_keys(
-        self, kv: KeyValue, updates: Sequence[tuple[str, bytes, int]]
-    ) -> list[int | Exception]:
-        """Many :meth:`update_key` (key, value, last revision) in flight at once; each
-        outcome is the new revision or the exception ``update_key`` would raise."""
-        return await (await self.send_key_updates(kv, updates)).outcomes()
-
     async def send_key_updates(
         self, kv: KeyValue, updates: Sequence[tuple[str, bytes, int | None]]
     ) -> KeyUpdates:
-        """Send the updates of :meth:`update_keys` and return at once: the caller may send
-        more (a publish) before it awaits ``outcomes()``, one round trip for both. A last
-        revision of None is a plain put."""
+        """Many :meth:`update_key` (key, value, last revision) sent at once; this returns
+        before the acks, so the caller may send more (a publish) before it awaits
+        ``outcomes()``, one round trip for all. A last revision of None is a plain put."""
         futures = [
             await self.acks.send(
                 f"{kv._pre}{key}",
