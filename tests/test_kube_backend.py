@@ -17,7 +17,7 @@ import pytest
 
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.backend import KubernetesBackend
-from services.watcher.kube.mirroring import CONFIG_RESOURCES
+from services.watcher.kube.mirroring import CONFIG_RESOURCES, SOURCE_ANNOTATION
 from services.watcher.kube.watching import WatchSettings
 from shared.bus import CONFIG_BUCKET, Bus
 from shared.events import (
@@ -268,4 +268,38 @@ async def test_config_objects_are_mirrored(harness: Harness) -> None:
     assert queue["spec"] == {"clusterQueue": "cq"} and "status" not in queue
     with pytest.raises(nats.js.errors.KeyNotFoundError):
         await kv.get("localqueue.team-a.bad")
+    await stop(harness, task)
+
+
+async def test_a_relist_removes_only_the_mirrored_objects_the_cluster_no_longer_has(
+    harness: Harness,
+) -> None:
+    """A LocalQueue mirrored earlier and gone from the cluster is removed at the list; one
+    written by `berth apply` (no source annotation) is left alone."""
+    kv = await harness.bus.kv(CONFIG_BUCKET)
+
+    def local_queue(name: str, annotations: dict[str, str]) -> bytes:
+        metadata = {"name": name, "namespace": "team-a", "annotations": annotations}
+        document = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue"}
+        return msgspec.json.encode(
+            {**document, "metadata": metadata, "spec": {"clusterQueue": "cq"}}
+        )
+
+    await kv.put(
+        "localqueue.team-a.mirrored", local_queue("mirrored", {SOURCE_ANNOTATION: "kubernetes"})
+    )
+    await kv.put("localqueue.team-a.applied", local_queue("applied", {}))
+    task = await start(harness)
+
+    async def removed() -> None:
+        while True:
+            try:
+                await kv.get("localqueue.team-a.mirrored")
+            except nats.js.errors.KeyNotFoundError:
+                return
+            await asyncio.sleep(0.05)
+
+    async with asyncio.timeout(10):
+        await removed()
+    assert (await kv.get("localqueue.team-a.applied")).value
     await stop(harness, task)

@@ -17,6 +17,7 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from services.watcher.kube.api import Resource
+from shared.bus import BucketWatch, live_value
 from shared.config import ConfigError, encode_object, object_key, parse_object
 from shared.logging import get_logger
 
@@ -92,16 +93,18 @@ class ConfigMirror:
         for obj in objects:
             await self.apply(kind, obj)
         present = {key_for(kind, obj) for obj in objects}
-        try:
-            keys = await self.kv.keys()
-        except nats.js.errors.NoKeysError:
-            return
         prefix = f"{kind.lower()}."
-        for key in keys:
-            if key.startswith(prefix) and key not in present and await self._is_ours(key):
-                await self.kv.delete(key)
-                self._stored.pop(key, None)
-                log.info("config_removed", key=key, reason="absent from list")
+        # The bucket's entries with their values, in one pass: kv.keys() can end early
+        # while keys change (a `berth apply` meanwhile), and a get per key was one more trip.
+        for entry in await BucketWatch.snapshot(self.kv):
+            value = live_value(entry)
+            if value is None or not entry.key.startswith(prefix) or entry.key in present:
+                continue
+            self._stored[entry.key] = value
+            if await self._is_ours(entry.key):
+                await self.kv.delete(entry.key)
+                self._stored.pop(entry.key, None)
+                log.info("config_removed", key=entry.key, reason="absent from list")
 
     async def _current(self, key: str) -> bytes | None:
         if key not in self._stored:
