@@ -72,3 +72,14 @@ def test_forget_drops_what_is_held() -> None:
     throttle.forget(REF.uid)
     assert throttle.due(5.0) == []
     assert not throttle.offer(pending("c"), 0.6)  # nothing known of it: a first report again
+
+
+def test_an_older_hold_never_releases_a_newer_one_early() -> None:
+    """Held until 1.0, published at once at 0.5 (a material change), held again until 1.5:
+    the entry left from the first hold must not send the second at 1.0."""
+    throttle = PendingThrottle(1.0)
+    assert not throttle.offer(pending("2 more needed"), 0.0)  # first report, until 1.0
+    assert throttle.offer(pending("2 more needed", may_help=True), 0.5)
+    assert not throttle.offer(pending("3 more needed", may_help=True), 0.7)  # until 1.5
+    assert throttle.due(1.2) == []
+    assert [e.message for e in throttle.due(1.5)] == ["3 more needed"]

@@ -33,7 +33,8 @@ class PendingThrottle:
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._published: dict[str, tuple[Material, float]] = {}  # uid -> (what, when)
-        self._held: dict[str, WorkloadPending] = {}  # uid -> newest unpublished event
+        # uid -> (newest unpublished event, when it may go out)
+        self._held: dict[str, tuple[WorkloadPending, float]] = {}
         self._due: list[tuple[float, str]] = []  # (when it may go out, uid), a heap
 
     def offer(self, event: WorkloadPending, now: float) -> bool:
@@ -50,20 +51,26 @@ class PendingThrottle:
         return True
 
     def _hold(self, uid: str, event: WorkloadPending, until: float) -> bool:
-        if uid not in self._held:
+        held = self._held.get(uid)
+        if held is None:
             heapq.heappush(self._due, (until, uid))
-        self._held[uid] = event
+        else:
+            until = held[1]  # a newer message keeps the time already set
+        self._held[uid] = (event, until)
         return False
 
     def due(self, now: float) -> list[WorkloadPending]:
         """Held events whose interval has passed; they count as published now."""
         ready: list[WorkloadPending] = []
         while self._due and self._due[0][0] <= now:
-            _, uid = heapq.heappop(self._due)
-            event = self._held.pop(uid, None)
-            if event is not None:
-                self._published[uid] = (_material(event), now)
-                ready.append(event)
+            when, uid = heapq.heappop(self._due)
+            held = self._held.get(uid)
+            # An entry left from an earlier hold (published or forgotten since) is stale.
+            if held is None or held[1] != when:
+                continue
+            del self._held[uid]
+            self._published[uid] = (_material(held[0]), now)
+            ready.append(held[0])
         return ready
 
     def forget(self, uid: str) -> None:
