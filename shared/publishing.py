@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping
 
 import msgspec
 import nats.errors
@@ -83,7 +82,7 @@ class AckTracker:
         self._sweeper: asyncio.Task[None] | None = None
 
     async def send(
-        self, subject: str, payload: bytes, headers: Mapping[str, str]
+        self, subject: str, payload: bytes, headers: dict[str, str]
     ) -> asyncio.Future[Ack]:
         """Publish; the returned future holds the ack, or ``PublishRefused`` / ``AckTimeout``."""
         if self._sweeper is None:
@@ -93,9 +92,7 @@ class AckTracker:
         future: asyncio.Future[Ack] = loop.create_future()
         self._pending[token] = (future, loop.time() + self.timeout)
         try:
-            await self.nc.publish(
-                subject, payload, reply=self.prefix + token, headers=dict(headers)
-            )
+            await self.nc.publish(subject, payload, reply=self.prefix + token, headers=headers)
         except nats.errors.Error:
             self._pending.pop(token, None)
             raise

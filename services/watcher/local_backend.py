@@ -414,31 +414,7 @@ class LocalBackend:
             self.finish_wanted.clear()
             due, self.finishing = self.finishing, []
             done = [run for run in due if self.running.get(run.ref.uid) is run]
-            for run in done:
-                del self.running[run.ref.uid]
-            # The reports go first (they free the quota, see _finish), the statuses right
-            # behind them in the same round trip.
-            finished = [
-                reporting.finished(r.ref, r.generation, succeeded=True, exit_code=0) for r in done
-            ]
-            reported = await self.bus.send_many(finished)
-            writes = await self._send_statuses(
-                [
-                    (r.key, {"phase": "Succeeded", "generation": r.generation, "exitCode": 0})
-                    for r in done
-                ]
-            )
-            await reported.settle()
-            await self._settle_statuses(writes)
-            for run in done:
-                metrics.FINISHED.labels(result="Succeeded").inc()
-                log.info(
-                    "workload_finished",
-                    workload=run.ref.key,
-                    phase="Succeeded",
-                    exit_code=0,
-                    generation=run.generation,
-                )
+            await self._report_finishes([(r.key, r.ref, r.generation, 0, "") for r in done])
 
     async def _await_exit(self, key: str, ref: WorkloadRef, running: RunningPods) -> None:
         outcomes = await running.wait()
@@ -452,28 +428,38 @@ class LocalBackend:
     async def _finish(
         self, key: str, ref: WorkloadRef, generation: int, code: int, message: str
     ) -> None:
-        self.running.pop(ref.uid, None)
-        phase = "Succeeded" if code == 0 else "Failed"
-        # The report first: it is what frees the quota, and under load each round trip costs
-        # tens of ms (the Kueue benchmark measured 57 ms mean for the status write). Should we
-        # die between the two, the next watcher reports the run as evicted by the restart;
-        # every consumer ignores an eviction of a generation that has finished.
-        await self._publish(
-            reporting.finished(
-                ref, generation, succeeded=code == 0, exit_code=code, message=message
+        await self._report_finishes([(key, ref, generation, code, message)])
+
+    async def _report_finishes(self, finishes: list[_Finish]) -> None:
+        """Report finished runs: the reports are sent first (they free the quota), their
+        statuses right behind them, one round trip for all. Should we die between the two,
+        the next watcher reports the run as evicted by the restart; every consumer ignores
+        an eviction of a generation that has finished."""
+        for _, ref, _, _, _ in finishes:
+            self.running.pop(ref.uid, None)
+        reported = await self.bus.send_many(
+            [
+                reporting.finished(ref, gen, succeeded=code == 0, exit_code=code, message=text)
+                for _, ref, gen, code, text in finishes
+            ]
+        )
+        writes = await self._send_statuses(
+            [
+                (key, {"phase": _phase(code), "generation": gen, "exitCode": code, "pids": []})
+                for key, _, gen, code, _ in finishes
+            ]
+        )
+        await reported.settle()
+        await self._settle_statuses(writes)
+        for _, ref, gen, code, _ in finishes:
+            metrics.FINISHED.labels(result=_phase(code)).inc()
+            log.info(
+                "workload_finished",
+                workload=ref.key,
+                phase=_phase(code),
+                exit_code=code,
+                generation=gen,
             )
-        )
-        await self._set_status(
-            key, {"phase": phase, "generation": generation, "exitCode": code, "pids": []}
-        )
-        metrics.FINISHED.labels(result=phase).inc()
-        log.info(
-            "workload_finished",
-            workload=ref.key,
-            phase=phase,
-            exit_code=code,
-            generation=generation,
-        )
 
     async def _evict(self, event: EvictionRequested) -> None:
         ref = event.workload
@@ -592,6 +578,11 @@ class _StatusWrites:
 
 
 LocalPod = tuple[str, list[str], dict[str, str], str | None]  # name, argv, env, working dir
+_Finish = tuple[str, WorkloadRef, int, int, str]  # key, workload, generation, exit code, message
+
+
+def _phase(exit_code: int) -> str:
+    return "Succeeded" if exit_code == 0 else "Failed"
 
 
 def _local_pods(
