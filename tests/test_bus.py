@@ -6,7 +6,9 @@ import time
 import nats.js.errors
 import pytest
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
 
+from shared import bus as bus_module
 from shared.bus import STREAM, Bus
 from shared.events import AnyEvent, PodSet, WorkloadRef, WorkloadSubmitted, now
 from shared.publishing import AckTimeout, AckTracker, PublishRefused
@@ -94,7 +96,7 @@ async def test_consumer_resumes_where_it_acked(nats_url: str) -> None:
 
 
 async def test_failed_handler_is_redelivered(nats_url: str) -> None:
-    """A batch whose handler raised is not acked and comes back."""
+    """A batch whose handler raised is not acked: it is handled again, then acked."""
     bus = await _bus(nats_url)
     try:
         await bus.publish(_submitted(1))
@@ -111,6 +113,9 @@ async def test_failed_handler_is_redelivered(nats_url: str) -> None:
         subscription = await bus.durable_subscription("flaky", ["berth.wl.>"])
         await asyncio.wait_for(bus.consume(subscription, flaky, stopping=stop), 15)
         assert attempts == 2
+        await asyncio.sleep(0.3)
+        info = await bus.js.consumer_info(STREAM, "flaky")
+        assert info.num_ack_pending == 0 and info.ack_floor.stream_seq == 1
     finally:
         await bus.close()
 
@@ -207,5 +212,64 @@ async def test_consumer_sees_only_its_subjects(nats_url: str) -> None:
         info = await bus.js.consumer_info(STREAM, "only-wl")
         assert handled == [f"u{i}" for i in range(6)]
         assert info.num_ack_pending == 0 and info.num_pending == 0
+    finally:
+        await bus.close()
+
+
+async def test_one_ack_covers_a_batch_and_a_failure_is_never_covered(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durable consumers ack all up to a message. An event whose handler keeps failing is
+    retried, then dropped with a log line; the events around it are handled, each once."""
+    monkeypatch.setattr(bus_module, "HANDLER_ATTEMPTS", 2)
+    bus = await _bus(nats_url)
+    try:
+        await bus.publish_many([_submitted(i) for i in range(10)])
+        handled: list[str] = []
+        tries_of_poison = 0
+        stop = asyncio.Event()
+
+        async def handler(events: list[AnyEvent]) -> None:
+            nonlocal tries_of_poison
+            if any(e.workload.uid == "u4" for e in events):
+                tries_of_poison += 1
+                raise RuntimeError("poison")
+            handled.extend(e.workload.uid for e in events)
+            if len(handled) >= 9:
+                stop.set()
+
+        subscription = await bus.durable_subscription("poison", ["berth.wl.>"])
+        await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 15)
+        await asyncio.sleep(0.3)
+        info = await bus.js.consumer_info(STREAM, "poison")
+        assert info.config.ack_policy == AckPolicy.ALL
+        assert sorted(handled) == sorted(f"u{i}" for i in range(10) if i != 4)
+        assert tries_of_poison == 2 + 3  # the batch twice, then the event alone three times
+        assert info.num_ack_pending == 0 and info.ack_floor.stream_seq == 10
+    finally:
+        await bus.close()
+
+
+async def test_consumer_with_explicit_acks_is_recreated_where_it_was(nats_url: str) -> None:
+    """A durable consumer made by an older Berth (one ack per message) resumes after what it
+    had acked, under the new ack policy."""
+    bus = await _bus(nats_url)
+    try:
+        await bus.publish_many([_submitted(i) for i in range(6)])
+        await bus.js.add_consumer(
+            STREAM,
+            ConsumerConfig(
+                durable_name="old", ack_policy=AckPolicy.EXPLICIT, filter_subject="berth.wl.>"
+            ),
+        )
+        old = await bus.js.pull_subscribe_bind("old", stream=STREAM)
+        for msg in await old.fetch(4, timeout=5):
+            await msg.ack_sync()
+        await old.unsubscribe()
+        subscription = await bus.durable_subscription("old", ["berth.wl.>"])
+        handled = await _consume_until(bus, subscription, 2)
+        assert handled == ["u4", "u5"]
+        info = await bus.js.consumer_info(STREAM, "old")
+        assert info.config.ack_policy == AckPolicy.ALL
     finally:
         await bus.close()

@@ -8,8 +8,10 @@ from typing import cast
 from services.preemption.service import PreemptionService
 from shared.events import (
     ContestedResource,
+    EvictionRequested,
     FlavorAssignment,
     WorkloadAdmitted,
+    WorkloadFinished,
     WorkloadPending,
     WorkloadRef,
 )
@@ -26,12 +28,12 @@ def _service() -> PreemptionService:
     return service
 
 
-def _admit(service: PreemptionService, name: str, cpus: int) -> None:
+def _admit(service: PreemptionService, name: str, cpus: int, queue: str = "cq") -> None:
     service.cluster.apply(
         WorkloadAdmitted(
             source="admission",
             workload=WorkloadRef("default", name, name),
-            cluster_queue="cq",
+            cluster_queue=queue,
             local_queue="lq",
             priority=0,
             assignments=[
@@ -74,3 +76,61 @@ def test_room_freed_meanwhile_is_not_told() -> None:
     _admit(service, "running", 2)
     _ask(service, 2)
     assert service._evaluate(PREEMPTOR.uid) == []
+
+
+def test_candidates_come_from_the_preemptors_cohort_only() -> None:
+    service = _service()
+    service.cluster.set_config(
+        [
+            cq("a1", {"rf/cpu": 4}, cohort="a"),
+            cq("a2", {"rf/cpu": 4}, cohort="a"),
+            cq("b1", {"rf/cpu": 4}, cohort="b"),
+            cq("alone", {"rf/cpu": 4}),
+        ]
+    )
+    for name, queue in [("in-a1", "a1"), ("in-a2", "a2"), ("in-b1", "b1"), ("solo", "alone")]:
+        _admit(service, name, 1, queue=queue)
+    names = {w.ref.name for w in service.cluster.candidates("a1")}
+    assert names == {"in-a1", "in-a2"}
+    assert {w.ref.name for w in service.cluster.candidates("alone")} == {"solo"}
+    assert service.cluster.candidates("unknown") == []
+
+
+def test_a_preemptor_is_busy_until_its_last_victim_left() -> None:
+    service = _service()
+    _admit(service, "first", 2)
+    _admit(service, "second", 2)
+    _ask(service, 4)
+    for name in ("first", "second"):
+        service.cluster.apply(
+            EvictionRequested(
+                source="preemption",
+                workload=WorkloadRef("default", name, name),
+                cluster_queue="cq",
+                generation=1,
+                reason="Preempted",
+                preemptor=PREEMPTOR,
+            )
+        )
+    assert service.cluster.busy(PREEMPTOR.uid)
+    assert service.cluster.candidates("cq") == []  # both are someone's victims already
+    service.cluster.apply(
+        WorkloadFinished(
+            source="watcher",
+            workload=WorkloadRef("default", "first", "first"),
+            generation=1,
+            succeeded=True,
+        )
+    )
+    assert service.cluster.busy(PREEMPTOR.uid)
+    service.cluster.apply(
+        WorkloadFinished(
+            source="watcher",
+            workload=WorkloadRef("default", "second", "second"),
+            generation=1,
+            succeeded=True,
+        )
+    )
+    assert not service.cluster.busy(PREEMPTOR.uid)
+    assert service.cluster.in_flight == {}
+    assert service.cluster.tree.cluster_queues["cq"].usage.get(("rf", "cpu"), 0) == 0

@@ -1,7 +1,14 @@
 """Client-side subject filters match as nats-server's wildcards do."""
 
+from types import SimpleNamespace
+from typing import cast
+
 import pytest
 
+from services.recovery.service import RecoveryService
+from shared.events import WorkloadRef, WorkloadStarted, subject_for
+from shared.jobs import Attempt, ManagedJob
+from shared.service import Runtime
 from shared.subjects import subject_matcher
 
 
@@ -27,3 +34,24 @@ def test_any_pattern_matches() -> None:
     wanted = subject_matcher(["berth.cq.*.admitted.>", "berth.cmd.>"])
     assert wanted("berth.cmd.delete.ns.job")
     assert not wanted("berth.wl.finished.ns.job")
+
+
+def test_recovery_keeps_only_its_managed_jobs_subjects() -> None:
+    """Recovery skips other workloads' events before decoding them: by the subject's last two
+    tokens, which hold the namespace and name as subject tokens (dots become '_')."""
+    service = RecoveryService(cast(Runtime, SimpleNamespace(bus=None)))
+    job = ManagedJob(id=1, name="train", namespace="team.a", resources="1x[cpu:1]", submitted_at=0)
+    job.attempts.append(Attempt(name="train-1.v2", uid="u1"))
+    service._index(job)
+
+    def started(namespace: str, name: str) -> str:
+        return subject_for(
+            WorkloadStarted(
+                source="watcher", workload=WorkloadRef(namespace, name, "x"), generation=1
+            )
+        )
+
+    assert service._about_a_managed_job(started("team.a", "train-1.v2"))
+    assert not service._about_a_managed_job(started("team.a", "train-2"))
+    assert not service._about_a_managed_job(started("team-b", "train-1.v2"))
+    assert not service._about_a_managed_job("berth.cmd")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from services.preemption.ordering import cohort_members
 from services.preemption.victims import Preemptor, Running
 from shared.config import (
     ClusterQueue,
@@ -59,9 +60,10 @@ class Cluster:
         self.waiting: dict[str, WorkloadPending] = {}  # preemptors that asked for room
         self.in_flight: dict[str, InFlight] = {}  # preemptor uid -> its evictions
         self.victim_of: dict[str, str] = {}  # victim uid -> preemptor uid
-        # candidates(), kept until running or victim_of change: every victim search asks for
-        # it, and rebuilding it per search was a quarter of the service's CPU under load.
-        self._candidates: list[Running] | None = None
+        # ClusterQueue -> uid -> admitted workload: a victim search looks at its cohort's
+        # queues only (on the Kueue benchmark's 1,000 queues, walking every running workload
+        # per search was a third of the service's CPU).
+        self.running_in: dict[str, dict[str, Running]] = {}
         # Managed jobs holding an ageing reservation: once admitted they are not victims, or
         # a job that waited past reserveAfter would ping-pong with every new preemptor.
         self.reserved: set[str] = set()
@@ -92,7 +94,6 @@ class Cluster:
 
     def apply(self, event: AnyEvent) -> None:
         """Fold one event; idempotent, so replays and redeliveries change nothing."""
-        self._candidates = None
         uid = event.workload.uid
         match event:
             case WorkloadSubmitted():
@@ -111,6 +112,7 @@ class Cluster:
                     usage=quota_of(event.assignments),
                 )
                 self.running[uid] = running
+                self.running_in.setdefault(event.cluster_queue, {})[uid] = running
                 if event.cluster_queue in self.cluster_queues:
                     self.tree.add_usage(event.cluster_queue, running.usage)
                 self.waiting.pop(uid, None)
@@ -145,15 +147,18 @@ class Cluster:
                         self.waiting.pop(uid, None)
 
     def _release(self, uid: str) -> None:
-        self._candidates = None
         running = self.running.pop(uid, None)
-        if running is not None and running.cluster_queue in self.cluster_queues:
-            self.tree.remove_usage(running.cluster_queue, running.usage)
+        if running is not None:
+            self.running_in[running.cluster_queue].pop(uid, None)
+            if running.cluster_queue in self.cluster_queues:
+                self.tree.remove_usage(running.cluster_queue, running.usage)
         preemptor = self.victim_of.pop(uid, None)
         if preemptor is not None:
             flight = self.in_flight.get(preemptor)
             if flight is not None:
                 flight.victims.discard(uid)
+                if not flight.victims:
+                    del self.in_flight[preemptor]  # nothing left to reserve room for
 
     # --- questions --------------------------------------------------------------------------
 
@@ -169,15 +174,19 @@ class Cluster:
 
     def busy(self, preemptor_uid: str) -> bool:
         """Whether evictions ordered for this preemptor are still in flight."""
-        flight = self.in_flight.get(preemptor_uid)
-        return flight is not None and bool(flight.victims)
+        return preemptor_uid in self.in_flight
 
-    def candidates(self) -> list[Running]:
-        """Running workloads that may be chosen: not already someone else's victim, and not
-        a managed job that got back in through its ageing reservation."""
+    def candidates(self, cluster_queue: str) -> list[Running]:
+        """Running workloads in the cohort tree of ``cluster_queue`` (only there can a victim
+        free room for it) that may be chosen: not already someone else's victim, and not a
+        managed job that got back in through its ageing reservation."""
+        queues = {cluster_queue}
+        if cluster_queue in self.tree.cluster_queues:
+            queues |= cohort_members(self.tree, cluster_queue)
         return [
             w
-            for uid, w in self.running.items()
+            for queue in queues
+            for uid, w in self.running_in.get(queue, {}).items()
             if uid not in self.victim_of and uid not in self.reserved
         ]
 
@@ -186,8 +195,6 @@ class Cluster:
         are leaving: their victims' usage goes and their own needs come, so that no second
         preemptor counts on the same room."""
         for flight in self.in_flight.values():
-            if not flight.victims:
-                continue
             for victim in flight.victims:
                 running = self.running.get(victim)
                 if running is not None and running.cluster_queue in self.cluster_queues:

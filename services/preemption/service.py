@@ -187,7 +187,7 @@ class PreemptionService:
                 tree=cluster.tree,
                 cluster_queues=cluster.cluster_queues,
                 preemptor=cluster.preemptor(preemptor_pending),
-                running=cluster.candidates(),
+                running=cluster.candidates(preemptor_pending.cluster_queue),
                 protected=protected,
                 fair_sharing=None if configuration is None else configuration.spec.fair_sharing,
             )

@@ -33,6 +33,7 @@ from shared.events import (
     JobStatusChanged,
     PriorityBoosted,
     WorkloadRef,
+    subject_token,
 )
 from shared.jobs import (
     NEXT_ID_KEY,
@@ -73,6 +74,9 @@ class RecoveryService:
         self.bus = runtime.bus
         self.jobs: dict[int, ManagedJob] = {}
         self.by_workload: dict[tuple[str, str], int] = {}  # (namespace, name) -> job id
+        # The same workloads as their subjects end ("<namespace>.<name>" as subject tokens):
+        # events about other workloads are skipped before they are decoded.
+        self.subject_tails: set[str] = set()
         self.config = ConfigMirror()
         self.kv: KeyValue | None = None
         self.lock = asyncio.Lock()  # one writer at a time: API calls, the consumer, the tick
@@ -82,7 +86,7 @@ class RecoveryService:
         self.kv = await self.bus.kv(JOBS_BUCKET, history=1)
         await self._load_jobs()
         subscription = await self.bus.durable_subscription(
-            "recovery", SUBJECTS, most_of_stream=True
+            "recovery", SUBJECTS, most_of_stream=True, keep_subject=self._about_a_managed_job
         )
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")
@@ -103,7 +107,17 @@ class RecoveryService:
     def _index(self, job: ManagedJob) -> None:
         self.jobs[job.id] = job
         for attempt in job.attempts:
-            self.by_workload[(job.namespace, attempt.name)] = job.id
+            self._own_workload(job, attempt.name)
+
+    def _own_workload(self, job: ManagedJob, name: str) -> None:
+        """Registered before the workload is asked for, so none of its events is skipped."""
+        self.by_workload[(job.namespace, name)] = job.id
+        self.subject_tails.add(f"{subject_token(job.namespace)}.{subject_token(name)}")
+
+    def _about_a_managed_job(self, subject: str) -> bool:
+        """Every workload subject ends in its namespace and name tokens (shared/events.py)."""
+        parts = subject.rsplit(".", 2)
+        return len(parts) == 3 and f"{parts[1]}.{parts[2]}" in self.subject_tails
 
     async def _save(self, jobs: list[ManagedJob]) -> None:
         assert self.kv is not None
@@ -152,7 +166,7 @@ class RecoveryService:
 
     def _note(self, job: ManagedJob, event: Event) -> None:
         if isinstance(event, CreateWorkload):
-            self.by_workload[(job.namespace, event.workload.name)] = job.id
+            self._own_workload(job, event.workload.name)
         elif isinstance(event, JobStatusChanged):
             log.info(
                 "job_status",
