@@ -280,10 +280,15 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
 }
 
 
-# What a service folds to know the decided state of every workload: the facts, admissions,
-# evictions, pending decisions and ageing boosts (admission and preemption replay these).
+# What a service folds to know the decided state of every workload: the facts that change
+# it (not WorkloadStarted: a running workload holds the same quota as an admitted one),
+# admissions, evictions, pending decisions and ageing boosts (admission and preemption
+# replay these).
 STATE_SUBJECTS = (
-    f"{SUBJECT_ROOT}.wl.>",
+    f"{SUBJECT_ROOT}.wl.submitted.>",
+    f"{SUBJECT_ROOT}.wl.finished.>",
+    f"{SUBJECT_ROOT}.wl.evicted.>",
+    f"{SUBJECT_ROOT}.wl.deleted.>",
     f"{SUBJECT_ROOT}.cq.*.admitted.>",
     f"{SUBJECT_ROOT}.cq.*.evict.>",
     f"{SUBJECT_ROOT}.cq.*.pending.>",

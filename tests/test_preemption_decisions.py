@@ -93,7 +93,7 @@ def test_candidates_come_from_the_preemptors_cohort_only() -> None:
     names = {w.ref.name for w in service.cluster.candidates("a1")}
     assert names == {"in-a1", "in-a2"}
     assert {w.ref.name for w in service.cluster.candidates("alone")} == {"solo"}
-    assert service.cluster.candidates("unknown") == []
+    assert list(service.cluster.candidates("unknown")) == []
 
 
 def test_a_preemptor_is_busy_until_its_last_victim_left() -> None:
@@ -113,7 +113,7 @@ def test_a_preemptor_is_busy_until_its_last_victim_left() -> None:
             )
         )
     assert service.cluster.busy(PREEMPTOR.uid)
-    assert service.cluster.candidates("cq") == []  # both are someone's victims already
+    assert list(service.cluster.candidates("cq")) == []  # both are someone's victims already
     service.cluster.apply(
         WorkloadFinished(
             source="watcher",

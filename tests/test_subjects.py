@@ -6,7 +6,7 @@ from typing import cast
 import pytest
 
 from services.recovery.service import RecoveryService
-from shared.events import WorkloadRef, WorkloadStarted, subject_for
+from shared.events import _SUBJECTS, STATE_SUBJECTS, WorkloadRef, WorkloadStarted, subject_for
 from shared.jobs import Attempt, ManagedJob
 from shared.service import Runtime
 from shared.subjects import subject_matcher
@@ -55,3 +55,13 @@ def test_recovery_keeps_only_its_managed_jobs_subjects() -> None:
     assert not service._about_a_managed_job(started("team.a", "train-2"))
     assert not service._about_a_managed_job(started("team-b", "train-1.v2"))
     assert not service._about_a_managed_job("berth.cmd")
+
+
+def test_state_subjects_carry_every_fact_but_started() -> None:
+    """Admission and preemption fold STATE_SUBJECTS: a new workload fact must not be left out
+    by accident (only WorkloadStarted is, as it changes no quota)."""
+    wanted = subject_matcher(STATE_SUBJECTS)
+    for event_type, (family, verb) in _SUBJECTS.items():
+        if family == "wl":
+            subject = f"berth.wl.{verb}.ns.name"
+            assert wanted(subject) is (event_type is not WorkloadStarted), subject
