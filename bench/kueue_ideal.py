@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
 import sys
 import time
 from collections import defaultdict
@@ -60,10 +61,20 @@ RULES = ("reference", "best-effort", "strict")
 
 
 def simulate_ideal(
-    config: ScenarioConfig, *, all_at_start: bool = False, rule: str = "reference"
+    config: ScenarioConfig,
+    *,
+    all_at_start: bool = False,
+    rule: str = "reference",
+    cycle_s: float = 0.0,
+    hold_s: float = 0.0,
 ) -> IdealResult:
     """The zero-latency schedule under one of ``RULES`` (see the module docstring); with
-    ``all_at_start`` every workload exists at t=0."""
+    ``all_at_start`` every workload exists at t=0.
+
+    Two knobs model a live scheduler (both 0 for the ideal): ``cycle_s``, decisions only at
+    multiples of it (what arrived or finished meanwhile is decided on together), and
+    ``hold_s``, quota held that long beyond each run (the round trips around a run).
+    """
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}: expected one of {', '.join(RULES)}")
     plans = plan_workloads(config)
@@ -87,6 +98,9 @@ def simulate_ideal(
         next_arrival = arrivals[a][0] if a < len(arrivals) else float("inf")
         next_end = running[0][0] if running else float("inf")
         now = min(next_arrival, next_end)
+        if cycle_s:
+            tick = math.ceil(now / cycle_s - 1e-9) * cycle_s
+            now = tick if tick >= now else tick + cycle_s  # never before the next event
         touched: set[str] = set()
         while running and running[0][0] <= now:
             _, _, plan = heapq.heappop(running)
@@ -128,7 +142,8 @@ def simulate_ideal(
                     cohort_usage[cohort] += req
                     free -= req
                     waits[plan.klass.name].append(now - item[1])
-                    heapq.heappush(running, (now + plan.klass.runtime_ms / 1000.0, item[2], plan))
+                    end = now + plan.klass.runtime_ms / 1000.0 + hold_s
+                    heapq.heappush(running, (end, item[2], plan))
                 else:
                     smallest_blocked = req
                     if waiting_priority is None:
@@ -163,7 +178,12 @@ class PreemptionResult:
 
 
 def simulate_with_preemption(
-    config: ScenarioConfig, *, all_at_start: bool = False, loop_cap: int = 200
+    config: ScenarioConfig,
+    *,
+    all_at_start: bool = False,
+    loop_cap: int = 200,
+    cycle_s: float = 0.0,
+    hold_s: float = 0.0,
 ) -> PreemptionResult:
     """Zero-latency event simulation with Kueue's classical preemption, on Berth's cores.
 
@@ -235,7 +255,7 @@ def simulate_with_preemption(
                     usage={flavor_resource: plan.klass.request_cpu * 1000},
                 )
                 # Rounded so that a finish and an arrival at the same instant compare equal.
-                end = round(now + plan.klass.runtime_ms / 1000.0, 6)
+                end = round(now + plan.klass.runtime_ms / 1000.0 + hold_s, 6)
                 heapq.heappush(ends, (end, i, generation[i]))
                 waiting[plan.cluster_queue].pop(i, None)
                 touched.add(plan.cohort)
@@ -297,6 +317,9 @@ def simulate_with_preemption(
         next_arrival = created[order[a]] if a < len(order) else float("inf")
         next_end = ends[0][0] if ends else float("inf")
         now = min(next_arrival, next_end)
+        if cycle_s:
+            tick = math.ceil(now / cycle_s - 1e-9) * cycle_s
+            now = tick if tick >= now else tick + cycle_s  # never before the next event
         counters["instants"] += 1
         touched: set[str] = set()
         while ends and ends[0][0] <= now:
