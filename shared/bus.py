@@ -57,6 +57,7 @@ __all__ = [
     "BusError",
     "KeyUpdates",
     "SentEvents",
+    "Settling",
     "nats_url_from_env",
 ]
 
@@ -78,7 +79,9 @@ HANDLER_ATTEMPTS = 10  # a batch whose handler keeps raising is retried this oft
 
 log = get_logger("bus")
 
-Handler = Callable[[list[AnyEvent]], Awaitable[None]]
+# What a handler may leave in flight when it returns (see Bus.consume).
+Settling = Awaitable[None]
+Handler = Callable[[list[AnyEvent]], Awaitable[Settling | None]]
 RequestHandler = Callable[[str, bytes], Awaitable[dict[str, Any]]]
 
 
@@ -397,19 +400,40 @@ class Bus:
         *,
         stopping: asyncio.Event,
         batch: int = 512,
+        settling_batches: int = 8,
     ) -> None:
         """Fetch batches until ``stopping`` is set, handing each batch to ``handler``; for
         durable consumers (acks all up to a message).
 
-        The batch in hand is always finished (handled and acked) before the loop returns, so
-        a SIGTERM drains in-flight work instead of dropping it.
+        A handler may return what it still has in flight (an awaitable: writes sent, acks
+        not in yet). The next batch is handed over at once, and a batch is acked, in order,
+        once its own settling is done; up to ``settling_batches`` batches may be settling.
+        Why: the watcher's bookkeeping round trip per batch held every admission that came
+        meanwhile, 20-30 ms of quota idle per workload on the Kueue benchmark.
+
+        What was handed over is always finished (handled, settled and acked) before the
+        loop returns, so a SIGTERM drains in-flight work instead of dropping it.
         """
+        queue: asyncio.Queue[tuple[Msg, list[AnyEvent], Settling | None] | None] = asyncio.Queue(
+            maxsize=settling_batches
+        )
+        acker = asyncio.create_task(self._ack_in_order(queue, handler, stopping))
         try:
             async for messages in self.batches(subscription, stopping=stopping, batch=batch):
                 events = decode_batch(messages, self._wanted.get(id(subscription)))[0]
-                if await self._handle(events, handler, stopping=stopping):
-                    await messages[-1].ack()  # and, by the ack policy, all before it
+                handled, settling = await self._handle(events, handler, stopping=stopping)
+                if not handled:
+                    break  # stopped while retrying: this batch stays unacked
+                if not await _hand_over(queue, (messages[-1], events, settling), acker):
+                    if settling is not None:  # finished, though it will not be acked
+                        await asyncio.gather(settling, return_exceptions=True)
+                    break  # acking failed (the connection): nothing more is acked
+            await _hand_over(queue, None, acker)
+            await acker
         finally:
+            if not acker.done():
+                acker.cancel()
+                await asyncio.gather(acker, return_exceptions=True)
             # Whatever arrived but was not handled goes back now (not after ack_wait), and no
             # pull request of ours outlives the loop to take messages nobody will read.
             for msg in await self._close_pump(subscription):
@@ -418,34 +442,65 @@ class Bus:
                 except nats.errors.Error:
                     break
 
+    async def _ack_in_order(
+        self,
+        queue: asyncio.Queue[tuple[Msg, list[AnyEvent], Settling | None] | None],
+        handler: Handler,
+        stopping: asyncio.Event,
+    ) -> None:
+        """Ack each handed-over batch once it has settled, in order (an ack covers every
+        earlier message). A batch whose settling failed is handled again, settled within
+        the retries, before its ack."""
+        while (item := await queue.get()) is not None:
+            last, events, settling = item
+            if settling is not None:
+                try:
+                    await settling
+                except Exception:
+                    log.exception("settling_failed", count=len(events))
+                    handled, _ = await self._handle(events, handler, stopping=stopping, settle=True)
+                    if not handled:
+                        return  # stopped: unacked, so it is delivered again after a restart
+            await last.ack()  # and, by the ack policy, all before it
+
     async def _handle(
-        self, events: list[AnyEvent], handler: Handler, *, stopping: asyncio.Event
-    ) -> bool:
-        """Hand one batch to the handler until it succeeds; False if the service stopped first.
+        self,
+        events: list[AnyEvent],
+        handler: Handler,
+        *,
+        stopping: asyncio.Event,
+        settle: bool = False,
+    ) -> tuple[bool, Settling | None]:
+        """Hand one batch to the handler until it succeeds: (False, None) if the service
+        stopped first, else (True, what the handler left settling). With ``settle``, that
+        settling is awaited within each attempt.
 
         Why here and not by nak and redelivery: an ack covers every earlier message, so the
         next batch's ack would cover a failed one. A batch that fails ``HANDLER_ATTEMPTS``
         times is handled one event at a time, and an event that still fails is logged and
         dropped (what max_deliver used to do), so one poison event cannot stop the service.
         """
+
         delay = 0.1
-        for attempt in range(1, HANDLER_ATTEMPTS + 1):
+        for number in range(1, HANDLER_ATTEMPTS + 1):
             try:
-                await handler(events)
-                return True
+                if settle:
+                    await _settled(handler(events))
+                    return True, None
+                return True, await handler(events)
             except Exception:
-                log.exception("handler_failed", count=len(events), attempt=attempt)
+                log.exception("handler_failed", count=len(events), attempt=number)
             if await _stopped_within(stopping, delay):
-                return False
+                return False, None
             delay = min(delay * 2, 5.0)
         for event in events:
             for _ in range(3):
                 try:
-                    await handler([event])
+                    await _settled(handler([event]))  # one at a time, each settled
                     break
                 except Exception:
                     if await _stopped_within(stopping, delay):
-                        return False
+                        return False, None
             else:
                 log.error(
                     "event_dropped",
@@ -453,7 +508,7 @@ class Bus:
                     workload=event.workload.key,
                     reason=f"its handler failed {HANDLER_ATTEMPTS + 3} times",
                 )
-        return True
+        return True, None
 
     async def replay_to_end(
         self,
@@ -753,6 +808,30 @@ def live_value(entry: KeyValue.Entry) -> bytes | None:
     if entry.operation in ("DEL", "PURGE") or not entry.value:
         return None
     return entry.value
+
+
+async def _hand_over(queue: asyncio.Queue[Any], item: Any, acker: asyncio.Task[None]) -> bool:
+    """Put ``item`` on the acker's queue, waiting for room; False if the acker ended."""
+    if acker.done():
+        return False
+    try:
+        queue.put_nowait(item)
+        return True
+    except asyncio.QueueFull:
+        pass
+    put = asyncio.create_task(queue.put(item))
+    await asyncio.wait({put, acker}, return_when=asyncio.FIRST_COMPLETED)
+    if put.done():
+        return True
+    put.cancel()
+    await asyncio.gather(put, return_exceptions=True)
+    return False
+
+
+async def _settled(handled: Awaitable[Settling | None]) -> None:
+    settling = await handled
+    if settling is not None:
+        await settling
 
 
 async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:

@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
 import nats.js.errors
 import pytest
@@ -271,5 +272,69 @@ async def test_consumer_with_explicit_acks_is_recreated_where_it_was(nats_url: s
         assert handled == ["u4", "u5"]
         info = await bus.js.consumer_info(STREAM, "old")
         assert info.config.ack_policy == AckPolicy.ALL
+    finally:
+        await bus.close()
+
+
+async def _ack_floor(bus: Bus, durable: str) -> int:
+    await asyncio.sleep(0.3)
+    info = await bus.js.consumer_info(STREAM, durable)
+    return info.ack_floor.stream_seq if info.ack_floor else 0
+
+
+async def test_a_batch_left_settling_is_acked_only_once_settled(nats_url: str) -> None:
+    """A handler may return what it still has in flight: the next batch is handed over at
+    once, and nothing is acked past a batch that has not settled."""
+    bus = await _bus(nats_url)
+    try:
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        handled: list[str] = []
+        arrived = asyncio.Event()
+        stop = asyncio.Event()
+
+        async def handler(events: list[AnyEvent]) -> Awaitable[None] | None:
+            handled.extend(e.workload.uid for e in events)
+            arrived.set()
+            return gate if handled == ["u0"] else None
+
+        subscription = await bus.durable_subscription("settling", ["berth.wl.>"])
+        consuming = asyncio.create_task(bus.consume(subscription, handler, stopping=stop))
+        await bus.publish(_submitted(0))
+        await asyncio.wait_for(arrived.wait(), 5)
+        arrived.clear()
+        await bus.publish(_submitted(1))
+        await asyncio.wait_for(arrived.wait(), 5)  # handed over while the first still settles
+        assert handled == ["u0", "u1"]
+        assert await _ack_floor(bus, "settling") == 0
+        gate.set_result(None)
+        assert await _ack_floor(bus, "settling") == 2
+        stop.set()
+        await asyncio.wait_for(consuming, 5)
+    finally:
+        await bus.close()
+
+
+async def test_a_batch_whose_settling_failed_is_handled_again(nats_url: str) -> None:
+    bus = await _bus(nats_url)
+    try:
+        calls = 0
+        stop = asyncio.Event()
+
+        async def fails_once() -> None:
+            raise RuntimeError("write lost")
+
+        async def handler(events: list[AnyEvent]) -> Awaitable[None] | None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                return fails_once()
+            stop.set()
+            return None
+
+        await bus.publish(_submitted(0))
+        subscription = await bus.durable_subscription("resettle", ["berth.wl.>"])
+        await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 10)
+        assert calls == 2
+        assert await _ack_floor(bus, "resettle") == 1
     finally:
         await bus.close()

@@ -28,7 +28,15 @@ from nats.js.kv import KeyValue
 from services.watcher import metrics, reporting
 from services.watcher.logs_api import serve_logs
 from services.watcher.processes import RunningPods, kill_leftover, pod_commands
-from shared.bus import OBJECTS_BUCKET, STATUS_BUCKET, BucketWatch, KeyUpdates, live_value
+from shared.bus import (
+    OBJECTS_BUCKET,
+    STATUS_BUCKET,
+    BucketWatch,
+    KeyUpdates,
+    SentEvents,
+    Settling,
+    live_value,
+)
 from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
@@ -226,14 +234,15 @@ class LocalBackend:
 
     # --- decisions from admission and preemption ------------------------------------------
 
-    async def _on_decisions(self, events: list[AnyEvent]) -> None:
+    async def _on_decisions(self, events: list[AnyEvent]) -> Settling | None:
         """Each workload's decisions in order; different workloads' concurrently.
 
         Why: starting a workload awaits a status write and a publish; one workload after
         the other, a batch of admissions took a round trip each (the Kueue benchmark measured
         admitted -> started at 0.3-0.9 s). Decisions about one workload keep their order.
         Simulated runs admitted in the batch start together: one pipelined round of status
-        writes and one of Started reports.
+        writes and one of Started reports, left settling (the bus acks the batch once they
+        are stored) so that the next batch's runs start without waiting for them.
         """
         by_workload: dict[str, list[AnyEvent]] = {}
         for event in events:
@@ -246,16 +255,16 @@ class LocalBackend:
                 in_order.append(group)
             else:
                 simulated.append(run)
-        steps = [self._decide_in_order(group) for group in in_order]
-        if simulated:
-            steps.append(self._start_simulated(simulated))
-        if len(steps) == 1:
-            await steps[0]
-            return
-        outcomes = await asyncio.gather(*steps, return_exceptions=True)
+        settling = await self._start_simulated(simulated) if simulated else None
+        outcomes = await asyncio.gather(
+            *(self._decide_in_order(group) for group in in_order), return_exceptions=True
+        )
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
-                raise outcome  # the batch is redelivered; every step is idempotent
+                if settling is not None:
+                    await settling  # the runs it started must still be announced
+                raise outcome  # the batch is handled again; every step is idempotent
+        return settling
 
     async def _decide_in_order(self, events: list[AnyEvent]) -> None:
         for event in events:
@@ -310,7 +319,7 @@ class LocalBackend:
             return  # redelivered: this generation was already started
         run = self._simulated_run(event)
         if run is not None:
-            await self._start_simulated([run])
+            await (await self._start_simulated([run]))
             return
         spec = workload_spec(obj)
         pods = _local_pods(obj, spec.pod_sets, spec.pod_specs, event)
@@ -372,7 +381,9 @@ class LocalBackend:
             return None
         return _Simulated(key, event.workload, event.generation), parse_duration(seconds)
 
-    async def _start_simulated(self, runs: list[tuple[_Simulated, float]]) -> None:
+    async def _start_simulated(self, runs: list[tuple[_Simulated, float]]) -> Settling:
+        """Start the runs' clocks and send their statuses and Started reports; returns what
+        awaits the acks (and only then lets the runs' finishes be reported)."""
         loop = asyncio.get_running_loop()
         for run, seconds in runs:
             self.running[run.ref.uid] = run
@@ -387,14 +398,29 @@ class LocalBackend:
                     for run, _ in runs
                 ]
             )
-            await self.bus.publish_many([reporting.started(r.ref, r.generation) for r, _ in runs])
+            reports = await self.bus.send_many(
+                [reporting.started(r.ref, r.generation) for r, _ in runs]
+            )
+        except BaseException:
+            self._announce_runs(runs)
+            raise
+        return self._settle_started(runs, writes, reports)
+
+    async def _settle_started(
+        self, runs: list[tuple[_Simulated, float]], writes: _StatusWrites, reports: SentEvents
+    ) -> None:
+        try:
+            await reports.settle()
             await self._settle_statuses(writes)
         finally:
-            for run, _ in runs:  # even on failure: a finish must never wait forever
-                run.announced = True
-                if run.elapsed:
-                    self._queue_finish(run)
+            self._announce_runs(runs)
         metrics.STARTED.inc(len(runs))
+
+    def _announce_runs(self, runs: list[tuple[_Simulated, float]]) -> None:
+        for run, _ in runs:  # even on failure: a finish must never wait forever
+            run.announced = True
+            if run.elapsed:
+                self._queue_finish(run)
 
     def _simulated_elapsed(self, run: _Simulated) -> None:
         run.elapsed = True
