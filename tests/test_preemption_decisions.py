@@ -44,6 +44,17 @@ def _admit(service: PreemptionService, name: str, cpus: int, queue: str = "cq") 
     )
 
 
+def _finish(service: PreemptionService, name: str) -> None:
+    service.cluster.apply(
+        WorkloadFinished(
+            source="watcher",
+            workload=WorkloadRef("default", name, name),
+            generation=1,
+            succeeded=True,
+        )
+    )
+
+
 def _ask(service: PreemptionService, cpus: int) -> None:
     service.cluster.apply(
         WorkloadPending(
@@ -114,23 +125,9 @@ def test_a_preemptor_is_busy_until_its_last_victim_left() -> None:
         )
     assert service.cluster.busy(PREEMPTOR.uid)
     assert list(service.cluster.candidates("cq")) == []  # both are someone's victims already
-    service.cluster.apply(
-        WorkloadFinished(
-            source="watcher",
-            workload=WorkloadRef("default", "first", "first"),
-            generation=1,
-            succeeded=True,
-        )
-    )
+    _finish(service, "first")
     assert service.cluster.busy(PREEMPTOR.uid)
-    service.cluster.apply(
-        WorkloadFinished(
-            source="watcher",
-            workload=WorkloadRef("default", "second", "second"),
-            generation=1,
-            succeeded=True,
-        )
-    )
+    _finish(service, "second")
     assert not service.cluster.busy(PREEMPTOR.uid)
     assert service.cluster.in_flight == {}
     assert service.cluster.tree.cluster_queues["cq"].usage.get(("rf", "cpu"), 0) == 0
