@@ -388,6 +388,12 @@ class Bus:
         )
         return subscription
 
+    def _decode(
+        self, subscription: JetStreamContext.PullSubscription, messages: Sequence[Msg]
+    ) -> list[AnyEvent]:
+        """The events of a batch, kept to the subjects this consumer filters here."""
+        return decode_batch(messages, self._wanted.get(id(subscription)))
+
     async def last_sequence(self) -> int:
         """The sequence of the newest message in the event stream (0 when empty)."""
         info = await self.js.stream_info(STREAM)
@@ -420,7 +426,7 @@ class Bus:
         acker = asyncio.create_task(self._ack_in_order(queue, handler, stopping))
         try:
             async for messages in self.batches(subscription, stopping=stopping, batch=batch):
-                events = decode_batch(messages, self._wanted.get(id(subscription)))[0]
+                events = self._decode(subscription, messages)
                 handled, settling = await self._handle(events, handler, stopping=stopping)
                 if not handled:
                     break  # stopped while retrying: this batch stays unacked
@@ -532,7 +538,7 @@ class Bus:
                 if (await subscription.consumer_info()).num_pending == 0:
                     return count
                 continue
-            fold(decode_batch(messages, self._wanted.get(id(subscription)))[0])
+            fold(self._decode(subscription, messages))
             count += len(messages)
             if messages[-1].metadata.num_pending == 0:
                 return count
@@ -546,7 +552,7 @@ class Bus:
             return None
         pump = await self._pump(subscription)
         messages = await pump.take(None, wait=wait)
-        return decode_batch(messages, self._wanted.get(id(subscription)))[0]
+        return self._decode(subscription, messages)
 
     async def batches(
         self,
@@ -844,11 +850,10 @@ async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
 
 def decode_batch(
     messages: Sequence[Msg], wanted: Callable[[str], bool] | None = None
-) -> tuple[list[AnyEvent], list[Msg]]:
-    """Decode a fetched batch into events, and the malformed messages (logged) apart;
-    messages whose subject ``wanted`` refuses are skipped undecoded."""
+) -> list[AnyEvent]:
+    """Decode a fetched batch into events; messages whose subject ``wanted`` refuses are
+    skipped undecoded, a malformed one is logged and skipped (acking past it drops it)."""
     events: list[AnyEvent] = []
-    malformed: list[Msg] = []
     for msg in messages:
         if wanted is not None and not wanted(msg.subject):
             continue
@@ -856,8 +861,7 @@ def decode_batch(
             events.append(decode_event(msg.data))
         except msgspec.DecodeError as error:
             log.error("malformed_event", subject=msg.subject, error=str(error))
-            malformed.append(msg)
-    return events, malformed
+    return events
 
 
 async def _log_error(error: Exception) -> None:
