@@ -98,9 +98,7 @@ def simulate_ideal(
         next_arrival = arrivals[a][0] if a < len(arrivals) else float("inf")
         next_end = running[0][0] if running else float("inf")
         now = min(next_arrival, next_end)
-        if cycle_s:
-            tick = math.ceil(now / cycle_s - 1e-9) * cycle_s
-            now = tick if tick >= now else tick + cycle_s  # never before the next event
+        now = _decision_time(now, cycle_s)
         touched: set[str] = set()
         while running and running[0][0] <= now:
             _, _, plan = heapq.heappop(running)
@@ -155,6 +153,15 @@ def simulate_ideal(
             for item in keep:
                 heapq.heappush(queue, item)
     return IdealResult(wall=last_finish, waits=dict(waits), finish=last_finish)
+
+
+def _decision_time(event_time: float, cycle_s: float) -> float:
+    """When a scheduler deciding every ``cycle_s`` (0: at once) acts on an event: the next
+    multiple of the cycle, never before the event (float rounding included)."""
+    if not cycle_s:
+        return event_time
+    tick = math.ceil(event_time / cycle_s - 1e-9) * cycle_s
+    return tick if tick >= event_time else tick + cycle_s
 
 
 @dataclass
@@ -317,9 +324,7 @@ def simulate_with_preemption(
         next_arrival = created[order[a]] if a < len(order) else float("inf")
         next_end = ends[0][0] if ends else float("inf")
         now = min(next_arrival, next_end)
-        if cycle_s:
-            tick = math.ceil(now / cycle_s - 1e-9) * cycle_s
-            now = tick if tick >= now else tick + cycle_s  # never before the next event
+        now = _decision_time(now, cycle_s)
         counters["instants"] += 1
         touched: set[str] = set()
         while ends and ends[0][0] <= now:

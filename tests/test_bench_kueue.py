@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.kueue_config import BASELINE, LARGE_SCALE, plan_workloads
-from bench.kueue_ideal import simulate_ideal
+from bench.kueue_ideal import _decision_time, simulate_ideal
 from bench.kueue_scheduler import render, run_benchmark
 
 
@@ -33,6 +33,18 @@ def test_ideal_schedule_matches_the_spec_bounds() -> None:
     assert 4.0 <= large.wall <= 5.0
     assert round(large.avg_wait("small"), 1) == 2.0
     assert len(plan_workloads(LARGE_SCALE)) == 50_000
+
+
+def test_the_ideal_with_a_live_schedulers_latencies() -> None:
+    """The knobs that model a live scheduler: decisions on a cycle's ticks only, and quota
+    held past each run (30 ms of it turns the baseline into another schedule entirely)."""
+    assert _decision_time(0.1, 0.0) == 0.1
+    assert _decision_time(0.1001, 0.01) == pytest.approx(0.11)
+    for event_time in (0.1, 0.3, 0.7, 1.1, 12.345):
+        assert event_time <= _decision_time(event_time, 0.01) < event_time + 0.01
+    held = simulate_ideal(BASELINE, hold_s=0.03)
+    assert held.wall > simulate_ideal(BASELINE).wall + 2.0
+    assert held.avg_wait("small") < 10.0 < 20.0 < held.avg_wait("medium")
 
 
 @pytest.mark.timeout(180)

@@ -122,7 +122,8 @@ async def test_failed_handler_is_redelivered(nats_url: str) -> None:
 
 
 async def test_malformed_message_is_dropped_not_looped(nats_url: str) -> None:
-    """Garbage on an event subject is terminated; the good event after it is handled once."""
+    """Garbage on an event subject is skipped (acked past); the good event after it is handled
+    once."""
     bus = await _bus(nats_url)
     try:
         await bus.js.publish("berth.wl.submitted.default.x", b'{"type":"Nope"}')
