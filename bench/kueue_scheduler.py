@@ -12,7 +12,8 @@ every workload has finished; then the event log is read and checked (quota never
 over-committed) and the metrics are printed beside Kueue's published figures and the ideal
 schedule (bench/kueue_ideal.py). The per-workload timeline goes to bench/out/.
 
-Metrics (see /work/shared/KUEUE-PERF-BENCH.md): wall time (stack start to stack stopped);
+Metrics (see /work/shared/KUEUE-PERF-BENCH.md): wall time (the services' start to their exit;
+NATS, like Kueue's envtest, is up before the clock starts);
 pooled ClusterQueue usage as Kueue's checker computes it (admitted CPU x time over nominal x
 window); goodput (useful CPU-seconds over the same denominator); average time to admission
 per class (creationTimestamp to the last admission, millisecond resolution); evictions per
@@ -199,6 +200,7 @@ class DriveResult:
     created: list[Created]
     gen_end: float  # epoch seconds of the last create
     done: float  # epoch seconds when the last finish was seen
+    ready: float  # time.monotonic() when every service was ready
 
 
 class _Finished(msgspec.Struct):
@@ -209,6 +211,7 @@ class _Finished(msgspec.Struct):
 
 
 async def drive(url: str, config: ScenarioConfig, stack: Stack, *, limit_s: float) -> DriveResult:
+    readiness = asyncio.create_task(_ready_at(stack))
     bus = await Bus.connect(url, source="bench")
     try:
         config_kv = await bus.kv(CONFIG_BUCKET)
@@ -288,9 +291,18 @@ async def drive(url: str, config: ScenarioConfig, stack: Stack, *, limit_s: floa
         done = time.time()
         await asyncio.gather(*streams)
         await subscription.unsubscribe()
-        return DriveResult(t_config, created, last_create[0], done)
+        return DriveResult(t_config, created, last_create[0], done, await readiness)
     finally:
+        if not readiness.done():
+            readiness.cancel()
+        await asyncio.gather(readiness, return_exceptions=True)
         await bus.close()
+
+
+async def _ready_at(stack: Stack) -> float:
+    """When every service answered ready (polled in a thread beside the generator)."""
+    await asyncio.to_thread(stack.wait_ready, timeout=30.0)
+    return time.monotonic()
 
 
 def proc_stats(pid: int) -> tuple[float, float]:
@@ -471,11 +483,16 @@ def run_benchmark(
         owned_tmp = tempfile.TemporaryDirectory(prefix="berth-bench-")
         data_dir = Path(owned_tmp.name)
     stack = Stack(data_dir=data_dir, nats_port=0, console=Console(quiet=True))
-    started = time.monotonic()
     stopped_in = 0.0
     try:
-        startup = stack.start()
+        # As Kueue's runner: the store (envtest there, NATS here) is up before the clock
+        # starts; the scheduler's processes and the generator start together, and the
+        # generator does not wait for them to be ready.
+        stack.start_nats()
+        started = time.monotonic()
+        stack.spawn_services()
         drive_result = asyncio.run(drive(stack.nats.url, config, stack, limit_s=timeout))
+        startup = drive_result.ready - started
         done = time.monotonic()
         processes: dict[str, tuple[float, float]] = {}
         if stack.nats.process is not None:

@@ -76,15 +76,22 @@ class Stack:
     def start(self) -> float:
         """Start everything; returns the seconds it took to be ready."""
         started = time.monotonic()
+        self.start_nats()
+        self.spawn_services()
+        self.wait_ready(timeout=30.0)
+        return time.monotonic() - started
+
+    def start_nats(self) -> None:
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.nats.start()
+
+    def spawn_services(self) -> None:
+        """Start the four services' processes (NATS must be up); returns without waiting."""
         for name in SERVICES:
             port = DEFAULT_PORTS[name] if _port_free(DEFAULT_PORTS[name]) else _free_port()
             service = ServiceProcess(name, port, self.data_dir / "logs" / f"{name}.log")
             self.services.append(service)
             self._spawn(service)
-        self._wait_ready(timeout=30.0)
-        return time.monotonic() - started
 
     def _spawn(self, service: ServiceProcess) -> None:
         env = {
@@ -107,7 +114,7 @@ class Stack:
             start_new_session=True,
         )
 
-    def _wait_ready(self, *, timeout: float) -> None:
+    def wait_ready(self, *, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         waiting = list(self.services)
         while waiting:

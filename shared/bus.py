@@ -19,6 +19,7 @@ Rules this module enforces so that services need not think about them:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -533,7 +534,9 @@ class Bus:
         pump = await self._pump(subscription)
         count = 0
         while True:
-            messages = await pump.take(2000, wait=PULL_EXPIRES_S)
+            # Not interruptible: a replay cut short would leave the service deciding on half
+            # its state; a stop during it waits for the end (or the grace period).
+            messages = await pump.take(2000, wait=PULL_EXPIRES_S, interruptible=False)
             if not messages:
                 if (await subscription.consumer_info()).num_pending == 0:
                     return count
@@ -604,6 +607,12 @@ class Bus:
 
         return await self.nc.subscribe(subject, cb=on_request)
 
+    def interrupt_waits(self) -> None:
+        """The service is stopping: loops waiting for their next batch return at once
+        instead of at the end of their idle timeout (a stop took half a second for it)."""
+        for pump in self._pumps.values():
+            pump.interrupt()
+
     async def close(self) -> None:
         """Unsubscribe pull subscriptions, then drain the connection."""
         self.closing = True
@@ -653,6 +662,7 @@ class _PullPump:
         self.last_request = 0.0
         self.last_heard = 0.0
         self.closed = False
+        self.interrupted = False
         self.subscription: Any = None
 
     @classmethod
@@ -687,9 +697,17 @@ class _PullPump:
         self.requested = max(self.requested, 0)
         await self._top_up()
 
-    async def take(self, limit: int | None, *, wait: float) -> list[Msg]:
-        """What has arrived (at most ``limit``), waiting up to ``wait`` s for the first."""
-        if not self.buffer:
+    def interrupt(self) -> None:
+        """The service is stopping: :meth:`take` stops waiting, now and from now on."""
+        self.interrupted = True
+        self.arrived.set()
+
+    async def take(
+        self, limit: int | None, *, wait: float, interruptible: bool = True
+    ) -> list[Msg]:
+        """What has arrived (at most ``limit``), waiting up to ``wait`` s for the first
+        (not at all once interrupted, if ``interruptible``)."""
+        if not self.buffer and not (interruptible and self.interrupted):
             self.arrived.clear()
             try:
                 await asyncio.wait_for(self.arrived.wait(), wait)
@@ -753,6 +771,7 @@ class BucketWatch:
         self, handle: Callable[[KeyValue.Entry], Awaitable[None]], *, stopping: asyncio.Event
     ) -> None:
         """Hand each change to ``handle`` until ``stopping`` is set; then stop the watch."""
+        waking = asyncio.create_task(_wake_on_stop(self._watcher, stopping))
         try:
             while not stopping.is_set():
                 try:
@@ -762,6 +781,7 @@ class BucketWatch:
                 if entry is not None:
                     await handle(entry)
         finally:
+            await _cancelled(waking)
             await self._watcher.stop()  # type: ignore[no-untyped-call]
 
     async def follow_batches(
@@ -772,10 +792,26 @@ class BucketWatch:
     ) -> None:
         """Like :meth:`follow`, handing over every change that has arrived as one list (in
         order, at most 256), so a busy bucket costs one wake-up per batch, not per entry."""
+        waking = asyncio.create_task(_wake_on_stop(self._watcher, stopping))
         try:
             await _follow_batches(self._watcher, handle, stopping)
         finally:
+            await _cancelled(waking)
             await self._watcher.stop()  # type: ignore[no-untyped-call]
+
+
+async def _wake_on_stop(watcher: KeyValue.KeyWatcher, stopping: asyncio.Event) -> None:
+    """Once ``stopping`` is set, wake a follow loop waiting for the watch's next entry, so it
+    ends now rather than at the end of its timeout. None is nats-py's own "no entry" marker,
+    which the loops skip."""
+    await stopping.wait()
+    with contextlib.suppress(asyncio.QueueFull):  # full: the loop has entries, it is awake
+        watcher._updates.put_nowait(None)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 WATCH_BATCH = 256  # nats-py's watch queue holds at most this many entries

@@ -121,6 +121,7 @@ async def _run(
         runtime.spawn(main(runtime), name=f"{name}.main")
         await runtime.stopping.wait()
         log.info("stopping", service=name, grace_s=grace)
+        bus.interrupt_waits()
         await runtime.cancel_tasks(grace=grace)
     finally:
         await bus.close()
