@@ -775,7 +775,7 @@ class BucketWatch:
         try:
             while not stopping.is_set():
                 try:
-                    entry = await self._watcher.updates(timeout=0.5)  # type: ignore[no-untyped-call]
+                    entry = await self._watcher.updates(timeout=WATCH_IDLE_TIMEOUT_S)  # type: ignore[no-untyped-call]
                 except TimeoutError:
                     continue
                 if entry is not None:
@@ -815,6 +815,7 @@ async def _cancelled(task: asyncio.Task[None]) -> None:
 
 
 WATCH_BATCH = 256  # nats-py's watch queue holds at most this many entries
+WATCH_IDLE_TIMEOUT_S = 0.5  # a follow loop looks at its stop flag at least this often
 
 
 async def _follow_batches(
@@ -827,7 +828,7 @@ async def _follow_batches(
     queue: asyncio.Queue[Any] = watcher._updates
     while not stopping.is_set():
         try:
-            first = await watcher.updates(timeout=0.5)  # type: ignore[no-untyped-call]
+            first = await watcher.updates(timeout=WATCH_IDLE_TIMEOUT_S)  # type: ignore[no-untyped-call]
         except TimeoutError:
             continue
         batch = [first] if isinstance(first, KeyValue.Entry) else []

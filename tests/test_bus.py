@@ -339,3 +339,55 @@ async def test_a_batch_whose_settling_failed_is_handled_again(nats_url: str) -> 
         assert await _ack_floor(bus, "resettle") == 1
     finally:
         await bus.close()
+
+
+async def test_a_stop_ends_the_wait_for_the_next_batch_at_once(nats_url: str) -> None:
+    """On SIGTERM the runtime interrupts the bus's waits: a loop waiting for its next batch
+    returns now, not at the end of its idle timeout (30 s here), and waits no more after."""
+    bus = await _bus(nats_url)
+    try:
+        subscription = await bus.durable_subscription("stopping", ["berth.wl.>"])
+        assert await bus.next_batch(subscription, wait=0.0) == []
+        waiting = asyncio.create_task(bus.next_batch(subscription, wait=30.0))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        bus.interrupt_waits()
+        assert await asyncio.wait_for(waiting, 5) == []
+        assert await asyncio.wait_for(bus.next_batch(subscription, wait=30.0), 5) == []
+    finally:
+        await bus.close()
+
+
+@pytest.mark.parametrize("follow", ["follow", "follow_batches"])
+async def test_a_stop_ends_a_bucket_follow_at_once(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch, follow: str
+) -> None:
+    """A follow loop ends as soon as its stop flag is set, whatever its idle timeout."""
+    monkeypatch.setattr(bus_module, "WATCH_IDLE_TIMEOUT_S", 30.0)
+    bus = await _bus(nats_url)
+    try:
+        kv = await bus.kv("follow-test")
+        await kv.put("a", b"1")
+        watch, initial = await bus_module.BucketWatch.start(kv)
+        assert [entry.key for entry in initial] == ["a"]
+        seen: list[str] = []
+        changed = asyncio.Event()
+
+        async def handle_one(entry: bus_module.KeyValue.Entry) -> None:
+            seen.append(entry.key)
+            changed.set()
+
+        async def handle_many(entries: list[bus_module.KeyValue.Entry]) -> None:
+            seen.extend(entry.key for entry in entries)
+            changed.set()
+
+        stopping = asyncio.Event()
+        handler = handle_one if follow == "follow" else handle_many
+        task = asyncio.create_task(getattr(watch, follow)(handler, stopping=stopping))
+        await kv.put("b", b"2")
+        await asyncio.wait_for(changed.wait(), 5)
+        assert seen == ["b"]
+        stopping.set()
+        await asyncio.wait_for(task, 5)
+    finally:
+        await bus.close()
