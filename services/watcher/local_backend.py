@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
@@ -383,9 +382,7 @@ class LocalBackend:
         status = self._status(key, obj)
         if seconds is None or int(status.get("generation", 0)) >= event.generation:
             return None
-        return _Simulated(key, event.workload, event.generation), _remaining(
-            parse_duration(seconds), event
-        )
+        return _Simulated(key, event.workload, event.generation), parse_duration(seconds)
 
     async def _start_simulated(self, runs: list[tuple[_Simulated, float]]) -> Settling:
         """Start the runs' clocks and send their statuses and Started reports; returns what
@@ -669,15 +666,6 @@ def _admitted_pod_sets(pod_sets: list[PodSet], event: WorkloadAdmitted) -> list[
         msgspec.structs.replace(pod_set, count=counts.get(pod_set.name, pod_set.count))
         for pod_set in pod_sets
     ]
-
-
-def _remaining(runtime: float, admitted: WorkloadAdmitted) -> float:
-    """A simulated run's time left: it runs from its admission, as the benchmark it models
-    says ("a workload starts running at admission"), so the time this watcher took to hear
-    of the admission is not quota held on top of the run. Clamped to [0, runtime]: a clock
-    ahead of ours never lengthens a run."""
-    elapsed = time.time() - admitted.time.timestamp()
-    return min(runtime, max(0.0, runtime - elapsed))
 
 
 def _now_iso() -> str:
