@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import math
+import random
 import sys
 import time
 from collections import defaultdict
@@ -67,16 +68,21 @@ def simulate_ideal(
     rule: str = "reference",
     cycle_s: float = 0.0,
     hold_s: float = 0.0,
+    hold_jitter_s: float = 0.0,
+    seed: int = 0,
 ) -> IdealResult:
     """The zero-latency schedule under one of ``RULES`` (see the module docstring); with
     ``all_at_start`` every workload exists at t=0.
 
-    Two knobs model a live scheduler (both 0 for the ideal): ``cycle_s``, decisions only at
-    multiples of it (what arrived or finished meanwhile is decided on together), and
-    ``hold_s``, quota held that long beyond each run (the round trips around a run).
+    Three knobs model a live scheduler (all 0 for the ideal): ``cycle_s``, decisions only at
+    multiples of it (what arrived or finished meanwhile is decided on together); ``hold_s``,
+    quota held that long beyond each run (the round trips around a run); ``hold_jitter_s``,
+    the mean of a random extra hold per run (exponential, drawn from ``seed``): runs
+    admitted together no longer finish at the same instant, as on a live stack.
     """
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}: expected one of {', '.join(RULES)}")
+    rng = random.Random(seed)
     plans = plan_workloads(config)
     nominal = config.nominal_cpu * 1000
     cq_limit = (config.nominal_cpu + config.borrowing_limit_cpu) * 1000
@@ -141,6 +147,8 @@ def simulate_ideal(
                     free -= req
                     waits[plan.klass.name].append(now - item[1])
                     end = now + plan.klass.runtime_ms / 1000.0 + hold_s
+                    if hold_jitter_s:
+                        end += rng.expovariate(1.0 / hold_jitter_s)
                     heapq.heappush(running, (end, item[2], plan))
                 else:
                     smallest_blocked = req

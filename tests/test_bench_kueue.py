@@ -47,6 +47,17 @@ def test_the_ideal_with_a_live_schedulers_latencies() -> None:
     assert held.avg_wait("small") < 10.0 < 20.0 < held.avg_wait("medium")
 
 
+def test_the_reference_schedule_needs_runs_that_finish_together() -> None:
+    """Why the live per-class waits swing: 2 ms of random jitter in when runs end turns the
+    reference schedule into plain BestEffortFIFO's (larges wait behind smaller workloads
+    refilling their own ClusterQueues' nominal quota), while the strict rule barely moves."""
+    jittered = simulate_ideal(BASELINE, hold_jitter_s=0.002)
+    assert jittered.avg_wait("large") > 4.0 > jittered.avg_wait("small")
+    assert simulate_ideal(BASELINE, hold_jitter_s=0.002, seed=1).avg_wait("large") > 4.0
+    strict = simulate_ideal(BASELINE, rule="strict", hold_jitter_s=0.002)
+    assert strict.avg_wait("large") < 1.0 and strict.avg_wait("small") > 40.0
+
+
 @pytest.mark.timeout(180)
 def test_short_baseline_run_on_the_live_stack(tmp_path: Path) -> None:
     config = BASELINE.scaled(0.1)
