@@ -439,8 +439,7 @@ class Bus:
             await acker
         finally:
             if not acker.done():
-                acker.cancel()
-                await asyncio.gather(acker, return_exceptions=True)
+                await _cancelled(acker)
             # Whatever arrived but was not handled goes back now (not after ack_wait), and no
             # pull request of ours outlives the loop to take messages nobody will read.
             for msg in await self._close_pump(subscription):
@@ -771,8 +770,7 @@ class BucketWatch:
         self, handle: Callable[[KeyValue.Entry], Awaitable[None]], *, stopping: asyncio.Event
     ) -> None:
         """Hand each change to ``handle`` until ``stopping`` is set; then stop the watch."""
-        waking = asyncio.create_task(_wake_on_stop(self._watcher, stopping))
-        try:
+        async with self._following(stopping):
             while not stopping.is_set():
                 try:
                     entry = await self._watcher.updates(timeout=WATCH_IDLE_TIMEOUT_S)  # type: ignore[no-untyped-call]
@@ -780,9 +778,6 @@ class BucketWatch:
                     continue
                 if entry is not None:
                     await handle(entry)
-        finally:
-            await _cancelled(waking)
-            await self._watcher.stop()  # type: ignore[no-untyped-call]
 
     async def follow_batches(
         self,
@@ -792,24 +787,31 @@ class BucketWatch:
     ) -> None:
         """Like :meth:`follow`, handing over every change that has arrived as one list (in
         order, at most 256), so a busy bucket costs one wake-up per batch, not per entry."""
+        async with self._following(stopping):
+            await _follow_batches(self._watcher, handle, stopping)
+
+    @contextlib.asynccontextmanager
+    async def _following(self, stopping: asyncio.Event) -> AsyncIterator[None]:
+        """Around a follow loop: wake it once ``stopping`` is set (it ends now rather than at
+        the end of its idle timeout); afterwards, stop the watch."""
         waking = asyncio.create_task(_wake_on_stop(self._watcher, stopping))
         try:
-            await _follow_batches(self._watcher, handle, stopping)
+            yield
         finally:
             await _cancelled(waking)
             await self._watcher.stop()  # type: ignore[no-untyped-call]
 
 
 async def _wake_on_stop(watcher: KeyValue.KeyWatcher, stopping: asyncio.Event) -> None:
-    """Once ``stopping`` is set, wake a follow loop waiting for the watch's next entry, so it
-    ends now rather than at the end of its timeout. None is nats-py's own "no entry" marker,
-    which the loops skip."""
+    """Once ``stopping`` is set, put None (nats-py's own "no entry" marker, which the follow
+    loops skip) in the watch's queue: a loop waiting for its next entry wakes up."""
     await stopping.wait()
     with contextlib.suppress(asyncio.QueueFull):  # full: the loop has entries, it is awake
         watcher._updates.put_nowait(None)
 
 
-async def _cancelled(task: asyncio.Task[None]) -> None:
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended."""
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
 
@@ -866,8 +868,7 @@ async def _hand_over(queue: asyncio.Queue[Any], item: Any, acker: asyncio.Task[N
     await asyncio.wait({put, acker}, return_when=asyncio.FIRST_COMPLETED)
     if put.done():
         return True
-    put.cancel()
-    await asyncio.gather(put, return_exceptions=True)
+    await _cancelled(put)
     return False
 
 
