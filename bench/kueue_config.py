@@ -38,6 +38,10 @@ class ScenarioConfig:
     within_cluster_queue: str = "LowerPriority"
     # Berth's opt-in Configuration.spec.admission.borrowingYieldsToHigherPriority (not Kueue's).
     borrowing_yields: bool = False
+    # Berth's opt-in Configuration.spec.admission.waitTargets: (minPriority or None, wait).
+    wait_targets: tuple[tuple[int | None, str], ...] = ()
+    # The ClusterQueues' queueingStrategy StrictFIFO (Kueue's scenario: BestEffortFIFO).
+    strict_fifo: bool = False
     # Kueue's published means and thresholds (section 4 of the spec).
     kueue_mean: dict[str, float] = field(default_factory=dict)
     kueue_threshold: dict[str, float] = field(default_factory=dict)

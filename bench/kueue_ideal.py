@@ -199,6 +199,8 @@ def simulate_with_preemption(
     loop_cap: int = 200,
     cycle_s: float = 0.0,
     hold_s: float = 0.0,
+    hold_jitter_s: float = 0.0,
+    seed: int = 0,
 ) -> PreemptionResult:
     """Zero-latency event simulation with Kueue's classical preemption, on Berth's cores.
 
@@ -212,6 +214,10 @@ def simulate_with_preemption(
     until a round evicts nothing. A nominated preemptor that still did not get in is
     un-nominated and retried. An evicted workload is pending again with its creation time
     and restarts its run time from zero when re-admitted.
+
+    ``cycle_s``, ``hold_s``, ``hold_jitter_s`` and ``seed`` are :func:`simulate_ideal`'s. With
+    a config that does not preempt, this is Berth's admission core alone on the ideal's clock
+    (so its opt-in rules, such as wait targets, can be judged under latency).
     """
     # Imported here: bench.kueue_scheduler imports this module.
     from bench.kueue_scheduler import config_documents
@@ -226,6 +232,7 @@ def simulate_with_preemption(
     from shared.events import PodSet, WorkloadRef
 
     started = time.perf_counter()
+    rng = random.Random(seed)
     objects = [parse_object(d) for d in config_documents(config)]
     cluster_queues = {o.metadata.name: o for o in objects if isinstance(o, ClusterQueue)}
     scheduler = Scheduler()
@@ -270,7 +277,10 @@ def simulate_with_preemption(
                     usage={flavor_resource: plan.klass.request_cpu * 1000},
                 )
                 # Rounded so that a finish and an arrival at the same instant compare equal.
-                end = round(now + plan.klass.runtime_ms / 1000.0 + hold_s, 6)
+                end = now + plan.klass.runtime_ms / 1000.0 + hold_s
+                if hold_jitter_s:
+                    end += rng.expovariate(1.0 / hold_jitter_s)
+                end = round(end, 6)
                 heapq.heappush(ends, (end, i, generation[i]))
                 waiting[plan.cluster_queue].pop(i, None)
                 touched.add(plan.cohort)

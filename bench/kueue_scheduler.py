@@ -92,7 +92,7 @@ def config_documents(config: ScenarioConfig) -> list[dict[str, Any]]:
                 "spec": {
                     "cohort": cohort,
                     "namespaceSelector": {},
-                    "queueingStrategy": "BestEffortFIFO",
+                    "queueingStrategy": "StrictFIFO" if config.strict_fifo else "BestEffortFIFO",
                     "flavorFungibility": {
                         "whenCanBorrow": "MayStopSearch",
                         "whenCanPreempt": "TryNextFlavor",
@@ -130,16 +130,38 @@ def config_documents(config: ScenarioConfig) -> list[dict[str, Any]]:
                 "spec": {"clusterQueue": cq},
             }
         )
+    admission: dict[str, Any] = {}
     if config.borrowing_yields:
+        admission["borrowingYieldsToHigherPriority"] = True
+    if config.wait_targets:
+        admission["waitTargets"] = [
+            {"wait": wait} if floor is None else {"minPriority": floor, "wait": wait}
+            for floor, wait in config.wait_targets
+        ]
+    if admission:
         documents.append(
             {
                 "apiVersion": "berth.dev/v1alpha1",
                 "kind": "Configuration",
                 "metadata": {"name": "berth"},
-                "spec": {"admission": {"borrowingYieldsToHigherPriority": True}},
+                "spec": {"admission": admission},
             }
         )
     return documents
+
+
+def parse_wait_targets(text: str) -> tuple[tuple[int | None, str], ...]:
+    """``200=2s,100=21s,25s``: minPriority=wait, or a wait alone for every other workload."""
+    targets: list[tuple[int | None, str]] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        floor, _, wait = item.rpartition("=")
+        try:
+            targets.append((int(floor) if floor else None, wait))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"invalid wait target {item!r} (use PRIORITY=WAIT or WAIT, e.g. 200=2s,25s)"
+            ) from None
+    return tuple(targets)
 
 
 def job_object(
@@ -674,7 +696,14 @@ def render(result: RunResult) -> str:
         f" {config.cohorts * config.cqs_per_cohort:,} ClusterQueues in {config.cohorts} cohorts,"
         f" preemption reclaimWithinCohort {config.reclaim_within_cohort} / withinClusterQueue"
         f" {config.within_cluster_queue}"
-        + (", borrowingYieldsToHigherPriority" if config.borrowing_yields else ""),
+        + (", StrictFIFO" if config.strict_fifo else "")
+        + (", borrowingYieldsToHigherPriority" if config.borrowing_yields else "")
+        + (
+            ", waitTargets "
+            + " ".join(f"{floor or 'other'}={wait}" for floor, wait in config.wait_targets)
+            if config.wait_targets
+            else ""
+        ),
         "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
         "  ".join("-" * w for w in widths),
     ]
@@ -705,6 +734,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Berth's opt-in borrowingYieldsToHigherPriority (not Kueue's behaviour)",
     )
+    parser.add_argument(
+        "--strict-fifo", action="store_true", help="ClusterQueues with queueingStrategy StrictFIFO"
+    )
+    parser.add_argument(
+        "--wait-targets",
+        type=parse_wait_targets,
+        default=(),
+        metavar="PRIORITY=WAIT,...,WAIT",
+        help="Berth's opt-in deadline order (Configuration.spec.admission.waitTargets)",
+    )
     args = parser.parse_args(argv)
     config = CONFIGS[args.config]
     label = config.name
@@ -717,6 +756,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.borrowing_yields:
         config = replace(config, borrowing_yields=True)
         label = f"{label}-borrowing-yields"
+    if args.strict_fifo:
+        config = replace(config, strict_fifo=True)
+        label = f"{label}-strict-fifo"
+    if args.wait_targets:
+        config = replace(config, wait_targets=args.wait_targets)
+        label = f"{label}-wait-targets"
     result = run_benchmark(
         config, data_dir=args.data_dir, out_dir=args.out, timeout=args.timeout, label=label
     )

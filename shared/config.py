@@ -39,6 +39,7 @@ __all__ = [
     "ObjectMeta",
     "PriorityClass",
     "ResourceFlavor",
+    "WaitTarget",
     "WorkloadPriorityClass",
     "ageing_for",
     "decode_object",
@@ -339,11 +340,22 @@ class FairSharingSettings(_Spec):
     )
 
 
+class WaitTarget(_Spec):
+    """Workloads of at least ``min_priority`` (every workload, without it) should be admitted
+    within ``wait`` of their creation."""
+
+    wait: str
+    min_priority: int | None = None
+
+
 class AdmissionSettings(_Spec):
     # While a workload waits for quota, lower-priority workloads of its cohort may still use
     # their own ClusterQueue's nominal quota but do not borrow the room it waits for. Off:
     # Kueue's BestEffortFIFO, where whatever fits is admitted.
     borrowing_yields_to_higher_priority: bool = False
+    # Set: pending workloads are ordered by deadline (creation + the target of their
+    # priority), earliest first, instead of by priority. Empty: Kueue's priority order.
+    wait_targets: list[WaitTarget] = []
 
 
 class ConfigurationSpec(_Spec):
@@ -476,7 +488,23 @@ def parse_object(document: Any, *, where: str = "document") -> ConfigObject:
     _check_quantities(obj, where=f"{where}: {kind} {name}")
     if isinstance(obj, ClusterQueuePolicy):
         _check_policy(obj, where=f"{where}: {kind} {name}")
+    if isinstance(obj, Configuration):
+        _check_wait_targets(obj.spec.admission.wait_targets, where=f"{where}: {kind} {name}")
     return obj
+
+
+def _check_wait_targets(targets: list[WaitTarget], *, where: str) -> None:
+    floors: set[int | None] = set()
+    for index, target in enumerate(targets):
+        path = f"spec.admission.waitTargets[{index}]"
+        try:
+            parse_duration(target.wait)
+        except ValueError as error:
+            raise ConfigError(f"{where}: `{path}.wait`: {error}") from error
+        if target.min_priority in floors:
+            floor = "no minPriority" if target.min_priority is None else "this minPriority"
+            raise ConfigError(f"{where}: `{path}`: another target already has {floor}")
+        floors.add(target.min_priority)
 
 
 def _check_policy(policy: ClusterQueuePolicy, *, where: str) -> None:

@@ -187,6 +187,33 @@ def test_null_namespace_selector_matches_nothing_and_expressions_work() -> None:
             },
             "Expected `int`",
         ),
+        (
+            {
+                "apiVersion": "berth.dev/v1alpha1",
+                "kind": "Configuration",
+                "metadata": {"name": "berth"},
+                "spec": {"admission": {"waitTargets": [{"minPriority": 100, "wait": "soon"}]}},
+            },
+            "`spec.admission.waitTargets[0].wait`: invalid duration 'soon'",
+        ),
+        (
+            {
+                "apiVersion": "berth.dev/v1alpha1",
+                "kind": "Configuration",
+                "metadata": {"name": "berth"},
+                "spec": {"admission": {"waitTargets": [{"wait": "20s"}, {"wait": "30s"}]}},
+            },
+            "`spec.admission.waitTargets[1]`: another target already has no minPriority",
+        ),
+        (
+            {
+                "apiVersion": "berth.dev/v1alpha1",
+                "kind": "Configuration",
+                "metadata": {"name": "berth"},
+                "spec": {"admission": {"waitTargets": [{"minPriority": 5}]}},
+            },
+            "missing required field `wait`",
+        ),
     ],
 )
 def test_bad_objects_name_the_problem(document: dict[str, object], message: str) -> None:

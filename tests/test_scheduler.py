@@ -972,6 +972,83 @@ def test_borrowing_does_not_yield_to_an_equal_priority() -> None:
     assert admitted(s.schedule()) == ["peer"]
 
 
+def berth_configuration(**admission: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "Configuration",
+        "metadata": {"name": "berth"},
+        "spec": {"admission": admission},
+    }
+
+
+# Larges (priority 200) are due 1 s after creation, everything else 25 s after.
+TARGETS = [{"minPriority": 200, "wait": "1s"}, {"wait": "25s"}]
+
+
+def test_wait_targets_order_by_deadline_not_priority() -> None:
+    """An old low-priority workload is due before a large created 30 s later, and goes first;
+    a large created before it was due goes before it."""
+    objects = simple(cpu=4) + config(berth_configuration(waitTargets=TARGETS))
+    s = scheduler(objects, wl("running", cpu="4", t=0))
+    assert admitted(s.schedule()) == ["running"]
+    s.submit(wl("old-small", cpu="4", t=1, priority=50))  # due at 26
+    s.submit(wl("late-large", cpu="4", t=30, priority=200))  # due at 31
+    s.submit(wl("early-large", cpu="4", t=20, priority=200))  # due at 21
+    s.schedule()
+    order = []
+    for finished in ["running", "early-large", "old-small"]:
+        s.finish(ref(finished))
+        order += admitted(s.schedule())
+    assert order == ["early-large", "old-small", "late-large"]
+
+
+def test_a_workload_no_target_covers_queues_after_every_covered_one() -> None:
+    objects = simple(cpu=4) + config(
+        berth_configuration(waitTargets=[{"minPriority": 100, "wait": "10s"}])
+    )
+    s = scheduler(objects, wl("running", cpu="4", t=0))
+    s.schedule()
+    s.submit(wl("uncovered-high", cpu="4", t=1, priority=99))
+    s.submit(wl("uncovered-low", cpu="4", t=0, priority=1))
+    s.submit(wl("covered", cpu="4", t=50, priority=100))  # due at 60
+    s.schedule()
+    order = []
+    for finished in ["running", "covered", "uncovered-high"]:
+        s.finish(ref(finished))
+        order += admitted(s.schedule())
+    assert order == ["covered", "uncovered-high", "uncovered-low"]
+
+
+def test_with_wait_targets_borrowing_yields_to_an_earlier_deadline() -> None:
+    """Yielding goes by deadline: a large (due at 4) borrows past a small due at 28, but a
+    large created at 30 (due at 31) does not borrow past the small due at 28 (nor past its
+    priority: it yields to the earlier deadline)."""
+    documents = [
+        flavor("f"),
+        cq("a", group(["cpu"], ("f", {"cpu": 4})), cohort="c"),
+        cq("b", group(["cpu"], ("f", {"cpu": 4})), cohort="c"),
+        lq("qa", "a"),
+        lq("qb", "b"),
+        berth_configuration(borrowingYieldsToHigherPriority=True, waitTargets=TARGETS),
+    ]
+    s = scheduler(
+        config(*documents), wl("a-run", "qa", cpu="2", t=0), wl("b-run", "qb", cpu="3", t=0)
+    )
+    assert admitted(s.schedule()) == ["a-run", "b-run"]
+    s.submit(wl("small", "qa", cpu="4", t=3, priority=50))  # due at 28; a has 3 CPU free
+    assert "1 more needed" in pending(s.schedule())["small"].message
+    s.submit(wl("late-large", "qb", cpu="2", t=30, priority=200))  # would borrow 1 CPU
+    decisions = s.schedule()
+    assert admitted(decisions) == []
+    assert "priority 50 due earlier waits for quota in cohort c" in (
+        pending(decisions)["late-large"].message
+    )
+    s.finish(ref("a-run"))
+    assert admitted(s.schedule()) == ["small"]
+    s.finish(ref("b-run"))
+    assert admitted(s.schedule()) == ["late-large"]
+
+
 def test_parked_workloads_of_one_shape_are_retried_one_after_another() -> None:
     """A release retries the first parked workload of each shape; each admission releases
     the next of its shape, so everything that fits still gets in, in queue order."""

@@ -1,6 +1,7 @@
 """Per-ClusterQueue pending queues: ordering, StrictFIFO blocking, BestEffortFIFO parking.
 
-Order is Kueue's: effective priority descending, then queue time, then uid. Each queue is a
+Order is Kueue's: effective priority descending, then queue time, then uid; with wait targets
+(services/admission/deadlines.py) the deadline comes before all three. Each queue is a
 binary heap with lazy deletion: a record's ``key`` is the identity of its live heap entry, so
 changing or removing a record only replaces ``key`` and stale entries are dropped when they
 surface. Nothing is ever re-sorted wholesale.
@@ -37,18 +38,23 @@ __all__ = [
 
 PENDING, ADMITTED, FINISHED = 0, 1, 2
 
-OrderKey = tuple[int, float, str]
-
-
-# Added to a reserved workload's priority so that it sorts before any unreserved one.
-RESERVATION_RANK = 1 << 40
+# (-rank: nominated 2, reserved 1, else 0; deadline; -priority; queue time; uid)
+OrderKey = tuple[int, float, int, float, str]
 
 
 def order_key(
-    priority: int, queue_time: float, uid: str, *, reserved: bool = False, nominated: bool = False
+    priority: int,
+    queue_time: float,
+    uid: str,
+    *,
+    deadline: float = 0.0,
+    reserved: bool = False,
+    nominated: bool = False,
 ) -> OrderKey:
-    rank = 2 * RESERVATION_RANK if nominated else RESERVATION_RANK if reserved else 0
-    return (-(priority + rank), queue_time, uid)
+    """Nominated, then reserved workloads go first; then the earliest deadline (all 0 without
+    wait targets), then Kueue's order."""
+    rank = 2 if nominated else 1 if reserved else 0
+    return (-rank, deadline, -priority, queue_time, uid)
 
 
 class Record:
@@ -118,7 +124,7 @@ class ClusterQueueQueue:
         self.size = 0  # queued records, parked included
 
     def _live(self, key: OrderKey) -> Record | None:
-        record = self.records.get(key[2])
+        record = self.records.get(key[4])
         if record is None or record.key is not key or record.parked:
             return None
         return record
@@ -169,12 +175,12 @@ class ClusterQueueQueue:
         group = self.parked.get(shape)
         while group:
             key = heapq.heappop(group)
-            record = self.records.get(key[2])
+            record = self.records.get(key[4])
             if record is None or record.key is not key or not record.parked:
                 continue  # removed, re-placed or released since
             record.parked = False
             # A fresh entry: the old one was popped (or is stale) when it was parked.
-            record.key = (key[0], key[1], key[2])
+            record.key = (key[0], key[1], key[2], key[3], key[4])
             heapq.heappush(self.heap, record.key)
             break
         if group is not None and not group:
@@ -185,16 +191,16 @@ class ClusterQueueQueue:
         seen: set[str] = set()
         result: list[Record] = []
         for key in self.heap:
-            record = self.records.get(key[2])
-            if record is not None and record.key is key and key[2] not in seen:
-                seen.add(key[2])
+            record = self.records.get(key[4])
+            if record is not None and record.key is key and key[4] not in seen:
+                seen.add(key[4])
                 result.append(record)
         for group in self.parked.values():
             for key in group:
-                record = self.records.get(key[2])
+                record = self.records.get(key[4])
                 if record is not None and record.parked and record.key is key:
-                    if key[2] not in seen:
-                        seen.add(key[2])
+                    if key[4] not in seen:
+                        seen.add(key[4])
                         result.append(record)
         result.sort(key=lambda record: record.key or ())
         return result

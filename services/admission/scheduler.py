@@ -17,6 +17,7 @@ import heapq
 from collections.abc import Iterable
 from typing import Any
 
+from services.admission.deadlines import WaitTargets
 from services.admission.flavors import (
     AssignResult,
     ClusterQueueInfo,
@@ -41,7 +42,7 @@ from services.admission.queues import (
     Record,
     order_key,
 )
-from services.admission.waiting import WaitingForRoom
+from services.admission.waiting import Rank, WaitingForRoom
 from shared.config import (
     ClusterQueue,
     Cohort,
@@ -100,6 +101,8 @@ class Scheduler:
         # Configuration.spec.admission.borrowingYieldsToHigherPriority, and who waits.
         self._borrowing_yields = False
         self._waiting = WaitingForRoom()
+        # Configuration.spec.admission.waitTargets: deadline order when set.
+        self._wait_targets = WaitTargets()
         self._ready: set[str] = set()  # queues to look at in the next pass
         self._dirty: set[str] = set()  # queues whose parked / blocked workloads get a retry
         self._out: list[Decision] = []  # decisions made outside schedule(), drained by it
@@ -118,9 +121,11 @@ class Scheduler:
         objects = list(objects)
         cluster_queues = [o for o in objects if isinstance(o, ClusterQueue)]
         configurations = [o for o in objects if isinstance(o, Configuration)]
-        self._borrowing_yields = bool(configurations) and (
-            configurations[0].spec.admission.borrowing_yields_to_higher_priority
+        admission = configurations[0].spec.admission if configurations else None
+        self._borrowing_yields = admission is not None and (
+            admission.borrowing_yields_to_higher_priority
         )
+        self._wait_targets = WaitTargets(admission.wait_targets if admission else ())
         self._waiting.clear()  # every pending workload is judged again in the next pass
         cohorts = [o for o in objects if isinstance(o, Cohort)]
         self._flavors = {
@@ -239,10 +244,12 @@ class Scheduler:
             )
             return
         record.cq = cq_name
+        priority = record.effective_priority
         record.key = order_key(
-            record.effective_priority,
+            priority,
             wl.queue_time,
             wl.ref.uid,
+            deadline=self._wait_targets.deadline(priority, wl.queue_time),
             reserved=wl.reserved,
             nominated=wl.nominated,
         )
@@ -534,11 +541,11 @@ class Scheduler:
                 if not result.fits:
                     failed[shape] = (version, result)
             self.decisions += 1
-            yields_to: int | None = None
+            yields_to: Rank | None = None
             if result.fits and result.borrows:
                 if not borrowing and not self._borrowing_yields:
                     # Kueue admits heads that need no borrowing first. (Yielding goes by
-                    # priority: a higher-priority borrower goes before lower non-borrowers.)
+                    # order: a borrower goes before non-borrowers that come after it.)
                     heapq.heappush(heads, (1, key, name))
                     continue
                 yields_to = self._yields_to(name, record)
@@ -547,9 +554,10 @@ class Scheduler:
                 queue.release_one(record.shape)  # the next of its shape may fit too
             else:
                 if yields_to is not None:
+                    due = " due earlier" if self._wait_targets.enabled else ""
                     message = (
-                        f"couldn't borrow: a workload of priority {yields_to} waits for quota in"
-                        f" cohort {self._root_of.get(name, name)}"
+                        f"couldn't borrow: a workload of priority {-yields_to[1]}{due} waits"
+                        f" for quota in cohort {self._root_of.get(name, name)}"
                     )
                     self._note(record, name, PENDING_REASON, message)
                 else:
@@ -574,19 +582,26 @@ class Scheduler:
         self._out = []
         return out
 
-    def _yields_to(self, cq_name: str, record: Record) -> int | None:
-        """The priority a borrowing ``record`` must yield to, if it must."""
+    @staticmethod
+    def _rank(record: Record) -> Rank:
+        """Where ``record`` stands for yielding: (deadline, -priority) from its order key."""
+        key = record.key
+        assert key is not None
+        return (key[1], key[2])
+
+    def _yields_to(self, cq_name: str, record: Record) -> Rank | None:
+        """The rank of the waiting workload a borrowing ``record`` must yield to, if any."""
         if not self._borrowing_yields:
             return None
-        waiting = self._waiting.highest(self._root_of.get(cq_name, cq_name))
-        return waiting if waiting is not None and waiting > record.effective_priority else None
+        waiting = self._waiting.best(self._root_of.get(cq_name, cq_name))
+        return waiting if waiting is not None and waiting < self._rank(record) else None
 
     def _track_waiting(self, record: Record, cq_name: str, waits_for_room: bool) -> None:
         if not self._borrowing_yields:
             return  # nobody yields: nothing to keep
         uid = record.wl.ref.uid
         if waits_for_room:
-            self._waiting.add(uid, self._root_of.get(cq_name, cq_name), record.effective_priority)
+            self._waiting.add(uid, self._root_of.get(cq_name, cq_name), self._rank(record))
         else:
             self._waiting.remove(uid)
 
