@@ -985,37 +985,41 @@ def berth_configuration(**admission: Any) -> dict[str, Any]:
 TARGETS = [{"minPriority": 200, "wait": "1s"}, {"wait": "25s"}]
 
 
+def one_at_a_time(targets: list[dict[str, Any]], *queued: tuple[str, float, int]) -> list[str]:
+    """The order in which ``queued`` (name, queue time, priority), each taking the whole
+    4 CPU ClusterQueue, get in, one finishing after the other."""
+    objects = simple(cpu=4) + config(berth_configuration(waitTargets=targets))
+    s = scheduler(objects, wl("running", cpu="4", t=0))
+    assert admitted(s.schedule()) == ["running"]
+    for name, t, priority in queued:
+        s.submit(wl(name, cpu="4", t=t, priority=priority))
+    assert admitted(s.schedule()) == []
+    order: list[str] = []
+    for _ in queued:
+        s.finish(ref(order[-1] if order else "running"))
+        order += admitted(s.schedule())
+    return order
+
+
 def test_wait_targets_order_by_deadline_not_priority() -> None:
     """An old low-priority workload is due before a large created 30 s later, and goes first;
     a large created before it was due goes before it."""
-    objects = simple(cpu=4) + config(berth_configuration(waitTargets=TARGETS))
-    s = scheduler(objects, wl("running", cpu="4", t=0))
-    assert admitted(s.schedule()) == ["running"]
-    s.submit(wl("old-small", cpu="4", t=1, priority=50))  # due at 26
-    s.submit(wl("late-large", cpu="4", t=30, priority=200))  # due at 31
-    s.submit(wl("early-large", cpu="4", t=20, priority=200))  # due at 21
-    s.schedule()
-    order = []
-    for finished in ["running", "early-large", "old-small"]:
-        s.finish(ref(finished))
-        order += admitted(s.schedule())
+    order = one_at_a_time(
+        TARGETS,
+        ("old-small", 1, 50),  # due at 26
+        ("late-large", 30, 200),  # due at 31
+        ("early-large", 20, 200),  # due at 21
+    )
     assert order == ["early-large", "old-small", "late-large"]
 
 
 def test_a_workload_no_target_covers_queues_after_every_covered_one() -> None:
-    objects = simple(cpu=4) + config(
-        berth_configuration(waitTargets=[{"minPriority": 100, "wait": "10s"}])
+    order = one_at_a_time(
+        [{"minPriority": 100, "wait": "10s"}],
+        ("uncovered-high", 1, 99),
+        ("uncovered-low", 0, 1),
+        ("covered", 50, 100),  # due at 60
     )
-    s = scheduler(objects, wl("running", cpu="4", t=0))
-    s.schedule()
-    s.submit(wl("uncovered-high", cpu="4", t=1, priority=99))
-    s.submit(wl("uncovered-low", cpu="4", t=0, priority=1))
-    s.submit(wl("covered", cpu="4", t=50, priority=100))  # due at 60
-    s.schedule()
-    order = []
-    for finished in ["running", "covered", "uncovered-high"]:
-        s.finish(ref(finished))
-        order += admitted(s.schedule())
     assert order == ["covered", "uncovered-high", "uncovered-low"]
 
 
