@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: install up test lint typecheck check bench-admission bench-victims bench-ageing \
-	bench-kueue-baseline bench-kueue-large bench-kueue-yielding clean
+	bench-kueue-baseline bench-kueue-large bench-kueue-yielding bench-kueue-deadlines clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -42,6 +42,10 @@ bench-kueue-large: install      ## the same, large-scale (50,000 workloads, 1,00
 
 bench-kueue-yielding: install   ## baseline without preemption, borrowing yields to waiting priorities
 	$(PY) bench/kueue_scheduler.py --config baseline --no-preemption --borrowing-yields
+
+bench-kueue-deadlines: install  ## the same, ordered by deadline: the per-class goals as wait targets
+	$(PY) bench/kueue_scheduler.py --config baseline --no-preemption --borrowing-yields \
+		--strict-fifo --wait-targets 200=2s,100=21s,25s
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

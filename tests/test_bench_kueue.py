@@ -5,14 +5,16 @@ asserted here; `make bench-kueue-baseline` is the measurement."""
 
 from __future__ import annotations
 
+import argparse
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bench.kueue_config import BASELINE, LARGE_SCALE, plan_workloads
-from bench.kueue_ideal import _decision_time, simulate_ideal
-from bench.kueue_scheduler import render, run_benchmark
+from bench.kueue_ideal import _decision_time, simulate_ideal, simulate_with_preemption
+from bench.kueue_scheduler import GOALS, parse_wait_targets, render, run_benchmark
 
 
 def test_ideal_schedule_matches_the_spec_bounds() -> None:
@@ -56,6 +58,28 @@ def test_the_reference_schedule_needs_runs_that_finish_together() -> None:
     assert simulate_ideal(BASELINE, hold_jitter_s=0.002, seed=1).avg_wait("large") > 4.0
     strict = simulate_ideal(BASELINE, rule="strict", hold_jitter_s=0.002)
     assert strict.avg_wait("large") < 1.0 and strict.avg_wait("small") > 40.0
+
+
+def test_the_goals_as_wait_targets_hold_whatever_the_timing() -> None:
+    """Berth's own admission core on the ideal's clock, no preemption. Borrowing that yields
+    by priority loses the large goal to 2 ms of jitter; with the goals written as wait
+    targets (deadline order, StrictFIFO) every per-class goal holds at 0, 2 and 10 ms."""
+    yielding = replace(BASELINE.without_preemption(), borrowing_yields=True)
+    assert simulate_with_preemption(yielding, hold_jitter_s=0.002).avg_wait("large") > 2.0
+    deadlines = replace(
+        yielding, strict_fifo=True, wait_targets=parse_wait_targets("200=2s,100=21s,25s")
+    )
+    for jitter in (0.0, 0.002, 0.01):
+        result = simulate_with_preemption(deadlines, hold_jitter_s=jitter, hold_s=jitter)
+        for klass in ("small", "medium", "large"):
+            assert result.avg_wait(klass) <= GOALS["baseline"][klass], (jitter, klass)
+        assert result.wall <= GOALS["baseline"]["wall"]
+
+
+def test_wait_targets_on_the_command_line() -> None:
+    assert parse_wait_targets("200=2s, 100=21s,25s") == ((200, "2s"), (100, "21s"), (None, "25s"))
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid wait target 'high=2s'"):
+        parse_wait_targets("high=2s")
 
 
 @pytest.mark.timeout(180)
