@@ -19,9 +19,25 @@ def age(timestamp: str | None, *, now: datetime | None = None) -> str:
     """kubectl's short age: 45s, 5m, 3h, 2d."""
     if not timestamp:
         return ""
+    return _short(max(_seconds_since(timestamp, now), 0))
+
+
+def due(timestamp: str | None, *, now: datetime | None = None) -> str:
+    """How far a deadline is: ``in 20s``, ``now``, or ``5m late``."""
+    if not timestamp:
+        return ""
+    seconds = _seconds_since(timestamp, now)
+    if seconds == 0:
+        return "now"
+    return f"{_short(seconds)} late" if seconds > 0 else f"in {_short(-seconds)}"
+
+
+def _seconds_since(timestamp: str, now: datetime | None) -> int:
     then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
-    seconds = max(seconds, 0)
+    return int(((now or datetime.now(UTC)) - then).total_seconds())
+
+
+def _short(seconds: int) -> str:
     if seconds < 120:
         return f"{seconds}s"
     if seconds < 3600 * 2:
@@ -167,4 +183,8 @@ def pending_rows(items: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]
         ]
         for item in items
     ]
+    if any("dueAt" in item for item in items):  # wait targets are set
+        headers.insert(-1, "DUE")
+        for row, item in zip(rows, items, strict=True):
+            row.insert(-1, due(item.get("dueAt")))
     return headers, rows

@@ -1,10 +1,22 @@
-"""Durations as people write them in YAML: "200ms", "1.5s", "2m", "1h", "30" (seconds)."""
+"""Time as text: durations as people write them in YAML ("200ms", "1.5s", "2m", "1h", "30"
+for seconds), and timestamps as Kubernetes writes them (RFC 3339, whole seconds, UTC)."""
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
-__all__ = ["parse_duration"]
+__all__ = ["kube_timestamp", "parse_duration"]
+
+
+def kube_timestamp(when: datetime | float) -> str:
+    """``2026-11-24T02:30:00Z`` for a datetime or epoch seconds (metav1.Time's format)."""
+    if not isinstance(when, datetime):
+        when = datetime.fromtimestamp(when, UTC)
+    elif when.tzinfo is not None:
+        when = when.astimezone(UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}

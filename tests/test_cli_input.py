@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nats.js.errors
 import pytest
 
+from berth_cli.get import due
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus
 from tests.conftest import FIXTURES, berth
 
@@ -160,3 +162,11 @@ def test_schema_is_json_schema(tmp_path: Path) -> None:
     """`berth schema` prints a JSON Schema naming every event type."""
     schema = json.loads(berth("schema", url="nats://127.0.0.1:1").stdout)
     assert "WorkloadAdmitted" in schema["$defs"]
+
+
+def test_deadlines_read_as_in_now_or_late() -> None:
+    now = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
+    assert due("2026-11-24T12:00:20Z", now=now) == "in 20s"
+    assert due("2026-11-24T12:00:00Z", now=now) == "now"
+    assert due("2026-11-24T11:55:00Z", now=now) == "5m late"
+    assert due(None, now=now) == ""

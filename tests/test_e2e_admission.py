@@ -118,3 +118,48 @@ def test_namespace_selector_keeps_other_teams_out(stack: Stack, tmp_path: Path) 
     assert berth("delete", "localqueue", "sneaky", "-n", "team-b", url=url).stdout.strip() == (
         "localqueue.kueue.x-k8s.io/sneaky deleted"
     )
+
+
+def test_wait_targets_put_a_job_that_is_due_before_a_higher_priority_one(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Applied with `berth apply`: a low-priority job due at once queues ahead of a
+    high-priority one due in an hour, and is admitted first; a bad target is refused with the
+    field named, and the configuration in force stays."""
+    url = stack.url
+    setup = FIXTURES / "wait-targets.yaml"
+    berth("apply", "-f", str(setup), url=url)
+    submit_manifest(url, tmp_path, job_manifest("blocker", cpu=1))
+    eventually(lambda: all(is_admitted(w) for w in get_json(url, "workloads")))
+    submit_manifest(url, tmp_path, job_manifest("high", cpu=1, priority_class="high"))
+    submit_manifest(url, tmp_path, job_manifest("low", cpu=1))
+
+    def positions() -> dict[str, int]:
+        workloads = {w["metadata"]["name"]: w for w in get_json(url, "workloads")}
+        result = {
+            n: workloads[n]["status"]["berth"].get("positionInClusterQueue") for n in workloads
+        }
+        assert result == {"blocker": None, "low": 0, "high": 1}
+        return result
+
+    eventually(positions)
+    [low] = [w for w in get_json(url, "workloads") if w["metadata"]["name"] == "low"]
+    assert low["status"]["berth"]["dueAt"] <= low["metadata"]["creationTimestamp"]  # due at once
+    table = berth("get", "pending", "cq", url=url).stdout.splitlines()
+    assert "DUE" in table[0].split()
+    assert "high" in table[2] and "in 59m" in table[2], table  # due an hour after creation
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(setup.read_text().replace("wait: 0s", "wait: now"))
+    refused = berth("apply", "-f", str(bad), url=url, check=False)
+    assert refused.returncode != 0
+    assert "`spec.admission.waitTargets[1].wait`: invalid duration 'now'" in refused.stderr
+    eventually(positions)  # the targets in force did not change
+
+    berth("delete", "workload", "blocker", url=url)
+
+    def admitted_names() -> list[str]:
+        names = [w["metadata"]["name"] for w in get_json(url, "workloads") if is_admitted(w)]
+        assert names
+        return names
+
+    assert eventually(admitted_names) == ["low"]

@@ -22,6 +22,7 @@ from services.admission.model import WorkloadView
 from services.admission.workload_objects import render_workload
 from shared.bus import API_SUBJECT
 from shared.config import ClusterQueue, LocalQueue, encode_object
+from shared.durations import kube_timestamp
 from shared.logging import get_logger
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ def view_fields(view: WorkloadView) -> dict[str, Any]:
         "position_in_cluster_queue": view.position_in_cluster_queue,
         "position_in_local_queue": view.position_in_local_queue,
         "reason": view.message or view.reason,
+        "due_at": None if view.due is None else kube_timestamp(view.due),
     }
 
 
@@ -137,6 +139,8 @@ def pending(service: AdmissionService, request: Request) -> dict[str, Any]:
                 "reason": fields["reason"],
             }
         )
+        if fields["due_at"] is not None:
+            rows[-1]["dueAt"] = fields["due_at"]
     rows.sort(key=lambda row: (row["clusterQueue"], row["positionInClusterQueue"] or 0))
     return _page(rows, request)
 

@@ -74,3 +74,4 @@ class WorkloadView:
     position_in_cluster_queue: int | None = None  # 0-based, pending and queued only
     position_in_local_queue: int | None = None
     generation: int = 0  # how many times it has been admitted
+    due: float | None = None  # queued under wait targets: when it is due (epoch seconds)

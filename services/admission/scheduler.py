@@ -14,6 +14,7 @@ something happened since the last one (new workload, freed quota in the cohort, 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -692,6 +693,11 @@ class Scheduler:
             "conditions": [condition],
         }
 
+    def _due(self, record: Record) -> float | None:
+        if not self._wait_targets.enabled or record.key is None or record.key[1] == math.inf:
+            return None
+        return record.key[1]
+
     def workload_views(self) -> list[WorkloadView]:
         """Every known workload, with queue positions for the queued pending ones."""
         cq_position: dict[str, int] = {}
@@ -721,6 +727,7 @@ class Scheduler:
                     position_in_cluster_queue=cq_position.get(uid),
                     position_in_local_queue=lq_position.get(uid),
                     generation=record.generation,
+                    due=self._due(record),
                 )
             )
         return views

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.durations import kube_timestamp
 from shared.events import (
     EvictionRequested,
     WorkloadAdmitted,
@@ -119,7 +120,7 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
                 "status": condition.status,
                 "reason": condition.reason,
                 "message": condition.message,
-                "lastTransitionTime": condition.time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "lastTransitionTime": kube_timestamp(condition.time),
             }
             for kind, condition in record.conditions.items()
         ],
@@ -145,6 +146,8 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
         "basePriority": view.get("base_priority", view.get("priority", 0)),
         "effectivePriority": view.get("priority", 0),
     }
+    if view.get("due_at") is not None:
+        berth["dueAt"] = view["due_at"]
     for key in ("position_in_cluster_queue", "position_in_local_queue"):
         if view.get(key) is not None:
             berth["positionInClusterQueue" if "cluster" in key else "positionInLocalQueue"] = view[
@@ -158,7 +161,7 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
             "name": ref.name,
             "namespace": ref.namespace,
             "uid": ref.uid,
-            "creationTimestamp": submitted.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "creationTimestamp": kube_timestamp(submitted.created),
             "labels": submitted.labels,
         },
         "spec": spec,

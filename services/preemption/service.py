@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from services.preemption import metrics
 from services.preemption.cluster import Cluster
 from services.preemption.victims import FITS, Running, SearchResult, find_victims
 from shared.config_mirror import ConfigMirror
+from shared.durations import kube_timestamp
 from shared.events import (
     STATE_SUBJECTS,
     AnyEvent,
@@ -151,7 +151,7 @@ class PreemptionService:
             if ends:
                 until = max(ends)
                 self.due[uid] = time.monotonic() + max(0.0, until - wall) + 0.05
-                when = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                when = kube_timestamp(until)
                 message = (
                     f"preemption must wait: {len(ends)} candidate workload(s) are protected by"
                     f" the minimum run time until {when}"
