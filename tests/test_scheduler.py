@@ -916,9 +916,18 @@ def test_same_shaped_workloads_share_a_failure_until_usage_changes() -> None:
     assert "3 more needed" in reasons["c"].message
 
 
-def _yield_setup(yields: bool) -> Scheduler:
-    """Cohort c: a and b with 4 CPU each. a-run (2) and b-run (3) are admitted; then big
-    (4 CPU, priority 10) waits in a, which has only 3 CPU it could use."""
+def berth_configuration(**admission: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "Configuration",
+        "metadata": {"name": "berth"},
+        "spec": {"admission": admission},
+    }
+
+
+def _cohort_with_a_waiter(waiter: QueuedWorkload, **admission: Any) -> Scheduler:
+    """Cohort c: a and b with 4 CPU each. a-run (2) and b-run (3) are admitted; then
+    ``waiter`` (4 CPU) waits in a, which has only 3 CPU it could use."""
     documents = [
         flavor("f"),
         cq("a", group(["cpu"], ("f", {"cpu": 4})), cohort="c"),
@@ -926,22 +935,20 @@ def _yield_setup(yields: bool) -> Scheduler:
         lq("qa", "a"),
         lq("qb", "b"),
     ]
-    if yields:
-        documents.append(
-            {
-                "apiVersion": "berth.dev/v1alpha1",
-                "kind": "Configuration",
-                "metadata": {"name": "berth"},
-                "spec": {"admission": {"borrowingYieldsToHigherPriority": True}},
-            }
-        )
+    if admission:
+        documents.append(berth_configuration(**admission))
     s = scheduler(
         config(*documents), wl("a-run", "qa", cpu="2", t=1), wl("b-run", "qb", cpu="3", t=2)
     )
     assert admitted(s.schedule()) == ["a-run", "b-run"]
-    s.submit(wl("big", "qa", cpu="4", t=3, priority=10))
-    assert "1 more needed" in pending(s.schedule())["big"].message
+    s.submit(waiter)
+    assert "1 more needed" in pending(s.schedule())[waiter.ref.name].message
     return s
+
+
+def _yield_setup(yields: bool) -> Scheduler:
+    admission = {"borrowingYieldsToHigherPriority": True} if yields else {}
+    return _cohort_with_a_waiter(wl("big", "qa", cpu="4", t=3, priority=10), **admission)
 
 
 def test_by_default_a_lower_priority_workload_borrows_the_room_a_higher_one_waits_for() -> None:
@@ -970,15 +977,6 @@ def test_borrowing_does_not_yield_to_an_equal_priority() -> None:
     s = _yield_setup(yields=True)
     s.submit(wl("peer", "qb", cpu="2", t=4, priority=10))
     assert admitted(s.schedule()) == ["peer"]
-
-
-def berth_configuration(**admission: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "berth.dev/v1alpha1",
-        "kind": "Configuration",
-        "metadata": {"name": "berth"},
-        "spec": {"admission": admission},
-    }
 
 
 # Larges (priority 200) are due 1 s after creation, everything else 25 s after.
@@ -1024,23 +1022,13 @@ def test_a_workload_no_target_covers_queues_after_every_covered_one() -> None:
 
 
 def test_with_wait_targets_borrowing_yields_to_an_earlier_deadline() -> None:
-    """Yielding goes by deadline: a large (due at 4) borrows past a small due at 28, but a
-    large created at 30 (due at 31) does not borrow past the small due at 28 (nor past its
-    priority: it yields to the earlier deadline)."""
-    documents = [
-        flavor("f"),
-        cq("a", group(["cpu"], ("f", {"cpu": 4})), cohort="c"),
-        cq("b", group(["cpu"], ("f", {"cpu": 4})), cohort="c"),
-        lq("qa", "a"),
-        lq("qb", "b"),
-        berth_configuration(borrowingYieldsToHigherPriority=True, waitTargets=TARGETS),
-    ]
-    s = scheduler(
-        config(*documents), wl("a-run", "qa", cpu="2", t=0), wl("b-run", "qb", cpu="3", t=0)
+    """Yielding goes by deadline: a large created at 30 (due at 31) does not borrow the room
+    a small due at 28 waits for, though its priority is higher."""
+    s = _cohort_with_a_waiter(
+        wl("small", "qa", cpu="4", t=3, priority=50),  # due at 28
+        borrowingYieldsToHigherPriority=True,
+        waitTargets=TARGETS,
     )
-    assert admitted(s.schedule()) == ["a-run", "b-run"]
-    s.submit(wl("small", "qa", cpu="4", t=3, priority=50))  # due at 28; a has 3 CPU free
-    assert "1 more needed" in pending(s.schedule())["small"].message
     s.submit(wl("late-large", "qb", cpu="2", t=30, priority=200))  # would borrow 1 CPU
     decisions = s.schedule()
     assert admitted(decisions) == []
