@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 from shared.bus import Bus
 from shared.eventlog import read_events, usage_changes
 from shared.events import AnyEvent
-from tests.conftest import berth
+from tests.conftest import Stack, berth
 
 
 def get_json(url: str, *args: str) -> list[dict[str, Any]]:
@@ -144,3 +146,16 @@ def submit_manifest(url: str, folder: Any, manifest: dict[str, Any]) -> None:
     path = folder / f"{manifest['metadata']['name']}.json"
     path.write_text(json.dumps(manifest))
     berth("submit", "-f", str(path), url=url)
+
+
+def service_ports(stack: Stack) -> dict[str, str]:
+    """Each service's HTTP port, from the table `berth up` printed."""
+    table = "".join(stack.output)
+    return dict(re.findall(r"^(\w+)\s+\d+\s+http://127\.0\.0\.1:(\d+)", table, re.M))
+
+
+def scrape(stack: Stack, service: str) -> str:
+    """The Prometheus text a service serves on /metrics."""
+    port = service_ports(stack)[service]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())

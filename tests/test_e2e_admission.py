@@ -15,6 +15,7 @@ from tests.e2e import (
     is_admitted,
     job_manifest,
     peak_usage,
+    scrape,
     submit_manifest,
 )
 
@@ -164,3 +165,7 @@ def test_wait_targets_put_a_job_that_is_due_before_a_higher_priority_one(
         return names
 
     assert eventually(admitted_names) == ["low"]
+    metrics = scrape(stack, "admission")
+    # The blocker and low were due at creation: admitted late; high is still queued.
+    assert 'berth_admission_late_total{cluster_queue="cq"} 2.0' in metrics
+    assert 'berth_admission_wait_seconds_count{cluster_queue="cq"} 2.0' in metrics

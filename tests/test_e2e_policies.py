@@ -17,6 +17,7 @@ from tests.e2e import (
     get_json,
     is_admitted,
     job_manifest,
+    service_ports,
     submit_manifest,
 )
 
@@ -27,9 +28,7 @@ def _workloads(url: str) -> dict[str, dict[str, Any]]:
 
 def test_every_service_serves_probes_and_metrics(stack: Stack) -> None:
     """/healthz, /readyz and Prometheus /metrics answer on each service's HTTP port."""
-    ports = dict(
-        re.findall(r"^(\w+)\s+\d+\s+http://127\.0\.0\.1:(\d+)", "".join(stack.output), re.M)
-    )
+    ports = service_ports(stack)
     assert set(ports) == {"watcher", "admission", "preemption", "recovery"}
     for service, port in ports.items():
         for path in ("/healthz", "/readyz"):

@@ -37,6 +37,8 @@ class Admission:
     local_queue: str
     priority: int  # the base priority (without boost), as Kueue records it
     assignments: list[FlavorAssignment]
+    queue_time: float = 0.0  # epoch seconds: creation, kept across evictions
+    due: float | None = None  # its deadline under wait targets (epoch seconds)
 
 
 @dataclass(frozen=True, slots=True)

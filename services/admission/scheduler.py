@@ -607,6 +607,7 @@ class Scheduler:
             self._waiting.remove(uid)
 
     def _admit(self, record: Record, cq_name: str, result: AssignResult) -> None:
+        due = self._due(record)  # before unqueueing drops its order key
         self._unqueue(record)
         record.wl.nominated = False  # it got its room
         self._apply_admission(record, cq_name, result.assignments, result.usage)
@@ -618,6 +619,8 @@ class Scheduler:
                 local_queue=record.lq_name,
                 priority=record.base or 0,
                 assignments=result.assignments,
+                queue_time=record.wl.queue_time,
+                due=due,
             )
         )
 

@@ -230,6 +230,7 @@ class AdmissionService:
             return
         outgoing: list[Event] = drains
         now = time.monotonic()
+        wall = time.time()  # queue times and deadlines are epoch seconds
         for decision in decisions:
             record = self.records.get(decision.ref.uid)
             if isinstance(decision, Admission):
@@ -248,7 +249,12 @@ class AdmissionService:
                 )
                 if record is not None:
                     record.on_admitted(event)
+                waited = max(0.0, wall - decision.queue_time)
+                late = None if decision.due is None else max(0.0, wall - decision.due)
                 metrics.ADMITTED.labels(cluster_queue=decision.cluster_queue).inc()
+                metrics.WAIT_SECONDS.labels(cluster_queue=decision.cluster_queue).observe(waited)
+                if late:
+                    metrics.LATE.labels(cluster_queue=decision.cluster_queue).inc()
                 log.info(
                     "admitted",
                     workload=decision.ref.key,
@@ -256,6 +262,8 @@ class AdmissionService:
                     reason="fits",
                     priority=decision.priority,
                     generation=generation,
+                    waited_s=round(waited, 3),
+                    **({} if late is None else {"late_s": round(late, 3)}),
                 )
                 outgoing.append(event)
             elif isinstance(decision, Inadmissible):
