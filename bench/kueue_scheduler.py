@@ -700,7 +700,10 @@ def render(result: RunResult) -> str:
         + (", borrowingYieldsToHigherPriority" if config.borrowing_yields else "")
         + (
             ", waitTargets "
-            + " ".join(f"{floor or 'other'}={wait}" for floor, wait in config.wait_targets)
+            + " ".join(
+                f"{'other' if floor is None else floor}={wait}"
+                for floor, wait in config.wait_targets
+            )
             if config.wait_targets
             else ""
         ),
