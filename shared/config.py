@@ -502,7 +502,11 @@ def _check_wait_targets(targets: list[WaitTarget], *, where: str) -> None:
         except ValueError as error:
             raise ConfigError(f"{where}: `{path}.wait`: {error}") from error
         if target.min_priority in floors:
-            floor = "no minPriority" if target.min_priority is None else "this minPriority"
+            floor = (
+                "no minPriority"
+                if target.min_priority is None
+                else f"minPriority {target.min_priority}"
+            )
             raise ConfigError(f"{where}: `{path}`: another target already has {floor}")
         floors.add(target.min_priority)
 

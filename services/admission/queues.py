@@ -20,6 +20,7 @@ either, so a backlog of a thousand identical jobs costs one try per change, not 
 from __future__ import annotations
 
 import heapq
+from typing import Final
 
 from services.admission.flavors import pod_sets_shape
 from services.admission.model import QueuedWorkload
@@ -34,12 +35,14 @@ __all__ = [
     "OrderKey",
     "Record",
     "order_key",
+    "standing",
 ]
 
 PENDING, ADMITTED, FINISHED = 0, 1, 2
 
 # (-rank: nominated 2, reserved 1, else 0; deadline; -priority; queue time; uid)
 OrderKey = tuple[int, float, int, float, str]
+_UID: Final = 4  # where the uid sits in an OrderKey
 
 
 def order_key(
@@ -55,6 +58,12 @@ def order_key(
     wait targets), then Kueue's order."""
     rank = 2 if nominated else 1 if reserved else 0
     return (-rank, deadline, -priority, queue_time, uid)
+
+
+def standing(key: OrderKey) -> tuple[float, int]:
+    """(deadline, -priority): where a queued workload stands against another, reservations
+    and nominations aside (the deadline is 0 without wait targets)."""
+    return (key[1], key[2])
 
 
 class Record:
@@ -124,7 +133,7 @@ class ClusterQueueQueue:
         self.size = 0  # queued records, parked included
 
     def _live(self, key: OrderKey) -> Record | None:
-        record = self.records.get(key[4])
+        record = self.records.get(key[_UID])
         if record is None or record.key is not key or record.parked:
             return None
         return record
@@ -175,12 +184,12 @@ class ClusterQueueQueue:
         group = self.parked.get(shape)
         while group:
             key = heapq.heappop(group)
-            record = self.records.get(key[4])
+            record = self.records.get(key[_UID])
             if record is None or record.key is not key or not record.parked:
                 continue  # removed, re-placed or released since
             record.parked = False
             # A fresh entry: the old one was popped (or is stale) when it was parked.
-            record.key = (key[0], key[1], key[2], key[3], key[4])
+            record.key = (key[0], key[1], key[2], key[3], key[_UID])
             heapq.heappush(self.heap, record.key)
             break
         if group is not None and not group:
@@ -191,16 +200,16 @@ class ClusterQueueQueue:
         seen: set[str] = set()
         result: list[Record] = []
         for key in self.heap:
-            record = self.records.get(key[4])
-            if record is not None and record.key is key and key[4] not in seen:
-                seen.add(key[4])
+            record = self.records.get(key[_UID])
+            if record is not None and record.key is key and key[_UID] not in seen:
+                seen.add(key[_UID])
                 result.append(record)
         for group in self.parked.values():
             for key in group:
-                record = self.records.get(key[4])
+                record = self.records.get(key[_UID])
                 if record is not None and record.parked and record.key is key:
-                    if key[4] not in seen:
-                        seen.add(key[4])
+                    if key[_UID] not in seen:
+                        seen.add(key[_UID])
                         result.append(record)
         result.sort(key=lambda record: record.key or ())
         return result

@@ -42,6 +42,7 @@ from services.admission.queues import (
     OrderKey,
     Record,
     order_key,
+    standing,
 )
 from services.admission.waiting import Rank, WaitingForRoom
 from shared.config import (
@@ -585,10 +586,9 @@ class Scheduler:
 
     @staticmethod
     def _rank(record: Record) -> Rank:
-        """Where ``record`` stands for yielding: (deadline, -priority) from its order key."""
-        key = record.key
-        assert key is not None
-        return (key[1], key[2])
+        """Where a queued ``record`` stands for yielding."""
+        assert record.key is not None
+        return standing(record.key)
 
     def _yields_to(self, cq_name: str, record: Record) -> Rank | None:
         """The rank of the waiting workload a borrowing ``record`` must yield to, if any."""
@@ -697,9 +697,11 @@ class Scheduler:
         }
 
     def _due(self, record: Record) -> float | None:
-        if not self._wait_targets.enabled or record.key is None or record.key[1] == math.inf:
+        """A queued workload's deadline, if wait targets give it one."""
+        if not self._wait_targets.enabled or record.key is None:
             return None
-        return record.key[1]
+        deadline, _ = standing(record.key)
+        return None if deadline == math.inf else deadline
 
     def workload_views(self) -> list[WorkloadView]:
         """Every known workload, with queue positions for the queued pending ones."""
