@@ -29,6 +29,7 @@ class LiveStack:
         self.pids: dict[str, int] = {}
         self.addresses: dict[str, str] = {}
         self.ready_seconds = 0.0
+        self.cli_credentials: Path | None = None  # from the `export BERTH_CREDS=` line
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -60,12 +61,19 @@ class LiveStack:
                 self.addresses[component.group(1)] = component.group(3)
             if line.startswith("export BERTH_NATS_URL="):
                 self.url = line.split("=", 1)[1].strip()
+            if line.startswith("export BERTH_CREDS="):
+                self.cli_credentials = Path(line.split("=", 1)[1].strip())
             ready = _READY.search(line)
             if ready:
                 self.ready_seconds = float(ready.group(1))
                 threading.Thread(target=self._drain, daemon=True).start()
                 return
         raise RuntimeError("berth up not ready:\n" + "".join(self.output))
+
+    def credentials(self, user: str) -> Path | None:
+        """The seed file of a bus user of this stack (None when the bus is open)."""
+        path = self.data_dir / "creds" / f"{user}.nk"
+        return path if path.exists() else None
 
     def _drain(self) -> None:
         assert self.process.stdout is not None

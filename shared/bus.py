@@ -35,6 +35,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
+from shared.auth import ClientAuth
 from shared.events import AnyEvent, Event, decode_event, encode_event, subject_for
 from shared.logging import get_logger
 from shared.publishing import (
@@ -140,6 +141,12 @@ class _NoStream(Exception):
     """No stream answered a publish: retried like a timeout (the stream may be starting)."""
 
 
+def _refused_credentials(error: BaseException) -> bool:
+    """NATS answered, and said no: retrying with the same credentials cannot help."""
+    text = str(error).lower()
+    return "authorization violation" in text or "authentication" in text
+
+
 def nats_url_from_env() -> str:
     return os.environ.get("BERTH_NATS_URL", DEFAULT_NATS_URL)
 
@@ -159,16 +166,30 @@ class Bus:
 
     @classmethod
     async def connect(
-        cls, url: str, *, source: str, connect_timeout: float = 5.0, retry: bool = True
+        cls,
+        url: str,
+        *,
+        source: str,
+        connect_timeout: float = 5.0,
+        retry: bool = True,
+        auth: ClientAuth | None = None,
     ) -> Bus:
-        """Connect, retrying the first connection for ``connect_timeout`` seconds."""
+        """Connect, retrying the first connection for ``connect_timeout`` seconds.
+
+        ``auth``: the credentials and TLS material; by default those the environment names
+        for the user called ``source`` (:meth:`ClientAuth.from_env`)."""
         bus = cls(source=source)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + connect_timeout
+        try:
+            options = (auth or ClientAuth.from_env(source)).connect_options(url)
+        except (OSError, ValueError) as error:
+            raise BusError(f"cannot use the bus credentials: {error}") from error
         while True:
             try:
                 await bus.nc.connect(
                     url,
+                    **options,
                     name=f"berth-{source}",
                     connect_timeout=1,
                     # A service waits for NATS and rides out outages; a CLI command fails fast
@@ -183,6 +204,11 @@ class Bus:
                 bus.js = bus.nc.jetstream()
                 return bus
             except (OSError, nats.errors.Error, TimeoutError) as error:
+                if _refused_credentials(error):
+                    raise BusError(
+                        f"NATS at {url} refused the credentials ({error}); set BERTH_CREDS"
+                        " to a seed file made by `berth up` or `berth creds init`"
+                    ) from error
                 if not retry or loop.time() >= deadline:
                     raise BusError(f"cannot reach NATS at {url}: {error}") from error
                 await asyncio.sleep(0.1)

@@ -37,8 +37,16 @@ def nats_server_binary() -> str:
 class NatsServer:
     """A nats-server child process; use as a context manager or call start()/stop()."""
 
-    def __init__(self, *, store_dir: Path, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        store_dir: Path,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        auth_conf: Path | None = None,
+    ) -> None:
         self.store_dir = store_dir
+        self.auth_conf = auth_conf  # every client must then authenticate (shared/auth.py)
         self.host = host
         self.requested_port = port
         self.port = port
@@ -61,6 +69,8 @@ class NatsServer:
             "-sd",
             str(self.store_dir),
         ]
+        if self.auth_conf is not None:
+            command += ["-c", str(self._write_config(self.auth_conf))]
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,
@@ -81,6 +91,15 @@ class NatsServer:
                 tail = "\n".join(self._log_lines[-10:])
                 raise NatsServerError(f"nats-server did not become ready:\n{tail}")
         return self
+
+    @staticmethod
+    def _write_config(auth_conf: Path) -> Path:
+        """A config file beside ``auth_conf`` that includes it (NATS resolves includes
+        relative to the including file), so a reload picks up rotated credentials."""
+        config = auth_conf.parent / "nats.conf"
+        config.write_text(f'include "{auth_conf.name}"\n')
+        config.chmod(0o600)
+        return config
 
     def _read_stderr(self, stream: object, ready: threading.Event) -> None:
         for raw in iter(stream.readline, b""):  # type: ignore[attr-defined]

@@ -35,13 +35,19 @@ def nats_url(nats_server: NatsServer) -> str:
     return nats_server.url
 
 
+# The `cli` user's seed of each running stack, by NATS URL: `berth()` runs the CLI as a user
+# of that stack would, with the credentials `berth up` printed.
+CLI_CREDENTIALS: dict[str, str] = {}
+
+
 def berth(
     *args: str, url: str, check: bool = True, stdin: str | None = None, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
     """Run the real `berth` CLI in a subprocess, as a user would."""
+    credentials = {"BERTH_CREDS": CLI_CREDENTIALS[url]} if url in CLI_CREDENTIALS else {}
     result = subprocess.run(
         [sys.executable, "-m", "berth_cli", *args],
-        env={**os.environ, "BERTH_NATS_URL": url},
+        env={**os.environ, "BERTH_NATS_URL": url, **credentials},
         capture_output=True,
         text=True,
         input=stdin,
@@ -59,8 +65,18 @@ Stack = LiveStack
 
 
 def start_stack(data_dir: Path) -> LiveStack:
-    """`berth up` on a free NATS port; short pod grace so evictions in tests are quick."""
-    return start_live_stack(data_dir, env={"BERTH_POD_GRACE_SECONDS": "2"})
+    """`berth up` on a free NATS port; short pod grace so evictions in tests are quick.
+
+    The CLI then runs with the stack's `cli` credentials, and this process's own bus
+    connections (audits of the event log, peeks into buckets) with its `admin` ones.
+    """
+    running = start_live_stack(data_dir, env={"BERTH_POD_GRACE_SECONDS": "2"})
+    if running.cli_credentials is not None:
+        CLI_CREDENTIALS[running.url] = str(running.cli_credentials)
+    admin = running.credentials("admin")
+    if admin is not None:
+        os.environ["BERTH_CREDS"] = str(admin)
+    return running
 
 
 @pytest.fixture
@@ -70,3 +86,5 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         yield running
     finally:
         running.stop()
+        CLI_CREDENTIALS.pop(running.url, None)
+        os.environ.pop("BERTH_CREDS", None)

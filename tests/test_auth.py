@@ -1,0 +1,208 @@
+"""The bus's users and permissions, tried against a real nats-server with nkey authentication."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.auth import USERS, ClientAuth, CredentialStore, authorization_config, permissions_for
+from shared.bus import STREAM, Bus, BusError
+from shared.events import WorkloadAdmitted, WorkloadRef
+from shared.natsserver import NatsServer
+from shared.subjects import subject_matcher
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> CredentialStore:
+    credentials = CredentialStore(tmp_path / "creds")
+    credentials.ensure()
+    return credentials
+
+
+@pytest.fixture
+def secured_url(tmp_path: Path, store: CredentialStore) -> Iterator[str]:
+    with NatsServer(store_dir=tmp_path / "nats", auth_conf=store.auth_conf) as server:
+        yield server.url
+
+
+async def _connect(url: str, store: CredentialStore, user: str) -> Bus:
+    return await Bus.connect(
+        url, source=user, auth=ClientAuth(seed=store.seed_path(user)), retry=False
+    )
+
+
+# (user, subject, may publish, why)
+PUBLISH_CASES = [
+    ("watcher", "berth.wl.submitted.default.job-a", True, "the watcher reports facts"),
+    ("watcher", "berth.cq.cq.admitted.default.job-a", False, "a fact-reporter never decides quota"),
+    ("watcher", "berth.cq.cq.evict.default.job-a", False, "nor orders evictions"),
+    ("admission", "berth.cq.cq.admitted.default.job-a", True, "admission decides"),
+    ("admission", "berth.wl.finished.default.job-a", False, "admission never forges a fact"),
+    ("admission", "berth.cmd.create.default.job-a", False, "nor a recovery command"),
+    ("preemption", "berth.cq.cq.evict.default.job-a", True, "preemption orders evictions"),
+    ("preemption", "berth.cq.cq.admitted.default.job-a", False, "but never admits"),
+    ("recovery", "berth.cmd.create.default.job-a", True, "recovery sends commands"),
+    ("recovery", "$KV.berth-jobs.job.1", True, "recovery owns the managed-job records"),
+    ("recovery", "berth.cq.cq.admitted.default.job-a", False, "recovery never admits"),
+    ("cli", "$KV.berth-config.ClusterQueue.cq", True, "the CLI applies config"),
+    ("cli", "$KV.berth-objects.default.job-a", True, "the CLI submits workloads"),
+    ("cli", "berth.api.admission.workloads", True, "the CLI asks the services"),
+    ("cli", "berth.cq.cq.admitted.default.job-a", False, "the CLI never publishes a decision"),
+    ("cli", "berth.cq.cq.evict.default.job-a", False, "nor an eviction (any namespace)"),
+    ("cli", "berth.wl.submitted.default.job-a", False, "nor a fact (a negative request)"),
+    ("cli", "$KV.berth-jobs.job.1", False, "nor a managed-job record"),
+    ("cli", "$JS.API.STREAM.DELETE.BERTH", False, "nor deletes the event stream"),
+    ("reader", "berth.wl.submitted.default.job-a", False, "the reader publishes nothing"),
+    ("reader", "$KV.berth-config.ClusterQueue.cq", False, "not even config"),
+    ("admission", "$KV.berth-leases.admission", True, "a service keeps its own lease"),
+    ("admission", "$KV.berth-leases.preemption", False, "and no other role's"),
+    ("watcher", "berth.dlq.watcher.object", True, "a service dead-letters under its name"),
+    ("watcher", "berth.dlq.admission.event", False, "and only there"),
+]
+
+
+@pytest.mark.parametrize(
+    ("user", "subject", "allowed", "reason"), PUBLISH_CASES, ids=[c[3] for c in PUBLISH_CASES]
+)
+def test_permissions_table(user: str, subject: str, allowed: bool, reason: str) -> None:
+    """Each user's publish permissions, as rendered for the server."""
+    may = subject_matcher(permissions_for(user).publish)
+    assert may(subject) is allowed, reason
+
+
+async def test_the_server_enforces_the_table(secured_url: str, store: CredentialStore) -> None:
+    """What the table allows reaches a subscriber; what it forbids never does."""
+    admin = await _connect(secured_url, store, "admin")
+    seen: list[str] = []
+
+    async def collect(msg: object) -> None:
+        seen.append(msg.subject)  # type: ignore[attr-defined]
+
+    await admin.nc.subscribe(">", cb=collect)
+    await admin.nc.flush()
+    users = {user for user, *_ in PUBLISH_CASES}
+    clients = {user: await _connect(secured_url, store, user) for user in users}
+    for client in clients.values():
+        client.nc._error_cb = _quiet  # the violations are expected
+    try:
+        for index, (user, subject, allowed, reason) in enumerate(PUBLISH_CASES):
+            seen.clear()
+            await clients[user].nc.publish(subject, b"{}")
+            await clients[user].nc.flush()  # the server has routed it (or dropped it)
+            marker = f"test.marker.{index}"
+            await admin.nc.publish(marker, b"")
+            await admin.nc.flush()
+            for _ in range(100):
+                if marker in seen:
+                    break
+                await asyncio.sleep(0.01)
+            assert (subject in seen) is allowed, f"{user} -> {subject}: {reason}"
+    finally:
+        for client in clients.values():
+            await client.close()
+        await admin.close()
+
+
+async def test_unauthenticated_connection_is_refused(secured_url: str) -> None:
+    """No credentials, no bus: the error says so and names the remedy."""
+    with pytest.raises(BusError, match=r"refused the credentials.*BERTH_CREDS"):
+        await Bus.connect(secured_url, source="nobody", auth=ClientAuth(), retry=False)
+
+
+async def test_a_forged_seed_is_refused(secured_url: str, tmp_path: Path) -> None:
+    """A seed the server does not know is refused like no seed at all."""
+    other = CredentialStore(tmp_path / "other")
+    other.ensure()
+    with pytest.raises(BusError, match="refused the credentials"):
+        await _connect(secured_url, other, "admin")
+
+
+def _admitted(generation: int) -> WorkloadAdmitted:
+    return WorkloadAdmitted(
+        id=f"admitted-u-{generation}",
+        source="admission",
+        workload=WorkloadRef("default", "job-a", "u"),
+        cluster_queue="cq",
+        local_queue="lq",
+        priority=0,
+        assignments=[],
+        generation=generation,
+    )
+
+
+async def test_cli_cannot_store_an_admission_and_reader_follows(
+    secured_url: str, store: CredentialStore
+) -> None:
+    """Through JetStream: admission's admission is stored, the CLI's forged one is not; the
+    reader follows the stream and cannot write to it."""
+    admission = await _connect(secured_url, store, "admission")
+    cli = await _connect(secured_url, store, "cli")
+    reader = await _connect(secured_url, store, "reader")
+    try:
+        await admission.ensure_stream()
+        await admission.publish(_admitted(1))
+        cli.nc._error_cb = _quiet  # the violation is expected
+        await cli.nc.publish("berth.cq.cq.admitted.default.job-a", b"{}")
+        await cli.nc.flush()
+        reader.nc._error_cb = _quiet
+        await reader.nc.publish("berth.wl.submitted.default.job-a", b"{}")
+        await reader.nc.flush()
+        await asyncio.sleep(0.2)
+        info = await admission.js.stream_info(STREAM)
+        assert info.state.messages == 1, "only admission's own decision is stored"
+
+        received: list[str] = []
+        done = asyncio.Event()
+
+        async def follow(msg: object) -> None:
+            received.append(msg.subject)  # type: ignore[attr-defined]
+            done.set()
+
+        await reader.js.subscribe("berth.>", stream=STREAM, cb=follow, ordered_consumer=True)
+        await asyncio.wait_for(done.wait(), 5)
+        assert received == ["berth.cq.cq.admitted.default.job-a"]
+    finally:
+        for bus in (admission, cli, reader):
+            await bus.close()
+
+
+async def _quiet(_: Exception) -> None:
+    return None
+
+
+def test_credentials_are_private_and_kept(store: CredentialStore) -> None:
+    """Seeds and auth.conf are 0600 in a 0700 directory; a second ensure keeps the seeds."""
+    assert stat.S_IMODE(store.directory.stat().st_mode) == 0o700
+    for user in USERS:
+        assert stat.S_IMODE(store.seed_path(user).stat().st_mode) == 0o600, user
+    assert stat.S_IMODE(store.auth_conf.stat().st_mode) == 0o600
+    before = {user: store.seed_path(user).read_bytes() for user in USERS}
+    store.ensure()
+    assert before == {user: store.seed_path(user).read_bytes() for user in USERS}
+
+
+def test_rotation_replaces_one_seed(store: CredentialStore) -> None:
+    """Rotating a user changes its seed and public key only."""
+    before = {user: store.seed_path(user).read_bytes() for user in USERS}
+    keys_before = store.ensure()
+    keys_after = store.rotate("cli")
+    assert store.seed_path("cli").read_bytes() != before["cli"]
+    assert keys_after["cli"] != keys_before["cli"]
+    assert {u: k for u, k in keys_after.items() if u != "cli"} == {
+        u: k for u, k in keys_before.items() if u != "cli"
+    }
+    with pytest.raises(ValueError, match="unknown bus user"):
+        store.rotate("root")
+
+
+def test_auth_conf_holds_no_seed(store: CredentialStore) -> None:
+    """The server's fragment carries public keys only."""
+    text = store.auth_conf.read_text()
+    for user in USERS:
+        assert store.seed_path(user).read_text().strip() not in text
+    assert text.count('"nkey": "U') == len(USERS)
+    assert authorization_config({}).startswith("# Generated by Berth")
