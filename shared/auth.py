@@ -43,6 +43,7 @@ __all__ = [
     "CredentialStore",
     "Permissions",
     "authorization_config",
+    "owned_subjects",
     "permissions_for",
 ]
 
@@ -105,6 +106,11 @@ class Permissions:
         if self.allow_responses:
             config["allow_responses"] = True
         return config
+
+
+def owned_subjects(user: str) -> tuple[str, ...]:
+    """The subjects ``user`` owns (publishes besides the API, dead letters and leases)."""
+    return _OWNED.get(user, (">",) if user == "admin" else ())
 
 
 def inbox_prefix(user: str) -> str:
