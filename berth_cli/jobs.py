@@ -6,7 +6,6 @@ import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -20,6 +19,7 @@ from berth_cli.writing import check_priority_classes
 from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus
 from shared.jobs import TERMINAL, JobStatus, ManagedJob, load_jobs
 from shared.tasks import TaskError, load_managed_job
+from shared.yaml_input import YamlInputError, read_input
 
 __all__ = ["jobs"]
 
@@ -59,10 +59,9 @@ def launch(
 ) -> None:
     """Launch a SkyPilot task YAML (or a batch/v1 Job) as a managed job; prints its ID."""
     try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text()
-    except OSError as error:
-        raise CliError(f"cannot read {file}: {error.strerror}") from error
-    source = "stdin" if file == "-" else file
+        text, source = read_input(file)
+    except YamlInputError as error:
+        raise CliError(str(error)) from error
     try:
         spec = load_managed_job(text, source=source, name=name, priority_class=priority_class)
     except TaskError as error:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import secrets
 import string
-import sys
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +35,7 @@ from shared.workloads import (
     workload_key,
     workload_spec,
 )
+from shared.yaml_input import YamlInputError, read_input
 
 __all__ = [
     "CONFIG_NAMES",
@@ -51,15 +51,11 @@ _WORKLOAD_RESOURCE = {"Job": "job.batch", "Pod": "pod", "RayJob": "rayjob.ray.io
 
 
 def read_documents(path: str) -> tuple[list[dict[str, Any]], str]:
-    """Read a YAML file (or ``-`` for stdin) into its documents."""
+    """Read a YAML file (or ``-`` for stdin) into its documents (at most 1 MiB)."""
     try:
-        if path == "-":
-            text, source = sys.stdin.read(), "stdin"
-        else:
-            with open(path, encoding="utf-8") as handle:
-                text, source = handle.read(), path
-    except OSError as error:
-        raise CliError(f"cannot read {path}: {error.strerror}") from error
+        text, source = read_input(path)
+    except YamlInputError as error:
+        raise CliError(str(error)) from error
     try:
         documents = load_documents(text, source=source)
     except ConfigError as error:

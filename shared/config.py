@@ -20,10 +20,10 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 import msgspec
-import yaml
 
 from shared.durations import parse_duration
 from shared.quantities import QuantityError, parse_quantity
+from shared.yaml_input import YamlInputError, load_all
 
 __all__ = [
     "KIND_PLURALS",
@@ -71,7 +71,8 @@ class _Spec(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_f
     """Base of every spec: strict, so that a misspelt field is refused rather than ignored."""
 
 
-Quantity = str | int
+# A YAML number is a quantity like its quoted form (parse_quantity): 4, 0.5, "500m".
+Quantity = str | int | float
 
 
 class LabelSelectorRequirement(_Spec):
@@ -588,15 +589,13 @@ def decode_object(data: bytes) -> ConfigObject:
 def load_documents(text: str, *, source: str = "input") -> list[dict[str, Any]]:
     """Split multi-document YAML into mappings, skipping empty documents.
 
-    A syntax error is reported with its line, as one line of text.
+    A syntax error is reported with its line, as one line of text; the bounds of
+    :mod:`shared.yaml_input` (size, depth, alias expansion) apply.
     """
     try:
-        documents = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}: malformed YAML{at}: {problem}") from error
+        documents = load_all(text, source=source)
+    except YamlInputError as error:
+        raise ConfigError(str(error)) from None
     result: list[dict[str, Any]] = []
     for index, document in enumerate(documents):
         if document is None:

@@ -9,7 +9,7 @@ a value finer than a milli-unit is rounded up, as Kubernetes' ``MilliValue`` doe
 from __future__ import annotations
 
 import re
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Context, Decimal, localcontext
 
 __all__ = ["QuantityError", "format_quantity", "parse_quantity"]
 
@@ -34,37 +34,68 @@ _DECIMAL = {
 # Kubernetes' grammar: sign, digits with an optional fraction, then a binary suffix, a decimal
 # suffix, or a decimal exponent ("1e3", "1E-2").
 _QUANTITY = re.compile(
-    r"^(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$"
+    r"(?P<number>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
 )
 
 
-def parse_quantity(value: str | int) -> int:
-    """Parse a quantity ("500m", "8G", "19531250Ki", "1e3", 4) into milli-units."""
-    if isinstance(value, bool):
-        raise QuantityError(f"quantity must be a string or an integer, not {value!r}")
-    if isinstance(value, int):
-        return value * 1000
-    if not isinstance(value, str):
-        raise QuantityError(f"quantity must be a string or an integer, not {value!r}")
-    match = _QUANTITY.match(value.strip())
+# Kubernetes keeps a quantity's milli-value in an int64. Text longer than any such value
+# needs, and exponents beyond it, are refused before any arithmetic ("1e999999999" must not
+# make Decimal overflow); the arithmetic runs with enough digits to stay exact.
+MAX_MILLI = 2**63 - 1
+MAX_QUANTITY_TEXT = 64
+_MAX_EXPONENT = 40
+_EXACT = Context(prec=2 * MAX_QUANTITY_TEXT + _MAX_EXPONENT)
+
+
+def parse_quantity(value: str | int | float) -> int:
+    """Parse a quantity ("500m", "8G", "19531250Ki", "1e3", 4, 0.5) into milli-units.
+
+    A YAML or JSON number is the quantity its text spells, as Kubernetes' Quantity decodes
+    it: ``-4`` is refused as negative exactly as ``"-4"`` is, ``2.5`` means ``"2.5"``.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise QuantityError(f"quantity must be a string or a number, not {_show(value)}")
+    if isinstance(value, int):  # exact, and the common case
+        if value < 0:
+            raise QuantityError(f"quantity {value!r} is negative")
+        return _bounded(value * 1000, value)
+    text = repr(value) if isinstance(value, float) else value.strip()
+    if len(text) > MAX_QUANTITY_TEXT:
+        raise QuantityError(f"invalid quantity {_show(value)}: longer than {MAX_QUANTITY_TEXT}")
+    match = _QUANTITY.fullmatch(text)
     if match is None:
-        raise QuantityError(f"invalid quantity {value!r}")
-    try:
-        number = Decimal(match["number"])
-    except InvalidOperation as error:  # pragma: no cover - the regex admits only decimals
-        raise QuantityError(f"invalid quantity {value!r}") from error
+        raise QuantityError(f"invalid quantity {_show(value)}")
+    number = Decimal(match["number"])
+    if number < 0:
+        raise QuantityError(f"quantity {_show(value)} is negative")
     suffix = match["suffix"] or ""
-    if suffix in _BINARY:
-        scaled = number * _BINARY[suffix]
-    elif suffix in _DECIMAL:
-        scaled = number * _DECIMAL[suffix]
-    else:
-        scaled = number.scaleb(int(suffix[1:]))
-    if scaled < 0:
-        raise QuantityError(f"quantity {value!r} is negative")
-    milli = (scaled * 1000).to_integral_value(rounding=ROUND_CEILING)
-    return int(milli)
+    with localcontext(_EXACT):
+        if suffix in _BINARY:
+            scaled = number * _BINARY[suffix]
+        elif suffix in _DECIMAL:
+            scaled = number * _DECIMAL[suffix]
+        else:
+            exponent = int(suffix[1:])
+            if number == 0 or exponent < -_MAX_EXPONENT:
+                scaled = number.scaleb(-_MAX_EXPONENT)  # 0, or a sliver that rounds up to 1m
+            elif exponent > _MAX_EXPONENT:
+                raise QuantityError(f"quantity {_show(value)} is too large")
+            else:
+                scaled = number.scaleb(exponent)
+        milli = int((scaled * 1000).to_integral_value(rounding=ROUND_CEILING))
+    return _bounded(milli, value)
+
+
+def _bounded(milli: int, value: object) -> int:
+    if milli > MAX_MILLI:
+        raise QuantityError(f"quantity {_show(value)} is too large (at most 2^63-1 milli-units)")
+    return milli
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 _DECIMAL_STEPS = (

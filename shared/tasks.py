@@ -38,14 +38,13 @@ from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from pathlib import PurePath
 from typing import Any
 
-import yaml
-
 from shared.quantities import format_quantity
 from shared.workloads import (
     PRIORITY_CLASS_LABEL,
     WorkloadError,
     workload_spec,
 )
+from shared.yaml_input import YamlInputError, load_all
 
 __all__ = [
     "ACCELERATOR_LABEL",
@@ -236,14 +235,9 @@ def load_managed_job(
 
 def _load_yaml(text: str, source: str) -> dict[str, Any]:
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as error:
-        where = ""
-        mark = getattr(error, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(error, "problem", None) or type(error).__name__
-        raise TaskError(f"{source}: invalid YAML{where}: {problem}") from None
+        documents = [doc for doc in load_all(text, source=source) if doc is not None]
+    except YamlInputError as error:
+        raise TaskError(str(error)) from None
     if not documents:
         raise TaskError(f"{source}: empty file: expected a SkyPilot task or a batch/v1 Job")
     if len(documents) > 1:

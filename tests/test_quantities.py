@@ -55,3 +55,41 @@ def test_format_is_canonical(milli: int, binary: bool, text: str) -> None:
     """Formatting picks the largest exact suffix, as Kubernetes' canonical form does."""
     assert format_quantity(milli, binary=binary) == text
     assert parse_quantity(text) == milli
+
+
+# --- a YAML number is the quantity its text spells (Kubernetes' Quantity.UnmarshalJSON) -------
+
+
+@pytest.mark.parametrize(
+    ("number", "quoted", "why"),
+    [
+        (4, "4", "a whole number"),
+        (0.5, "0.5", "a fraction, as Kubernetes accepts `cpu: 0.5`"),
+        (2.5, "2.5", "a fraction above one"),
+        (0, "0", "zero"),
+        (1.0e3, "1000", "a float in exponent form"),
+    ],
+)
+def test_a_number_parses_like_its_quoted_form(number: float, quoted: str, why: str) -> None:
+    assert parse_quantity(number) == parse_quantity(quoted), why
+
+
+@pytest.mark.parametrize(
+    ("value", "message", "why"),
+    [
+        (-4, "quantity -4 is negative", "a negative number is refused as its text is"),
+        ("-4", "quantity '-4' is negative", "the quoted form"),
+        (-0.5, "quantity -0.5 is negative", "a negative fraction"),
+        (float("nan"), "invalid quantity nan", "not a number is no quantity"),
+        (float("inf"), "invalid quantity inf", "infinity is no quantity"),
+        ("1e999999999", "is too large", "a huge exponent is refused before any arithmetic"),
+        (10**30, "is too large", "beyond Kubernetes' int64 of milli-units"),
+        ("9" * 100, "longer than 64", "absurdly long text"),
+        ("\u0663", "invalid quantity", "a non-ASCII digit (Arabic-Indic three)"),
+        (None, "must be a string or a number", "no value"),
+        ([1], "must be a string or a number", "a list"),
+    ],
+)
+def test_bad_quantities_are_refused_with_a_reason(value: object, message: str, why: str) -> None:
+    with pytest.raises(QuantityError, match=message):
+        parse_quantity(value)  # type: ignore[arg-type]

@@ -446,7 +446,7 @@ spec:
             "apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: []}}}",
             "task.yaml: `spec.template.spec.containers` must list at least one container",
         ),
-        ("resources: [", "task.yaml: invalid YAML at line 1"),
+        ("resources: [", "task.yaml: malformed YAML at line 1"),
         ("run: a\n---\nrun: b", "task.yaml: 2 YAML documents"),
         ("- run: a", "task.yaml: expected a mapping"),
         ("", "task.yaml: empty file"),
