@@ -11,7 +11,7 @@ Users and what each may publish (subscribe permissions follow the same lines):
   (``berth.wl.>``), admission and preemption decisions (``berth.cq.*.admitted|pending|evict``),
   recovery commands and managed-job records (``berth.cmd.>``, ``berth.job.>``);
 - ``cli``: config and workload objects (the ``berth-config`` and ``berth-objects`` buckets)
-  and the services' request APIs, never an event;
+  and the services' request APIs, never an event (it reads them: ``berth events``);
 - ``reader``: nothing at all; it may follow the event stream (external tools);
 - ``admin``: everything (operators' own tools, the tests' audits).
 
@@ -134,8 +134,7 @@ def permissions_for(user: str) -> Permissions:
     streams += [f"KV_{s.split('.')[1]}" for s in _OWNED[user] if s.startswith("$KV.")]
     if user != "reader":
         streams += [f"KV_{bucket}" for bucket in _SHARED_BUCKETS]
-    if user != "cli":
-        streams.append(EVENT_STREAM)
+    streams.append(EVENT_STREAM)  # everyone reads the events (the CLI: `berth events`)
     if user in ("cli", "reader"):
         streams.append(DEAD_LETTER_STREAM)
     publish = [*_OWNED[user], *_jetstream_api(user, streams)]

@@ -64,6 +64,8 @@ PUBLISH_CASES = [
     ("cli", "berth.wl.submitted.default.job-a", False, "nor a fact (a negative request)"),
     ("cli", "$KV.berth-jobs.job.1", False, "nor a managed-job record"),
     ("cli", "$JS.API.STREAM.DELETE.BERTH", False, "nor deletes the event stream"),
+    ("cli", "$JS.API.CONSUMER.CREATE.BERTH", True, "the CLI follows the event stream (berth events)"),
+    ("cli", "$JS.API.CONSUMER.DURABLE.CREATE.BERTH.watcher", False, "but never takes a service's durable consumer"),
     ("reader", "berth.wl.submitted.default.job-a", False, "the reader publishes nothing"),
     ("reader", "$KV.berth-config.ClusterQueue.cq", False, "not even config"),
     ("admission", "$KV.berth-leases.admission", True, "a service keeps its own lease"),
