@@ -12,6 +12,9 @@ Users and what each may publish (subscribe permissions follow the same lines):
   recovery commands and managed-job records (``berth.cmd.>``, ``berth.job.>``);
 - ``cli``: config and workload objects (the ``berth-config`` and ``berth-objects`` buckets)
   and the services' request APIs, never an event (it reads them: ``berth events``);
+- ``console``: the services' request APIs only (the web console's queries, and a cancel
+  behind the operator's token); it reads the event stream and the config, jobs and status
+  buckets;
 - ``reader``: nothing at all; it may follow the event stream (external tools);
 - ``admin``: everything (operators' own tools, the tests' audits).
 
@@ -48,7 +51,7 @@ __all__ = [
 ]
 
 SERVICE_USERS = ("watcher", "admission", "preemption", "recovery")
-USERS = (*SERVICE_USERS, "cli", "reader", "admin")
+USERS = (*SERVICE_USERS, "cli", "console", "reader", "admin")
 SEED_SUFFIX = ".nk"
 AUTH_CONF = "auth.conf"
 
@@ -71,6 +74,9 @@ _OWNED: dict[str, tuple[str, ...]] = {
     "preemption": ("berth.cq.*.evict.>", "berth.cq.*.pending.>"),
     "recovery": ("berth.cmd.>", "berth.job.>", "$KV.berth-jobs.>"),
     "cli": ("$KV.berth-config.>", "$KV.berth-objects.>", "berth.api.>"),
+    # The web console: status queries, and a managed job's cancel only with the operator's
+    # token (berth_console checks it); it never writes a decision, a fact or a record.
+    "console": ("berth.api.>",),
     "reader": (),
 }
 
@@ -81,6 +87,7 @@ _BUCKETS_READ: dict[str, tuple[str, ...]] = {
     "preemption": ("berth-config",),
     "recovery": ("berth-jobs", "berth-config"),
     "cli": ("berth-config", "berth-objects", "berth-jobs", "berth-status"),
+    "console": ("berth-config", "berth-jobs", "berth-status"),
     "reader": (),
 }
 # Every service keeps its lease and its membership record; anyone but the reader sees them.
@@ -172,9 +179,10 @@ def _jetstream_api(user: str, streams: list[str]) -> list[str]:
             f"$JS.API.DIRECT.GET.{stream}.>",
             f"$JS.API.STREAM.MSG.GET.{stream}",
         ]
-    # A bucket is made by whoever opens it first, so every user but the reader may create
-    # the buckets it uses; only services create (and update) the event streams.
-    created = [stream for stream in streams if stream.startswith("KV_")] if user != "reader" else []
+    # A bucket is made by whoever opens it first, so every user but the read-only ones may
+    # create the buckets it uses; only services create (and update) the event streams.
+    read_only = user in ("reader", "console")
+    created = [stream for stream in streams if stream.startswith("KV_")] if not read_only else []
     if user in SERVICE_USERS:
         created += [EVENT_STREAM, DEAD_LETTER_STREAM]
     for stream in created:
