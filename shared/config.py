@@ -15,13 +15,19 @@ service. Objects travel as JSON in the config key-value bucket, keyed by :func:`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
 import msgspec
 
 from shared.durations import parse_duration
+from shared.names import (
+    InvalidName,
+    check_label_key,
+    check_label_value,
+    check_name,
+    check_namespace,
+)
 from shared.quantities import QuantityError, parse_quantity
 from shared.yaml_input import YamlInputError, load_all
 
@@ -437,8 +443,6 @@ _TYPES: dict[str, type[ConfigObject]] = {
     "ClusterQueuePolicy": ClusterQueuePolicy,
     "Configuration": Configuration,
 }
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def is_config_kind(kind: str) -> bool:
@@ -458,11 +462,11 @@ def parse_object(document: Any, *, where: str = "document") -> ConfigObject:
         raise ConfigError(f"{where}: missing field `kind`")
     if not api_version:
         raise ConfigError(f"{where}: missing field `apiVersion`")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         known = ", ".join(sorted(_KINDS))
         raise ConfigError(f"{where}: unknown kind {kind!r} (config kinds: {known})")
     versions, namespaced, _ = _KINDS[kind]
-    if api_version not in versions:
+    if not isinstance(api_version, str) or api_version not in versions:
         raise ConfigError(
             f"{where}: {kind} does not exist in apiVersion {api_version!r}"
             f" (use {' or '.join(sorted(versions))})"
@@ -475,23 +479,48 @@ def parse_object(document: Any, *, where: str = "document") -> ConfigObject:
     name = obj.metadata.name
     if not name:
         raise ConfigError(f"{where}: {kind}: missing field `metadata.name`")
-    if not _DNS_SUBDOMAIN.match(name):
-        raise ConfigError(f"{where}: {kind}: invalid `metadata.name` {name!r}")
-    if namespaced:
-        if not obj.metadata.namespace:
-            obj.metadata.namespace = "default"
-        if not _DNS_LABEL.match(obj.metadata.namespace):
-            raise ConfigError(
-                f"{where}: {kind} {name}: invalid `metadata.namespace` {obj.metadata.namespace!r}"
-            )
-    elif obj.metadata.namespace:
+    if namespaced and not obj.metadata.namespace:
+        obj.metadata.namespace = "default"
+    elif not namespaced and obj.metadata.namespace:
         raise ConfigError(f"{where}: {kind} {name} is cluster-scoped; remove `metadata.namespace`")
+    try:
+        _check_names(obj)
+    except InvalidName as error:
+        raise ConfigError(f"{where}: {kind}: {error}") from None
     _check_quantities(obj, where=f"{where}: {kind} {name}")
     if isinstance(obj, ClusterQueuePolicy):
         _check_policy(obj, where=f"{where}: {kind} {name}")
     if isinstance(obj, Configuration):
         _check_wait_targets(obj.spec.admission.wait_targets, where=f"{where}: {kind} {name}")
     return obj
+
+
+def _check_names(obj: ConfigObject) -> None:
+    """Kubernetes' rules for the object's own name, namespace and labels, and the same for
+    every name it refers to (Kueue's CRDs check references as names too)."""
+    check_name(obj.metadata.name)
+    if obj.metadata.namespace:
+        check_namespace(obj.metadata.namespace)
+    for key, value in obj.metadata.labels.items():
+        check_label_key(key, "metadata.labels")
+        check_label_value(value, f"metadata.labels.{key}")
+    references: list[tuple[str, str]] = []  # (field, name); an empty optional one is fine
+    if isinstance(obj, LocalQueue):
+        check_name(obj.spec.cluster_queue, "spec.clusterQueue")
+    elif isinstance(obj, ClusterQueue):
+        references.append(("spec.cohort", obj.cohort_name))
+    elif isinstance(obj, Cohort):
+        references.append(("spec.parentName", obj.parent_name))
+    elif isinstance(obj, ClusterQueuePolicy):
+        queues = obj.spec.cluster_queues
+        references += [(f"spec.clusterQueues[{i}]", q) for i, q in enumerate(queues)]
+    if isinstance(obj, ClusterQueue | Cohort):
+        for g, group in enumerate(obj.spec.resource_groups):
+            for f, flavor in enumerate(group.flavors):
+                references.append((f"spec.resourceGroups[{g}].flavors[{f}].name", flavor.name))
+    for field, value in references:
+        if value:
+            check_name(value, field)
 
 
 def _check_wait_targets(targets: list[WaitTarget], *, where: str) -> None:

@@ -684,7 +684,11 @@ def _merge_pod_spec(base: dict[str, Any], override: dict[str, Any], path: str) -
     other lists appended, scalars replaced."""
     merged = copy.deepcopy(base)
     for key, value in override.items():
-        if key == "containers" and isinstance(value, list) and value:
+        if key == "containers":
+            if not isinstance(value, list):
+                raise _Fail(f"{path}.containers", f"must be a list, got {_show(value)}")
+            if not value:
+                continue  # nothing to merge; the task container stays
             first = value[0]
             if not isinstance(first, dict):
                 raise _Fail(f"{path}.containers[0]", "must be a mapping")

@@ -158,7 +158,7 @@ def test_null_namespace_selector_matches_nothing_and_expressions_work() -> None:
                 "kind": "ResourceFlavor",
                 "metadata": {"name": "Bad_Name"},
             },
-            "invalid `metadata.name`",
+            'ResourceFlavor: metadata.name "Bad_Name" is not a valid name: a lowercase RFC 1123',
         ),
         (
             {
@@ -236,3 +236,37 @@ def test_round_trip_through_the_bucket_encoding() -> None:
         assert decode_object(encode_object(obj)) == obj  # type: ignore[arg-type]
     local = _parse_file("seed004-kueue-resources.yaml")[7]
     assert object_key(local) == "localqueue.team-a.local-queue"  # type: ignore[arg-type]
+
+
+def _cq(**spec: object) -> dict[str, object]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": spec}
+
+
+def _quota(value: object) -> dict[str, object]:
+    return {"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": value}]}]}
+
+
+@pytest.mark.parametrize(
+    ("document", "message", "why"),
+    [
+        (_cq(resourceGroups=[_quota(-4)]), "nominalQuota`: quantity -4 is negative", "a negative YAML number, as '-4' is"),
+        (_cq(resourceGroups=[_quota("-4")]), "nominalQuota`: quantity '-4' is negative", "the quoted form"),
+        (_cq(resourceGroups=[_quota(0.5)]), None, "0.5 as a number, as Kubernetes accepts it"),
+        (_cq(resourceGroups=[_quota(2.5)]), None, "2.5 as a number"),
+        (_cq(cohort="Team A"), 'spec.cohort "Team A" is not a valid name', "a cohort reference is a name"),
+        ({**_cq(), "metadata": {"name": "cq\n"}}, r'metadata.name "cq\n" is not a valid name', "a trailing newline"),
+        ({**_cq(), "metadata": {"name": "a" * 254}}, "must be no more than 253 characters", "a name too long"),
+        ({**_cq(), "metadata": {"name": "cq", "labels": {"a": "b c"}}}, 'metadata.labels.a "b c" is not a valid label value', "a bad label value"),
+        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "lq"}, "spec": {"clusterQueue": "../cq"}}, 'spec.clusterQueue "../cq" is not a valid name', "a path as a ClusterQueue reference"),
+        ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": "Team"}, "spec": {"clusterQueue": "cq"}}, 'metadata.namespace "Team" is not a valid namespace', "an uppercase namespace"),
+        ({"apiVersion": ["x"], "kind": "LocalQueue"}, "LocalQueue does not exist in apiVersion", "an unhashable apiVersion"),
+        ({"apiVersion": "v1", "kind": {"a": 1}}, "unknown kind", "an unhashable kind"),
+    ],
+)
+def test_names_and_quantities_follow_kubernetes(document: dict[str, object], message: str | None, why: str) -> None:
+    if message is None:
+        parse_object(document)
+        return
+    with pytest.raises(ConfigError) as caught:
+        parse_object(document)
+    assert message in str(caught.value), why

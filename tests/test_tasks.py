@@ -446,6 +446,11 @@ spec:
             "apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: []}}}",
             "task.yaml: `spec.template.spec.containers` must list at least one container",
         ),
+        (
+            "run: x\nconfig: {kubernetes: {pod_config: {spec: {containers: 3}}}}",
+            "task.yaml: `config.kubernetes.pod_config.spec.containers`: must be a list, got 3",
+        ),
+        ("resources: {cpus: -1}", "task.yaml: `resources.cpus`: invalid value -1"),
         ("resources: [", "task.yaml: malformed YAML at line 1"),
         ("run: a\n---\nrun: b", "task.yaml: 2 YAML documents"),
         ("- run: a", "task.yaml: expected a mapping"),
