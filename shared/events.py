@@ -11,6 +11,8 @@ Subjects (all under ``berth.``, stable and wildcard-friendly; see :func:`subject
   finished, evicted, deleted), emitted by the watcher;
 - ``berth.cq.<clusterqueue>.<event>.<namespace>.<name>``: decisions of admission and
   preemption (admitted, pending, evict);
+- ``berth.cmd.<verb>.<namespace>.<name>``: commands the watcher carries out in whichever
+  backend is active: ``create``/``delete`` from recovery, ``submit``/``remove`` from the CLI;
 - ``berth.job.<event>.<job-id>``: managed-job lifecycle, emitted by recovery.
 
 So ``berth.>`` follows everything, ``berth.wl.*.team-a.*`` one namespace's facts,
@@ -40,6 +42,8 @@ __all__ = [
     "JobStatusChanged",
     "PodSet",
     "PriorityBoosted",
+    "RemoveWorkload",
+    "SubmitWorkload",
     "WorkloadAdmitted",
     "WorkloadDeleted",
     "WorkloadEvicted",
@@ -228,6 +232,23 @@ class DeleteWorkload(Event, frozen=True, kw_only=True, tag="DeleteWorkload"):
     """Recovery asks the watcher to delete a workload object (a cancelled managed job)."""
 
 
+class SubmitWorkload(Event, frozen=True, kw_only=True, tag="SubmitWorkload"):
+    """``berth submit`` asks the watcher to create a workload object (source ``cli``).
+
+    The CLI has validated it and filled in what an API server would (name, uid, times); a
+    cluster replaces uid and times with its own.
+    """
+
+    object: dict[str, Any]
+
+
+class RemoveWorkload(Event, frozen=True, kw_only=True, tag="RemoveWorkload"):
+    """``berth delete workload`` asks the watcher to delete a workload object by name.
+
+    ``workload.uid`` is empty: the CLI names what it deletes, as kubectl does.
+    """
+
+
 class PriorityBoosted(Event, frozen=True, kw_only=True, tag="PriorityBoosted"):
     """Recovery's ageing boost for a preempted managed job's workload (see docs/ageing.md)."""
 
@@ -256,6 +277,8 @@ AnyEvent = (
     | WorkloadDeleted
     | CreateWorkload
     | DeleteWorkload
+    | SubmitWorkload
+    | RemoveWorkload
     | PriorityBoosted
     | JobStatusChanged
 )
@@ -275,6 +298,8 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
     EvictionRequested: ("cq", "evict"),
     CreateWorkload: ("cmd", "create"),
     DeleteWorkload: ("cmd", "delete"),
+    SubmitWorkload: ("cmd", "submit"),
+    RemoveWorkload: ("cmd", "remove"),
     PriorityBoosted: ("job", "boost"),
     JobStatusChanged: ("job", "status"),
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from services.watcher.backend import Backend
 from services.watcher.local_backend import LocalBackend, stop_grace_from_env
 from shared.service import Runtime, run_service
 
@@ -18,7 +19,8 @@ async def main(runtime: Runtime) -> None:
         return
     if backend_name != "local":
         raise SystemExit(f"unknown BERTH_WATCHER_BACKEND={backend_name!r} (local or kubernetes)")
-    await LocalBackend(runtime, stop_grace=stop_grace_from_env()).run()
+    backend: Backend = LocalBackend(runtime, stop_grace=stop_grace_from_env())
+    await backend.observe()
 
 
 if __name__ == "__main__":

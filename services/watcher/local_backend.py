@@ -27,6 +27,7 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from services.watcher import metrics, reporting
+from services.watcher.backend import COMMAND_SUBJECTS
 from services.watcher.logs_api import serve_logs
 from services.watcher.processes import RunningPods, kill_leftover, pod_commands
 from shared.bus import (
@@ -46,6 +47,8 @@ from shared.events import (
     Event,
     EvictionRequested,
     PodSet,
+    RemoveWorkload,
+    SubmitWorkload,
     WorkloadAdmitted,
     WorkloadRef,
     WorkloadSubmitted,
@@ -115,9 +118,7 @@ class LocalBackend:
             await self._observe(entry, initial=True)
         for key in set(self.statuses) - set(self.objects):  # written after a deletion
             await self._forget_status(key)
-        subscription = await self.bus.durable_subscription(
-            "watcher", ["berth.cq.*.admitted.>", "berth.cq.*.evict.>", "berth.cmd.>"]
-        )
+        subscription = await self.bus.durable_subscription("watcher", COMMAND_SUBJECTS)
         logs = await serve_logs(self.bus, self.log_root)
         self.runtime.spawn(
             self.bus.consume(subscription, self._on_decisions, stopping=self.runtime.stopping),
@@ -273,16 +274,16 @@ class LocalBackend:
         for event in events:
             if isinstance(event, WorkloadAdmitted):
                 await self._start(event)
-            elif isinstance(event, CreateWorkload):
+            elif isinstance(event, CreateWorkload | SubmitWorkload):
                 await self._create(event)
-            elif isinstance(event, DeleteWorkload):
+            elif isinstance(event, DeleteWorkload | RemoveWorkload):
                 await self._delete(event)
             elif isinstance(event, EvictionRequested):
                 # Stopping takes up to the grace period: never hold up other decisions for it.
                 self.runtime.spawn(self._evict(event), name=f"evict-{event.workload.key}")
 
-    async def _create(self, event: CreateWorkload) -> None:
-        """Create a workload object for recovery (a managed job's attempt), once."""
+    async def _create(self, event: CreateWorkload | SubmitWorkload) -> None:
+        """Create a workload object for recovery (a managed job's attempt) or the CLI, once."""
         assert self.kv is not None
         ref = event.workload
         key = workload_key(ref.namespace, ref.name)
@@ -296,17 +297,19 @@ class LocalBackend:
             if current is None:  # a different object holds the name
                 log.error("create_conflict", workload=ref.key, reason="name taken")
 
-    async def _delete(self, event: DeleteWorkload) -> None:
-        """Delete a workload object for recovery; the watch then stops and reports it."""
+    async def _delete(self, event: DeleteWorkload | RemoveWorkload) -> None:
+        """Delete a workload object (the CLI's names any uid); the watch then stops it."""
         assert self.kv is not None
-        current = self._current(event.workload)
+        current = self._current(event.workload, any_uid=isinstance(event, RemoveWorkload))
         if current is not None:
             await self.kv.delete(current[0])
 
-    def _current(self, ref: WorkloadRef) -> tuple[str, dict[str, Any]] | None:
+    def _current(
+        self, ref: WorkloadRef, *, any_uid: bool = False
+    ) -> tuple[str, dict[str, Any]] | None:
         key = workload_key(ref.namespace, ref.name)
         obj = self.objects.get(key)
-        if obj is None or obj["metadata"]["uid"] != ref.uid:
+        if obj is None or (obj["metadata"]["uid"] != ref.uid and not any_uid):
             return None  # deleted, or replaced by another object of the same name
         return key, obj
 
@@ -565,6 +568,23 @@ class LocalBackend:
         running = list(self.running.values())
         self.running.clear()
         await asyncio.gather(*(self._stop(item) for item in running))
+
+    # --- the watcher's Backend verbs (services/watcher/backend.py) ------------------------
+
+    async def create(self, command: CreateWorkload | SubmitWorkload) -> None:
+        await self._create(command)
+
+    async def delete(self, command: DeleteWorkload | RemoveWorkload) -> None:
+        await self._delete(command)
+
+    async def admit(self, decision: WorkloadAdmitted) -> None:
+        await self._start(decision)
+
+    async def evict(self, decision: EvictionRequested) -> None:
+        await self._evict(decision)
+
+    async def observe(self) -> None:
+        await self.run()
 
     # --- helpers --------------------------------------------------------------------------
 

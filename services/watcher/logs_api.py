@@ -19,7 +19,7 @@ from nats.aio.subscription import Subscription
 from shared.bus import API_SUBJECT, Bus
 from shared.logging import get_logger
 
-__all__ = ["serve_logs"]
+__all__ = ["CHUNK", "LogsRequest", "names_are_valid", "serve_logs"]
 
 log = get_logger("watcher.logs")
 CHUNK = 256 * 1024
@@ -37,8 +37,13 @@ def _generation(path: Path) -> tuple[int, str]:
     return (int(head) if head.isdigit() else 0, path.name)
 
 
+def names_are_valid(request: LogsRequest) -> bool:
+    """Kubernetes names only: never a path outside the log root, never a label selector."""
+    return bool(_NAME.match(request.namespace) and _NAME.match(request.name))
+
+
 def read_logs(root: Path, request: LogsRequest) -> dict[str, Any]:
-    if not (_NAME.match(request.namespace) and _NAME.match(request.name)):
+    if not names_are_valid(request):
         return {"error": "invalid namespace or name"}  # never a path outside the log root
     folder = root / request.namespace / request.name
     files = []

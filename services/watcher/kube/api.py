@@ -1,4 +1,4 @@
-"""A thin, generic API client: one resource descriptor, five verbs, plain dicts.
+"""A thin, generic API client: one resource descriptor, a few verbs, plain dicts.
 
 kubernetes-asyncio's typed APIs deserialize into model classes (slow for Pods, and no use for
 CRDs such as RayJob or ClusterQueue); its ``ApiClient`` still does what matters: auth (token,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -98,14 +98,15 @@ class KubeClient:
     # --- verbs ------------------------------------------------------------------------------
 
     async def list(
-        self, resource: Resource, *, namespace: str | None = None
+        self, resource: Resource, *, namespace: str | None = None, label_selector: str = ""
     ) -> tuple[list[JsonObject], str]:
         """All objects and the list's resourceVersion (the point a watch resumes from).
 
         Built-in kinds omit ``apiVersion``/``kind`` on list items; they are filled in, so an
         object looks the same whether it came from a list or a watch.
         """
-        body = await self._call("GET", resource.path(namespace=namespace))
+        query = [("labelSelector", label_selector)] if label_selector else None
+        body = await self._call("GET", resource.path(namespace=namespace), query=query)
         items = [_with_type(item, resource) for item in body.get("items") or []]
         return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -113,6 +114,11 @@ class KubeClient:
         return _with_type(
             await self._call("GET", resource.path(namespace=namespace, name=name)), resource
         )
+
+    async def create(self, resource: Resource, *, namespace: str, body: JsonObject) -> JsonObject:
+        """POST a new object; 409 (:class:`KubeConflict`) if the name is taken."""
+        result = await self._call("POST", resource.path(namespace=namespace), body=body)
+        return _with_type(result, resource)
 
     async def patch(
         self,
@@ -129,11 +135,49 @@ class KubeClient:
         return _with_type(result, resource)
 
     async def delete(
-        self, resource: Resource, *, namespace: str, name: str, preconditions: dict[str, str]
+        self,
+        resource: Resource,
+        *,
+        namespace: str,
+        name: str,
+        preconditions: dict[str, str],
+        propagation_policy: str = "",
     ) -> None:
-        """Delete if the object still is what we read (uid and/or resourceVersion), else 409."""
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
+        """Delete if the object still is what we read (uid and/or resourceVersion), else 409.
+
+        ``propagation_policy`` ``Background`` deletes a Job's pods after the Job; without it a
+        batch/v1 Job's default (``orphan``, for compatibility) would leave its pods running.
+        """
+        body: JsonObject = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        body["preconditions"] = preconditions
+        if propagation_policy:
+            body["propagationPolicy"] = propagation_policy
         await self._call("DELETE", resource.path(namespace=namespace, name=name), body=body)
+
+    async def read_text(self, path: str, *, query: Sequence[tuple[str, str]]) -> str:
+        """GET a plain-text subresource (a pod's ``log``)."""
+        try:
+            response: aiohttp.ClientResponse = await self.api_client.call_api(
+                path,
+                "GET",
+                query_params=query,
+                header_params={"Accept": "text/plain, */*"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=30,
+            )
+        except Exception as error:
+            raise translate(error) from error
+        try:
+            data = await response.read()
+            if response.status >= 300:
+                text = data.decode(errors="replace")
+                raise from_status(response.status, f"{response.status}: {text[:300]}")
+            return data.decode(errors="replace")
+        except aiohttp.ClientError as error:
+            raise translate(error) from error
+        finally:
+            response.release()
 
     @asynccontextmanager
     async def watch(
@@ -183,11 +227,13 @@ class KubeClient:
         *,
         body: JsonObject | None = None,
         content_type: str = "application/json",
+        query: Sequence[tuple[str, str]] | None = None,
     ) -> JsonObject:
         try:
             result = await self.api_client.call_api(
                 path,
                 method,
+                query_params=query,
                 header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=body,
                 response_types_map={200: "object", 201: "object", 202: "object"},

@@ -6,12 +6,16 @@ Same duties as the local backend, same reports (see :mod:`services.watcher.repor
   ``kueue.x-k8s.io/queue-name`` or lives in a namespace with a LocalQueue named ``default``
   (the config bucket says which). A Job or RayJob created running is suspended at once;
   each new one is reported as ``WorkloadSubmitted``;
-- consume admission's and preemption's decisions (durable consumer ``watcher``), apply them
-  with conditional patches (:mod:`.patching`), report ``WorkloadStarted`` / ``WorkloadEvicted``;
+- consume admission's and preemption's decisions and recovery's and the CLI's commands
+  (durable consumer ``watcher``, :data:`~services.watcher.backend.COMMAND_SUBJECTS`) and carry
+  them out (:mod:`.acting`): conditional patches (:mod:`.patching`), reporting
+  ``WorkloadStarted`` / ``WorkloadEvicted``; objects created and deleted (:mod:`.creating`);
 - report ``WorkloadFinished`` (Job Complete/Failed, Pod Succeeded/Failed, RayJob
   SUCCEEDED/FAILED), ``WorkloadDeleted``, and ``WorkloadEvicted(reason="Preempted")`` when
   Kubernetes itself disrupted a pod of a managed job (so recovery requeues it);
-- mirror Namespaces and Kueue's configuration kinds into the config bucket (:mod:`.mirroring`).
+- report ``WorkloadFinished`` with the exit code of a managed job's failed pod, when seen;
+- mirror Namespaces and Kueue's configuration kinds into the config bucket (:mod:`.mirroring`);
+- answer ``berth.api.watcher.logs`` from the pods' logs through the API server (:mod:`.logs`).
 
 Ready once every initial list is done (a CRD that is not installed counts as an empty list).
 """
@@ -20,32 +24,36 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections import OrderedDict
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
 from nats.js.kv import KeyValue
 
 from services.watcher import metrics, reporting
+from services.watcher.backend import COMMAND_SUBJECTS, Backend, carry_out
+from services.watcher.kube.acting import WORKLOAD_RESOURCES, KubeActions, Tracked
 from services.watcher.kube.api import KubeClient, Resource
+from services.watcher.kube.creating import default_image
 from services.watcher.kube.errors import KubeError, KubeRefused
-from services.watcher.kube.mirroring import CONFIG_RESOURCES, ConfigMirror
+from services.watcher.kube.logs import serve_pod_logs
+from services.watcher.kube.mirroring import CONFIG_RESOURCES, ConfigMirror, follow_config
 from services.watcher.kube.patching import (
-    ADMISSION_GATE,
     FINISHED_ANNOTATION,
-    JOBS,
-    PODS,
-    RAYJOBS,
-    admit_plan,
     admitted_generation,
     converge,
-    evict_plan,
-    evicted_generation,
     finished_generation,
     mark_finished_plan,
     suspend_plan,
+)
+from services.watcher.kube.reading import (
+    FinishMark,
+    Report,
+    controller,
+    disruption_reason,
+    failed_exit_code,
+    finish_outcome,
+    gated,
 )
 from services.watcher.kube.watching import (
     EventType,
@@ -55,22 +63,24 @@ from services.watcher.kube.watching import (
     watch_objects,
 )
 from shared.bus import CONFIG_BUCKET
-from shared.events import AnyEvent, Event, EvictionRequested, WorkloadAdmitted, WorkloadRef
+from shared.events import (
+    AnyEvent,
+    CreateWorkload,
+    DeleteWorkload,
+    Event,
+    EvictionRequested,
+    RemoveWorkload,
+    SubmitWorkload,
+    WorkloadAdmitted,
+)
 from shared.logging import get_logger
 from shared.service import Runtime
 from shared.workloads import MANAGED_JOB_LABEL, WorkloadError, workload_spec
 
-__all__ = ["DISRUPTION_REASONS", "KubernetesBackend", "run_kubernetes"]
+__all__ = ["KubernetesBackend", "run_kubernetes"]
 
 log = get_logger("watcher.kube")
 
-WORKLOAD_RESOURCES: dict[str, Resource] = {"Job": JOBS, "Pod": PODS, "RayJob": RAYJOBS}
-DECISION_SUBJECTS = ["berth.cq.*.admitted.>", "berth.cq.*.evict.>"]
-# DisruptionTarget reasons that mean "Kubernetes took the pod away", not "the job failed":
-# scheduler preemption, node loss (taint manager, pod GC of a vanished node), node shutdown.
-DISRUPTION_REASONS = frozenset(
-    {"PreemptionByScheduler", "DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet"}
-)
 TOMBSTONES = 10_000  # deleted workloads remembered, so a late decision still finds its kind
 
 Obj = dict[str, Any]
@@ -85,6 +95,7 @@ class KubernetesBackend:
         settings: WatchSettings | None = None,
         concurrency: int = 16,
         config_resources: dict[str, list[Resource]] | None = None,
+        image: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.bus = runtime.bus
@@ -92,11 +103,15 @@ class KubernetesBackend:
         self.settings = settings or WatchSettings()
         self.concurrency = concurrency
         self.config_resources = CONFIG_RESOURCES if config_resources is None else config_resources
-        self.workloads: dict[str, Obj] = {}  # uid -> newest object of each workload we track
+        self.tracked = Tracked()
+        self.workloads = self.tracked.workloads  # uid -> newest object of each workload
+        self.tombstones = self.tracked.tombstones
+        self.reported = self.tracked.reported
+        self.actions = KubeActions(client, self.tracked, image=image or default_image())
         self.unqueued: dict[str, Obj] = {}  # uid -> top-level objects without a queue (yet)
-        self.tombstones: OrderedDict[str, Obj] = OrderedDict()
         self.announced: set[str] = set()
-        self.reported: set[tuple[str, str, int]] = set()  # (what, uid, generation)
+        # Owner uid -> exit code of its managed pod that failed (reported with the finish).
+        self.exit_codes: dict[str, int] = {}
         self.default_queue_namespaces: set[str] = set()
         self.synced: dict[str, asyncio.Event] = {}
         self.mirror: ConfigMirror | None = None
@@ -104,10 +119,15 @@ class KubernetesBackend:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """The whole backend; :meth:`observe` under the name the watcher has always used."""
+        await self.observe()
+
+    async def observe(self) -> None:
         config_kv = await self.bus.kv(CONFIG_BUCKET)
         self.mirror = ConfigMirror(config_kv)
         queues = await config_kv.watchall()
         tasks: list[asyncio.Task[None]] = []
+        logs = None
         try:
             # Default LocalQueues first: they decide which unlabelled workloads are ours.
             async for entry in queues:
@@ -124,13 +144,22 @@ class KubernetesBackend:
                 self.synced[f"config.{kind}"] = asyncio.Event()
                 tasks.append(
                     asyncio.create_task(
-                        self._follow_config(kind, alternatives), name=f"kube.config.{kind}"
+                        follow_config(
+                            self.client,
+                            self.mirror,
+                            kind,
+                            alternatives,
+                            settings=self.settings,
+                            synced=self.synced[f"config.{kind}"],
+                        ),
+                        name=f"kube.config.{kind}",
                     )
                 )
             synced = asyncio.create_task(self._all_synced(), name="kube.synced")
             if not await self._supervise([*tasks, synced], until=synced):
                 return
-            subscription = await self.bus.durable_subscription("watcher", DECISION_SUBJECTS)
+            subscription = await self.bus.durable_subscription("watcher", COMMAND_SUBJECTS)
+            logs = await serve_pod_logs(self.bus, self.client)
             tasks.append(
                 asyncio.create_task(
                     self.bus.consume(
@@ -146,6 +175,8 @@ class KubernetesBackend:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await queues.stop()  # type: ignore[no-untyped-call]
+            if logs is not None:
+                await logs.unsubscribe()
 
     async def _all_synced(self) -> None:
         await asyncio.gather(*(event.wait() for event in self.synced.values()))
@@ -219,7 +250,8 @@ class KubernetesBackend:
         metadata = obj["metadata"]
         if kind == "Pod":
             events += await self._check_disruption(obj)
-            if _controller(obj) is not None:
+            self._note_exit_code(obj)
+            if controller(obj) is not None:
                 return events  # a Job's or RayCluster's pod: its owner is the workload
         uid = str(metadata["uid"])
         queue = self._queue_name(obj)
@@ -229,7 +261,7 @@ class KubernetesBackend:
         self.unqueued.pop(uid, None)
         self.workloads[uid] = obj
         generation = admitted_generation(obj)
-        if kind == "Pod" and generation == 0 and not _gated(obj):
+        if kind == "Pod" and generation == 0 and not gated(obj):
             # Gates can only be set at creation (by our webhook); this pod runs outside quota.
             if ("ungated", uid, 0) not in self.reported:
                 self.reported.add(("ungated", uid, 0))
@@ -237,7 +269,7 @@ class KubernetesBackend:
                     "pod_not_gated", workload=f"{metadata.get('namespace')}/{metadata['name']}"
                 )
             return events
-        outcome = _finish_outcome(kind, obj)
+        outcome = finish_outcome(kind, obj)
         ref = reporting.ref_of(obj)
         if outcome is not None:
             succeeded, message = outcome
@@ -247,11 +279,22 @@ class KubernetesBackend:
             if (generation > 0 or uid in self.announced) and not already:
                 if ("finished", uid, generation) not in self.reported:
                     self.reported.add(("finished", uid, generation))
+                    code = None if succeeded else self.exit_codes.get(uid)
                     events.append(
-                        reporting.finished(ref, generation, succeeded=succeeded, message=message)
+                        reporting.finished(
+                            ref, generation, succeeded=succeeded, exit_code=code, message=message
+                        )
                     )
                     metrics.FINISHED.labels(result="Succeeded" if succeeded else "Failed").inc()
-                    events.append(_FinishMark(kind, ref, generation))
+                    log.info(
+                        "workload_finished",
+                        workload=ref.key,
+                        queue=queue,
+                        succeeded=succeeded,
+                        exit_code=code,
+                        reason=message,
+                    )
+                    events.append(FinishMark(kind, ref, generation))
             return events
         if uid in self.announced:
             return events
@@ -269,7 +312,7 @@ class KubernetesBackend:
         log.info("workload_submitted", workload=ref.key, queue=queue, kind=kind)
         return events
 
-    async def _mark_finished(self, mark: _FinishMark) -> None:
+    async def _mark_finished(self, mark: FinishMark) -> None:
         plan = mark_finished_plan(mark.generation)
         try:
             await converge(self.client, WORKLOAD_RESOURCES[mark.kind], mark.ref, plan)
@@ -285,6 +328,7 @@ class KubernetesBackend:
         while len(self.tombstones) > TOMBSTONES:
             self.tombstones.popitem(last=False)
         self.announced.discard(uid)
+        self.exit_codes.pop(uid, None)
         ref = reporting.ref_of(known)
         log.info("workload_deleted", workload=ref.key)
         return [reporting.deleted(ref)]
@@ -295,7 +339,7 @@ class KubernetesBackend:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if MANAGED_JOB_LABEL not in labels:
             return []
-        reason = _disruption_reason(pod)
+        reason = disruption_reason(pod)
         if reason is None:
             return []
         owner = self._owning_workload(pod)
@@ -308,25 +352,33 @@ class KubernetesBackend:
         self.reported.add(("disrupted", uid, generation))
         message = f"pod {pod['metadata']['name']} was disrupted by Kubernetes ({reason})"
         log.warning("managed_pod_disrupted", workload=reporting.ref_of(owner).key, reason=reason)
-        return await self._evict(owner, generation, reason="Preempted", message=message)
+        return await self.actions.evict(owner, generation, reason="Preempted", message=message)
 
     def _owning_workload(self, pod: Obj) -> Obj | None:
-        controller = _controller(pod)
-        if controller is None:
+        owner = controller(pod)
+        if owner is None:
             return self.workloads.get(str(pod["metadata"].get("uid")))
-        if controller.get("kind") == "Job":
-            return self.workloads.get(str(controller.get("uid")))
-        if controller.get("kind") == "RayCluster":
+        if owner.get("kind") == "Job":
+            return self.workloads.get(str(owner.get("uid")))
+        if owner.get("kind") == "RayCluster":
             namespace = pod["metadata"].get("namespace")
             for obj in self.workloads.values():
                 status = obj.get("status") or {}
                 if (
                     obj.get("kind") == "RayJob"
                     and obj["metadata"].get("namespace") == namespace
-                    and status.get("rayClusterName") == controller.get("name")
+                    and status.get("rayClusterName") == owner.get("name")
                 ):
                     return obj
         return None
+
+    def _note_exit_code(self, pod: Obj) -> None:
+        """Remember a managed job's failed pod's exit code for its owner's finish report."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        code = failed_exit_code(pod) if MANAGED_JOB_LABEL in labels else None
+        owner = controller(pod) if code is not None else None
+        if code is not None and owner is not None and owner.get("kind") == "Job":
+            self.exit_codes[str(owner.get("uid"))] = code
 
     # --- decisions ------------------------------------------------------------------------
 
@@ -347,79 +399,51 @@ class KubernetesBackend:
                 group.create_task(one_workload(decisions))
 
     async def _decide(self, event: AnyEvent) -> None:
-        ref = event.workload
-        obj = self.workloads.get(ref.uid) or self.tombstones.get(ref.uid)
-        if obj is None:
-            log.info("decision_for_unknown_workload", workload=ref.key, type=type(event).__name__)
-            return
         try:
-            if isinstance(event, WorkloadAdmitted):
-                await self._publish(await self._admit(obj, event))
-            elif isinstance(event, EvictionRequested):
-                await self._publish(
-                    await self._evict(
-                        obj, event.generation, reason=event.reason, message=event.message
-                    )
-                )
+            await carry_out(self, event)
         except KubeRefused as error:
             # The server will refuse it again: redelivering cannot help. Say so loudly.
-            log.error("decision_refused", workload=ref.key, error=str(error))
-        # Other KubeErrors propagate: the batch is nak'ed and redelivered a second later.
+            log.error(
+                "decision_refused",
+                workload=event.workload.key,
+                type=type(event).__name__,
+                reason=str(error),
+            )
+        # Other KubeErrors propagate: the batch is handled again a second later.
 
-    async def _admit(self, obj: Obj, event: WorkloadAdmitted) -> list[Report]:
-        ref = event.workload
-        resource = WORKLOAD_RESOURCES[str(obj["kind"])]
-        plan = admit_plan(event.generation, event.assignments)
-        final = await converge(self.client, resource, ref, plan)
-        if final is None:
-            log.info("admitted_workload_gone", workload=ref.key, generation=event.generation)
-            return []
-        self.workloads[ref.uid] = final
-        if admitted_generation(final) != event.generation or evicted_generation(final) >= (
-            event.generation
-        ):
-            log.info("admission_overtaken", workload=ref.key, generation=event.generation)
-            return []
-        if ("started", ref.uid, event.generation) not in self.reported:
-            self.reported.add(("started", ref.uid, event.generation))
-            metrics.STARTED.inc()
-            log.info("workload_started", workload=ref.key, generation=event.generation)
-        return [reporting.started(ref, event.generation)]
+    # --- the watcher's Backend verbs (services/watcher/backend.py) ------------------------
 
-    async def _evict(self, obj: Obj, generation: int, *, reason: str, message: str) -> list[Report]:
-        ref = reporting.ref_of(obj)
-        kind = str(obj["kind"])
-        final = await converge(self.client, WORKLOAD_RESOURCES[kind], ref, evict_plan(generation))
-        if final is None:
-            # Gone: for a Pod that is what eviction means (we deleted it, maybe on an earlier
-            # delivery); a deleted Job or RayJob is reported as deleted instead.
-            if kind != "Pod" or admitted_generation(obj) != generation:
-                return []
-        else:
-            self.workloads[ref.uid] = final
-            if admitted_generation(final) != generation or evicted_generation(final) < generation:
-                log.info("evict_not_running", workload=ref.key, generation=generation)
-                return []
-        if ("evicted", ref.uid, generation) not in self.reported:
-            self.reported.add(("evicted", ref.uid, generation))
-            metrics.EVICTED.inc()
-            log.info("workload_evicted", workload=ref.key, reason=reason, generation=generation)
-        return [reporting.evicted(ref, generation, reason=reason, message=message)]
+    async def admit(self, decision: WorkloadAdmitted) -> None:
+        obj = self._known(decision)
+        if obj is not None:
+            await self._publish(await self.actions.admit(obj, decision))
+
+    async def evict(self, decision: EvictionRequested) -> None:
+        obj = self._known(decision)
+        if obj is not None:
+            reports = await self.actions.evict(
+                obj, decision.generation, reason=decision.reason, message=decision.message
+            )
+            await self._publish(reports)
+
+    async def create(self, command: CreateWorkload | SubmitWorkload) -> None:
+        await self.actions.create(command)
+
+    async def delete(self, command: DeleteWorkload | RemoveWorkload) -> None:
+        await self.actions.delete(command)
+
+    def _known(self, event: WorkloadAdmitted | EvictionRequested) -> Obj | None:
+        obj = self.tracked.find(event.workload.uid)
+        if obj is None:
+            log.info(
+                "decision_for_unknown_workload",
+                workload=event.workload.key,
+                queue=event.cluster_queue,
+                type=type(event).__name__,
+            )
+        return obj
 
     # --- configuration --------------------------------------------------------------------
-
-    async def _follow_config(self, kind: str, alternatives: list[Resource]) -> None:
-        assert self.mirror is not None
-        stream = watch_objects(self.client, alternatives, settings=self.settings)
-        async with aclosing(stream) as items:
-            async for item in items:
-                if isinstance(item, Listed):
-                    await self.mirror.resync(kind, item.objects)
-                    self.synced[f"config.{kind}"].set()
-                elif item.type is EventType.DELETED:
-                    await self.mirror.remove(kind, item.object)
-                else:
-                    await self.mirror.apply(kind, item.object)
 
     def _note_queue_entry(self, entry: KeyValue.Entry) -> str | None:
         """Track namespaces with a LocalQueue named ``default``; returns one that gained it."""
@@ -461,66 +485,8 @@ class KubernetesBackend:
         finish twice (under one id), never not at all."""
         await self.bus.publish_many([r for r in reports if isinstance(r, Event)])
         for report in reports:
-            if isinstance(report, _FinishMark):
+            if isinstance(report, FinishMark):
                 await self._mark_finished(report)
-
-
-@dataclass(frozen=True)
-class _FinishMark:
-    """To do after publishing: annotate the object so a re-list does not report it again."""
-
-    kind: str
-    ref: WorkloadRef
-    generation: int
-
-
-Report = Event | _FinishMark
-
-
-def _controller(obj: Obj) -> Obj | None:
-    for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if owner.get("controller"):
-            return dict(owner)
-    return None
-
-
-def _gated(pod: Obj) -> bool:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(gate.get("name") == ADMISSION_GATE for gate in gates)
-
-
-def _condition(obj: Obj, kind: str) -> Obj | None:
-    for condition in (obj.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == kind and condition.get("status") == "True":
-            return dict(condition)
-    return None
-
-
-def _disruption_reason(pod: Obj) -> str | None:
-    condition = _condition(pod, "DisruptionTarget")
-    if condition is None or condition.get("reason") not in DISRUPTION_REASONS:
-        return None
-    return str(condition["reason"])
-
-
-def _finish_outcome(kind: str, obj: Obj) -> tuple[bool, str] | None:
-    """(succeeded, message) once the workload has run to its end; None while it has not."""
-    status = obj.get("status") or {}
-    if kind == "Job":
-        for condition_type, succeeded in (("Complete", True), ("Failed", False)):
-            condition = _condition(obj, condition_type)
-            if condition is not None:
-                return succeeded, str(condition.get("message") or "")
-        return None
-    if kind == "Pod":
-        phase = status.get("phase")
-        if phase in ("Succeeded", "Failed"):
-            return phase == "Succeeded", str(status.get("message") or "")
-        return None
-    job_status = status.get("jobStatus")
-    if job_status in ("SUCCEEDED", "FAILED"):
-        return job_status == "SUCCEEDED", str(status.get("message") or "")
-    return None
 
 
 async def run_kubernetes(runtime: Runtime) -> None:
@@ -533,7 +499,8 @@ async def run_kubernetes(runtime: Runtime) -> None:
     try:
         if webhook_settings.tls_configured:
             runner = await serve_webhook(webhook_settings)
-        await KubernetesBackend(runtime, client=client).run()
+        backend: Backend = KubernetesBackend(runtime, client=client)
+        await backend.observe()
     finally:
         if runner is not None:
             await runner.cleanup()

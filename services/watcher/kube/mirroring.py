@@ -10,18 +10,21 @@ rewrites ClusterQueue status all the time; that must not churn the bucket), and 
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import aclosing
 from typing import Any
 
 import msgspec
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from services.watcher.kube.api import Resource
+from services.watcher.kube.api import KubeClient, Resource
+from services.watcher.kube.watching import EventType, Listed, WatchSettings, watch_objects
 from shared.bus import BucketWatch, live_value
 from shared.config import ConfigError, encode_object, object_key, parse_object
 from shared.logging import get_logger
 
-__all__ = ["CONFIG_RESOURCES", "SOURCE_ANNOTATION", "ConfigMirror"]
+__all__ = ["CONFIG_RESOURCES", "SOURCE_ANNOTATION", "ConfigMirror", "follow_config"]
 
 log = get_logger("watcher.kube.mirroring")
 
@@ -144,3 +147,25 @@ def _cleaned(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
     document["metadata"] = metadata
     document["kind"] = kind
     return document
+
+
+async def follow_config(
+    client: KubeClient,
+    mirror: ConfigMirror,
+    kind: str,
+    alternatives: list[Resource],
+    *,
+    settings: WatchSettings,
+    synced: asyncio.Event,
+) -> None:
+    """List-watch one configuration kind into the bucket for ever; ``synced`` once listed."""
+    stream = watch_objects(client, alternatives, settings=settings)
+    async with aclosing(stream) as items:
+        async for item in items:
+            if isinstance(item, Listed):
+                await mirror.resync(kind, item.objects)
+                synced.set()
+            elif item.type is EventType.DELETED:
+                await mirror.remove(kind, item.object)
+            else:
+                await mirror.apply(kind, item.object)

@@ -1,0 +1,145 @@
+"""The Kubernetes backend's verbs: admit, evict, create and delete workload objects.
+
+Each verb writes through the API server and returns the reports to publish; it never
+publishes itself, so the caller keeps one publishing path (and its finish marks). State
+shared with observation (the newest object per uid, tombstones, what was reported) is
+passed in as a :class:`Tracked`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.watcher import metrics, reporting
+from services.watcher.kube.api import KubeClient, Resource
+from services.watcher.kube.creating import create_object, delete_object, manifest
+from services.watcher.kube.patching import (
+    JOBS,
+    PODS,
+    RAYJOBS,
+    admit_plan,
+    admitted_generation,
+    converge,
+    evict_plan,
+    evicted_generation,
+)
+from services.watcher.kube.reading import Report
+from shared.events import (
+    CreateWorkload,
+    DeleteWorkload,
+    RemoveWorkload,
+    SubmitWorkload,
+    WorkloadAdmitted,
+)
+from shared.logging import get_logger
+
+__all__ = ["WORKLOAD_RESOURCES", "KubeActions", "Tracked"]
+
+log = get_logger("watcher.kube")
+
+WORKLOAD_RESOURCES: dict[str, Resource] = {"Job": JOBS, "Pod": PODS, "RayJob": RAYJOBS}
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Tracked:
+    """What observation knows and the verbs read and update."""
+
+    workloads: dict[str, Obj] = field(default_factory=dict)  # uid -> newest object
+    tombstones: OrderedDict[str, Obj] = field(default_factory=OrderedDict)
+    reported: set[tuple[str, str, int]] = field(default_factory=set)  # (what, uid, generation)
+
+    def find(self, uid: str) -> Obj | None:
+        """A workload we track, or remember as deleted (a late decision still finds its kind)."""
+        return self.workloads.get(uid) or self.tombstones.get(uid)
+
+
+class KubeActions:
+    def __init__(self, client: KubeClient, tracked: Tracked, *, image: str) -> None:
+        self.client = client
+        self.tracked = tracked
+        self.image = image
+
+    async def admit(self, obj: Obj, event: WorkloadAdmitted) -> list[Report]:
+        ref = event.workload
+        resource = WORKLOAD_RESOURCES[str(obj["kind"])]
+        plan = admit_plan(event.generation, event.assignments)
+        final = await converge(self.client, resource, ref, plan)
+        if final is None:
+            log.info("admitted_workload_gone", workload=ref.key, generation=event.generation)
+            return []
+        self.tracked.workloads[ref.uid] = final
+        if admitted_generation(final) != event.generation or evicted_generation(final) >= (
+            event.generation
+        ):
+            log.info("admission_overtaken", workload=ref.key, generation=event.generation)
+            return []
+        if ("started", ref.uid, event.generation) not in self.tracked.reported:
+            self.tracked.reported.add(("started", ref.uid, event.generation))
+            metrics.STARTED.inc()
+            log.info(
+                "workload_started",
+                workload=ref.key,
+                queue=event.cluster_queue,
+                generation=event.generation,
+            )
+        return [reporting.started(ref, event.generation)]
+
+    async def evict(self, obj: Obj, generation: int, *, reason: str, message: str) -> list[Report]:
+        ref = reporting.ref_of(obj)
+        kind = str(obj["kind"])
+        final = await converge(self.client, WORKLOAD_RESOURCES[kind], ref, evict_plan(generation))
+        if final is None:
+            # Gone: for a Pod that is what eviction means (we deleted it, maybe on an earlier
+            # delivery); a deleted Job or RayJob is reported as deleted instead.
+            if kind != "Pod" or admitted_generation(obj) != generation:
+                return []
+        else:
+            self.tracked.workloads[ref.uid] = final
+            if admitted_generation(final) != generation or evicted_generation(final) < generation:
+                log.info("evict_not_running", workload=ref.key, generation=generation)
+                return []
+        if ("evicted", ref.uid, generation) not in self.tracked.reported:
+            self.tracked.reported.add(("evicted", ref.uid, generation))
+            metrics.EVICTED.inc()
+            log.info("workload_evicted", workload=ref.key, reason=reason, generation=generation)
+        return [reporting.evicted(ref, generation, reason=reason, message=message)]
+
+    async def create(self, command: CreateWorkload | SubmitWorkload) -> None:
+        """Create the object in the cluster, held until admitted (see :mod:`.creating`).
+
+        The watch then sees it and reports it submitted, as any object a user created.
+        """
+        ref = command.workload
+        kind = str(command.object.get("kind"))
+        resource = WORKLOAD_RESOURCES.get(kind)
+        if resource is None:
+            log.error("create_refused", workload=ref.key, reason=f"unknown kind {kind!r}")
+            return
+        body = manifest(command.object, requested_uid=ref.uid, image=self.image)
+        queue = body["metadata"]["labels"].get("kueue.x-k8s.io/queue-name")
+        if await create_object(self.client, resource, ref, body):
+            log.info(
+                "workload_created", workload=ref.key, queue=queue, kind=kind, by=command.source
+            )
+        else:
+            log.error(
+                "create_conflict",
+                workload=ref.key,
+                queue=queue,
+                reason="another object holds the name",
+            )
+
+    async def delete(self, command: DeleteWorkload | RemoveWorkload) -> None:
+        """Delete the object by name (the one the command means: see :mod:`.creating`)."""
+        ref = command.workload
+        known = self.tracked.find(ref.uid) if ref.uid else None
+        kinds = [str(known["kind"])] if known else list(WORKLOAD_RESOURCES)
+        for kind in kinds:  # a name alone may be any kind: try each until one is deleted
+            if await delete_object(self.client, WORKLOAD_RESOURCES[kind], ref):
+                log.info("workload_deleting", workload=ref.key, kind=kind, by=command.source)
+                return
+        log.info("delete_nothing", workload=ref.key, reason="no such object (deleted already?)")
