@@ -22,3 +22,9 @@ PASS_SECONDS = Histogram(
     "Duration of one scheduling pass.",
     buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
 )
+# Facts refused before they reach the quota books (services/admission/validation.py).
+REFUSED_FACTS = Counter(
+    "berth_admission_refused_facts_total",
+    "Workload facts refused as malformed (never folded into quota), by reason.",
+    ["reason"],
+)

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from nats.js import JetStreamContext
 
-from services.admission import metrics
+from services.admission import metrics, validation
 from services.admission.api import serve_api
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
@@ -101,6 +101,8 @@ class AdmissionService:
     def _apply(self, events: Iterable[AnyEvent]) -> None:
         """Fold events into the scheduler; idempotent, so replays and echoes change nothing."""
         for event in events:
+            if validation.refused(event):  # logged and counted; never reaches the books
+                continue
             ref = event.workload
             record = self.records.get(ref.uid)
             if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):

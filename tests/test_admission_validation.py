@@ -1,0 +1,258 @@
+"""Admission trusts no fact blindly (services/admission/validation.py): the rule, table-driven;
+the fold refuses with one log line and a count; and a property: no sequence of facts, however
+malformed, drives usage below 0 or above quota."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
+
+from services.admission.scheduler import Admission
+from services.admission.service import AdmissionService
+from services.admission.validation import refusal
+from shared.config import parse_object
+from shared.events import (
+    AnyEvent,
+    FlavorAssignment,
+    PodSet,
+    WorkloadAdmitted,
+    WorkloadDeleted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadRef,
+    WorkloadSubmitted,
+    now,
+)
+from shared.service import Runtime
+from tests.test_scheduler import cq, flavor, group, lq
+
+GOOD_REF = WorkloadRef("default", "job", "uid-1")
+
+
+def submitted(
+    pod_sets: list[PodSet] | None = None, ref: WorkloadRef = GOOD_REF, queue: str = "lq0"
+) -> WorkloadSubmitted:
+    return WorkloadSubmitted(
+        source="watcher",
+        workload=ref,
+        kind="Job",
+        queue_name=queue,
+        pod_sets=[PodSet("main", 1, {"cpu": 1000})] if pod_sets is None else pod_sets,
+        created=now(),
+    )
+
+
+def admitted(
+    usage: dict[str, int], ref: WorkloadRef = GOOD_REF, cq: str = "cq0"
+) -> WorkloadAdmitted:
+    assignment = FlavorAssignment("main", 1, {r: "f" for r in usage}, usage)
+    return WorkloadAdmitted(
+        source="admission",
+        workload=ref,
+        cluster_queue=cq,
+        local_queue="lq0",
+        priority=0,
+        assignments=[assignment],
+        generation=1,
+    )
+
+
+CASES: list[tuple[AnyEvent, str | None, str]] = [
+    (submitted(), None, "a well-formed fact"),
+    (submitted(queue="not-there-yet"), None, "an unknown LocalQueue is pending (Kueue), not refused"),
+    (submitted(queue=""), None, "no queue: the namespace's default LocalQueue"),
+    (submitted([PodSet("main", 0, {"cpu": 1000})]), "invalid_count", "a pod set of zero pods"),
+    (submitted([PodSet("main", -3, {"cpu": 1000})]), "invalid_count", "a negative count would free quota on admission"),
+    (submitted([PodSet("main", 2, {"cpu": -1000})]), "negative_quantity", "a negative request"),
+    (submitted([PodSet("main", 1, {"cpu": 2**63})]), "quantity_too_large", "beyond Kubernetes' int64"),
+    (submitted([PodSet("main", 1, {"bad name": 1})]), "invalid_resource", "a resource that is no resource name"),
+    (submitted([PodSet("main", 2, {"cpu": 1}, min_count=3)]), "invalid_count", "min_count above count"),
+    (submitted([PodSet("main", 2, {"cpu": 1}, min_count=-1)]), "invalid_count", "a negative min_count"),
+    (submitted([PodSet("a", 1, {}), PodSet("a", 1, {})]), "invalid_pod_set", "duplicate pod set names"),
+    (submitted([]), "no_pod_sets", "nothing to admit"),
+    (submitted(ref=WorkloadRef("default", "/tmp/x", "u")), "invalid_name", "a path as a name"),
+    (submitted(ref=WorkloadRef("Team A", "job", "u")), "invalid_name", "an invalid namespace"),
+    (submitted(ref=WorkloadRef("default", "job", "")), "invalid_name", "no uid"),
+    (submitted(queue="Bad Queue"), "invalid_queue", "a queue name no LocalQueue can have"),
+    (admitted({"cpu": 1000}), None, "an admission that holds 1 cpu"),
+    (admitted({"cpu": -1000}), "negative_quantity", "an admission with negative usage"),
+    (admitted({"cpu": 1000}, cq="../cq"), "invalid_queue", "an admission to a path"),
+    (WorkloadFinished(source="w", workload=GOOD_REF, generation=-5, succeeded=True), None, "matched by uid, no quantity"),
+]
+
+
+@pytest.mark.parametrize(("event", "code", "why"), CASES)
+def test_the_rule(event: AnyEvent, code: str | None, why: str) -> None:
+    found = refusal(event)
+    assert (found.code if found else None) == code, why
+
+
+def _service() -> AdmissionService:
+    service = AdmissionService(cast(Runtime, SimpleNamespace(bus=None)))
+    documents = [
+        flavor("f"),
+        cq("cq0", group(["cpu"], ("f", {"cpu": (4, 2, None)})), cohort="c"),
+        cq("cq1", group(["cpu"], ("f", {"cpu": 2})), cohort="c"),
+        lq("lq0", "cq0"),
+        lq("lq1", "cq1"),
+    ]
+    service.scheduler.set_config([parse_object(d) for d in documents])
+    return service
+
+
+def _refused_count(reason: str) -> float:
+    value = REGISTRY.get_sample_value("berth_admission_refused_facts_total", {"reason": reason})
+    return value or 0.0
+
+
+def test_a_refused_fact_is_logged_once_counted_and_never_folded() -> None:
+    service = _service()
+    before = _refused_count("negative_quantity")
+    bad = submitted([PodSet("main", 2, {"cpu": -1000})])
+    with capture_logs() as logs:
+        service._apply([bad])
+    assert [log for log in logs if log["event"] == "fact_refused"] == [
+        {
+            "component": "admission.validation",
+            "event": "fact_refused",
+            "log_level": "warning",
+            "workload": "default/job",
+            "queue": "lq0",
+            "reason": 'pod set "main" requests: cpu -1000m is negative',
+            "fact": "WorkloadSubmitted",
+            "event_id": bad.id,
+        }
+    ]
+    assert _refused_count("negative_quantity") == before + 1
+    assert service.scheduler.workload_views() == []  # never reached the scheduler
+    assert "uid-1" not in service.records
+    # The next good workload is admitted as usual.
+    service._apply([submitted(ref=WorkloadRef("default", "good", "uid-2"))])
+    assert [d.ref.name for d in service.scheduler.schedule() if isinstance(d, Admission)] == [
+        "good"
+    ]
+
+
+# --- the property ------------------------------------------------------------------------------
+
+_NAMES = st.sampled_from(["w", "/tmp/x", "", "A", "a" * 300, "..", "ok.name"])
+_QUEUES = st.sampled_from(["lq0", "lq1", "", "missing", "Bad Queue"])
+_AMOUNTS = st.one_of(st.integers(-3000, 3000), st.sampled_from([0, 2**63, -(2**63), 10**30]))
+_POD_SET = st.builds(
+    PodSet,
+    name=st.sampled_from(["main", "w", ""]),
+    count=st.integers(-3, 4),
+    requests=st.dictionaries(st.sampled_from(["cpu", "memory", "bad name"]), _AMOUNTS, max_size=2),
+    min_count=st.one_of(st.none(), st.integers(-2, 5)),
+)
+_UIDS = st.integers(0, 12).map(lambda i: f"u{i}")
+
+
+@st.composite
+def _submitted(draw: st.DrawFn) -> WorkloadSubmitted:
+    return WorkloadSubmitted(
+        source="watcher",
+        workload=WorkloadRef(
+            draw(st.sampled_from(["default", "default", "Bad NS"])), draw(_NAMES), draw(_UIDS)
+        ),
+        kind="Job",
+        queue_name=draw(_QUEUES),
+        pod_sets=draw(st.lists(_POD_SET, max_size=3)),
+        created=now(),
+        priority=draw(st.integers(-5, 5)),
+    )
+
+
+@st.composite
+def _forged_admission(draw: st.DrawFn) -> WorkloadAdmitted:
+    """An admission nobody decided, malformed: negative or absurd usage."""
+    usage = {"cpu": draw(st.sampled_from([-1000, -(2**63), 2**64]))}
+    return admitted(
+        usage,
+        ref=WorkloadRef("default", "w", draw(_UIDS)),
+        cq=draw(st.sampled_from(["cq0", "cq1"])),
+    )
+
+
+def _ref(uid: str) -> WorkloadRef:
+    return WorkloadRef("default", "w", uid)
+
+
+_GOOD = st.builds(
+    lambda uid, queue, count, cpu: submitted(
+        [PodSet("main", count, {"cpu": cpu})], _ref(uid), queue
+    ),
+    _UIDS,
+    st.sampled_from(["lq0", "lq1"]),
+    st.integers(1, 3),
+    st.integers(0, 3000),
+)
+_FACT = st.one_of(
+    _GOOD,
+    _GOOD,
+    _submitted(),
+    _submitted(),
+    _forged_admission(),
+    st.builds(
+        lambda uid, gen, ok: WorkloadFinished(
+            source="w", workload=_ref(uid), generation=gen, succeeded=ok
+        ),
+        _UIDS,
+        st.integers(-1, 3),
+        st.booleans(),
+    ),
+    st.builds(
+        lambda uid, gen: WorkloadEvicted(
+            source="w", workload=_ref(uid), generation=gen, reason="Preempted"
+        ),
+        _UIDS,
+        st.integers(-1, 3),
+    ),
+    st.builds(lambda uid: WorkloadDeleted(source="w", workload=_ref(uid)), _UIDS),
+    st.just("schedule"),
+    st.just("schedule"),
+)
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(steps=st.lists(_FACT, min_size=5, max_size=40))
+def test_no_sequence_of_facts_breaks_the_books(steps: list[Any]) -> None:
+    """Folded through the service (as the stream would deliver them, decisions echoed back),
+    no sequence of facts drives usage below 0 or above any limit, and only well-formed
+    pod sets are ever admitted."""
+    service = _service()
+    scheduler = service.scheduler
+    for step in steps:
+        if step == "schedule":
+            echoes: list[AnyEvent] = []
+            for decision in scheduler.schedule():
+                if isinstance(decision, Admission):
+                    echoes.append(
+                        WorkloadAdmitted(
+                            source="admission",
+                            workload=decision.ref,
+                            cluster_queue=decision.cluster_queue,
+                            local_queue=decision.local_queue,
+                            priority=decision.priority,
+                            assignments=decision.assignments,
+                            generation=scheduler.generation(decision.ref),
+                        )
+                    )
+            service._apply(echoes)
+        else:
+            service._apply([step])
+        assert scheduler.quota.violations() == []
+        for view in scheduler.workload_views():
+            for assignment in view.assignments:
+                assert assignment.count > 0
+                assert all(0 <= amount <= 2**63 - 1 for amount in assignment.usage.values())
