@@ -37,6 +37,7 @@ from nats.js.kv import KeyValue
 
 from shared.auth import ClientAuth
 from shared.events import AnyEvent, Event, decode_event, encode_event, subject_for
+from shared.fencing import LEASE_SUBJECTS, MARKER_PREFIX, Fence, fence_before, screen
 from shared.logging import get_logger
 from shared.publishing import (
     NO_RESPONDERS,
@@ -70,7 +71,7 @@ OBJECTS_BUCKET = "berth-objects"  # the local backend's "API server": submitted 
 JOBS_BUCKET = "berth-jobs"  # managed jobs, owned by recovery
 STATUS_BUCKET = "berth-status"  # the local backend's status of each object, owned by the watcher
 # Events are stored; `berth.api.>` is core request/reply (status queries) and is not.
-STREAM_SUBJECTS = ("berth.wl.>", "berth.cq.>", "berth.job.>", "berth.cmd.>")
+STREAM_SUBJECTS = ("berth.wl.>", "berth.cq.>", "berth.job.>", "berth.cmd.>", LEASE_SUBJECTS)
 API_SUBJECT = "berth.api"
 DUPLICATE_WINDOW_S = 120.0
 PUBLISH_ATTEMPTS = 5
@@ -163,6 +164,8 @@ class Bus:
         self._pumps: dict[int, _PullPump] = {}  # id(pull subscription) -> its pump
         self.acks = AckTracker(self.nc, timeout=PUBLISH_ACK_TIMEOUT_S)
         self._wanted: dict[int, Callable[[str], bool]] = {}  # id(pull subscription) -> filter
+        self._fences: dict[int, Fence] = {}  # id(pull subscription) -> its fence
+        self.term = 0  # the lease term stamped on what this bus publishes (shared/lease.py)
 
     @classmethod
     async def connect(
@@ -237,8 +240,9 @@ class Bus:
             # err 10058: the stream exists with another config; bring it up to date.
             await self.js.update_stream(config)
 
-    async def kv(self, bucket: str, *, history: int = 1) -> KeyValue:
-        """Open a key-value bucket, creating it on first use."""
+    async def kv(self, bucket: str, *, history: int = 1, ttl: float | None = None) -> KeyValue:
+        """Open a key-value bucket, creating it on first use (``ttl``: a key not written for
+        that many seconds goes away)."""
         try:
             return await self.js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
@@ -246,6 +250,7 @@ class Bus:
                 return await self.js.create_key_value(
                     bucket=bucket,
                     history=history,
+                    ttl=ttl,
                     storage=api.StorageType.FILE,
                     replicas=int(os.environ.get("BERTH_STREAM_REPLICAS", "1")),
                 )
@@ -256,7 +261,15 @@ class Bus:
 
     async def publish(self, event: Event) -> Ack:
         """Publish one event and wait for the stream to store it (retrying on timeout)."""
-        return await self._publish_raw(subject_for(event), encode_event(event), event.id)
+        return await self._publish_raw(*self._prepared(event))
+
+    def _prepared(self, event: Event) -> tuple[str, bytes, str]:
+        """Subject, payload and message id of an event, stamped with this bus's lease term:
+        ``term``, and ``-t<term>`` on the id, so that a new leader's decision is never dropped
+        as a copy of a deposed leader's void one (docs/events.md)."""
+        if self.term:
+            event = msgspec.structs.replace(event, term=self.term, id=f"{event.id}-t{self.term}")
+        return subject_for(event), encode_event(event), event.id
 
     async def _publish_raw(self, subject: str, payload: bytes, msg_id: str) -> Ack:
         headers = {"Nats-Msg-Id": msg_id}
@@ -288,7 +301,7 @@ class Bus:
     async def send_many(self, events: Sequence[Event]) -> SentEvents:
         """Send the batch of :meth:`publish_many` and return at once: the caller may send
         more (key updates) before it awaits ``settle()``, one round trip for all."""
-        prepared = [(subject_for(e), encode_event(e), e.id) for e in events]
+        prepared = [self._prepared(e) for e in events]
         futures = [
             await self.acks.send(subject, payload, {"Nats-Msg-Id": msg_id})
             for subject, payload, msg_id in prepared
@@ -344,7 +357,8 @@ class Bus:
             # CPU and nats-server as many ack messages as events.
             ack_policy=api.AckPolicy.ALL,
             deliver_policy=api.DeliverPolicy.ALL,
-            filter_subjects=[] if most_of_stream else list(subjects),
+            # Markers travel with the events they fence (shared/fencing.py).
+            filter_subjects=[] if most_of_stream else [*subjects, LEASE_SUBJECTS],
             max_ack_pending=max_ack_pending,
             ack_wait=30.0,
         )
@@ -354,6 +368,10 @@ class Bus:
             if not await self._recreated_with_new_ack_policy(config):
                 raise  # some other change to the consumer was refused
         subscription = await self.js.pull_subscribe_bind(durable, stream=STREAM)
+        # It resumes after its ack floor: its fence starts from the markers stored up to there.
+        floor = (await self.js.consumer_info(STREAM, durable)).ack_floor
+        resume = (floor.stream_seq if floor and floor.stream_seq else 0) + 1
+        self._fences[id(subscription)] = await fence_before(self.js, stream=STREAM, sequence=resume)
         if not most_of_stream:
             self._pull_subscriptions.append(subscription)
             return subscription
@@ -409,17 +427,26 @@ class Bus:
         filter: receiving and acking the rest would cost it more.
         """
         self._pull_subscriptions.append(subscription)
-        matcher = subject_matcher(subjects)
+        matcher = subject_matcher([*subjects, LEASE_SUBJECTS])
         self._wanted[id(subscription)] = (
-            matcher if keep_subject is None else lambda s: keep_subject(s) and matcher(s)
+            matcher
+            if keep_subject is None
+            else lambda s: (keep_subject(s) and matcher(s)) or s.startswith(MARKER_PREFIX)
         )
         return subscription
 
     def _decode(
         self, subscription: JetStreamContext.PullSubscription, messages: Sequence[Msg]
     ) -> list[AnyEvent]:
-        """The events of a batch, kept to the subjects this consumer filters here."""
-        return decode_batch(messages, self._wanted.get(id(subscription)))
+        """The events of a batch, kept to the subjects this consumer filters here, that pass
+        its fence."""
+        events = decode_batch(messages, self._wanted.get(id(subscription)))
+        return screen(self.fence(subscription), events)
+
+    def fence(self, subscription: JetStreamContext.PullSubscription) -> Fence:
+        """The fence this consumer's events pass (shared/fencing.py): void events and markers
+        never reach a handler; its ``term(role)`` shows how far the consumer has read."""
+        return self._fences.setdefault(id(subscription), Fence())
 
     async def last_sequence(self) -> int:
         """The sequence of the newest message in the event stream (0 when empty)."""
@@ -611,7 +638,9 @@ class Bus:
         pump = self._pumps.pop(id(subscription), None)
         return [] if pump is None else await pump.close()
 
-    async def serve_requests(self, subject: str, answer: RequestHandler) -> Subscription:
+    async def serve_requests(
+        self, subject: str, answer: RequestHandler, *, queue: str = ""
+    ) -> Subscription:
         """Answer core request/reply on ``subject`` (wildcards allowed) with JSON.
 
         ``answer(verb, data)`` gets the subject's last token and the request body. Every
@@ -630,7 +659,8 @@ class Bus:
             if msg.reply:
                 await msg.respond(msgspec.json.encode(reply))
 
-        return await self.nc.subscribe(subject, cb=on_request)
+        # ``queue``: replicas of a service answer as a queue group, one reply per request.
+        return await self.nc.subscribe(subject, queue=queue, cb=on_request)
 
     def interrupt_waits(self) -> None:
         """The service is stopping: loops waiting for their next batch return at once

@@ -13,7 +13,9 @@ Subjects (all under ``berth.``, stable and wildcard-friendly; see :func:`subject
   preemption (admitted, pending, evict);
 - ``berth.cmd.<verb>.<namespace>.<name>``: commands the watcher carries out in whichever
   backend is active: ``create``/``delete`` from recovery, ``submit``/``remove`` from the CLI;
-- ``berth.job.<event>.<job-id>``: managed-job lifecycle, emitted by recovery.
+- ``berth.job.<event>.<job-id>``: managed-job lifecycle, emitted by recovery;
+- ``berth.lease.<role>``: a new leader of a role took over (``LeaderElected``; see
+  shared/fencing.py: every event carries its leader's ``term``).
 
 So ``berth.>`` follows everything, ``berth.wl.*.team-a.*`` one namespace's facts,
 ``berth.cq.*.*.team-a.*`` one namespace's decisions and ``berth.cq.team-a-cq.>`` one
@@ -40,6 +42,7 @@ __all__ = [
     "EvictionRequested",
     "FlavorAssignment",
     "JobStatusChanged",
+    "LeaderElected",
     "PodSet",
     "PriorityBoosted",
     "RemoveWorkload",
@@ -132,6 +135,9 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     time: UtcTime = msgspec.field(default_factory=now)
     source: str
     workload: WorkloadRef
+    # The lease term of the replica that published it (the Bus stamps it; 0: no lease, as
+    # from the CLI or a tool). A leased role's event below its role's current term is void.
+    term: int = 0
 
 
 class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="WorkloadSubmitted"):
@@ -266,6 +272,15 @@ class JobStatusChanged(Event, frozen=True, kw_only=True, tag="JobStatusChanged")
     message: str = ""
 
 
+class LeaderElected(Event, frozen=True, kw_only=True, tag="LeaderElected"):
+    """A replica took its role's lease with ``term``; from here on in the stream, that role's
+    events of lower terms are void (shared/fencing.py). About no workload."""
+
+    workload: WorkloadRef = msgspec.field(default_factory=lambda: WorkloadRef("", "", ""))
+    role: str
+    holder: str  # the replica id
+
+
 AnyEvent = (
     WorkloadSubmitted
     | WorkloadPending
@@ -281,6 +296,7 @@ AnyEvent = (
     | RemoveWorkload
     | PriorityBoosted
     | JobStatusChanged
+    | LeaderElected
 )
 
 _encoder = msgspec.json.Encoder()
@@ -302,6 +318,7 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
     RemoveWorkload: ("cmd", "remove"),
     PriorityBoosted: ("job", "boost"),
     JobStatusChanged: ("job", "status"),
+    LeaderElected: ("lease", ""),
 }
 
 
@@ -335,6 +352,8 @@ def subject_for(event: Event) -> str:
         return f"{SUBJECT_ROOT}.cq.{queue}.{verb}.{tail}"
     if isinstance(event, JobStatusChanged):
         return f"{SUBJECT_ROOT}.job.status.{event.job_id}"
+    if isinstance(event, LeaderElected):
+        return f"{SUBJECT_ROOT}.lease.{subject_token(event.role)}"
     return f"{SUBJECT_ROOT}.{family}.{verb}.{tail}"
 
 
