@@ -3,12 +3,18 @@
 Every service's ``__main__`` calls :func:`run_service` with its ``main`` coroutine. The
 order, modelled on aiohttp's documented graceful shutdown and kopf's reactor:
 
-1. JSON logging; the HTTP server (``/healthz``, ``/readyz``, ``/metrics``) on loopback;
+1. JSON logging; the HTTP server (``/healthz``, ``/readyz``, ``/metrics``, ``/status``) on
+   loopback;
 2. the bus, and the event stream ensured;
-3. ``main(runtime)`` runs; it marks itself ready with :meth:`Runtime.set_ready` once it may act;
-4. SIGTERM or SIGINT sets ``runtime.stopping``: loops finish the batch in hand and return;
-5. after ``grace`` seconds, whatever still runs is cancelled and awaited;
-6. the bus drains, the HTTP server stops. Nothing is left running.
+3. the replica's background tasks: its role's lease (:class:`Leadership`, docs/replicas.md)
+   and its membership record (shared/membership.py);
+4. ``main(runtime)`` runs; it marks itself ready with :meth:`Runtime.set_ready` once it may act
+   (or, as a standby, once it is warm), and acts only while ``runtime.is_active``;
+5. SIGTERM or SIGINT sets ``runtime.stopping``: loops finish the batch in hand and return;
+6. after ``grace`` seconds, whatever still runs is cancelled and awaited;
+7. only then the lease is released (a standby takes over at once, never while this replica
+   still acts) and the membership record deleted;
+8. the bus drains, the HTTP server stops. Nothing is left running.
 """
 
 from __future__ import annotations
@@ -16,14 +22,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, NoReturn
 
+import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from shared.bus import Bus, nats_url_from_env
+from shared.leadership import Leadership
+from shared.lease import LeaseSettings, replica_id_from_env, rfc3339
 from shared.logging import configure_logging, get_logger
+from shared.membership import Member, keep_record
 
 __all__ = ["Runtime", "run_service", "serve_probes"]
 
@@ -33,29 +44,98 @@ log = get_logger("service")
 class Runtime:
     """What a service's main coroutine is handed: the bus, the stop flag, and its tasks."""
 
-    def __init__(self, *, name: str, bus: Bus, data_dir: str) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        bus: Bus,
+        data_dir: str,
+        replica: str | None = None,
+        leadership: Leadership | None = None,
+        http: str = "",
+    ) -> None:
         self.name = name
         self.bus = bus
         self.data_dir = data_dir
+        self.replica = replica or name
+        # Without a lease (tests driving a backend directly) it is active from the start.
+        self.leadership = leadership or Leadership.unleased(name)
+        self.http = http
         self.stopping = asyncio.Event()
         self.ready = asyncio.Event()
+        self.finished = asyncio.Event()  # the service's own tasks have ended
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
         self.failed = False
+
+    @property
+    def is_active(self) -> bool:
+        """Whether this replica leads its role (holds the lease and has announced it)."""
+        return self.leadership.is_active
+
+    async def wait_active(self) -> bool:
+        """Until this replica leads its role (True) or the service stops first (False)."""
+        return await self.leadership.wait_active(self.stopping)
+
+    async def stand_by(self) -> bool:
+        """For a service whose standby does nothing (watcher, recovery): wait until this
+        replica leads its role, ready meanwhile (a warm standby); False if it stops first.
+        Once leading it is not ready until the service says so again (``set_ready``)."""
+        decided = asyncio.ensure_future(self.leadership.decided.wait())
+        stopped = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({decided, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in (decided, stopped):
+            waiting.cancel()
+        await asyncio.gather(decided, stopped, return_exceptions=True)
+        if self.is_active:
+            return True
+        self.set_ready()
+        if not await self.wait_active():
+            return False
+        self.ready.clear()
+        return True
+
+    def member(self) -> Member:
+        """This replica's record: ``/status`` and the ``berth-members`` bucket."""
+        if self.stopping.is_set():
+            health = "stopping"
+        elif self.ready.is_set():
+            health = "ready"
+        else:
+            health = "starting"
+        return Member(
+            role=self.name,
+            replica=self.replica,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            http=self.http,
+            active=self.is_active,
+            since=rfc3339(self.leadership.since),
+            term=self.leadership.term if self.is_active else 0,
+            health=health,
+            heartbeat=rfc3339(),
+        )
 
     def set_ready(self) -> None:
         if not self.ready.is_set():
             self.ready.set()
             log.info("ready", service=self.name)
 
-    def spawn(self, coroutine: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
-        """Start a task this runtime owns: it is cancelled and awaited at shutdown."""
+    def spawn(
+        self, coroutine: Coroutine[Any, Any, Any], *, name: str, background: bool = False
+    ) -> asyncio.Task[Any]:
+        """Start a task this runtime owns: it is cancelled and awaited at shutdown.
+
+        ``background``: a task that outlives the service's own (the lease, the membership
+        record); it should end once ``finished`` is set, after the service's tasks ended."""
         task = asyncio.get_running_loop().create_task(coroutine, name=name)
-        self._tasks.add(task)
+        (self._background if background else self._tasks).add(task)
         task.add_done_callback(self._task_done)
         return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        self._background.discard(task)
         if not task.cancelled() and task.exception() is not None and not self.stopping.is_set():
             log.error("task_failed", task=task.get_name(), exc_info=task.exception())
             self.failed = True
@@ -71,6 +151,17 @@ class Runtime:
         if pending:
             log.warning("tasks_cancelled", tasks=sorted(t.get_name() for t in pending))
             await asyncio.gather(*pending, return_exceptions=True)
+
+    async def finish(self, *, grace: float) -> None:
+        """The service's tasks have ended: let the background ones wind up (release the
+        lease, delete the record) within ``grace`` seconds, then cancel what remains."""
+        self.finished.set()
+        if not self._background:
+            return
+        _, pending = await asyncio.wait(set(self._background), timeout=grace)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def serve_probes(runtime: Runtime, *, host: str, port: int) -> web.AppRunner:
@@ -88,10 +179,15 @@ async def serve_probes(runtime: Runtime, *, host: str, port: int) -> web.AppRunn
         body = generate_latest(REGISTRY)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    async def status(_: web.Request) -> web.Response:
+        body = msgspec.json.encode(runtime.member())
+        return web.Response(body=body, content_type="application/json")
+
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/status", status)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -106,8 +202,24 @@ async def _run(
     name: str, main: MainCoroutine, *, host: str, port: int, grace: float, data_dir: str
 ) -> int:
     nats_url = nats_url_from_env()
+    try:
+        replica = replica_id_from_env(name)
+        settings = LeaseSettings.from_env()
+    except ValueError as error:
+        log.error("invalid_setting", service=name, reason=str(error))
+        return 2
     bus = await Bus.connect(nats_url, source=name, connect_timeout=30.0)
-    runtime = Runtime(name=name, bus=bus, data_dir=data_dir)
+    leadership = Leadership(
+        bus=bus, role=name, replica=replica, settings=settings, on_lost=_exit_now
+    )
+    runtime = Runtime(
+        name=name,
+        bus=bus,
+        data_dir=data_dir,
+        replica=replica,
+        leadership=leadership,
+        http=f"http://{host}:{port}",
+    )
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, runtime.stopping.set)
@@ -115,19 +227,35 @@ async def _run(
     if supervisor:
         runtime.spawn(_follow_supervisor(runtime, int(supervisor)), name=f"{name}.supervisor")
     runner = await serve_probes(runtime, host=host, port=port)
-    log.info("listening", service=name, http=f"http://{host}:{port}", nats=nats_url)
+    log.info("listening", service=name, replica=replica, http=runtime.http, nats=nats_url)
     try:
         await bus.ensure_stream()
+        runtime.spawn(leadership.run(runtime.finished), name=f"{name}.lease", background=True)
+        runtime.spawn(
+            keep_record(bus, runtime.member, runtime.finished),
+            name=f"{name}.membership",
+            background=True,
+        )
         runtime.spawn(main(runtime), name=f"{name}.main")
         await runtime.stopping.wait()
         log.info("stopping", service=name, grace_s=grace)
         bus.interrupt_waits()
         await runtime.cancel_tasks(grace=grace)
+        await runtime.finish(grace=min(grace, 5.0))
     finally:
         await bus.close()
         await runner.cleanup()
         log.info("stopped", service=name, failed=runtime.failed)
     return 1 if runtime.failed else 0
+
+
+LEASE_LOST_EXIT = 75  # EX_TEMPFAIL: restart me (as a standby)
+
+
+def _exit_now(reason: str) -> NoReturn:
+    """The lease is lost: this replica may no longer act, not even to clean up (its
+    successor handles what it leaves, as after a kill -9), so it exits at once."""
+    os._exit(LEASE_LOST_EXIT)
 
 
 async def _follow_supervisor(runtime: Runtime, pid: int) -> None:
@@ -147,7 +275,8 @@ def run_service(name: str, main: MainCoroutine) -> None:
     """Entry point of ``python -m services.<name>``; reads its settings from the environment.
 
     ``BERTH_NATS_URL`` (default nats://127.0.0.1:4222), ``BERTH_HTTP_HOST`` (127.0.0.1),
-    ``BERTH_HTTP_PORT`` (per service), ``BERTH_GRACE_SECONDS`` (20), ``BERTH_DATA_DIR``.
+    ``BERTH_HTTP_PORT`` (per service), ``BERTH_GRACE_SECONDS`` (20), ``BERTH_DATA_DIR``,
+    ``BERTH_REPLICA_ID`` (default ``<role>-<hostname>-<pid>``), ``BERTH_LEASE_SECONDS`` (3).
     """
     configure_logging(service=name)
     host = os.environ.get("BERTH_HTTP_HOST", "127.0.0.1")

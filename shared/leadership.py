@@ -1,0 +1,173 @@
+"""Whether this replica acts for its role: the lease, the leader marker, and since when.
+
+Every service runs under :class:`Leadership` (the Runtime starts it, docs/replicas.md):
+
+1. it campaigns for its role's lease (shared/lease.py) while the service keeps warm;
+2. once it holds term T, the Bus stamps T on everything it publishes, and it publishes the
+   marker ``LeaderElected(role, T, holder)`` on ``berth.lease.<role>``; from the marker on,
+   every reader voids the role's events of lower terms (shared/fencing.py);
+3. then ``active`` is set. A service whose state is the fold of the stream (admission,
+   preemption) still decides nothing until its fold has passed its own marker
+   (:meth:`may_decide`): everything its predecessor decided validly lies before it;
+4. it renews until the service has stopped, then releases the lease so a standby takes over
+   at once. A lost lease (a swap lost, or no renewal within the deadline) calls ``on_lost``:
+   in a service, one log line and an immediate non-zero exit (the supervisor restarts it as
+   a standby).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import msgspec
+import nats.errors
+import nats.js.errors
+
+from shared.bus import STREAM, Bus
+from shared.events import LeaderElected, decode_event
+from shared.fencing import MARKER_PREFIX, Fence
+from shared.lease import LEASE_BUCKET, Lease, LeaseLost, LeaseSettings
+from shared.logging import get_logger
+
+__all__ = ["Leadership"]
+
+log = get_logger("leadership")
+
+
+class Leadership:
+    """This replica's standing in its role: standby or active, the term, since when."""
+
+    def __init__(
+        self,
+        *,
+        bus: Bus | None,
+        role: str,
+        replica: str,
+        settings: LeaseSettings,
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self.bus = bus
+        self.role = role
+        self.replica = replica
+        self.settings = settings
+        self.on_lost = on_lost
+        self.active = asyncio.Event()
+        self.decided = asyncio.Event()  # the first look at the lease is done (taken or not)
+        self.term = 0
+        self.since = datetime.now(UTC)  # when it entered its current state
+        self.lease: Lease | None = None
+
+    @classmethod
+    def unleased(cls, role: str) -> Leadership:
+        """Active from the start, with no lease and term 0: a Runtime built without one
+        (tests that drive a backend directly)."""
+        leadership = cls(
+            bus=None, role=role, replica=role, settings=LeaseSettings(), on_lost=lambda _: None
+        )
+        leadership.active.set()
+        leadership.decided.set()
+        return leadership
+
+    @property
+    def is_active(self) -> bool:
+        return self.active.is_set()
+
+    def may_decide(self, fence: Fence) -> bool:
+        """Active, and the stream read through ``fence`` has reached this leader's own
+        marker: a new leader never decides on a half-rebuilt state. (A fence past our term
+        means a successor's marker: we are deposed and our lease is about to be lost.)"""
+        if not self.is_active:
+            return False
+        return self.lease is None or fence.term(self.role) == self.term
+
+    async def wait_active(self, stopping: asyncio.Event) -> bool:
+        """Until this replica leads its role (True) or the service stops first (False)."""
+        if self.is_active:
+            return True
+        waits = {asyncio.ensure_future(self.active.wait()), asyncio.ensure_future(stopping.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        return self.is_active and not stopping.is_set()
+
+    async def run(self, finish: asyncio.Event) -> None:
+        """Campaign, lead, renew; release once ``finish`` is set (the service has stopped)."""
+        assert self.bus is not None
+        kv = await self.bus.kv(LEASE_BUCKET, history=1)
+        lease = Lease(
+            kv,
+            role=self.role,
+            replica=self.replica,
+            settings=self.settings,
+            floor=await self._last_marker_term(),
+        )
+        try:
+            first = await lease.try_acquire()
+        except (nats.errors.Error, TimeoutError):
+            first = False  # the campaign waits the bus out
+        if not first:
+            self.decided.set()
+            log.info("standby", role=self.role, replica=self.replica)
+            if not await lease.campaign(finish):
+                return
+        self.lease = lease
+        self.term = self.bus.term = lease.term
+        keeping = asyncio.create_task(lease.keep(finish), name=f"{self.role}.lease.keep")
+        try:
+            if await self._announce(lease, keeping):
+                await keeping
+        except LeaseLost as lost:
+            self.active.clear()
+            log.error(
+                "lease_lost",
+                role=self.role,
+                replica=self.replica,
+                term=lease.term,
+                reason=str(lost),
+            )
+            self.on_lost(str(lost))
+            return
+        finally:
+            keeping.cancel()
+            await asyncio.gather(keeping, return_exceptions=True)
+        await lease.release()
+
+    async def _announce(self, lease: Lease, keeping: asyncio.Task[None]) -> bool:
+        """Publish the marker (while the lease is being renewed), then become active; False
+        if the renewals ended first (the service stopped, or the lease was lost: raised)."""
+        assert self.bus is not None
+        marker = LeaderElected(
+            id=f"leader-{self.role}", source=self.role, role=self.role, holder=self.replica
+        )
+        publishing = asyncio.ensure_future(self.bus.publish(marker))
+        await asyncio.wait({publishing, keeping}, return_when=asyncio.FIRST_COMPLETED)
+        if not publishing.done():
+            publishing.cancel()
+            await asyncio.gather(publishing, return_exceptions=True)
+            await keeping  # raises LeaseLost if that is why it ended
+            return False
+        publishing.result()  # a publish that failed for good stops the service
+        self.since = datetime.now(UTC)
+        self.active.set()
+        self.decided.set()
+        log.info("leading", role=self.role, replica=self.replica, term=lease.term)
+        return True
+
+    async def _last_marker_term(self) -> int:
+        """The term of the role's last marker in the stream: terms continue from there even
+        if the lease bucket was lost (a new leader's term must pass every marker's)."""
+        assert self.bus is not None
+        try:
+            message = await self.bus.js.get_last_msg(STREAM, f"{MARKER_PREFIX}{self.role}")
+            event = decode_event(message.data or b"")
+        except (nats.js.errors.NotFoundError, msgspec.DecodeError):
+            return 0
+        except (nats.errors.Error, TimeoutError) as error:
+            log.warning("marker_unreadable", role=self.role, error=repr(error))
+            return 0
+        return event.term if isinstance(event, LeaderElected) else 0

@@ -1,0 +1,295 @@
+"""The lease: one replica per role acts at a time (docs/replicas.md).
+
+A JetStream key-value bucket, ``berth-leases``, holds one key per role (``admission``...)
+whose value says who holds it (:class:`LeaseRecord`). A replica takes the lease by a
+compare-and-swap on the key's revision, with the next term; the holder renews it every
+``renew_every`` seconds by a compare-and-swap that keeps the term. In a NATS cluster the
+key's stream is replicated through Raft, so a compare-and-swap is linearizable: two replicas
+can never both succeed on the same revision.
+
+Nobody compares clocks: a lease lapses when its revision has not changed for a whole lease
+duration *as measured by the observer's own monotonic clock* (client-go's rule). The times in
+the record are for people (``berth status``), never for the decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from shared.logging import get_logger
+
+__all__ = [
+    "LEASE_BUCKET",
+    "Lease",
+    "LeaseLost",
+    "LeaseRecord",
+    "LeaseSettings",
+    "replica_id_from_env",
+    "rfc3339",
+]
+
+log = get_logger("lease")
+
+LEASE_BUCKET = "berth-leases"
+DEFAULT_LEASE_SECONDS = 3.0
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """How long a lease lives unrenewed (``duration``), how often the holder renews it, how
+    long the holder keeps acting without a successful renewal (``renew_deadline``, shorter
+    than ``duration``, so it stops before anyone may take over) and how often a standby
+    looks at it."""
+
+    duration: float = DEFAULT_LEASE_SECONDS
+    renew_every: float = DEFAULT_LEASE_SECONDS / 3
+    renew_deadline: float = DEFAULT_LEASE_SECONDS * 2 / 3
+    poll_every: float = DEFAULT_LEASE_SECONDS / 12
+
+    def __post_init__(self) -> None:
+        if not 0 < self.renew_every < self.renew_deadline < self.duration:
+            raise ValueError(
+                "lease timings must satisfy 0 < renew_every < renew_deadline < duration"
+            )
+
+    @classmethod
+    def scaled(cls, duration: float) -> LeaseSettings:
+        """Renew every third of the duration, give up after two thirds, look every twelfth."""
+        return cls(duration, duration / 3, duration * 2 / 3, duration / 12)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> LeaseSettings:
+        """``BERTH_LEASE_SECONDS`` (default 3): a longer lease rides out longer NATS hiccups
+        at the cost of a slower takeover."""
+        return cls.scaled(float(env.get("BERTH_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)))
+
+
+class LeaseRecord(msgspec.Struct, frozen=True):
+    """The value of a role's key: its holder (a replica id; "" once released), the term it
+    took the lease with, when (RFC 3339), and when it last renewed it."""
+
+    holder: str
+    term: int
+    acquired: str
+    renewed: str
+
+
+class LeaseLost(Exception):
+    """The holder can no longer prove it holds the lease; it must stop acting now."""
+
+
+def rfc3339(moment: datetime | None = None) -> str:
+    return (moment or datetime.now(UTC)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def replica_id_from_env(role: str, env: Mapping[str, str] = os.environ) -> str:
+    """This replica's id: ``BERTH_REPLICA_ID`` (a DNS-1123 label: the pod's name in a
+    cluster, ``<role>-<i>`` under ``berth up``), else ``<role>-<hostname>-<pid>``."""
+    given = env.get("BERTH_REPLICA_ID", "")
+    if given:
+        if len(given) > 63 or not _DNS_LABEL.match(given):
+            raise ValueError(
+                f"BERTH_REPLICA_ID={given!r} is not a DNS-1123 label (at most 63 characters:"
+                " lowercase letters, digits and '-', starting and ending with a letter or digit)"
+            )
+        return given
+    host = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-") or "host"
+    suffix = f"-{os.getpid()}"
+    head = f"{role}-{host}"[: 63 - len(suffix)].rstrip("-")
+    return f"{head}{suffix}"
+
+
+_decoder = msgspec.json.Decoder(LeaseRecord)
+
+
+class Lease:
+    """One role's lease as one replica sees it: take it, renew it, hand it back."""
+
+    def __init__(
+        self,
+        kv: KeyValue,
+        *,
+        role: str,
+        replica: str,
+        settings: LeaseSettings,
+        floor: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kv = kv
+        self.role = role
+        self.replica = replica
+        self.settings = settings
+        self.floor = floor  # the highest term known elsewhere (the stream's last marker)
+        self.clock = clock
+        self.held = False
+        self.term = 0
+        self.revision = 0  # of the key, as our last write left it
+        self.acquired = ""
+        self.confirmed = 0.0  # when the last successful write of ours was sent (monotonic)
+        self._seen: tuple[int, float] | None = None  # (revision, when we first saw it)
+
+    # --- taking it -------------------------------------------------------------------------
+
+    def may_take(self, record: LeaseRecord | None, revision: int, now: float) -> bool:
+        """Whether this replica may take the lease as it stands at ``revision``.
+
+        - Released (holder "") or held under this replica's own id (it restarted under the
+          same id, as ``berth up`` restarts ``admission-0``): at once; that process is gone.
+        - Otherwise only once it has lapsed: its revision unchanged for a whole ``duration``
+          as measured on this observer's own monotonic clock since it first saw that
+          revision (client-go's rule). Nothing in the record is compared with our clock, so
+          clock skew between machines cannot make a live lease look expired. A record that
+          cannot be read lapses the same way.
+        """
+        if record is not None and record.holder in ("", self.replica):
+            return True
+        if self._seen is None or self._seen[0] != revision:
+            self._seen = (revision, now)
+            return False
+        return now - self._seen[1] >= self.settings.duration
+
+    async def try_acquire(self) -> bool:
+        """Look at the key once and take the lease if :meth:`may_take` allows; True if this
+        replica now holds it (with ``term``), False if another does or won the race."""
+        try:
+            entry = await self.kv.get(self.role)
+        except nats.js.errors.KeyNotFoundError:  # never held (or deleted): create it
+            return await self._write(term=self.floor + 1, last=None)
+        assert entry.revision is not None
+        record = _decoded(entry.value)
+        if not self.may_take(record, entry.revision, self.clock()):
+            return False
+        previous = 0 if record is None else record.term
+        return await self._write(term=max(previous, self.floor) + 1, last=entry.revision)
+
+    async def _write(self, *, term: int, last: int | None) -> bool:
+        moment = rfc3339()
+        value = msgspec.json.encode(LeaseRecord(self.replica, term, moment, moment))
+        sent = self.clock()
+        try:
+            if last is None:
+                revision = await self.kv.create(self.role, value)
+            else:
+                revision = await self.kv.update(self.role, value, last=last)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False  # another replica wrote first: it holds the lease
+        self.held, self.term, self.revision = True, term, revision
+        self.acquired, self.confirmed = moment, sent
+        self._seen = None
+        return True
+
+    async def campaign(self, stop: asyncio.Event) -> bool:
+        """Look at the lease every ``poll_every`` until this replica takes it (True) or
+        ``stop`` is set (False). An unreachable bus is waited out."""
+        unreachable = False
+        while not stop.is_set():
+            try:
+                if await self.try_acquire():
+                    return True
+                unreachable = False
+            except (nats.errors.Error, TimeoutError) as error:
+                if not unreachable:
+                    log.warning("lease_unreachable", role=self.role, error=repr(error))
+                unreachable = True
+            if await _stopped(stop, self.settings.poll_every):
+                return False
+        return False
+
+    # --- keeping it ------------------------------------------------------------------------
+
+    async def renew(self) -> None:
+        """Extend the lease: a compare-and-swap on our own revision, keeping the term.
+
+        Raises :class:`LeaseLost` when another replica's write came first, or when no
+        renewal has succeeded for ``renew_deadline`` seconds since the last good one was
+        sent (others count a lapse from no earlier than that, so the holder stops first).
+        A renewal that succeeds late is still proof: nobody wrote the key meanwhile.
+        """
+        sent = self.clock()
+        left = self.settings.renew_deadline - (sent - self.confirmed)
+        value = msgspec.json.encode(LeaseRecord(self.replica, self.term, self.acquired, rfc3339()))
+        try:
+            revision = await asyncio.wait_for(
+                self.kv.update(self.role, value, last=self.revision),
+                max(left, self.settings.renew_every / 2),
+            )
+        except nats.js.errors.KeyWrongLastSequenceError as error:
+            if await self._our_write_landed():
+                return
+            self.held = False
+            raise LeaseLost("another replica took the lease") from error
+        except (nats.errors.Error, TimeoutError) as error:
+            if self.clock() - self.confirmed >= self.settings.renew_deadline:
+                self.held = False
+                raise LeaseLost(
+                    f"not renewed for {self.settings.renew_deadline:g}s: {error!r}"
+                ) from error
+            log.warning("lease_renew_failed", role=self.role, error=repr(error))
+            return
+        self.revision, self.confirmed = revision, sent
+
+    async def _our_write_landed(self) -> bool:
+        """After a lost swap: was it lost to our own earlier write, one whose answer never
+        came (a timeout) but which was stored? Then the key still names us with our term."""
+        try:
+            entry = await self.kv.get(self.role)
+        except (nats.errors.Error, TimeoutError):
+            return False
+        record = _decoded(entry.value)
+        if record is None or (record.holder, record.term) != (self.replica, self.term):
+            return False
+        assert entry.revision is not None
+        self.revision = entry.revision
+        return True
+
+    async def keep(self, stop: asyncio.Event) -> None:
+        """Renew every ``renew_every`` until ``stop`` is set; raises :class:`LeaseLost`."""
+        while not await _stopped(stop, self.settings.renew_every):
+            await self.renew()
+
+    async def release(self) -> None:
+        """Hand the lease back so that a standby takes over at once: the record with holder
+        "" and the same term (terms only grow, deleting the key would restart them), written
+        by compare-and-swap on our revision, so a lease another replica took meanwhile is
+        left alone. Best effort: if it fails, the lease lapses on its own."""
+        if not self.held:
+            return
+        self.held = False
+        value = msgspec.json.encode(LeaseRecord("", self.term, self.acquired, rfc3339()))
+        try:
+            await asyncio.wait_for(
+                self.kv.update(self.role, value, last=self.revision), self.settings.renew_every
+            )
+            log.info("lease_released", role=self.role, replica=self.replica, term=self.term)
+        except (nats.errors.Error, nats.js.errors.KeyWrongLastSequenceError, TimeoutError) as e:
+            log.warning("lease_release_failed", role=self.role, error=repr(e))
+
+
+def _decoded(value: bytes | None) -> LeaseRecord | None:
+    try:
+        return _decoder.decode(value or b"")
+    except msgspec.DecodeError:
+        return None
+
+
+async def _stopped(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` or until ``stop`` is set; whether it was set."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+        return True
+    except TimeoutError:
+        return stop.is_set()

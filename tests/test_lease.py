@@ -1,0 +1,325 @@
+"""The lease (shared/lease.py) and leadership (shared/leadership.py) on a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import msgspec
+import pytest
+from nats.js.kv import KeyValue
+
+from shared.bus import STREAM, Bus
+from shared.events import LeaderElected, decode_event
+from shared.leadership import Leadership
+from shared.lease import (
+    LEASE_BUCKET,
+    Lease,
+    LeaseLost,
+    LeaseRecord,
+    LeaseSettings,
+    replica_id_from_env,
+)
+from shared.natsserver import NatsServer
+
+FAST = LeaseSettings.scaled(0.6)  # lapse 0.6 s, renew every 0.2 s, give up after 0.4 s
+
+
+async def _kv(url: str) -> tuple[Bus, KeyValue]:
+    bus = await Bus.connect(url, source="test")
+    await bus.ensure_stream()
+    return bus, await bus.kv(LEASE_BUCKET)
+
+
+def _lease(kv: KeyValue, replica: str, **kwargs: object) -> Lease:
+    return Lease(kv, role="admission", replica=replica, settings=FAST, **kwargs)  # type: ignore[arg-type]
+
+
+async def _record(kv: KeyValue) -> LeaseRecord:
+    entry = await kv.get("admission")
+    return msgspec.json.decode(entry.value or b"", type=LeaseRecord)
+
+
+# --- the rule, with a clock of our own ----------------------------------------------------
+
+
+def _held_by(holder: str) -> LeaseRecord:
+    return LeaseRecord(holder, 1, "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z")
+
+
+# (reason, looks: (record, revision, clock) in order, whether the last look may take it)
+RULE_CASES: list[tuple[str, list[tuple[LeaseRecord | None, int, float]], bool]] = [
+    ("a released lease is taken at once", [(_held_by(""), 5, 0.0)], True),
+    ("our own id (restarted under it) takes it at once", [(_held_by("me"), 5, 0.0)], True),
+    ("a first look at another's lease never takes it", [(_held_by("a"), 5, 100.0)], False),
+    (
+        "unchanged for less than a duration on our clock: still held",
+        [(_held_by("a"), 5, 10.0), (_held_by("a"), 5, 10.5)],
+        False,
+    ),
+    (
+        "unchanged for a whole duration on our clock: lapsed",
+        [(_held_by("a"), 5, 10.0), (_held_by("a"), 5, 10.75)],
+        True,
+    ),
+    (
+        "a renewal (new revision) restarts the count from when we saw it",
+        [(_held_by("a"), 5, 10.0), (_held_by("a"), 6, 10.5), (_held_by("a"), 6, 10.9)],
+        False,
+    ),
+    (
+        "an unreadable record lapses by the same rule",
+        [(None, 5, 10.0), (None, 5, 10.7)],
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("reason", "looks", "takes"), RULE_CASES, ids=[c[0] for c in RULE_CASES])
+def test_when_a_lease_may_be_taken(
+    reason: str, looks: list[tuple[LeaseRecord | None, int, float]], takes: bool
+) -> None:
+    """The lapse rule counts on the observer's own clock, never on the record's times."""
+    lease = Lease(None, role="admission", replica="me", settings=FAST)  # type: ignore[arg-type]
+    verdicts = [lease.may_take(record, revision, clock) for record, revision, clock in looks]
+    assert verdicts[-1] is takes, reason
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("Admission-0", "uppercase"),
+        ("admission_0", "underscore"),
+        ("-admission", "leading dash"),
+        ("a" * 64, "longer than 63"),
+        ("admission.0", "a dot (it would split the membership key)"),
+    ],
+)
+def test_a_replica_id_must_be_a_dns_label(value: str, reason: str) -> None:
+    """BERTH_REPLICA_ID is refused unless it is a DNS-1123 label."""
+    with pytest.raises(ValueError, match="DNS-1123"):
+        replica_id_from_env("admission", {"BERTH_REPLICA_ID": value})
+
+
+def test_the_default_replica_id_is_role_host_pid() -> None:
+    """Without BERTH_REPLICA_ID: ``<role>-<hostname>-<pid>``, itself a valid label."""
+    replica = replica_id_from_env("admission", {})
+    assert replica.startswith("admission-") and len(replica) <= 63
+    assert replica_id_from_env("admission", {"BERTH_REPLICA_ID": replica}) == replica
+
+
+# --- on a real bucket ----------------------------------------------------------------------
+
+
+async def test_an_absent_lease_is_created_with_term_one(nats_url: str) -> None:
+    """The first replica creates the key: it holds term 1."""
+    bus, kv = await _kv(nats_url)
+    try:
+        lease = _lease(kv, "a")
+        assert await lease.try_acquire()
+        assert (lease.held, lease.term) == (True, 1)
+        assert (await _record(kv)).holder == "a"
+    finally:
+        await bus.close()
+
+
+async def test_a_renewed_lease_is_never_taken(nats_url: str) -> None:
+    """While the holder renews, a standby looking for three lease durations never takes it."""
+    bus, kv = await _kv(nats_url)
+    stop = asyncio.Event()
+    try:
+        holder = _lease(kv, "a")
+        assert await holder.try_acquire()
+        keeping = asyncio.create_task(holder.keep(stop))
+        standby = _lease(kv, "b")
+        deadline = time.monotonic() + 3 * FAST.duration
+        while time.monotonic() < deadline:
+            assert not await standby.try_acquire()
+            await asyncio.sleep(FAST.poll_every)
+        stop.set()
+        await keeping
+        assert (await _record(kv)).holder == "a"
+    finally:
+        await bus.close()
+
+
+async def test_a_lapsed_lease_is_taken_with_the_next_term(nats_url: str) -> None:
+    """A holder that stops renewing (killed) loses the lease one duration after the standby
+    first saw its last renewal; the standby holds term 2."""
+    bus, kv = await _kv(nats_url)
+    try:
+        assert await _lease(kv, "a").try_acquire()
+        standby = _lease(kv, "b")
+        started = time.monotonic()
+        assert await asyncio.wait_for(standby.campaign(asyncio.Event()), 5)
+        assert time.monotonic() - started >= FAST.duration
+        assert time.monotonic() - started < FAST.duration + 4 * FAST.poll_every
+        assert standby.term == 2 and (await _record(kv)).holder == "b"
+    finally:
+        await bus.close()
+
+
+async def test_the_same_replica_id_takes_its_lease_back_at_once(nats_url: str) -> None:
+    """A replica restarted under the same id (``berth up`` restarting admission-0) need not
+    wait for its own lease to lapse; it holds the next term."""
+    bus, kv = await _kv(nats_url)
+    try:
+        assert await _lease(kv, "admission-0").try_acquire()
+        restarted = _lease(kv, "admission-0")
+        assert await restarted.try_acquire()
+        assert restarted.term == 2
+    finally:
+        await bus.close()
+
+
+async def test_two_standbys_racing_for_a_lapsed_lease_one_wins(nats_url: str) -> None:
+    """The compare-and-swap lets exactly one of two candidates take the same revision."""
+    bus, kv = await _kv(nats_url)
+    try:
+        assert await _lease(kv, "a").try_acquire()
+        b, c = _lease(kv, "b"), _lease(kv, "c")
+        assert not await b.try_acquire() and not await c.try_acquire()  # first looks
+        await asyncio.sleep(FAST.duration + 0.05)
+        results = await asyncio.gather(b.try_acquire(), c.try_acquire())
+        assert sorted(results) == [False, True]
+        winner = b if b.held else c
+        assert winner.term == 2 and (await _record(kv)).holder == winner.replica
+    finally:
+        await bus.close()
+
+
+async def test_a_holder_whose_lease_was_taken_loses_it_on_renewal(nats_url: str) -> None:
+    """A deposed holder's next renewal loses the swap: LeaseLost, and it no longer holds."""
+    bus, kv = await _kv(nats_url)
+    try:
+        holder = _lease(kv, "a")
+        assert await holder.try_acquire()
+        entry = await kv.get("admission")
+        assert entry.revision is not None
+        taken = LeaseRecord("b", 2, "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z")
+        await kv.update("admission", msgspec.json.encode(taken), last=entry.revision)
+        with pytest.raises(LeaseLost, match="another replica"):
+            await holder.renew()
+        assert not holder.held
+    finally:
+        await bus.close()
+
+
+async def test_a_released_lease_is_taken_at_once_and_terms_keep_growing(nats_url: str) -> None:
+    """A clean stop hands the lease back (holder "", term kept): a standby takes it on its
+    next look with term 2, not 1, so the fence of term 1's marker never voids it."""
+    bus, kv = await _kv(nats_url)
+    try:
+        holder = _lease(kv, "a")
+        assert await holder.try_acquire()
+        standby = _lease(kv, "b")
+        assert not await standby.try_acquire()
+        await holder.release()
+        assert (await _record(kv)).holder == ""
+        assert await standby.try_acquire()
+        assert standby.term == 2
+        await holder.release()  # no longer held: leaves b's lease alone
+        assert (await _record(kv)).holder == "b"
+    finally:
+        await bus.close()
+
+
+async def test_terms_continue_from_the_last_marker_if_the_bucket_was_lost(nats_url: str) -> None:
+    """With no key but a marker of term 5 in the stream, the next holder takes term 6."""
+    bus, kv = await _kv(nats_url)
+    try:
+        lease = _lease(kv, "a", floor=5)
+        assert await lease.try_acquire()
+        assert lease.term == 6
+    finally:
+        await bus.close()
+
+
+async def test_a_holder_cut_off_from_nats_loses_its_lease_within_the_deadline(
+    nats_server: NatsServer,
+) -> None:
+    """No successful renewal for ``renew_deadline``: LeaseLost, before any standby could
+    take over (one ``duration`` after the last renewal)."""
+    bus, kv = await _kv(nats_server.url)
+    try:
+        holder = _lease(kv, "a")
+        assert await holder.try_acquire()
+        nats_server.stop()
+        started = time.monotonic()
+        with pytest.raises(LeaseLost, match="not renewed"):
+            await asyncio.wait_for(holder.keep(asyncio.Event()), 5)
+        assert time.monotonic() - started < FAST.duration + FAST.renew_every
+    finally:
+        bus.closing = True
+        with contextlib.suppress(ConnectionError):
+            await bus.nc.close()
+
+
+# --- leadership: the marker, the handover ---------------------------------------------------
+
+
+async def test_a_leader_announces_its_term_and_hands_over_on_a_clean_stop(nats_url: str) -> None:
+    """The first replica leads with term 1 and publishes its marker; the second stands by;
+    when the first finishes it releases the lease and the second leads at once, term 2."""
+    buses = [await Bus.connect(nats_url, source="admission") for _ in range(2)]
+    await buses[0].ensure_stream()
+    finishes = [asyncio.Event(), asyncio.Event()]
+    lost: list[str] = []
+    leaders = [
+        Leadership(
+            bus=bus, role="admission", replica=f"admission-{i}", settings=FAST, on_lost=lost.append
+        )
+        for i, bus in enumerate(buses)
+    ]
+    tasks = [asyncio.create_task(leaders[0].run(finishes[0]))]
+    try:
+        await asyncio.wait_for(leaders[0].active.wait(), 5)
+        tasks.append(asyncio.create_task(leaders[1].run(finishes[1])))
+        await asyncio.wait_for(leaders[1].decided.wait(), 5)
+        assert (leaders[0].term, buses[0].term, leaders[1].is_active) == (1, 1, False)
+
+        finishes[0].set()
+        started = time.monotonic()
+        await asyncio.wait_for(leaders[1].active.wait(), 5)
+        assert time.monotonic() - started < 4 * FAST.poll_every  # no lapse to wait for
+        assert (leaders[1].term, buses[1].term) == (2, 2)
+
+        markers = []
+        for sequence in (1, 2):
+            stored = await buses[1].js.get_msg(STREAM, seq=sequence)
+            markers.append(decode_event(stored.data or b""))
+        assert [(m.term, m.id) for m in markers if isinstance(m, LeaderElected)] == [
+            (1, "leader-admission-t1"),
+            (2, "leader-admission-t2"),
+        ]
+        assert lost == []
+    finally:
+        for finish in finishes:
+            finish.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for bus in buses:
+            await bus.close()
+
+
+async def test_a_leader_whose_lease_is_taken_is_told_at_once(nats_url: str) -> None:
+    """A leader deposed behind its back (its key overwritten) stops being active and calls
+    ``on_lost`` at its next renewal."""
+    bus = await Bus.connect(nats_url, source="admission")
+    await bus.ensure_stream()
+    lost: list[str] = []
+    leader = Leadership(
+        bus=bus, role="admission", replica="admission-0", settings=FAST, on_lost=lost.append
+    )
+    finish = asyncio.Event()
+    task = asyncio.create_task(leader.run(finish))
+    try:
+        await asyncio.wait_for(leader.active.wait(), 5)
+        kv = await bus.kv(LEASE_BUCKET)
+        await kv.put("admission", msgspec.json.encode(LeaseRecord("admission-9", 7, "", "")))
+        await asyncio.wait_for(task, 5)
+        assert not leader.is_active and lost and "another replica" in lost[0]
+    finally:
+        finish.set()
+        await asyncio.gather(task, return_exceptions=True)
+        await bus.close()
