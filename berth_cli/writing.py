@@ -2,6 +2,11 @@
 
 Each validates everything it was given before it writes anything, so a bad document in a
 multi-document file applies nothing; errors are one line naming the document and the field.
+
+Workloads go through the bus, not into a backend's store: ``berth submit`` sends a
+``SubmitWorkload`` per object and ``berth delete workload`` a ``RemoveWorkload``, which the
+watcher carries out in whichever backend is active (its local objects bucket, or the API
+server of a cluster). Success is reported once the event stream has stored the command.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import msgspec
 import nats.js.errors
 
 from berth_cli.client import CliError, connect, query_all
-from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET
+from shared.bus import CONFIG_BUCKET, STREAM, Bus
 from shared.config import (
     KIND_PLURALS,
     ConfigError,
@@ -27,12 +32,12 @@ from shared.config import (
     object_key,
     parse_object,
 )
+from shared.events import RemoveWorkload, SubmitWorkload, WorkloadRef, subject_token
 from shared.workloads import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     WORKLOAD_KINDS,
     WorkloadError,
-    workload_key,
     workload_spec,
 )
 from shared.yaml_input import YamlInputError, read_input
@@ -188,7 +193,7 @@ async def _exists(kv: Any, key: str) -> bool:
 async def submit_workloads(
     url: str, documents: list[dict[str, Any]], source: str, *, namespace: str | None
 ) -> list[str]:
-    """Create each workload object in the objects bucket, as `kubectl create` would."""
+    """Send each workload object to the watcher, as `kubectl create` would create it."""
     prepared = []
     for index, document in enumerate(documents):
         where = f"{source}: document {index + 1}"
@@ -200,37 +205,75 @@ async def submit_workloads(
     lines = []
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)
-        objects = await bus.kv(OBJECTS_BUCKET)
         for obj, where in prepared:
             await _check_references(config, obj, where)
-            key = workload_key(obj["metadata"]["namespace"], obj["metadata"]["name"])
-            if await _exists(objects, key):
-                raise CliError(
-                    f"{where}: workload {obj['metadata']['name']!r} already exists in namespace"
-                    f" {obj['metadata']['namespace']!r}"
-                )
+        await _require_stream(bus)
+        names: set[tuple[str, str]] = set()
         for obj, where in prepared:
-            key = workload_key(obj["metadata"]["namespace"], obj["metadata"]["name"])
-            try:
-                await objects.create(key, msgspec.json.encode(obj))
-            except nats.js.errors.KeyWrongLastSequenceError as error:
+            identity = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if identity in names or await workload_exists(bus, *identity):
                 raise CliError(
-                    f"{where}: workload {obj['metadata']['name']!r} already exists"
-                ) from error
-            lines.append(f"{_WORKLOAD_RESOURCE[obj['kind']]}/{obj['metadata']['name']} created")
+                    f"{where}: workload {identity[1]!r} already exists in namespace {identity[0]!r}"
+                )
+            names.add(identity)
+        for obj, _ in prepared:
+            metadata = obj["metadata"]
+            ref = WorkloadRef(metadata["namespace"], metadata["name"], metadata["uid"])
+            # Awaits the stream's ack: "created" means stored, and the watcher will act on it.
+            await bus.publish(
+                SubmitWorkload(id=f"submit-{ref.uid}", source="cli", workload=ref, object=obj)
+            )
+            lines.append(f"{_WORKLOAD_RESOURCE[obj['kind']]}/{metadata['name']} created")
     return lines
+
+
+async def _require_stream(bus: Bus) -> None:
+    """The event stream exists once a service has started: without it nothing would act."""
+    try:
+        await bus.js.stream_info(STREAM)
+    except nats.js.errors.NotFoundError as error:
+        raise CliError(
+            "Berth's event stream does not exist: no service has started (is `berth up` running?)"
+        ) from error
+
+
+async def workload_exists(bus: Bus, namespace: str, name: str) -> bool:
+    """Whether a workload of that name exists or is being created, by the event stream: its
+    newest creation (a ``berth submit`` or recovery command, or the watcher's
+    ``WorkloadSubmitted``) is newer than its newest removal (a ``berth delete`` or recovery
+    command, or ``WorkloadDeleted``).
+
+    Why the stream: the objects live in the active backend (a bucket only the local backend
+    reads, or a cluster), which the CLI does not read; every change to them passes here.
+    """
+    tail = f"{subject_token(namespace)}.{subject_token(name)}"
+
+    async def newest(verbs: tuple[str, ...]) -> int:
+        sequences = [0]
+        for verb in verbs:
+            try:
+                message = await bus.js.get_last_msg(STREAM, f"berth.{verb}.{tail}")
+            except nats.js.errors.NotFoundError:
+                continue
+            sequences.append(int(message.seq or 0))
+        return max(sequences)
+
+    created = await newest(("cmd.submit", "cmd.create", "wl.submitted"))
+    removed = await newest(("cmd.remove", "cmd.delete", "wl.deleted"))
+    return created > removed
 
 
 # --- delete ----------------------------------------------------------------------------------
 
 
 async def delete_workload(url: str, name: str, namespace: str) -> str:
+    """Ask the watcher to delete the workload; it stops what runs of it."""
     async with connect(url) as bus:
-        objects = await bus.kv(OBJECTS_BUCKET)
-        key = workload_key(namespace, name)
-        if not await _exists(objects, key):
+        await _require_stream(bus)
+        if not await workload_exists(bus, namespace, name):
             raise CliError(f'workload "{name}" not found in namespace "{namespace}"')
-        await objects.delete(key)
+        ref = WorkloadRef(namespace, name, "")
+        await bus.publish(RemoveWorkload(source="cli", workload=ref))
     return f'workload "{name}" deleted'
 
 

@@ -9,9 +9,11 @@ Users and what each may publish (subscribe permissions follow the same lines):
 
 - one per service, each publishing only the subjects it owns: the watcher facts
   (``berth.wl.>``), admission and preemption decisions (``berth.cq.*.admitted|pending|evict``),
-  recovery commands and managed-job records (``berth.cmd.>``, ``berth.job.>``);
-- ``cli``: config and workload objects (the ``berth-config`` and ``berth-objects`` buckets)
-  and the services' request APIs, never an event (it reads them: ``berth events``);
+  recovery's commands and managed-job records (``berth.cmd.create|delete.>``,
+  ``berth.job.>``);
+- ``cli``: config (the ``berth-config`` bucket), workload commands for the watcher
+  (``berth.cmd.submit|remove.>``: the active backend carries them out) and the services'
+  request APIs, never a fact or a decision (it reads them: ``berth events``);
 - ``console``: the services' request APIs only (the web console's queries, and a cancel
   behind the operator's token); it reads the event stream and the config, jobs and status
   buckets;
@@ -63,7 +65,7 @@ _OWNED: dict[str, tuple[str, ...]] = {
     "watcher": (
         "berth.wl.>",
         "$KV.berth-status.>",
-        "$KV.berth-objects.>",  # the local backend carries out CreateWorkload / DeleteWorkload
+        "$KV.berth-objects.>",  # the local backend's private store of workload objects
         "$KV.berth-config.>",  # the kubernetes backend mirrors the cluster's Kueue objects
     ),
     "admission": (
@@ -72,8 +74,8 @@ _OWNED: dict[str, tuple[str, ...]] = {
         "berth.cq.*.evict.>",  # a HoldAndDrain queue's evictions
     ),
     "preemption": ("berth.cq.*.evict.>", "berth.cq.*.pending.>"),
-    "recovery": ("berth.cmd.>", "berth.job.>", "$KV.berth-jobs.>"),
-    "cli": ("$KV.berth-config.>", "$KV.berth-objects.>", "berth.api.>"),
+    "recovery": ("berth.cmd.create.>", "berth.cmd.delete.>", "berth.job.>", "$KV.berth-jobs.>"),
+    "cli": ("$KV.berth-config.>", "berth.cmd.submit.>", "berth.cmd.remove.>", "berth.api.>"),
     # The web console: status queries, and a managed job's cancel only with the operator's
     # token (berth_console checks it); it never writes a decision, a fact or a record.
     "console": ("berth.api.>",),
@@ -86,7 +88,7 @@ _BUCKETS_READ: dict[str, tuple[str, ...]] = {
     "admission": ("berth-config",),
     "preemption": ("berth-config",),
     "recovery": ("berth-jobs", "berth-config"),
-    "cli": ("berth-config", "berth-objects", "berth-jobs", "berth-status"),
+    "cli": ("berth-config", "berth-jobs", "berth-status"),
     "console": ("berth-config", "berth-jobs", "berth-status"),
     "reader": (),
 }

@@ -7,11 +7,12 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import nats.errors
 import nats.js.errors
 import pytest
 
 from berth_cli.get import due
-from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus
+from shared.bus import CONFIG_BUCKET, Bus
 from tests.conftest import FIXTURES, berth
 
 GOOD_QUEUE = """
@@ -35,6 +36,37 @@ def _keys(url: str, bucket: str) -> list[str]:
                 return sorted(await kv.keys())
             except nats.js.errors.NoKeysError:
                 return []
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+def _with_stream(url: str) -> None:
+    """The event stream, as the first service to start creates it."""
+
+    async def create() -> None:
+        bus = await Bus.connect(url, source="test")
+        try:
+            await bus.ensure_stream()
+        finally:
+            await bus.close()
+
+    asyncio.run(create())
+
+
+def _submitted(url: str) -> list[str]:
+    """The workloads `berth submit` sent to the watcher (stored SubmitWorkload commands)."""
+
+    async def read() -> list[str]:
+        bus = await Bus.connect(url, source="test")
+        try:
+            subscription = await bus.replay_subscription(["berth.cmd.submit.>"])
+            try:
+                messages = await subscription.fetch(100, timeout=0.5)
+            except nats.errors.TimeoutError:
+                return []
+            return sorted(m.subject.removeprefix("berth.cmd.submit.") for m in messages)
         finally:
             await bus.close()
 
@@ -122,17 +154,19 @@ def test_submit_refuses_with_the_field_named(
 ) -> None:
     """A Job naming a missing queue or class, or with a bad request, is refused; none is created."""
     berth("apply", "-f", str(FIXTURES / "seed003-kueue-resources.yaml"), url=nats_url)
+    _with_stream(nats_url)
     path = tmp_path / "jobs.yaml"
     path.write_text(_job("user-queue") + "\n---\n" + job)
     result = berth("submit", "-f", str(path), url=nats_url, check=False)
     assert result.returncode != 0
     assert message in result.stderr
-    assert _keys(nats_url, OBJECTS_BUCKET) == []
+    assert _submitted(nats_url) == []
 
 
 def test_submit_honours_generate_name_and_namespace(nats_url: str, tmp_path: Path) -> None:
     """generateName gets a random suffix; -n sets the namespace; the same name twice is refused."""
     berth("apply", "-f", str(FIXTURES / "seed003-kueue-resources.yaml"), url=nats_url)
+    _with_stream(nats_url)
     path = tmp_path / "job.yaml"
     path.write_text(_job("user-queue"))
     first = berth("submit", "-f", str(path), "-n", "default", url=nats_url).stdout.strip()
@@ -145,7 +179,23 @@ def test_submit_honours_generate_name_and_namespace(nats_url: str, tmp_path: Pat
     assert again.returncode != 0 and "'fixed' already exists" in again.stderr
     other = berth("submit", "-f", str(named), "-n", "team-x", url=nats_url, check=False)
     assert "LocalQueue 'user-queue' not found in namespace 'team-x'" in other.stderr
-    assert len(_keys(nats_url, OBJECTS_BUCKET)) == 3
+    assert len(_submitted(nats_url)) == 3
+    assert "default.fixed" in _submitted(nats_url)
+    gone = berth("delete", "workload", "fixed", url=nats_url)
+    assert gone.stdout.strip() == 'workload "fixed" deleted'
+    missing = berth("delete", "workload", "fixed", url=nats_url, check=False)
+    assert 'workload "fixed" not found in namespace "default"' in missing.stderr
+    berth("submit", "-f", str(named), url=nats_url)  # the name is free again
+
+
+def test_submit_says_when_no_service_has_started(nats_url: str, tmp_path: Path) -> None:
+    """Without the event stream nothing would carry a workload out: say so, send nothing."""
+    berth("apply", "-f", str(FIXTURES / "seed003-kueue-resources.yaml"), url=nats_url)
+    path = tmp_path / "job.yaml"
+    path.write_text(_job("user-queue"))
+    result = berth("submit", "-f", str(path), url=nats_url, check=False)
+    assert result.returncode != 0
+    assert "event stream does not exist" in result.stderr
 
 
 def test_commands_say_when_berth_is_not_running(tmp_path: Path) -> None:

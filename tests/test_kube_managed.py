@@ -32,10 +32,13 @@ from shared.events import (
     EvictionRequested,
     FlavorAssignment,
     JobStatusChanged,
+    RemoveWorkload,
+    SubmitWorkload,
     WorkloadAdmitted,
     WorkloadDeleted,
     WorkloadEvicted,
     WorkloadFinished,
+    WorkloadRef,
     WorkloadSubmitted,
     decode_event,
 )
@@ -420,3 +423,44 @@ async def _request(cluster: Cluster, method: str, path: str, body: dict[str, Any
         url = str(cluster.api.url).rstrip("/") + path
         async with session.request(method, url, json=body, headers=headers) as response:
             assert response.status < 300, await response.text()
+
+
+async def test_kube_submit_and_remove_commands_go_through_the_api_server(
+    cluster: Cluster,
+) -> None:
+    """`berth submit`'s SubmitWorkload creates the Job suspended (the CLI's placeholder-free
+    object keeps its image); `berth delete workload`'s RemoveWorkload, which names no uid,
+    deletes it by name. Not a managed job: no managed-job label anywhere."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "plain",
+            "namespace": "ns",
+            "uid": "cli-uid",
+            "creationTimestamp": "2025-01-01T00:00:00+00:00",
+            "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+        },
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox", "command": ["true"]}],
+                }
+            }
+        },
+    }
+    ref = WorkloadRef("ns", "plain", "cli-uid")
+    await cluster.bus.publish(SubmitWorkload(source="cli", workload=ref, object=job))
+    submitted = await cluster.wait_for(_submitted("plain"))
+    assert isinstance(submitted, WorkloadSubmitted) and submitted.queue_name == "team-a"
+    await cluster.bus.publish(RemoveWorkload(source="cli", workload=WorkloadRef("ns", "plain", "")))
+    await cluster.wait_for(lambda e: isinstance(e, WorkloadDeleted))
+    [(post, _, body), (delete, path, options)] = cluster.writes()
+    assert (post, delete, path) == ("POST", "DELETE", f"{JOBS_PATH}/plain")
+    assert body["spec"]["suspend"] is True
+    assert body["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
+    assert body["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox"
+    assert "metadata" not in body["spec"]["template"]
+    assert options["preconditions"] == {"uid": "cli-uid"}
+    assert options["propagationPolicy"] == "Background"

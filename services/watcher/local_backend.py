@@ -1,7 +1,8 @@
 """The local backend: Berth's embedded "cluster" on one machine.
 
-Objects (Jobs, Pods, RayJobs) live in the ``berth-objects`` key-value bucket, written by
-``berth submit`` and ``berth delete`` as if it were an API server; this backend list-watches
+Objects (Jobs, Pods, RayJobs) live in the ``berth-objects`` key-value bucket, this backend's
+private store: it writes them itself, carrying out the commands of ``berth submit`` and
+``berth delete`` (``SubmitWorkload``, ``RemoveWorkload``) and of recovery, and list-watches
 that bucket the way the kubernetes backend list-watches the API. It reports each new object as
 ``WorkloadSubmitted``, runs admitted workloads as local processes, stops them on eviction and
 reports ``WorkloadStarted``, ``WorkloadFinished``, ``WorkloadEvicted`` and ``WorkloadDeleted``.
@@ -239,7 +240,9 @@ class LocalBackend:
     # --- decisions from admission and preemption ------------------------------------------
 
     async def _on_decisions(self, events: list[AnyEvent]) -> Settling | None:
-        """Each workload's decisions in order; different workloads' concurrently.
+        """Each workload's decisions in order (by name: the CLI's remove names no uid, and a
+        remove then a new submit of one name must run in that order); different workloads'
+        concurrently.
 
         Why: starting a workload awaits a status write and a publish; one workload after
         the other, a batch of admissions took a round trip each (the Kueue benchmark measured
@@ -250,7 +253,7 @@ class LocalBackend:
         """
         by_workload: dict[str, list[AnyEvent]] = {}
         for event in events:
-            by_workload.setdefault(event.workload.uid, []).append(event)
+            by_workload.setdefault(event.workload.key, []).append(event)
         simulated: list[tuple[_Simulated, float]] = []
         in_order: list[list[AnyEvent]] = []
         for group in by_workload.values():

@@ -383,10 +383,11 @@ class KubernetesBackend:
     # --- decisions ------------------------------------------------------------------------
 
     async def _on_decisions(self, events: list[AnyEvent]) -> None:
-        """Decisions about different workloads run concurrently, one workload's in order."""
+        """Decisions about different workloads run concurrently, one workload's in order (by
+        name: the CLI's remove names no uid, and must not overtake a later submit)."""
         by_workload: dict[str, list[AnyEvent]] = {}
         for event in events:
-            by_workload.setdefault(event.workload.uid, []).append(event)
+            by_workload.setdefault(event.workload.key, []).append(event)
         limit = asyncio.Semaphore(self.concurrency)
 
         async def one_workload(decisions: list[AnyEvent]) -> None:
