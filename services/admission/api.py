@@ -160,4 +160,5 @@ async def serve_api(service: AdmissionService) -> Subscription:
             return {"error": f"unknown resource {resource!r}"}
         return handler(service, _request_decoder.decode(data))
 
-    return await service.bus.serve_requests(f"{API_PREFIX}.*", answer)
+    # Any replica may answer (a standby's fold is as warm as the leader's): one per request.
+    return await service.bus.serve_requests(f"{API_PREFIX}.*", answer, queue="admission")

@@ -3,8 +3,10 @@
 Its state (config, pending queues, admitted workloads, usage) is the fold of the config
 bucket and the event stream. On start it reads the config, then replays the stream from the
 first event, deciding nothing until it has caught up (``/readyz`` stays 503 meanwhile). Then
-each fetched batch of events is applied and followed by one scheduling pass that admits
-everything that fits; the decisions are published as one pipelined batch.
+each fetched batch of events is applied and, while this replica leads (docs/replicas.md),
+followed by one scheduling pass that admits everything that fits; the decisions are
+published as one pipelined batch. A standby folds the same stream and decides nothing; once
+it holds the lease it decides only after its fold has passed its own leader marker.
 
 Every decision is applied in memory before it is published and carries a deterministic id
 (``admitted-<uid>-<generation>``), so its echo from the stream changes nothing, and a decision
@@ -64,6 +66,7 @@ class AdmissionService:
         self.preemptor_of: dict[str, WorkloadRef] = {}
         self.released: list[WorkloadRef] = []  # preemptors whose victims have all left
         self.pending_throttle = PendingThrottle(PENDING_MESSAGE_INTERVAL_S)
+        self.deciding = False  # this replica leads and its fold has passed its marker
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -75,9 +78,8 @@ class AdmissionService:
         replayed = await self.bus.replay_to_end(subscription, self._apply)
         log.info("state_rebuilt", events=replayed, seconds=round(time.monotonic() - started, 3))
         api = await serve_api(self)
-        self.runtime.set_ready()
+        self.runtime.set_ready()  # a warm standby is ready too: it can take over at once
         try:
-            await self._decide()  # whatever became admissible while we were down
             await self._live(subscription)
         finally:
             await api.unsubscribe()
@@ -85,12 +87,20 @@ class AdmissionService:
     # --- events ---------------------------------------------------------------------------
 
     async def _live(self, subscription: JetStreamContext.PullSubscription) -> None:
+        fence = self.bus.fence(subscription)
         while not self.runtime.stopping.is_set():
             events = await self.bus.next_batch(subscription, wait=0.2)
             if events is None:
                 return
             self._apply(events)
-            if events or self.config.changed.is_set():
+            if not self.runtime.leadership.may_decide(fence):
+                self._stand_by()
+                continue
+            if not self.deciding:
+                self.deciding = True
+                log.info("deciding", replica=self.runtime.replica, term=self.bus.term)
+                await self._decide()  # whatever became admissible while nobody decided
+            elif events or self.config.changed.is_set():
                 await self._decide()
             held = self.pending_throttle.due(time.monotonic())
             if held:
@@ -165,13 +175,21 @@ class AdmissionService:
                         self.scheduler.delete(ref)
                         del self.records[ref.uid]
                 case WorkloadPending():
-                    # Admission's own are echoes; preemption's say why it cannot help yet.
-                    if record is not None and event.source != "admission":
+                    # Admission's own are echoes (a standby, deciding nothing, shows them);
+                    # preemption's say why it cannot help yet.
+                    if record is not None and (event.source != "admission" or not self.deciding):
                         record.on_pending(event)
                 case PriorityBoosted():
                     if record is not None:
                         self.scheduler.set_boost(ref, event.boost, reserved=event.reserved)
                         self.boosts[ref.uid] = event
+
+    def _stand_by(self) -> None:
+        """Not deciding: keep the scheduler's config in step (the leader drains what a
+        stopped queue holds; a standby only follows)."""
+        self.deciding = False
+        if self.config.take_change():
+            self.scheduler.set_config(self.config.values())
 
     def _victim_left(self, uid: str) -> None:
         preemptor = self.preemptor_of.pop(uid, None)

@@ -1,7 +1,8 @@
 """The preemption service: chooses victims when a pending workload can only fit by eviction.
 
 Like admission, its state is the fold of the config bucket and the event stream, replayed
-from the start before it acts. Admission's ``WorkloadPending`` with ``preemption_may_help``
+from the start before it acts; a standby replica folds the same stream and decides nothing
+(docs/replicas.md). Admission's ``WorkloadPending`` with ``preemption_may_help``
 names a preemptor and the flavor-resources it needs; the service runs the victim search and
 publishes one ``EvictionRequested`` per victim (id ``evict-<uid>-<generation>``, so no
 redelivery or re-evaluation ever evicts a workload twice). The watcher stops the victims;
@@ -67,15 +68,25 @@ class PreemptionService:
         self.cluster.set_config(self.config.values())
         subscription = await self.bus.replay_subscription(STATE_SUBJECTS)
         await self.bus.replay_to_end(subscription, lambda events: self._fold(events, live=False))
-        now = time.monotonic()
-        self.due = {uid: now for uid in self.cluster.waiting}
-        self.runtime.set_ready()
+        self.runtime.set_ready()  # a warm standby is ready too: it can take over at once
+        fence = self.bus.fence(subscription)
+        deciding = False
         while not self.runtime.stopping.is_set():
             # A short timeout: a protection that ends must be looked at even when all is quiet.
             events = await self.bus.next_batch(subscription, wait=0.25)
             if events is None:
                 return
             self._fold(events, live=True)
+            # A standby folds and decides nothing; a new leader decides once its fold has
+            # passed its own marker (docs/replicas.md).
+            if not self.runtime.leadership.may_decide(fence):
+                deciding = False
+                continue
+            if not deciding:
+                deciding = True
+                log.info("deciding", replica=self.runtime.replica, term=self.bus.term)
+                now = time.monotonic()  # every waiting preemptor gets a look from this leader
+                self.due = {uid: now for uid in self.cluster.waiting}
             await self._evaluate_due()
 
     # --- inputs ---------------------------------------------------------------------------

@@ -8,6 +8,8 @@
   job is stored, then the batch is acked: a crash anywhere replays to the same result.
 - Every second, each waiting preempted job's ageing boost is recomputed from its policy and
   published (``PriorityBoosted``) when it changes; admission reorders its queue with it.
+- A standby replica only follows the config; all of the above starts once it leads
+  (docs/replicas.md).
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ class RecoveryService:
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
+        if not await self.runtime.stand_by():  # a standby consumes nothing and answers nothing
+            return
         self.kv = await self.bus.kv(JOBS_BUCKET, history=1)
         await self._load_jobs()
         subscription = await self.bus.durable_subscription(
@@ -239,7 +243,9 @@ class RecoveryService:
                 return await self._cancel(msgspec.json.decode(data, type=CancelRequest))
             return {"error": f"unknown request {verb!r}"}
 
-        return await self.bus.serve_requests(f"{API_SUBJECT}.recovery.*", answer)
+        # Only the active replica subscribes; the queue group keeps a deposed one that has
+        # not exited yet from answering too.
+        return await self.bus.serve_requests(f"{API_SUBJECT}.recovery.*", answer, queue="recovery")
 
     async def _launch(self, request: LaunchRequest) -> dict[str, Any]:
         async with self.lock:

@@ -11,6 +11,10 @@ from shared.service import Runtime, run_service
 
 async def main(runtime: Runtime) -> None:
     backend_name = os.environ.get("BERTH_WATCHER_BACKEND", "local")
+    # A standby watches nothing and touches nothing; once it leads, it starts as a restarted
+    # watcher would (the local backend stops what its predecessor ran and requeues it).
+    if not await runtime.stand_by():
+        return
     if backend_name == "kubernetes":
         # Imported here: the local backend must not need a kubeconfig to start.
         from services.watcher.kube.backend import run_kubernetes

@@ -66,4 +66,6 @@ async def serve_logs(bus: Bus, root: Path) -> Subscription:
             log.warning("logs_unreadable", error=str(error))
             return {"error": f"cannot read logs: {error.strerror}"}
 
-    return await bus.serve_requests(f"{API_SUBJECT}.watcher.logs", answer)
+    # Served by the active replica only (it subscribes once it leads); the queue group
+    # keeps a deposed one that has not exited yet from answering too.
+    return await bus.serve_requests(f"{API_SUBJECT}.watcher.logs", answer, queue="watcher")
