@@ -1,0 +1,118 @@
+"""Questions the console asks over the bus: admission's status API, the watcher's logs,
+recovery's cancel, and one workload's history read from the event stream by subject.
+
+Every failure becomes a :class:`QueryError` with a sentence a page can show as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js import api
+
+from shared.bus import API_SUBJECT, STREAM, Bus
+from shared.events import AnyEvent, decode_event, subject_token
+from shared.logging import get_logger
+
+__all__ = ["Queries", "QueryError"]
+
+log = get_logger("console.queries")
+TIMEOUT_S = 5.0
+LOG_TAIL_BYTES = 64 * 1024  # a page shows at most this much of each log file at first
+
+
+class QueryError(RuntimeError):
+    """A service did not answer, or answered with an error."""
+
+
+class Queries:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def ask(self, service: str, verb: str, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = await self.bus.nc.request(
+                f"{API_SUBJECT}.{service}.{verb}", msgspec.json.encode(request), timeout=TIMEOUT_S
+            )
+        except nats.errors.NoRespondersError as error:
+            raise QueryError(f"the {service} service is not running (no responder)") from error
+        except nats.errors.TimeoutError as error:
+            raise QueryError(f"the {service} service did not answer within 5s") from error
+        except nats.errors.Error as error:
+            raise QueryError(f"the bus refused the request: {error}") from error
+        body: dict[str, Any] = msgspec.json.decode(reply.data)
+        if "error" in body:
+            raise QueryError(f"{service}: {body['error']}")
+        return body
+
+    async def admission(self, resource: str, **request: Any) -> list[dict[str, Any]]:
+        """Every item of one of admission's resources, page by page."""
+        items: list[dict[str, Any]] = []
+        offset: int | None = 0
+        while offset is not None:
+            body = await self.ask("admission", resource, {**request, "offset": offset})
+            items.extend(body["items"])
+            offset = body.get("next")
+        return items
+
+    async def logs(
+        self, namespace: str, name: str, offsets: dict[str, int]
+    ) -> list[dict[str, Any]]:
+        """New output of a workload's log files after ``offsets`` (file -> byte offset),
+        which is updated; ``new`` marks a file seen for the first time (shown from its last
+        64 KiB)."""
+        body = await self.ask(
+            "watcher", "logs", {"namespace": namespace, "name": name, "offsets": offsets}
+        )
+        files: list[dict[str, Any]] = body.get("files", [])
+        for item in files:
+            item["new"] = item["file"] not in offsets
+            if item["new"] and len(item["data"]) > LOG_TAIL_BYTES:
+                item["data"] = "[...]\n" + item["data"][-LOG_TAIL_BYTES:]
+            offsets[item["file"]] = item["offset"]
+        return files
+
+    async def cancel(self, job_id: int) -> dict[str, Any]:
+        return await self.ask("recovery", "cancel", {"id": job_id, "name": None})
+
+    async def history(self, namespace: str, name: str) -> list[tuple[int, str, AnyEvent]]:
+        """Every stored event about one workload, in stream order, read by subject.
+
+        An ephemeral consumer filtered on the workload's subjects: the server finds them in
+        its subject index, so this costs the same with ten or ten million other events.
+        """
+        tail = f"{subject_token(namespace)}.{subject_token(name)}"
+        config = api.ConsumerConfig(
+            filter_subjects=[f"berth.*.*.{tail}", f"berth.cq.*.*.{tail}"],
+            ack_policy=api.AckPolicy.NONE,
+            deliver_policy=api.DeliverPolicy.ALL,
+            inactive_threshold=30.0,
+            mem_storage=True,
+        )
+        try:
+            subscription = await self.bus.js.pull_subscribe("", stream=STREAM, config=config)
+        except (nats.errors.Error, nats.js.errors.Error) as error:
+            raise QueryError(f"cannot read the event stream: {error}") from error
+        found: list[tuple[int, str, AnyEvent]] = []
+        try:
+            remaining = (await subscription.consumer_info()).num_pending or 0
+            while remaining > 0:
+                messages = await subscription.fetch(min(remaining, 256), timeout=TIMEOUT_S)
+                remaining -= len(messages)
+                for msg in messages:
+                    try:
+                        event = decode_event(msg.data)
+                    except msgspec.DecodeError:
+                        continue
+                    found.append((msg.metadata.sequence.stream, msg.subject, event))
+        except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as error:
+            raise QueryError(f"reading the event stream failed: {error!r}") from error
+        finally:
+            try:
+                await subscription.unsubscribe()  # a pull subscription left open hangs drain()
+            except (nats.errors.Error, ValueError):
+                pass
+        return found

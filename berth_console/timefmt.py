@@ -1,0 +1,73 @@
+"""Times as the console shows them: ages like kubectl's, SkyPilot's "secs ago" and durations."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from berth_console.markup import Markup, render
+
+__all__ = ["ago", "clock", "duration", "seconds_since", "short_age", "time_tag"]
+
+
+def short_age(seconds: float) -> str:
+    """kubectl's short age: 45s, 5m, 3h, 2d."""
+    seconds = max(int(seconds), 0)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 3600 * 2:
+        return f"{seconds // 60}m"
+    if seconds < 86400 * 2:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def ago(seconds: float) -> str:
+    """SkyPilot's SUBMITTED column: ``5 secs ago``, ``3 mins ago``."""
+    if seconds < 60:
+        return f"{max(int(seconds), 0)} secs ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} mins ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} hrs ago"
+    return f"{int(seconds // 86400)} days ago"
+
+
+def duration(seconds: float) -> str:
+    """SkyPilot's durations: ``42s``, ``3m 5s``, ``1h 2m 3s``."""
+    seconds = max(int(seconds), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m {secs}s"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"
+
+
+def clock(when: datetime | float) -> str:
+    """The time of day in UTC, to the second (event lines, timelines)."""
+    if not isinstance(when, datetime):
+        when = datetime.fromtimestamp(when, UTC)
+    return when.astimezone(UTC).strftime("%H:%M:%S")
+
+
+def time_tag(when: datetime | float, text: str | None = None) -> Markup:
+    """A ``<time>`` element with the machine-readable instant and a readable label."""
+    if not isinstance(when, datetime):
+        when = datetime.fromtimestamp(when, UTC)
+    instant = when.astimezone(UTC)
+    return render(
+        '<time datetime="$iso" title="$full">$text</time>',
+        iso=instant.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        full=instant.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        text=text if text is not None else clock(instant),
+    )
+
+
+def seconds_since(when: datetime | float | None, *, now: float | None = None) -> float:
+    """Seconds from ``when`` until now (0 for None)."""
+    if when is None:
+        return 0.0
+    stamp = when.timestamp() if isinstance(when, datetime) else when
+    return (time.time() if now is None else now) - stamp
