@@ -131,7 +131,7 @@ async def start(harness: Harness) -> asyncio.Task[None]:
 
     async def run() -> None:
         try:
-            await backend.run()
+            await backend.observe()
         finally:
             await client.close()
 

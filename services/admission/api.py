@@ -5,7 +5,9 @@ admission decides with. Requests and replies are JSON. A reply lists at most ``l
 and gives ``next`` (an offset) when there are more, so that no reply outgrows NATS's
 message size limit.
 
-- ``workloads``: ``{"namespace": "team-a" | null, "offset": 0, "limit": 500}`` -> Kueue Workloads
+- ``workloads``: ``{"namespace": "team-a" | null, "names": ["ns/name", ...] | null, "offset": 0,
+  "limit": 500}`` -> Kueue Workloads (``names``: only those, as the watcher asks for the ones
+  whose status it writes to a cluster)
 - ``clusterqueues``: ``{}`` -> Kueue ClusterQueues with status
 - ``localqueues``: ``{"namespace": ... | null}`` -> Kueue LocalQueues with status
 - ``pending``: ``{"clusterQueue": "name"}`` -> pending workloads in queue order (visibility API)
@@ -38,6 +40,7 @@ PAGE_LIMIT = 500
 class Request(msgspec.Struct, rename="camel"):
     namespace: str | None = None
     cluster_queue: str | None = None
+    names: list[str] | None = None  # "namespace/name" keys
     offset: int = 0
     limit: int = PAGE_LIMIT
 
@@ -68,11 +71,16 @@ def _page(items: list[Any], request: Request) -> dict[str, Any]:
 
 
 def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
+    names = None if request.names is None else set(request.names)
     records = sorted(
         (
             record
             for record in service.records.values()
-            if request.namespace is None or record.submitted.workload.namespace == request.namespace
+            if (
+                request.namespace is None
+                or record.submitted.workload.namespace == request.namespace
+            )
+            and (names is None or record.submitted.workload.key in names)
         ),
         key=lambda record: (record.submitted.workload.namespace, record.submitted.workload.name),
     )

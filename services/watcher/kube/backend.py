@@ -15,7 +15,9 @@ Same duties as the local backend, same reports (see :mod:`services.watcher.repor
   Kubernetes itself disrupted a pod of a managed job (so recovery requeues it);
 - report ``WorkloadFinished`` with the exit code of a managed job's failed pod, when seen;
 - mirror Namespaces and Kueue's configuration kinds into the config bucket (:mod:`.mirroring`);
-- answer ``berth.api.watcher.logs`` from the pods' logs through the API server (:mod:`.logs`).
+- answer ``berth.api.watcher.logs`` from the pods' logs through the API server (:mod:`.logs`);
+- write what Kueue would (Workloads, queue status, Events on the Job), rate-limited, in a
+  task of its own (:mod:`.kueue_status`).
 
 Ready once every initial list is done (a CRD that is not installed counts as an empty list).
 """
@@ -36,6 +38,7 @@ from services.watcher.kube.acting import WORKLOAD_RESOURCES, KubeActions, Tracke
 from services.watcher.kube.api import KubeClient, Resource
 from services.watcher.kube.creating import default_image
 from services.watcher.kube.errors import KubeError, KubeRefused
+from services.watcher.kube.kueue_status import KueueStatusWriter, StatusSettings
 from services.watcher.kube.logs import serve_pod_logs
 from services.watcher.kube.mirroring import CONFIG_RESOURCES, ConfigMirror, follow_config
 from services.watcher.kube.patching import (
@@ -54,6 +57,7 @@ from services.watcher.kube.reading import (
     failed_exit_code,
     finish_outcome,
     gated,
+    owning_workload,
 )
 from services.watcher.kube.watching import (
     EventType,
@@ -96,6 +100,7 @@ class KubernetesBackend:
         concurrency: int = 16,
         config_resources: dict[str, list[Resource]] | None = None,
         image: str | None = None,
+        status: StatusSettings | None = None,
     ) -> None:
         self.runtime = runtime
         self.bus = runtime.bus
@@ -108,6 +113,9 @@ class KubernetesBackend:
         self.tombstones = self.tracked.tombstones
         self.reported = self.tracked.reported
         self.actions = KubeActions(client, self.tracked, image=image or default_image())
+        self.status = KueueStatusWriter(
+            runtime.bus, client, self.workloads, settings=status or StatusSettings()
+        )
         self.unqueued: dict[str, Obj] = {}  # uid -> top-level objects without a queue (yet)
         self.announced: set[str] = set()
         # Owner uid -> exit code of its managed pod that failed (reported with the finish).
@@ -117,10 +125,6 @@ class KubernetesBackend:
         self.mirror: ConfigMirror | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """The whole backend; :meth:`observe` under the name the watcher has always used."""
-        await self.observe()
 
     async def observe(self) -> None:
         config_kv = await self.bus.kv(CONFIG_BUCKET)
@@ -168,6 +172,7 @@ class KubernetesBackend:
                     name="kube.decisions",
                 )
             )
+            self.runtime.spawn(self.status.run(self.runtime.stopping), name="kube.status")
             self.runtime.set_ready()
             await self._supervise(tasks, until=None)
         finally:
@@ -342,7 +347,7 @@ class KubernetesBackend:
         reason = disruption_reason(pod)
         if reason is None:
             return []
-        owner = self._owning_workload(pod)
+        owner = owning_workload(pod, self.workloads)
         if owner is None:
             return []
         generation = admitted_generation(owner)
@@ -353,24 +358,6 @@ class KubernetesBackend:
         message = f"pod {pod['metadata']['name']} was disrupted by Kubernetes ({reason})"
         log.warning("managed_pod_disrupted", workload=reporting.ref_of(owner).key, reason=reason)
         return await self.actions.evict(owner, generation, reason="Preempted", message=message)
-
-    def _owning_workload(self, pod: Obj) -> Obj | None:
-        owner = controller(pod)
-        if owner is None:
-            return self.workloads.get(str(pod["metadata"].get("uid")))
-        if owner.get("kind") == "Job":
-            return self.workloads.get(str(owner.get("uid")))
-        if owner.get("kind") == "RayCluster":
-            namespace = pod["metadata"].get("namespace")
-            for obj in self.workloads.values():
-                status = obj.get("status") or {}
-                if (
-                    obj.get("kind") == "RayJob"
-                    and obj["metadata"].get("namespace") == namespace
-                    and status.get("rayClusterName") == owner.get("name")
-                ):
-                    return obj
-        return None
 
     def _note_exit_code(self, pod: Obj) -> None:
         """Remember a managed job's failed pod's exit code for its owner's finish report."""
@@ -500,7 +487,9 @@ async def run_kubernetes(runtime: Runtime) -> None:
     try:
         if webhook_settings.tls_configured:
             runner = await serve_webhook(webhook_settings)
-        backend: Backend = KubernetesBackend(runtime, client=client)
+        backend: Backend = KubernetesBackend(
+            runtime, client=client, status=StatusSettings.from_environment()
+        )
         await backend.observe()
     finally:
         if runner is not None:

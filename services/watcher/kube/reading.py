@@ -22,6 +22,7 @@ __all__ = [
     "failed_exit_code",
     "finish_outcome",
     "gated",
+    "owning_workload",
 ]
 
 # DisruptionTarget reasons that mean "Kubernetes took the pod away", not "the job failed":
@@ -105,4 +106,25 @@ def finish_outcome(kind: str, obj: Obj) -> tuple[bool, str] | None:
     job_status = status.get("jobStatus")
     if job_status in ("SUCCEEDED", "FAILED"):
         return job_status == "SUCCEEDED", str(status.get("message") or "")
+    return None
+
+
+def owning_workload(pod: Obj, workloads: dict[str, Obj]) -> Obj | None:
+    """The tracked workload (uid -> object) a pod belongs to: itself (a Pod workload), its
+    controlling Job, or the RayJob whose RayCluster controls it."""
+    owner = controller(pod)
+    if owner is None:
+        return workloads.get(str(pod["metadata"].get("uid")))
+    if owner.get("kind") == "Job":
+        return workloads.get(str(owner.get("uid")))
+    if owner.get("kind") == "RayCluster":
+        namespace = pod["metadata"].get("namespace")
+        for obj in workloads.values():
+            status = obj.get("status") or {}
+            if (
+                obj.get("kind") == "RayJob"
+                and obj["metadata"].get("namespace") == namespace
+                and status.get("rayClusterName") == owner.get("name")
+            ):
+                return obj
     return None
