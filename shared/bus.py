@@ -160,6 +160,8 @@ class Bus:
         self.js: JetStreamContext = self.nc.jetstream()
         self.source = source
         self.closing = False  # an intended close is not worth a "disconnected" warning
+        # Told of each event that does not decode (shared.deadletter sets it; else a log line).
+        self.on_malformed: Callable[[Msg, str], None] | None = None
         self._pull_subscriptions: list[JetStreamContext.PullSubscription] = []
         self._pumps: dict[int, _PullPump] = {}  # id(pull subscription) -> its pump
         self.acks = AckTracker(self.nc, timeout=PUBLISH_ACK_TIMEOUT_S)
@@ -440,7 +442,7 @@ class Bus:
     ) -> list[AnyEvent]:
         """The events of a batch, kept to the subjects this consumer filters here, that pass
         its fence."""
-        events = decode_batch(messages, self._wanted.get(id(subscription)))
+        events = decode_batch(messages, self._wanted.get(id(subscription)), self.on_malformed)
         return screen(self.fence(subscription), events)
 
     def fence(self, subscription: JetStreamContext.PullSubscription) -> Fence:
@@ -943,10 +945,13 @@ async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
 
 
 def decode_batch(
-    messages: Sequence[Msg], wanted: Callable[[str], bool] | None = None
+    messages: Sequence[Msg],
+    wanted: Callable[[str], bool] | None = None,
+    malformed: Callable[[Msg, str], None] | None = None,
 ) -> list[AnyEvent]:
     """Decode a fetched batch into events; messages whose subject ``wanted`` refuses are
-    skipped undecoded, a malformed one is logged and skipped (acking past it drops it)."""
+    skipped undecoded, a malformed one is skipped (acking past it drops it) and handed to
+    ``malformed`` (a dead letter), else logged."""
     events: list[AnyEvent] = []
     for msg in messages:
         if wanted is not None and not wanted(msg.subject):
@@ -954,7 +959,10 @@ def decode_batch(
         try:
             events.append(decode_event(msg.data))
         except msgspec.DecodeError as error:
-            log.error("malformed_event", subject=msg.subject, error=str(error))
+            if malformed is not None:
+                malformed(msg, str(error))
+            else:
+                log.error("malformed_event", subject=msg.subject, error=str(error))
     return events
 
 

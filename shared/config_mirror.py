@@ -1,8 +1,10 @@
 """The config bucket mirrored in memory: every service that reads config uses this.
 
 It loads what `berth apply` (or the kubernetes backend's mirroring) stored, then follows each
-change; an object that fails validation is logged with its reason and left out, never half
-applied. ``changed`` is set on every change so a decision loop can pick it up between passes.
+change; an entry that fails validation (not JSON, not a valid object, or stored under another
+object's key) is dead-lettered (shared/deadletter.py: one log line, a count, a copy in
+BERTH_DLQ) and left out, never half applied; the previous valid version of that key stays.
+``changed`` is set on every change so a decision loop can pick it up between passes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import msgspec
 from nats.js.kv import KeyValue
 
 from shared.bus import CONFIG_BUCKET, BucketWatch, live_value
-from shared.config import ConfigError, ConfigObject, decode_object
+from shared.config import ConfigError, ConfigObject, decode_object, object_key
+from shared.deadletter import DeadLetters, dead_letters
 from shared.logging import get_logger
 from shared.service import Runtime
 
@@ -29,9 +32,11 @@ class ConfigMirror:
     def __init__(self) -> None:
         self.objects: dict[str, ConfigObject] = {}  # bucket key -> object
         self.changed = asyncio.Event()
+        self.letters: DeadLetters | None = None  # set by start()
 
     async def start(self, runtime: Runtime) -> None:
         """Load the current config, then follow changes in a task the runtime owns."""
+        self.letters = dead_letters(runtime.bus, runtime.name)
         watch, initial = await BucketWatch.start(await runtime.bus.kv(CONFIG_BUCKET))
         for entry in initial:
             self._observe(entry)
@@ -46,9 +51,23 @@ class ConfigMirror:
             self.objects.pop(entry.key, None)
             return
         try:
-            self.objects[entry.key] = decode_object(value)
+            obj = decode_object(value)
         except (ConfigError, msgspec.DecodeError) as error:
-            log.error("invalid_config_object", key=entry.key, reason=str(error))
+            self._malformed(entry, str(error), value)
+            return
+        if object_key(obj) != entry.key:  # it would shadow the object that key names
+            self._malformed(
+                entry, f"stored under key {entry.key!r}, not {object_key(obj)!r}", value
+            )
+            return
+        self.objects[entry.key] = obj
+
+    def _malformed(self, entry: KeyValue.Entry, reason: str, value: bytes) -> None:
+        source = f"{CONFIG_BUCKET}/{entry.key}"
+        if self.letters is None:
+            log.error("malformed_config", source=source, reason=reason)
+            return
+        self.letters.post("config", source, reason, value, identity=f"{entry.key}@{entry.revision}")
 
     async def _on_change(self, entry: KeyValue.Entry) -> None:
         self._observe(entry)

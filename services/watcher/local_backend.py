@@ -30,7 +30,13 @@ from nats.js.kv import KeyValue
 from services.watcher import metrics, reporting
 from services.watcher.backend import COMMAND_SUBJECTS
 from services.watcher.logs_api import serve_logs
-from services.watcher.processes import RunningPods, kill_leftover, pod_commands
+from services.watcher.objects import read_object, read_status
+from services.watcher.processes import (
+    RunningPods,
+    kill_leftover,
+    pod_commands,
+    workload_log_dir,
+)
 from shared.bus import (
     OBJECTS_BUCKET,
     STATUS_BUCKET,
@@ -40,6 +46,7 @@ from shared.bus import (
     Settling,
     live_value,
 )
+from shared.deadletter import dead_letters
 from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
@@ -53,6 +60,7 @@ from shared.events import (
     WorkloadAdmitted,
     WorkloadRef,
     WorkloadSubmitted,
+    subject_for,
 )
 from shared.logging import get_logger
 from shared.publishing import AckTimeout
@@ -108,12 +116,17 @@ class LocalBackend:
     # --- the list-watch of the objects bucket --------------------------------------------
 
     async def run(self) -> None:
+        self.letters = dead_letters(self.bus, self.runtime.name)
         self.kv = await self.bus.kv(OBJECTS_BUCKET)
         self.status_kv = await self.bus.kv(STATUS_BUCKET)
         for entry in await BucketWatch.snapshot(self.status_kv):
             value = live_value(entry)
             if value is not None:
-                self.statuses[entry.key] = msgspec.json.decode(value)
+                status = read_status(value)
+                if isinstance(status, str):  # skipped: the workload is seen as never started
+                    await self._dead_letter(STATUS_BUCKET, entry, status, value)
+                    continue
+                self.statuses[entry.key] = status
         watch, initial = await BucketWatch.start(self.kv)
         for entry in initial:
             await self._observe(entry, initial=True)
@@ -163,12 +176,11 @@ class LocalBackend:
                 await self._deleted(obj)
                 await self._forget_status(entry.key)
             return
-        try:
-            obj = msgspec.json.decode(value)
-        except msgspec.DecodeError as error:
-            log.error("malformed_object", key=entry.key, error=str(error))
+        read = read_object(entry.key, value)
+        if isinstance(read, str):  # no poison pill: dead-lettered, skipped, the watch goes on
+            await self._dead_letter(OBJECTS_BUCKET, entry, read, value)
             return
-        self.objects[entry.key] = obj
+        obj = self.objects[entry.key] = read
         uid = obj["metadata"]["uid"]
         phase = self._status(entry.key, obj).get("phase", "")
         if phase in TERMINAL_PHASES or uid in self.announced:
@@ -213,6 +225,12 @@ class LocalBackend:
             log.error("invalid_workload", workload=ref.key, reason=str(error))
             return None
         return reporting.submitted(obj, spec), spec.kind
+
+    async def _dead_letter(
+        self, bucket: str, entry: KeyValue.Entry, reason: str, value: bytes
+    ) -> None:
+        identity = f"{entry.key}@{entry.revision}"
+        await self.letters.send("object", f"{bucket}/{entry.key}", reason, value, identity=identity)
 
     async def _orphaned(self, key: str, obj: dict[str, Any]) -> None:
         """A workload a previous watcher ran: stop what is left of it and report it evicted."""
@@ -290,11 +308,14 @@ class LocalBackend:
         assert self.kv is not None
         ref = event.workload
         key = workload_key(ref.namespace, ref.name)
+        value = msgspec.json.encode(event.object)
+        refused = read_object(key, value)
+        if isinstance(refused, str):  # a malformed command: dead-lettered, nothing created
+            source = subject_for(event)
+            await self.letters.send("object", source, refused, value, identity=event.id)
+            return
         try:
-            workload_spec(event.object)
-            await self.kv.create(key, msgspec.json.encode(event.object))
-        except WorkloadError as error:
-            log.error("create_refused", workload=ref.key, reason=str(error))
+            await self.kv.create(key, value)
         except nats.js.errors.KeyWrongLastSequenceError:
             current = self._current(ref)
             if current is None:  # a different object holds the name
@@ -352,8 +373,8 @@ class LocalBackend:
                 images=images,
                 reason="the local backend runs commands, not images",
             )
-        log_dir = self.log_root / ref.namespace / ref.name
         try:
+            log_dir = workload_log_dir(self.log_root, ref.namespace, ref.name)
             running = await RunningPods.start(
                 generation=event.generation, pods=pods, log_dir=log_dir
             )

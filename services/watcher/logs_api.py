@@ -9,21 +9,21 @@ the text after each offset: ``{"files": [{"file": "1-main-0.log", "data": "...",
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from nats.aio.subscription import Subscription
 
+from services.watcher.processes import workload_log_dir
 from shared.bus import API_SUBJECT, Bus
 from shared.logging import get_logger
+from shared.names import name_problem
 
 __all__ = ["CHUNK", "LogsRequest", "names_are_valid", "serve_logs"]
 
 log = get_logger("watcher.logs")
 CHUNK = 256 * 1024
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 class LogsRequest(msgspec.Struct):
@@ -39,13 +39,14 @@ def _generation(path: Path) -> tuple[int, str]:
 
 def names_are_valid(request: LogsRequest) -> bool:
     """Kubernetes names only: never a path outside the log root, never a label selector."""
-    return bool(_NAME.match(request.namespace) and _NAME.match(request.name))
+    namespace_problem = name_problem(request.namespace, "namespace")
+    return namespace_problem is None and name_problem(request.name, "name") is None
 
 
 def read_logs(root: Path, request: LogsRequest) -> dict[str, Any]:
     if not names_are_valid(request):
         return {"error": "invalid namespace or name"}  # never a path outside the log root
-    folder = root / request.namespace / request.name
+    folder = workload_log_dir(root, request.namespace, request.name)  # checked: inside root
     files = []
     for path in sorted(folder.glob("*.log"), key=_generation):
         offset = max(0, request.offsets.get(path.name, 0))

@@ -3,13 +3,15 @@
 One process per pod: the pod's first container's ``command`` + ``args`` (the image is
 ignored). Each process gets its own session, so stopping it stops whatever it started; it is
 stopped with SIGTERM, then SIGKILL after a grace period, as a kubelet would. Output goes to one
-log file per pod under the data dir. A workload annotated ``berth.dev/simulated-runtime``
-runs no process at all and "finishes" after that time.
+log file per pod under the data dir (:func:`workload_log_dir`: directories 0700, files 0600,
+never a path outside it). A workload annotated ``berth.dev/simulated-runtime`` runs no
+process at all and "finishes" after that time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import sys
@@ -18,14 +20,49 @@ from pathlib import Path
 from typing import Any
 
 from shared.logging import get_logger
+from shared.names import name_problem
 
-__all__ = ["PodOutcome", "PodProcess", "RunningPods", "pod_commands"]
+__all__ = ["PodOutcome", "PodProcess", "RunningPods", "pod_commands", "workload_log_dir"]
 
 log = get_logger("watcher.processes")
 
 # `python` in a workload's command means Berth's own interpreter, so a task written for a
 # cluster image (seed 001's `python -c ...`) runs on a machine that only has `python3`.
 _PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+
+
+def workload_log_dir(root: Path, namespace: str, name: str) -> Path:
+    """Where a workload's pod logs go: ``<root>/<namespace>/<name>``.
+
+    Only for a valid namespace (DNS-1123 label) and name (DNS-1123 subdomain), and the
+    resolved path must lie inside the resolved root: nothing derived from a name leaves the
+    data dir (a Job named ``/tmp/x`` once wrote its logs to /tmp). Raises ``OSError``
+    (EINVAL) otherwise, as a failed ``open`` would.
+    """
+    problem = name_problem(namespace, "namespace") or name_problem(name, "name")
+    if problem is not None:
+        raise OSError(errno.EINVAL, f"no log path for {namespace!r}/{name!r}: {problem}")
+    base = root.resolve()
+    folder = (base / namespace / name).resolve()
+    if folder.parent.parent != base:
+        raise OSError(errno.EINVAL, f"log path {folder} is not inside {base}")
+    return folder
+
+
+def _private_dirs(log_dir: Path) -> None:
+    """Make ``log_dir`` and the two levels above it (namespace, log root) owner-only."""
+    log_dir.parent.parent.parent.mkdir(parents=True, exist_ok=True)
+    for folder in (log_dir.parent.parent, log_dir.parent, log_dir):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)  # an older Berth made them 0755
+
+
+def _open_log(path: Path) -> int:
+    """Append-only, owner-only, and never through a symlink planted in its place."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
 
 
 def pod_commands(pod_spec: dict[str, Any]) -> tuple[list[str], dict[str, str], str | None]:
@@ -77,12 +114,12 @@ class RunningPods:
     ) -> RunningPods:
         """Start every pod's process; if one cannot start, the ones started are stopped."""
         # Local file operations take microseconds; a thread hop would cost more than it saves.
-        log_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
+        _private_dirs(log_dir)
         running = cls(generation=generation)
         try:
             for name, argv, env, cwd in pods:
                 log_path = log_dir / f"{generation}-{name}.log"
-                with open(log_path, "ab") as output:  # noqa: ASYNC230
+                with open(_open_log(log_path), "ab") as output:  # noqa: ASYNC230
                     process = await asyncio.create_subprocess_exec(
                         *argv,
                         stdin=asyncio.subprocess.DEVNULL,

@@ -1,0 +1,59 @@
+"""What the local backend accepts from its buckets: a workload object or a status record,
+or the reason it is malformed (then it is dead-lettered and skipped, never retried)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from shared.workloads import WorkloadError, check_identity, workload_key, workload_spec
+
+__all__ = ["read_object", "read_status"]
+
+
+def read_object(key: str, value: bytes) -> dict[str, Any] | str:
+    """The workload stored under ``key``, or why it cannot be one.
+
+    The rule: the value is a JSON Job, Pod or RayJob that :func:`workload_spec` accepts,
+    whose name, namespace, uid and creation time pass :func:`check_identity`, stored under
+    the key its namespace and name make (so a decision about it finds it, and nothing
+    derived from its name can point elsewhere).
+    """
+    try:
+        obj = msgspec.json.decode(value)
+        ref = check_identity(obj)
+        workload_spec(obj)
+    except msgspec.DecodeError as error:
+        return f"not JSON: {error}"
+    except WorkloadError as error:
+        return str(error)
+    expected = workload_key(ref.namespace, ref.name)
+    if key != expected:
+        return f"stored under key {key!r}, but {ref.key} belongs under {expected!r}"
+    if not isinstance(obj, dict):  # pragma: no cover - check_identity refused it
+        return "not a mapping"
+    return obj
+
+
+def read_status(value: bytes) -> dict[str, Any] | str:
+    """A status record the watcher wrote (phase, generation, pids, uid), or why it is not."""
+    try:
+        status = msgspec.json.decode(value)
+    except msgspec.DecodeError as error:
+        return f"not JSON: {error}"
+    if not isinstance(status, dict):
+        return "a status must be a mapping"
+    generation = status.get("generation", 0)
+    pids = status.get("pids") or []
+    if not isinstance(status.get("uid"), str):
+        return "`uid` must be a string"
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        return f"`generation` must be a non-negative integer, got {generation!r}"
+    if not isinstance(pids, list) or not all(
+        isinstance(pid, int) and not isinstance(pid, bool) and 1 < pid < 2**31 for pid in pids
+    ):
+        return "`pids` must be a list of process ids (never 0 or 1: their group is ours, or init)"
+    if not isinstance(status.get("phase", ""), str):
+        return "`phase` must be a string"
+    return status
