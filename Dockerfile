@@ -7,8 +7,9 @@
 #   docker run ghcr.io/berth-dev/berth:0.1.0 python -m services.watcher     (or admission,
 #   docker run ghcr.io/berth-dev/berth:0.1.0 berth --help                    preemption, recovery)
 #
-# Settings are environment variables (BERTH_NATS_URL, BERTH_HTTP_HOST, BERTH_HTTP_PORT, ...);
-# see deploy/INSTALL.md. Inside a container BERTH_HTTP_HOST must be 0.0.0.0 for the probes.
+# Settings are environment variables (BERTH_NATS_URL, BERTH_CREDS, BERTH_NATS_CA, BERTH_HTTP_PORT,
+# ...); see deploy/INSTALL.md. Inside a container BERTH_HTTP_HOST must be 0.0.0.0 for the probes.
+# No credentials are baked in: each container gets its own seed file at run time.
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
@@ -18,7 +19,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 RUN python -m venv /opt/berth
 WORKDIR /src
-# .dockerignore keeps the context to pyproject.toml, README, and the three packages.
+# .dockerignore keeps the context to pyproject.toml, README, and the packages it installs.
 COPY . .
 RUN /opt/berth/bin/pip install --no-compile . \
  && /opt/berth/bin/python -m compileall -q -j 0 /opt/berth/lib
