@@ -232,4 +232,11 @@ def build_app(context: Context, *, token: str | None, stopping: asyncio.Event) -
     app.router.add_post("/cq/{name}/stop", _stop_queue)
     app.router.add_post("/cq/{name}/resume", _stop_queue)
     app.router.add_get("/{path:.*}", _page)
+    app.on_shutdown.append(_end_streams)
     return app
+
+
+async def _end_streams(app: web.Application) -> None:
+    """Before the server waits for its handlers: every live stream returns now."""
+    app[STOPPING].set()
+    app[CONTEXT].model.changes.close()

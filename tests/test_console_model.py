@@ -1,0 +1,126 @@
+"""The console's model: the fold of the event stream, quota figures, markup, live diffs."""
+
+from __future__ import annotations
+
+import asyncio
+
+from berth_console.changes import Changes
+from berth_console.live import _Sent, fingerprint
+from berth_console.markup import Markup, render
+from berth_console.model import Model
+from berth_console.pages.base import Addition, Context, Snapshot, View
+from berth_console.pending import PendingCache
+from berth_console.quota import quotas
+from berth_console.svg import quota_bar, sparkline
+from tests.console_data import admitted, cluster_queue, feed, pending, preempted, started, submitted
+
+
+def test_rows_follow_a_workload_through_preemption_and_requeue() -> None:
+    """Submitted, pending, admitted, running, preempted: the row ends pending again, with
+    its eviction counted, its preemptor named and the ageing boost it was requeued with."""
+    model = Model()
+    feed(
+        model, [submitted("a"), pending("a"), admitted("a"), started("a"), *preempted("a", by="b")]
+    )
+    row = model.workloads.rows[("team-a", "a")]
+    assert (row.status, row.evictions, row.preempted_by, row.boost, row.reserved) == (
+        "Pending",
+        1,
+        "team-a/b",
+        5,
+        True,
+    )
+    assert row.cluster_queue == "cq" and row.admitted_at is None
+
+
+def test_redelivered_and_stale_events_change_nothing() -> None:
+    """A sequence seen before is ignored; an admission of an older run does not go back."""
+    model = Model()
+    feed(model, [submitted("a"), admitted("a", generation=2)])
+    model.apply(1, "berth.wl.submitted.team-a.a", submitted("a"))  # redelivered
+    feed(model, [admitted("a", generation=1)])
+    row = model.workloads.rows[("team-a", "a")]
+    assert (row.status, row.generation) == ("Admitted", 2)
+    assert len(model.recent) == 3
+
+
+def test_recent_after_and_missed() -> None:
+    """Pages take the events after the last one they showed; a page that fell behind the
+    ring buffer knows it must read its history again."""
+    model = Model()
+    model.recent = type(model.recent)(maxlen=3)
+    feed(model, [submitted(name) for name in "abcde"])
+    names = [item.event.workload.name for item in model.recent_after(3, lambda _: True)]
+    assert names == ["d", "e"]
+    assert model.missed_since(1) and not model.missed_since(2)
+
+
+def test_lent_is_the_cohort_borrowing_shared_by_lenders() -> None:
+    """What one queue borrows shows as lent by the queues with unused quota, in proportion
+    to what each could lend (capped by its lendingLimit)."""
+    by_queue = quotas(
+        [
+            cluster_queue("borrower", cohort="c", nominal="4", used="10", borrowed="6"),
+            cluster_queue("idle", cohort="c", nominal="10", used="0"),
+            cluster_queue("capped", cohort="c", nominal="10", used="0", lending_limit="5"),
+            cluster_queue("alone", nominal="10", used="3"),
+        ]
+    )
+    lent = {name: items[0].lent for name, items in by_queue.items()}
+    assert lent == {"borrower": 0, "idle": 4000, "capped": 2000, "alone": 0}
+    borrower = by_queue["borrower"][0]
+    assert (borrower.own_used, borrower.borrowed) == (4000, 6000)
+
+
+def test_quota_bar_says_its_numbers() -> None:
+    """The bar's text alternative carries the figures; borrowed quota is drawn past the mark."""
+    [quota] = quotas([cluster_queue("q", cohort="c", nominal="4", used="6", borrowed="2")])["q"]
+    bar = quota_bar(quota)
+    assert 'aria-label="cpu in on-demand: 6 of 4 in use, 2 borrowed, 0 lent"' in bar
+    assert '<rect class="borrowed" x="160.0"' in bar  # 4 of 6 across 240 px
+    assert "now 3, peak 7" in sparkline([(0.0, 7), (5.0, 3)])
+
+
+def test_markup_escapes_everything_but_markup() -> None:
+    """Data from the bus never becomes markup; markup made here stays markup."""
+    html = render("<td>$a</td><td>$b</td>", a='<script>"x"</script>', b=Markup("<b>ok</b>"))
+    assert html == "<td>&lt;script&gt;&quot;x&quot;&lt;/script&gt;</td><td><b>ok</b></td>"
+
+
+async def test_changes_wake_waiters_of_their_topic_only() -> None:
+    """A bump wakes pages that follow its topic; others sleep until their timeout."""
+    changes = Changes()
+    seen = changes.versions(["jobs"])
+    waiter = asyncio.create_task(changes.wait(["jobs"], seen, within=5))
+    other = asyncio.create_task(changes.wait(["queues"], changes.versions(["queues"]), within=0.2))
+    await asyncio.sleep(0)
+    changes.bump("jobs")
+    assert await waiter is True
+    assert await other is False
+
+
+class _Two(View):
+    def __init__(self) -> None:
+        super().__init__(Context(model=Model(), queries=None, pending=PendingCache(None)))
+        self.a, self.b = "one", "two"
+
+    async def snapshot(self) -> Snapshot:
+        return Snapshot(regions={"a": render("$v", v=self.a), "b": render("$v", v=self.b)})
+
+    def body(self, snapshot: Snapshot) -> Markup:
+        return Markup("body")
+
+
+async def test_a_stream_sends_only_what_the_browser_lacks() -> None:
+    """The first snapshot sends only regions that changed since the page was served; later
+    ones only changed regions and additions."""
+    view = _Two()
+    served = fingerprint(await view.snapshot())
+    view.b = "TWO"
+    sent = _Sent(served)
+    first = sent.updates(view, await view.snapshot())
+    assert [m.decode().split("\n")[1] for m in first] == ['data: {"id":"b","html":"TWO"}']
+    again = await view.snapshot()
+    again.additions.append(Addition("a", Markup("<li>x</li>"), at="start"))
+    assert [m.decode().split("\n")[0] for m in sent.updates(view, again)] == ["event: add"]
+    assert _Sent(None).updates(view, again)[0].startswith(b'event: replace\ndata: {"id":"page"')
