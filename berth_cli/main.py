@@ -15,6 +15,7 @@ from berth_cli import get as get_output
 from berth_cli.client import CliError, connect, query_all
 from berth_cli.events import events
 from berth_cli.jobs import jobs
+from berth_cli.status import status
 from berth_cli.writing import (
     CONFIG_NAMES,
     apply_config,
@@ -216,6 +217,7 @@ def delete(nats_url: str, kind: str, name: str, namespace: str) -> None:
 
 
 cli.add_command(jobs)
+cli.add_command(status)
 cli.add_command(events)
 
 

@@ -22,6 +22,8 @@ __all__ = [
     "HEARTBEAT_S",
     "LOST_AFTER_S",
     "MEMBERS_BUCKET",
+    "MEMBER_TTL_S",
+    "ROLE_ORDER",
     "Member",
     "health_at",
     "keep_record",

@@ -1,0 +1,88 @@
+"""`berth status`: every component it can see, which replica of each role acts, and since when.
+
+It reads the replicas' records from the ``berth-members`` bucket (shared/membership.py) and
+the NATS server it is connected to from the connection's server info. A role without any
+record is listed as ``missing``; a record whose heartbeat is older than 3 s as ``lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import msgspec
+
+from berth_cli import get as get_output
+from berth_cli.client import connect
+from shared.membership import ROLE_ORDER, Member, health_at, read_members
+
+__all__ = ["status", "status_rows"]
+
+HEADERS = ("COMPONENT", "REPLICA", "PID", "ACTIVE", "SINCE", "HEALTH", "DETAIL")
+
+
+async def _gather(nats_url: str) -> tuple[list[Member], dict[str, Any]]:
+    async with connect(nats_url) as bus:
+        members = await read_members(bus)
+        info = dict(bus.nc._server_info or {})  # nats-py keeps the server's INFO here
+    return members, info
+
+
+def nats_summary(info: dict[str, Any]) -> dict[str, Any]:
+    """What `berth status` shows of the NATS server: its name, version, cluster and the
+    other servers it advertises to clients."""
+    return {
+        "server": info.get("server_name") or info.get("server_id", ""),
+        "version": info.get("version", ""),
+        "cluster": info.get("cluster", ""),
+        "jetstream": bool(info.get("jetstream")),
+        "connect_urls": list(info.get("connect_urls") or []),
+    }
+
+
+def status_rows(
+    members: list[Member], nats: dict[str, Any], *, now: datetime | None = None
+) -> list[list[str]]:
+    """One row for NATS, one per replica (by role), one per role that has none."""
+    moment = now or datetime.now(UTC)
+    detail = f"v{nats['version']}" if nats["version"] else ""
+    if nats["cluster"]:
+        detail += f", cluster {nats['cluster']}"
+        if len(nats["connect_urls"]) > 1:
+            detail += f" ({len(nats['connect_urls'])} servers)"
+    rows = [["nats", nats["server"], "", "", "", "connected", detail]]
+    for member in members:
+        rows.append(
+            [
+                member.role,
+                member.replica,
+                str(member.pid),
+                "yes" if member.active else "no",
+                get_output.age(member.since, now=moment),
+                health_at(member, moment),
+                f"term {member.term}, {member.http}" if member.active else member.http,
+            ]
+        )
+    present = {member.role for member in members}
+    rows += [[role, "", "", "", "", "missing", ""] for role in ROLE_ORDER if role not in present]
+    return rows
+
+
+@click.command()
+@click.option("-o", "--output", type=click.Choice(["json"]), default=None)
+@click.pass_obj
+def status(nats_url: str, output: str | None) -> None:
+    """Every component: NATS and each service replica, which one acts, since when, health."""
+    members, info = asyncio.run(_gather(nats_url))
+    nats = nats_summary(info)
+    if output == "json":
+        now = datetime.now(UTC)
+        replicas = [
+            {**msgspec.to_builtins(member), "health": health_at(member, now)} for member in members
+        ]
+        click.echo(json.dumps({"nats": nats, "replicas": replicas}, indent=2))
+        return
+    get_output.print_table(HEADERS, status_rows(members, nats), empty="")
