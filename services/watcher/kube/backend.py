@@ -67,6 +67,7 @@ from services.watcher.kube.watching import (
     watch_objects,
 )
 from shared.bus import CONFIG_BUCKET
+from shared.deadletter import dead_letters
 from shared.events import (
     AnyEvent,
     CreateWorkload,
@@ -79,7 +80,7 @@ from shared.events import (
 )
 from shared.logging import get_logger
 from shared.service import Runtime
-from shared.workloads import MANAGED_JOB_LABEL, WorkloadError, workload_spec
+from shared.workloads import MANAGED_JOB_LABEL, WorkloadError, check_identity, workload_spec
 
 __all__ = ["KubernetesBackend", "run_kubernetes"]
 
@@ -127,8 +128,9 @@ class KubernetesBackend:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def observe(self) -> None:
+        self.letters = dead_letters(self.bus, self.runtime.name)
         config_kv = await self.bus.kv(CONFIG_BUCKET)
-        self.mirror = ConfigMirror(config_kv)
+        self.mirror = ConfigMirror(config_kv, malformed=self._malformed_config)
         queues = await config_kv.watchall()
         tasks: list[asyncio.Task[None]] = []
         logs = None
@@ -208,7 +210,13 @@ class KubernetesBackend:
     # --- workloads ------------------------------------------------------------------------
 
     async def _follow_workloads(self, kind: str, resource: Resource) -> None:
-        stream = watch_objects(self.client, [resource], settings=self.settings)
+        stream = watch_objects(
+            self.client,
+            [resource],
+            settings=self.settings,
+            malformed=self._malformed_object,
+            check=_identity_problem,
+        )
         async with aclosing(stream) as items:
             async for item in items:
                 try:
@@ -220,6 +228,12 @@ class KubernetesBackend:
                 except KubeError as error:
                     # The next event or re-list of this object tries again.
                     log.warning("workload_handling_failed", kind=kind, error=str(error))
+
+    async def _malformed_object(self, source: str, reason: str, raw: bytes) -> None:
+        await self.letters.send("object", source, reason, raw)
+
+    async def _malformed_config(self, source: str, reason: str, raw: bytes) -> None:
+        await self.letters.send("config", source, reason, raw)
 
     async def _on_listed(self, kind: str, listed: Listed) -> None:
         events: list[Report] = []
@@ -475,6 +489,15 @@ class KubernetesBackend:
         for report in reports:
             if isinstance(report, FinishMark):
                 await self._mark_finished(report)
+
+
+def _identity_problem(obj: Obj) -> str | None:
+    """A Job, Pod or RayJob whose name, namespace, uid or creation time is malformed."""
+    try:
+        check_identity(obj)
+    except WorkloadError as error:
+        return str(error)
+    return None
 
 
 async def run_kubernetes(runtime: Runtime) -> None:

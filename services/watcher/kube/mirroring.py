@@ -11,6 +11,7 @@ rewrites ClusterQueue status all the time; that must not churn the bucket), and 
 from __future__ import annotations
 
 import asyncio
+import json
 from contextlib import aclosing
 from typing import Any
 
@@ -19,7 +20,13 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from services.watcher.kube.api import KubeClient, Resource
-from services.watcher.kube.watching import EventType, Listed, WatchSettings, watch_objects
+from services.watcher.kube.watching import (
+    EventType,
+    Listed,
+    Malformed,
+    WatchSettings,
+    watch_objects,
+)
 from shared.bus import BucketWatch, live_value
 from shared.config import ConfigError, encode_object, object_key, parse_object
 from shared.logging import get_logger
@@ -64,8 +71,9 @@ def key_for(kind: str, obj: dict[str, Any]) -> str:
 
 
 class ConfigMirror:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, *, malformed: Malformed | None = None) -> None:
         self.kv = kv
+        self.malformed = malformed  # an object Berth refuses: a dead letter, else a log line
         self._stored: dict[str, bytes] = {}  # what we know the bucket holds, to skip no-ops
 
     async def apply(self, kind: str, obj: dict[str, Any]) -> None:
@@ -74,7 +82,10 @@ class ConfigMirror:
         try:
             parsed = parse_object(document, where=where)
         except ConfigError as error:
-            log.error("invalid_config_object", kind=kind, reason=str(error))
+            if self.malformed is None:
+                log.error("invalid_config_object", kind=kind, reason=str(error))
+            else:
+                await self.malformed(where, str(error), json.dumps(obj, default=str).encode())
             return
         key = object_key(parsed)
         value = encode_object(parsed)
@@ -159,7 +170,7 @@ async def follow_config(
     synced: asyncio.Event,
 ) -> None:
     """List-watch one configuration kind into the bucket for ever; ``synced`` once listed."""
-    stream = watch_objects(client, alternatives, settings=settings)
+    stream = watch_objects(client, alternatives, settings=settings, malformed=mirror.malformed)
     async with aclosing(stream) as items:
         async for item in items:
             if isinstance(item, Listed):

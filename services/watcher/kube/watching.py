@@ -11,13 +11,16 @@
   hammered; a resource that does not exist (a CRD not installed: 404 on list) is reported as
   an empty, absent list and retried at a slow pace.
 - Cancellation goes straight through: the stream is closed by its context manager.
+- No poison pill: a line that is not JSON, an object that is no mapping or has no name (or
+  fails the caller's ``check``) is handed to ``malformed`` (a dead letter) or logged, and
+  skipped; listing and watching go on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -35,7 +38,19 @@ from services.watcher.kube.errors import (
 )
 from shared.logging import get_logger
 
-__all__ = ["EventType", "Listed", "WatchEvent", "WatchSettings", "watch_objects"]
+__all__ = [
+    "EventType",
+    "Listed",
+    "Malformed",
+    "WatchEvent",
+    "WatchSettings",
+    "object_problem",
+    "watch_objects",
+]
+
+# Told of what cannot be handled: (where it came from, why, the raw bytes).
+Malformed = Callable[[str, str, bytes], Awaitable[None]]
+Check = Callable[[dict[str, Any]], str | None]
 
 log = get_logger("watcher.kube.watching")
 
@@ -91,12 +106,16 @@ async def watch_objects(
     *,
     namespace: str | None = None,
     settings: WatchSettings = WatchSettings(),
+    malformed: Malformed | None = None,
+    check: Check | None = None,
 ) -> AsyncGenerator[Listed | WatchEvent, None]:
     """Yield a :class:`Listed` after every list, then :class:`WatchEvent` s; never returns.
 
     ``resources`` are alternatives for one kind, preferred first (e.g. Kueue's v1beta2 then
-    v1beta1): the first one the server serves is used.
+    v1beta1): the first one the server serves is used. Only well-formed objects are yielded
+    (:func:`object_problem`, then ``check``); the others go to ``malformed``.
     """
+    screen = _Screen(malformed, check)
     backoff = _Backoff(settings)
     while True:  # the outer loop: list
         try:
@@ -110,11 +129,12 @@ async def watch_objects(
             await backoff.sleep()
             continue
         backoff.reset()
+        objects = [obj for obj in objects if await screen.passes(obj, resource)]
         yield Listed(resource=resource, objects=objects)
         while True:  # the inner loop: watch from the newest resourceVersion
             try:
                 async for item in _watch_once(
-                    client, resource, version, namespace=namespace, settings=settings
+                    client, resource, version, namespace=namespace, settings=settings, screen=screen
                 ):
                     if isinstance(item, str):
                         version = item  # a bookmark
@@ -156,6 +176,7 @@ async def _watch_once(
     *,
     namespace: str | None,
     settings: WatchSettings,
+    screen: _Screen | None = None,
 ) -> AsyncIterator[WatchEvent | str]:
     """One watch request; yields events and bookmark versions (as ``str``) until it ends."""
     async with client.watch(
@@ -165,10 +186,14 @@ async def _watch_once(
         namespace=namespace,
     ) as response:
         async for line in _lines(response, settings.inactivity_timeout):
+            screen = screen or _Screen(None, None)
             try:
                 raw = json.loads(line)
             except ValueError:
-                log.warning("watch_malformed_line", resource=str(resource), line=line[:200])
+                await screen.report(f"kubernetes {resource} watch", "not JSON", line)
+                continue
+            if not _is_watch_event(raw):
+                await screen.report(f"kubernetes {resource} watch", "not a watch event", line)
                 continue
             kind = raw.get("type")
             obj = raw.get("object") or {}
@@ -183,7 +208,54 @@ async def _watch_once(
                 continue
             obj.setdefault("apiVersion", resource.api_version)
             obj.setdefault("kind", resource.kind)
-            yield WatchEvent(type=EventType(kind), object=obj)
+            if await screen.passes(obj, resource):
+                yield WatchEvent(type=EventType(kind), object=obj)
+
+
+def _is_watch_event(raw: Any) -> bool:
+    return isinstance(raw, dict) and isinstance(raw.get("object") or {}, dict)
+
+
+def object_problem(obj: Any) -> str | None:
+    """Why an object cannot be handled at all: not a mapping, metadata not a mapping, or no
+    name (everything downstream is keyed on it; workloads check their uid as well)."""
+    if not isinstance(obj, dict):
+        return "not a mapping"
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return "`metadata` is not a mapping"
+    if not isinstance(metadata.get("name"), str) or not metadata["name"]:
+        return "`metadata.name` is missing"
+    return None
+
+
+class _Screen:
+    """What lets an object through: :func:`object_problem`, then the caller's check."""
+
+    def __init__(self, malformed: Malformed | None, check: Check | None) -> None:
+        self.malformed = malformed
+        self.check = check
+
+    async def passes(self, obj: Any, resource: Resource) -> bool:
+        problem = object_problem(obj)
+        if problem is None and self.check is not None:
+            problem = self.check(obj)
+        if problem is None:
+            return True
+        metadata = obj.get("metadata") if isinstance(obj, dict) else None
+        where = ""
+        if isinstance(metadata, dict):
+            where = f" {metadata.get('namespace') or '-'}/{metadata.get('name') or '-'}"
+        raw = json.dumps(obj, default=str).encode()
+        await self.report(f"kubernetes {resource}{where}", problem, raw)
+        return False
+
+    async def report(self, source: str, reason: str, raw: bytes) -> None:
+        if self.malformed is not None:
+            await self.malformed(source, reason, raw)
+        else:
+            text = raw[:200].decode(errors="replace")
+            log.warning("watch_malformed", source=source, reason=reason, raw=text)
 
 
 async def _lines(response: aiohttp.ClientResponse, inactivity: float) -> AsyncIterator[bytes]:
