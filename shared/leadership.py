@@ -95,8 +95,9 @@ class Leadership:
             await asyncio.gather(*waits, return_exceptions=True)
         return self.is_active and not stopping.is_set()
 
-    async def run(self, finish: asyncio.Event) -> None:
-        """Campaign, lead, renew; release once ``finish`` is set (the service has stopped)."""
+    async def run(self, *, stopping: asyncio.Event, finish: asyncio.Event) -> None:
+        """Campaign until ``stopping`` (a stopping replica never takes the lease), lead,
+        renew; release once ``finish`` is set (the service's own tasks have ended)."""
         assert self.bus is not None
         kv = await self.bus.kv(LEASE_BUCKET, history=1)
         lease = Lease(
@@ -107,13 +108,13 @@ class Leadership:
             floor=await self._last_marker_term(),
         )
         try:
-            first = await lease.try_acquire()
+            first = not stopping.is_set() and await lease.try_acquire()
         except (nats.errors.Error, TimeoutError):
             first = False  # the campaign waits the bus out
         if not first:
             self.decided.set()
             log.info("standby", role=self.role, replica=self.replica)
-            if not await lease.campaign(finish):
+            if not await lease.campaign(stopping):
                 return
         self.lease = lease
         self.term = self.bus.term = lease.term

@@ -230,7 +230,11 @@ async def _run(
     log.info("listening", service=name, replica=replica, http=runtime.http, nats=nats_url)
     try:
         await bus.ensure_stream()
-        runtime.spawn(leadership.run(runtime.finished), name=f"{name}.lease", background=True)
+        runtime.spawn(
+            leadership.run(stopping=runtime.stopping, finish=runtime.finished),
+            name=f"{name}.lease",
+            background=True,
+        )
         runtime.spawn(
             keep_record(bus, runtime.member, runtime.finished),
             name=f"{name}.membership",

@@ -272,10 +272,10 @@ async def test_a_leader_announces_its_term_and_hands_over_on_a_clean_stop(nats_u
         )
         for i, bus in enumerate(buses)
     ]
-    tasks = [asyncio.create_task(leaders[0].run(finishes[0]))]
+    tasks = [asyncio.create_task(leaders[0].run(stopping=finishes[0], finish=finishes[0]))]
     try:
         await asyncio.wait_for(leaders[0].active.wait(), 5)
-        tasks.append(asyncio.create_task(leaders[1].run(finishes[1])))
+        tasks.append(asyncio.create_task(leaders[1].run(stopping=finishes[1], finish=finishes[1])))
         await asyncio.wait_for(leaders[1].decided.wait(), 5)
         assert (leaders[0].term, buses[0].term, leaders[1].is_active) == (1, 1, False)
 
@@ -312,7 +312,7 @@ async def test_a_leader_whose_lease_is_taken_is_told_at_once(nats_url: str) -> N
         bus=bus, role="admission", replica="admission-0", settings=FAST, on_lost=lost.append
     )
     finish = asyncio.Event()
-    task = asyncio.create_task(leader.run(finish))
+    task = asyncio.create_task(leader.run(stopping=finish, finish=finish))
     try:
         await asyncio.wait_for(leader.active.wait(), 5)
         kv = await bus.kv(LEASE_BUCKET)
