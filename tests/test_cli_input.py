@@ -64,7 +64,7 @@ def _submitted(url: str) -> list[str]:
             subscription = await bus.replay_subscription(["berth.cmd.submit.>"])
             try:
                 messages = await subscription.fetch(100, timeout=0.5)
-            except nats.errors.TimeoutError:
+            except (nats.errors.TimeoutError, TimeoutError):  # nothing stored at all
                 return []
             return sorted(m.subject.removeprefix("berth.cmd.submit.") for m in messages)
         finally:
