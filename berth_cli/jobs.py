@@ -18,6 +18,7 @@ from berth_cli.get import print_table
 from berth_cli.writing import check_priority_classes
 from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus
 from shared.jobs import TERMINAL, JobStatus, ManagedJob, load_jobs
+from shared.names import InvalidName, check_name, check_namespace, show
 from shared.tasks import TaskError, load_managed_job
 from shared.yaml_input import YamlInputError, read_input
 
@@ -66,6 +67,7 @@ def launch(
         spec = load_managed_job(text, source=source, name=name, priority_class=priority_class)
     except TaskError as error:
         raise CliError(str(error)) from error
+    _check_job_names(spec.name, namespace, source)
 
     async def submit() -> dict[str, Any]:
         async with connect(nats_url) as bus:
@@ -91,6 +93,24 @@ def launch(
     click.echo(f"Managed job ID: {reply['id']}  ({spec.name}, {spec.resources})")
     if reply["status"] == JobStatus.FAILED_PRECHECKS:
         raise CliError(f"job {reply['id']} FAILED_PRECHECKS: {reply['message']}")
+
+
+# Each attempt's workload is named <name>-<id>, then -r1, -r2...: room for that suffix.
+MAX_JOB_NAME = 200
+
+
+def _check_job_names(name: str, namespace: str, source: str) -> None:
+    """The job's name and namespace are Kubernetes names (its workloads carry them)."""
+    try:
+        check_namespace(namespace, "--namespace")
+        check_name(name, "job name")
+    except InvalidName as error:
+        raise CliError(f"{source}: {error} (give another with -n NAME)") from None
+    if len(name) > MAX_JOB_NAME:
+        raise CliError(
+            f"{source}: job name {show(name)} is longer than {MAX_JOB_NAME} characters"
+            " (its workloads are named <name>-<id>-r<n>); give a shorter one with -n NAME"
+        )
 
 
 def _ago(seconds: float) -> str:

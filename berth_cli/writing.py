@@ -14,6 +14,7 @@ from __future__ import annotations
 import secrets
 import string
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,11 +34,13 @@ from shared.config import (
     parse_object,
 )
 from shared.events import RemoveWorkload, SubmitWorkload, WorkloadRef, subject_token
+from shared.names import InvalidName, check_generate_name, check_name, check_namespace
 from shared.workloads import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     WORKLOAD_KINDS,
     WorkloadError,
+    check_identity,
     workload_spec,
 )
 from shared.yaml_input import YamlInputError, read_input
@@ -139,9 +142,11 @@ def prepare_workload(
         prefix = metadata.get("generateName")
         if not prefix:
             raise CliError(f"{where}: missing field `metadata.name` (or `metadata.generateName`)")
+        _check_names(where, lambda: check_generate_name(prefix))
         metadata["name"] = f"{prefix}{_suffix()}"
     metadata["uid"] = str(uuid.uuid4())
     metadata["creationTimestamp"] = datetime.now(UTC).isoformat()
+    _check_names(where, lambda: check_identity(obj))  # as Kubernetes validates them
     obj.pop("status", None)
     return obj
 
@@ -266,8 +271,17 @@ async def workload_exists(bus: Bus, namespace: str, name: str) -> bool:
 # --- delete ----------------------------------------------------------------------------------
 
 
+def _check_names(where: str, check: Callable[[], object]) -> None:
+    """Run a name check; its one-line error, prefixed with ``where``, is the CLI's."""
+    try:
+        check()
+    except (InvalidName, WorkloadError) as error:
+        raise CliError(f"{where}: {error}" if where else str(error)) from None
+
+
 async def delete_workload(url: str, name: str, namespace: str) -> str:
     """Ask the watcher to delete the workload; it stops what runs of it."""
+    _check_names("", lambda: (check_name(name, "name"), check_namespace(namespace, "namespace")))
     async with connect(url) as bus:
         await _require_stream(bus)
         if not await workload_exists(bus, namespace, name):
@@ -297,6 +311,9 @@ CONFIG_NAMES = {
 async def delete_config(url: str, kind: str, name: str, namespace: str) -> str:
     """Delete one config object; a ClusterQueue that still holds quota is refused."""
     namespaced = kind == "LocalQueue"
+    _check_names("", lambda: check_name(name, "name"))
+    if namespaced:
+        _check_names("", lambda: check_namespace(namespace, "namespace"))
     key = f"{kind.lower()}.{namespace if namespaced else '_'}.{name}"
     resource = f"{KIND_PLURALS[kind]}/{name}"
     async with connect(url) as bus:
