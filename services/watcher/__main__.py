@@ -11,18 +11,18 @@ from shared.service import Runtime, run_service
 
 async def main(runtime: Runtime) -> None:
     backend_name = os.environ.get("BERTH_WATCHER_BACKEND", "local")
-    # A standby watches nothing and touches nothing; once it leads, it starts as a restarted
-    # watcher would (the local backend stops what its predecessor ran and requeues it).
-    if not await runtime.stand_by():
-        return
     if backend_name == "kubernetes":
         # Imported here: the local backend must not need a kubeconfig to start.
         from services.watcher.kube.backend import run_kubernetes
 
-        await run_kubernetes(runtime)
+        await run_kubernetes(runtime)  # it stands by too, serving the webhook meanwhile
         return
     if backend_name != "local":
         raise SystemExit(f"unknown BERTH_WATCHER_BACKEND={backend_name!r} (local or kubernetes)")
+    # A standby watches nothing and touches nothing; once it leads, it starts as a restarted
+    # watcher would (the local backend stops what its predecessor ran and requeues it).
+    if not await runtime.stand_by():
+        return
     backend: Backend = LocalBackend(runtime, stop_grace=stop_grace_from_env())
     await backend.observe()
 

@@ -510,6 +510,10 @@ async def run_kubernetes(runtime: Runtime) -> None:
     try:
         if webhook_settings.tls_configured:
             runner = await serve_webhook(webhook_settings)
+        # The webhook is stateless: every replica serves it (a ready standby is one of the
+        # Service's endpoints). The backend runs only in the replica that leads.
+        if not await runtime.stand_by():
+            return
         backend: Backend = KubernetesBackend(
             runtime, client=client, status=StatusSettings.from_environment()
         )
