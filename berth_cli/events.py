@@ -14,7 +14,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,11 +26,11 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from berth_cli.client import CliError, connect
-from shared.bus import STREAM
+from shared.bus import STREAM, Bus
 from shared.durations import parse_duration
 from shared.events import SUBJECT_ROOT, decode_event, subject_token
 
-__all__ = ["EventFilter", "events", "render_line", "subjects_for"]
+__all__ = ["EventFilter", "detail", "events", "messages", "recorded", "render_line", "subjects_for"]
 
 DEFAULT_SINCE = "5m"
 IDLE_WAIT_S = 0.25  # how often a quiet tap looks at its stop flag
@@ -228,6 +228,59 @@ def _body(data: bytes) -> dict[str, Any] | None:
         return raw if isinstance(raw, dict) else None
 
 
+async def messages(
+    bus: Bus,
+    subjects: list[str],
+    *,
+    since: float | None,
+    follow: bool,
+    stop: asyncio.Event | None = None,
+) -> AsyncIterator[Msg]:
+    """The stored messages on ``subjects`` from the start point (``since`` seconds ago in
+    stream time; None: the first event) to the stream's end, then on as they come with
+    ``follow`` until ``stop``: one ordered consumer, deleted when done."""
+    config = api.ConsumerConfig(filter_subjects=subjects)
+    if since is None:
+        config.deliver_policy = api.DeliverPolicy.ALL
+    else:
+        config.deliver_policy = api.DeliverPolicy.BY_START_TIME
+        config.opt_start_time = datetime.now(UTC) - timedelta(seconds=since)
+    try:
+        subscription = await bus.js.subscribe(
+            subjects[0], stream=STREAM, ordered_consumer=True, config=config
+        )
+    except nats.errors.Error as error:
+        raise CliError(f"cannot follow the event stream: {error}") from error
+    try:
+        if not follow:
+            info = await subscription.consumer_info()
+            # (delivered.stream_seq is the start point's, even before any delivery)
+            if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
+                return  # nothing from the start point on
+        while stop is None or not stop.is_set():
+            try:
+                msg: Msg = await subscription.next_msg(timeout=IDLE_WAIT_S)
+            except nats.errors.TimeoutError:
+                continue
+            yield msg
+            if not follow and msg.metadata.num_pending == 0:
+                return
+    finally:
+        await subscription.unsubscribe()
+
+
+async def recorded(
+    bus: Bus, subjects: list[str], *, since: float | None = None
+) -> list[dict[str, Any]]:
+    """Every stored event on ``subjects`` from the start point to the stream's end now."""
+    found = []
+    async for msg in messages(bus, subjects, since=since, follow=False):
+        body = _body(msg.data)
+        if body is not None:
+            found.append(body)
+    return found
+
+
 async def tap_events(
     url: str,
     wanted: EventFilter,
@@ -237,51 +290,23 @@ async def tap_events(
     output: str | None,
     stop: asyncio.Event,
 ) -> int:
-    """Print matching events from the start point (``since`` seconds ago in stream time,
-    None: the first event) to the end of the stream, then on as they come with ``follow``;
+    """Print matching events from the start point, then on as they come with ``follow``;
     returns how many were printed."""
-    config = api.ConsumerConfig(filter_subjects=subjects_for(wanted))
-    if since is None:
-        config.deliver_policy = api.DeliverPolicy.ALL
-    else:
-        config.deliver_policy = api.DeliverPolicy.BY_START_TIME
-        config.opt_start_time = datetime.now(UTC) - timedelta(seconds=since)
     tap = Tap(wanted)
     printed = 0
     async with connect(url) as bus:
-        try:
-            subscription = await bus.js.subscribe(
-                config.filter_subjects[0] if config.filter_subjects else "",
-                stream=STREAM,
-                ordered_consumer=True,
-                config=config,
-            )
-        except nats.errors.Error as error:
-            raise CliError(f"cannot follow the event stream: {error}") from error
-        try:
-            if not follow:
-                info = await subscription.consumer_info()
-                # (delivered.stream_seq is the start point's, even before any delivery)
-                if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
-                    return 0  # nothing from the start point on
-            while not stop.is_set():
-                try:
-                    msg: Msg = await subscription.next_msg(timeout=IDLE_WAIT_S)
-                except nats.errors.TimeoutError:
-                    continue
-                body = _body(msg.data)
-                if body is not None and tap.keep(body):
-                    if output == "json":
-                        print(msg.data.decode(), flush=True)
-                    else:
-                        if printed == 0:
-                            print(header(wide=output == "wide"), flush=True)
-                        print(render_line(body, tap, wide=output == "wide"), flush=True)
-                    printed += 1
-                if not follow and msg.metadata.num_pending == 0:
-                    break
-        finally:
-            await subscription.unsubscribe()
+        subjects = subjects_for(wanted)
+        async for msg in messages(bus, subjects, since=since, follow=follow, stop=stop):
+            body = _body(msg.data)
+            if body is None or not tap.keep(body):
+                continue
+            if output == "json":
+                print(msg.data.decode(), flush=True)
+            else:
+                if printed == 0:
+                    print(header(wide=output == "wide"), flush=True)
+                print(render_line(body, tap, wide=output == "wide"), flush=True)
+            printed += 1
     return printed
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -188,3 +188,60 @@ def pending_rows(items: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]
         for row, item in zip(rows, items, strict=True):
             row.insert(-1, due(item.get("dueAt")))
     return headers, rows
+
+
+def _pairs(values: dict[str, Any] | None) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted((values or {}).items()))
+
+
+# Config kinds read from the config bucket: kind -> (headers between NAME and AGE, cells).
+CONFIG_COLUMNS: dict[str, tuple[list[str], Callable[[dict[str, Any]], list[Any]]]] = {
+    "ResourceFlavor": (
+        ["NODE LABELS"],
+        lambda item: [_pairs(item.get("spec", {}).get("nodeLabels"))],
+    ),
+    "Cohort": (
+        ["PARENT"],
+        lambda item: [
+            item.get("spec", {}).get("parentName") or item.get("spec", {}).get("parent", "")
+        ],
+    ),
+    "WorkloadPriorityClass": (
+        ["VALUE", "DESCRIPTION"],
+        lambda item: [item.get("value", 0), item.get("description", "")],
+    ),
+    "PriorityClass": (
+        ["VALUE", "GLOBAL-DEFAULT"],
+        lambda item: [item.get("value", 0), str(bool(item.get("globalDefault"))).lower()],
+    ),
+    "Namespace": (["LABELS"], lambda item: [_pairs(item.get("metadata", {}).get("labels"))]),
+    "ClusterQueuePolicy": (
+        ["CLUSTERQUEUES", "MINIMUM RUN TIME", "AGEING"],
+        lambda item: [
+            ",".join(item.get("spec", {}).get("clusterQueues", [])) or "<all>",
+            item.get("spec", {}).get("minimumRunTime") or "",
+            "yes" if item.get("spec", {}).get("ageing") else "",
+        ],
+    ),
+    "Configuration": (
+        ["FAIR SHARING", "WAIT TARGETS"],
+        lambda item: [
+            str(item.get("spec", {}).get("fairSharing", {}).get("enable", False)).lower(),
+            len(item.get("spec", {}).get("admission", {}).get("waitTargets", [])),
+        ],
+    ),
+}
+
+
+def config_rows(kind: str, items: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """NAME, the kind's own columns, AGE (since it was last applied)."""
+    extra, cells = CONFIG_COLUMNS.get(kind, ([], lambda item: []))
+    rows = [
+        [
+            item["metadata"]["name"],
+            *cells(item),
+            age(item["metadata"].get("creationTimestamp")),
+        ]
+        for item in items
+    ]
+    return ["NAME", *extra, "AGE"], rows

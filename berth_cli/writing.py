@@ -22,6 +22,7 @@ import msgspec
 import nats.js.errors
 
 from berth_cli.client import CliError, connect, query_all
+from berth_cli.kinds import config_names
 from shared.bus import CONFIG_BUCKET, STREAM, Bus
 from shared.config import (
     KIND_PLURALS,
@@ -49,6 +50,7 @@ __all__ = [
     "CONFIG_NAMES",
     "apply_config",
     "check_priority_classes",
+    "check_references",
     "delete_config",
     "delete_workload",
     "read_documents",
@@ -151,7 +153,7 @@ def prepare_workload(
     return obj
 
 
-async def _check_references(kv: Any, obj: dict[str, Any], where: str) -> None:
+async def check_references(kv: Any, obj: dict[str, Any], where: str) -> None:
     """The queue and priority class a workload names must exist, as Kueue's webhook checks."""
     metadata = obj["metadata"]
     namespace = metadata["namespace"]
@@ -211,7 +213,7 @@ async def submit_workloads(
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)
         for obj, where in prepared:
-            await _check_references(config, obj, where)
+            await check_references(config, obj, where)
         await _require_stream(bus)
         names: set[tuple[str, str]] = set()
         for obj, where in prepared:
@@ -291,21 +293,8 @@ async def delete_workload(url: str, name: str, namespace: str) -> str:
     return f'workload "{name}" deleted'
 
 
-# kubectl-style names (singular, plural, short) -> config kind
-CONFIG_NAMES = {
-    **{n: "ClusterQueue" for n in ("clusterqueue", "clusterqueues", "cq")},
-    **{n: "LocalQueue" for n in ("localqueue", "localqueues", "lq")},
-    **{n: "ResourceFlavor" for n in ("resourceflavor", "resourceflavors", "rf", "flavor")},
-    **{
-        n: "WorkloadPriorityClass"
-        for n in ("workloadpriorityclass", "workloadpriorityclasses", "wpc")
-    },
-    **{n: "PriorityClass" for n in ("priorityclass", "priorityclasses", "pc")},
-    **{n: "Cohort" for n in ("cohort", "cohorts")},
-    **{n: "Namespace" for n in ("namespace", "namespaces", "ns")},
-    **{n: "ClusterQueuePolicy" for n in ("clusterqueuepolicy", "clusterqueuepolicies")},
-    **{n: "Configuration" for n in ("configuration", "configurations")},
-}
+# kubectl-style names (singular, plural, short) -> config kind: the CLI's one table
+CONFIG_NAMES = config_names()
 
 
 async def delete_config(url: str, kind: str, name: str, namespace: str) -> str:

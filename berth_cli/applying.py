@@ -1,0 +1,204 @@
+"""`berth apply` and `berth submit`: files or directories (``-R``), and ``--dry-run``.
+
+Everything named is read and validated before anything is written, so one bad document in
+a directory applies nothing. ``--dry-run`` writes nothing: ``apply`` prints one line per
+object (``created (dry run)``, ``configured (dry run)`` or ``unchanged``) and, under each
+configured one, a unified diff of the stored object against the new one (YAML);
+``submit`` checks the objects, their queue and priority class and their names, and prints
+``created (dry run)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+import nats.js.errors
+import yaml
+
+from berth_cli.client import CliError, connect, query_all
+from berth_cli.writing import (
+    apply_config,
+    check_references,
+    parse_config,
+    prepare_workload,
+    read_documents,
+    submit_workloads,
+)
+from shared.bus import CONFIG_BUCKET
+from shared.config import KIND_PLURALS, encode_object, is_config_kind, object_key
+from shared.workloads import WORKLOAD_KINDS
+
+__all__ = ["apply", "config_diff", "input_files", "submit"]
+
+SUFFIXES = (".yaml", ".yml", ".json")
+_WORKLOAD_RESOURCE = {"Job": "job.batch", "Pod": "pod", "RayJob": "rayjob.ray.io"}
+
+
+def input_files(filename: str, *, recursive: bool) -> list[str]:
+    """What ``-f`` names, as kubectl reads it: ``-`` (stdin) or a file as given; a directory
+    is its files ending .yaml, .yml or .json in name order, and with ``-R`` those of its
+    subdirectories too (a path's parts sorted, so a tree reads the same everywhere)."""
+    if filename == "-":
+        return ["-"]
+    path = Path(filename)
+    if not path.is_dir():
+        return [filename]
+    found = path.rglob("*") if recursive else path.iterdir()
+    files = sorted(
+        (p for p in found if p.is_file() and p.suffix in SUFFIXES), key=lambda p: p.parts
+    )
+    if not files:
+        raise CliError(f"{filename}: no .yaml, .yml or .json files")
+    return [str(p) for p in files]
+
+
+def read_all(filename: str, *, recursive: bool) -> list[tuple[list[dict[str, Any]], str]]:
+    """Every file's documents and its name for messages."""
+    return [read_documents(name) for name in input_files(filename, recursive=recursive)]
+
+
+def config_diff(resource: str, before: bytes, after: bytes) -> list[str]:
+    """The stored object against the new one, as a unified diff of their YAML."""
+
+    def lines(value: bytes) -> list[str]:
+        text = yaml.safe_dump(msgspec.json.decode(value), sort_keys=True)
+        return text.splitlines(keepends=True)
+
+    diff = difflib.unified_diff(
+        lines(before), lines(after), fromfile=f"stored/{resource}", tofile=f"applied/{resource}"
+    )
+    return [line.rstrip("\n") for line in diff]
+
+
+async def _dry_run_apply(url: str, files: list[tuple[list[dict[str, Any]], str]]) -> list[str]:
+    lines = []
+    async with connect(url) as bus:
+        kv = await bus.kv(CONFIG_BUCKET)
+        for documents, source in files:
+            for obj in parse_config(documents, source):
+                value = encode_object(obj)
+                try:
+                    before = (await kv.get(object_key(obj))).value
+                except nats.js.errors.KeyNotFoundError:
+                    before = None
+                resource = f"{KIND_PLURALS[type(obj).__name__]}/{obj.metadata.name}"
+                if before == value:
+                    lines.append(f"{resource} unchanged")
+                elif before is None:
+                    lines.append(f"{resource} created (dry run)")
+                else:
+                    lines.append(f"{resource} configured (dry run)")
+                    lines.extend(config_diff(resource, before, value))
+    return lines
+
+
+async def _check_workloads(
+    url: str,
+    files: list[tuple[list[dict[str, Any]], str]],
+    namespace: str | None,
+    *,
+    names: bool,
+) -> list[str]:
+    """Validate every workload of every file, its LocalQueue and priority class, and with
+    ``names`` that its name is free; the lines a dry run prints."""
+    prepared = []
+    for documents, source in files:
+        for index, document in enumerate(documents):
+            where = f"{source}: document {index + 1}"
+            kind = str(document.get("kind"))
+            if kind not in WORKLOAD_KINDS and is_config_kind(kind):
+                raise CliError(f"{where}: {kind} is configuration; use `berth apply -f`")
+            prepared.append((prepare_workload(document, namespace=namespace, where=where), where))
+    lines = []
+    async with connect(url) as bus:
+        config = await bus.kv(CONFIG_BUCKET)
+        known: dict[str, set[str]] = {}
+        for obj, where in prepared:
+            await check_references(config, obj, where)
+            metadata = obj["metadata"]
+            lines.append(f"{_WORKLOAD_RESOURCE[obj['kind']]}/{metadata['name']} created (dry run)")
+            if not names:
+                continue
+            space = metadata["namespace"]
+            if space not in known:  # admission knows every workload that exists
+                items = await query_all(bus, "workloads", namespace=space)
+                known[space] = {item["metadata"]["name"] for item in items}
+            if metadata["name"] in known[space]:
+                raise CliError(
+                    f"{where}: workload {metadata['name']!r} already exists in namespace {space!r}"
+                )
+            known[space].add(metadata["name"])
+    return lines
+
+
+_filename = click.option(
+    "-f", "--filename", required=True, help="A file, a directory (.yaml/.yml/.json), or -."
+)
+_recursive = click.option(
+    "-R", "--recursive", is_flag=True, help="With a directory: its subdirectories too."
+)
+_dry_run = click.option("--dry-run", is_flag=True, help="Validate and show; write nothing.")
+
+
+@click.command()
+@_filename
+@_recursive
+@_dry_run
+@click.pass_obj
+def apply(nats_url: str, filename: str, recursive: bool, dry_run: bool) -> None:
+    """Create or update ResourceFlavors, ClusterQueues, LocalQueues, priority classes...
+
+    --dry-run prints what would change, and the diff of each configured object.
+    """
+    files = read_all(filename, recursive=recursive)
+    for documents, source in files:
+        parse_config(documents, source)  # every file checked before anything is written
+    if dry_run:
+        lines = asyncio.run(_dry_run_apply(nats_url, files))
+    else:
+
+        async def write() -> list[str]:
+            done = []
+            for documents, source in files:
+                done += await apply_config(nats_url, documents, source)
+            return done
+
+        lines = asyncio.run(write())
+    for line in lines:
+        click.echo(line)
+
+
+@click.command()
+@_filename
+@_recursive
+@click.option(
+    "-n", "--namespace", default=None, help="Namespace (default: the object's, else default)."
+)
+@_dry_run
+@click.pass_obj
+def submit(
+    nats_url: str, filename: str, recursive: bool, namespace: str | None, dry_run: bool
+) -> None:
+    """Submit workloads (batch/v1 Jobs, v1 Pods, RayJobs); they queue in the LocalQueue
+    their label names."""
+    files = read_all(filename, recursive=recursive)
+    if dry_run:
+        lines = asyncio.run(_check_workloads(nats_url, files, namespace, names=True))
+    else:
+
+        async def write() -> list[str]:
+            if len(files) > 1:  # every file checked before the first is submitted
+                await _check_workloads(nats_url, files, namespace, names=False)
+            done = []
+            for documents, source in files:
+                done += await submit_workloads(nats_url, documents, source, namespace=namespace)
+            return done
+
+        lines = asyncio.run(write())
+    for line in lines:
+        click.echo(line)
