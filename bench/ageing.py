@@ -41,9 +41,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from bench.eventlog import signed_in_as
 from berth_cli.launcher import start_stack
 from berth_cli.main import cli
 from berth_cli.writing import submit_workloads
+from shared.auth import ClientAuth
 from shared.bus import JOBS_BUCKET, Bus
 from shared.eventlog import read_events
 from shared.events import (
@@ -200,8 +202,8 @@ async def read_jobs(bus: Bus, ids: list[int]) -> dict[int, ManagedJob]:
     return records
 
 
-async def wait_some_running(url: str, ids: list[int], within: float = 30) -> None:
-    bus = await Bus.connect(url, source="bench")
+async def wait_some_running(url: str, ids: list[int], auth: ClientAuth, within: float = 30) -> None:
+    bus = await Bus.connect(url, source="bench", auth=auth)
     try:
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
@@ -244,9 +246,9 @@ async def stream(url: str, scenario: Scenario, rng: random.Random) -> tuple[int,
     return index, longest
 
 
-async def drain(url: str, ids: list[int], within: float) -> dict[int, ManagedJob]:
+async def drain(url: str, ids: list[int], auth: ClientAuth, within: float) -> dict[int, ManagedJob]:
     """Wait until every managed job has ended (or ``within`` seconds); return the records."""
-    bus = await Bus.connect(url, source="bench")
+    bus = await Bus.connect(url, source="bench", auth=auth)
     try:
         deadline = time.monotonic() + within
         while True:
@@ -384,25 +386,28 @@ def run_mode(mode: str, ageing: str, scenario: Scenario, reserve_after: float | 
     with tempfile.TemporaryDirectory(prefix=f"berth-bench-{mode.lower()}-") as tmp:
         work = Path(tmp)
         stack = start_stack(work / "berth")
+        # The bench reads as admin; its `berth` commands (in this process) run as the CLI.
+        admin = ClientAuth(seed=stack.credentials("admin"))
         try:
-            url = stack.url
-            note(f"stack ready at {url}")
-            (work / "setup.yaml").write_text(
-                SETUP.replace("CPUS", str(scenario.cpus)).replace("AGEING", ageing)
-            )
-            berth("apply", "-f", str(work / "setup.yaml"), url=url)
-            started = time.monotonic()
-            ids = launch_managed(url, scenario, rng, work)
-            asyncio.run(wait_some_running(url, ids))
-            note(f"{len(ids)} managed jobs launched; streaming")
-            count, longest = asyncio.run(stream(url, scenario, rng))
-            note(f"{count} stream jobs submitted; draining")
-            records = asyncio.run(drain(url, ids, scenario.drain_timeout))
-            end = datetime.now(UTC)
-            seconds = time.monotonic() - started
-            drained = all(r.status in TERMINAL for r in records.values())
-            events = asyncio.run(event_log(url))
-            note(f"drained; {len(events)} events read; stopping the stack")
+            with signed_in_as(stack.cli_credentials):
+                url = stack.url
+                note(f"stack ready at {url}")
+                (work / "setup.yaml").write_text(
+                    SETUP.replace("CPUS", str(scenario.cpus)).replace("AGEING", ageing)
+                )
+                berth("apply", "-f", str(work / "setup.yaml"), url=url)
+                started = time.monotonic()
+                ids = launch_managed(url, scenario, rng, work)
+                asyncio.run(wait_some_running(url, ids, admin))
+                note(f"{len(ids)} managed jobs launched; streaming")
+                count, longest = asyncio.run(stream(url, scenario, rng))
+                note(f"{count} stream jobs submitted; draining")
+                records = asyncio.run(drain(url, ids, admin, scenario.drain_timeout))
+                end = datetime.now(UTC)
+                seconds = time.monotonic() - started
+                drained = all(r.status in TERMINAL for r in records.values())
+                events = asyncio.run(event_log(url))
+                note(f"drained; {len(events)} events read; stopping the stack")
         finally:
             stack.stop()
     note("stopped")

@@ -2,18 +2,41 @@
 
 ``quota_violations`` replays the log (``shared.eventlog``) in stream order, which is the order
 admission itself saw the facts in, and reports every instant where a ClusterQueue or a cohort
-held more than it may. ``read_events`` is re-exported for the benchmarks' convenience.
+held more than it may. ``read_events`` is re-exported for the benchmarks' convenience;
+``signed_in_as`` gives it (and any tool that takes its bus credentials from the environment)
+the stack's seed to sign in with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from shared.eventlog import read_events, usage_changes
 from shared.events import AnyEvent
 
-__all__ = ["Violation", "quota_violations", "read_events"]
+__all__ = ["Violation", "quota_violations", "read_events", "signed_in_as"]
+
+
+@contextlib.contextmanager
+def signed_in_as(seed: Path | None) -> Iterator[None]:
+    """Within the block, bus clients that read ``BERTH_CREDS`` sign in with ``seed`` (the
+    environment is restored after; None leaves it as it is)."""
+    if seed is None:
+        yield
+        return
+    before = os.environ.get("BERTH_CREDS")
+    os.environ["BERTH_CREDS"] = str(seed)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("BERTH_CREDS", None)
+        else:
+            os.environ["BERTH_CREDS"] = before
 
 
 @dataclass

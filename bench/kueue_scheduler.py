@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
 import msgspec
 from rich.console import Console
 
-from bench.eventlog import quota_violations, read_events
+from bench.eventlog import quota_violations, read_events, signed_in_as
 from bench.kueue_config import CONFIGS, ScenarioConfig
 from bench.kueue_ideal import IdealResult, simulate_ideal
 from berth_cli.up import Stack
@@ -234,7 +234,7 @@ class _Finished(msgspec.Struct):
 
 async def drive(url: str, config: ScenarioConfig, stack: Stack, *, limit_s: float) -> DriveResult:
     readiness = asyncio.create_task(_ready_at(stack))
-    bus = await Bus.connect(url, source="bench")
+    bus = await Bus.connect(url, source="bench", auth=stack.admin_auth)  # admin may do anything
     try:
         config_kv = await bus.kv(CONFIG_BUCKET)
         objects_kv = await bus.kv(OBJECTS_BUCKET)
@@ -513,7 +513,7 @@ def run_benchmark(
         stack.start_nats()
         started = time.monotonic()
         stack.spawn_services()
-        drive_result = asyncio.run(drive(stack.nats.url, config, stack, limit_s=timeout))
+        drive_result = asyncio.run(drive(stack.nats_url, config, stack, limit_s=timeout))
         startup = drive_result.ready - started
         done = time.monotonic()
         processes: dict[str, tuple[float, float]] = {}
@@ -524,7 +524,8 @@ def run_benchmark(
             processes[service.name] = proc_stats(service.process.pid)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         processes["bench (generator)"] = (usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
-        events = asyncio.run(read_events(stack.nats.url))
+        with signed_in_as(stack.admin_auth.seed):
+            events = asyncio.run(read_events(stack.nats_url))
     finally:
         stop_started = time.monotonic()
         stack.stop()

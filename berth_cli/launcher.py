@@ -1,8 +1,10 @@
 """`berth up` as a child process, for the tests and benchmarks that drive a live stack.
 
 It starts `berth up` on a free NATS port, reads what it prints until the ready line (the
-NATS URL, each component's pid and HTTP address), then keeps draining its output so a chatty
-supervisor never blocks on a full pipe. ``stop()`` sends SIGTERM, as Ctrl-C would.
+NATS URL, the CLI's credentials, each component's pid and HTTP address: ``admission``, or
+``admission-1`` with replicas, ``nats`` or ``nats-0``... with a cluster), then keeps draining
+its output so a chatty supervisor never blocks on a full pipe. ``stop()`` sends SIGTERM, as
+Ctrl-C would.
 """
 
 from __future__ import annotations
@@ -17,12 +19,21 @@ from pathlib import Path
 
 __all__ = ["LiveStack", "start_stack"]
 
-_COMPONENT = re.compile(r"^(watcher|admission|preemption|recovery|nats)\s+(\d+)\s+(\S+)")
+_COMPONENT = re.compile(
+    r"^((?:watcher|admission|preemption|recovery|nats)(?:-\d+)?)\s+(\d+)\s+(\S+)"
+)
 _READY = re.compile(r"Berth is ready in ([\d.]+)s")
 
 
 class LiveStack:
-    def __init__(self, data_dir: Path, *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        replicas: int = 1,
+        nats_cluster: int = 1,
+    ) -> None:
         self.data_dir = data_dir
         self.output: list[str] = []
         self.url = ""
@@ -40,6 +51,8 @@ class LiveStack:
                 str(data_dir),
                 "--nats-port",
                 "0",
+                *(["--replicas", str(replicas)] if replicas != 1 else []),
+                *(["--nats-cluster", str(nats_cluster)] if nats_cluster != 1 else []),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -92,9 +105,15 @@ class LiveStack:
         return self.process.returncode
 
 
-def start_stack(data_dir: Path, *, env: dict[str, str] | None = None) -> LiveStack:
+def start_stack(
+    data_dir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    replicas: int = 1,
+    nats_cluster: int = 1,
+) -> LiveStack:
     """Start `berth up` and wait until it says it is ready."""
-    stack = LiveStack(data_dir, env=env)
+    stack = LiveStack(data_dir, env=env, replicas=replicas, nats_cluster=nats_cluster)
     try:
         stack.wait_ready()
     except BaseException:

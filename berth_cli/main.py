@@ -12,6 +12,7 @@ import click
 
 from berth_cli.applying import apply, submit
 from berth_cli.client import CliError
+from berth_cli.creds import creds
 from berth_cli.describe import describe
 from berth_cli.events import events
 from berth_cli.getting import get
@@ -53,11 +54,32 @@ def cli(context: click.Context, nats_url: str) -> None:
     help="Where NATS stores events and workloads write their logs.",
 )
 @click.option("--nats-port", type=int, default=4222, show_default=True, help="0 picks a free port.")
-def up(data_dir: Path, nats_port: int) -> None:
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 9),
+    default=1,
+    show_default=True,
+    help="Processes of each service (BERTH_REPLICA_ID=<role>-<i>).",
+)
+@click.option(
+    "--nats-cluster",
+    type=click.Choice(["1", "3"]),
+    default="1",
+    show_default=True,
+    help="NATS servers: more than one form a JetStream cluster (streams kept on each).",
+)
+def up(data_dir: Path, nats_port: int, replicas: int, nats_cluster: str) -> None:
     """Start NATS and the four services on this machine; Ctrl-C stops them all."""
     from berth_cli.up import run_up
 
-    raise SystemExit(run_up(data_dir=data_dir.absolute(), nats_port=nats_port))
+    raise SystemExit(
+        run_up(
+            data_dir=data_dir.absolute(),
+            nats_port=nats_port,
+            replicas=replicas,
+            nats_cluster=int(nats_cluster),
+        )
+    )
 
 
 @cli.command()
@@ -88,6 +110,7 @@ cli.add_command(describe)
 cli.add_command(jobs)
 cli.add_command(status)
 cli.add_command(events)
+cli.add_command(creds)
 
 
 @cli.command()

@@ -1,18 +1,23 @@
-"""`berth up`: the whole stack on one machine, supervised, and stopped without leftovers.
+"""`berth up`: the whole stack on one machine, secured, supervised, and stopped without leftovers.
 
-It starts nats-server with JetStream on loopback, then the four services as separate
-processes (``python -m services.<name>``), waits until every ``/readyz`` answers 200 and prints
-one ready line. A service that dies is restarted (with back-off) and reported. On Ctrl-C or
+It makes the bus's credentials on first start (``<data_dir>/creds``: an nkey seed per user,
+0600, and the ``auth.conf`` NATS includes; kept across restarts), starts nats-server with
+JetStream on loopback (or a cluster of them, ``--nats-cluster``), then the four services as
+separate processes (``python -m services.<name>``, ``--replicas`` of each), each signing in
+as its own user, waits until every ``/readyz`` answers 200 and prints one ready line.
+
+Whatever dies, NATS included, is restarted on the same ports and store (with a back-off that
+resets after a stable run) and reported; the services ride out a NATS restart. On Ctrl-C or
 SIGTERM it stops the services first (SIGTERM, so they drain), then NATS, and kills whatever
 has not exited within the grace period. Children run in their own sessions, so a Ctrl-C in
-the terminal reaches only this supervisor, which stops them in that order.
+the terminal reaches only this supervisor, which stops them in that order; and each child
+gets SIGTERM from the kernel if `berth up` itself dies, even by SIGKILL.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,52 +31,78 @@ from typing import IO
 from rich.console import Console
 from rich.table import Table
 
+from berth_cli.creds import PID_SUFFIX
+from berth_cli.nats_cluster import free_port, nats_nodes, port_free, wait_for_jetstream
+from berth_cli.supervision import Restarts, die_with_parent
+from shared.auth import ClientAuth, CredentialStore
+from shared.bus import BusError
 from shared.natsserver import NatsServer, NatsServerError
 from shared.service import DEFAULT_PORTS
 
-__all__ = ["SERVICES", "Stack", "run_up"]
+__all__ = ["SERVICES", "ServiceProcess", "Stack", "run_up"]
 
 SERVICES = tuple(DEFAULT_PORTS)  # watcher, admission, preemption, recovery
 GRACE_SECONDS = 10.0
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @dataclass
 class ServiceProcess:
-    name: str
+    role: str
+    replica: int
+    name: str  # the row and log name: the role, or role-<replica> when there are replicas
     port: int
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
-    restarts: int = 0
-    next_restart: float = 0.0
+    restarts: Restarts = field(default_factory=Restarts)
     log_file: IO[bytes] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def replica_id(self) -> str:
+        return f"{self.role}-{self.replica}"
+
 
 class Stack:
-    def __init__(self, *, data_dir: Path, nats_port: int, console: Console) -> None:
+    """The processes of one `berth up`. The benchmarks drive it in-process: ``start_nats()``,
+    ``spawn_services()``, ``wait_ready()``, ``stop()``; ``nats_url`` and ``admin_auth`` are how
+    a client of this stack connects."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        nats_port: int,
+        console: Console,
+        replicas: int = 1,
+        nats_cluster: int = 1,
+    ) -> None:
         self.data_dir = data_dir
         self.console = console
-        self.nats = NatsServer(store_dir=data_dir / "nats", port=nats_port)
+        self.replicas = replicas
+        self.credentials = CredentialStore(data_dir / "creds")
+        self.nats_port = nats_port
+        self.nats_count = nats_cluster
+        self.nats_nodes: list[NatsServer] = []  # made by start_nats(), with the credentials
+        self.nats_restarts: list[Restarts] = []
         self.services: list[ServiceProcess] = []
         self.stopping = False
+
+    @property
+    def nats(self) -> NatsServer:
+        """The (first) NATS server, once :meth:`start_nats` ran."""
+        return self.nats_nodes[0]
+
+    @property
+    def nats_url(self) -> str:
+        """Every server's client URL, comma-separated (what BERTH_NATS_URL holds)."""
+        return ",".join(node.url for node in self.nats_nodes)
+
+    @property
+    def admin_auth(self) -> ClientAuth:
+        return ClientAuth(seed=self.credentials.seed_path("admin"))
 
     def start(self) -> float:
         """Start everything; returns the seconds it took to be ready."""
@@ -82,21 +113,62 @@ class Stack:
         return time.monotonic() - started
 
     def start_nats(self) -> None:
-        (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.nats.start()
+        """Make the data dir (0700) and the credentials on first use, then start NATS."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.chmod(0o700)  # seeds, logs and the event store are the user's alone
+        (self.data_dir / "logs").mkdir(exist_ok=True)
+        (self.data_dir / "logs").chmod(0o700)
+        self.credentials.ensure()
+        self.nats_nodes = nats_nodes(
+            data_dir=self.data_dir,
+            creds_dir=self.credentials.directory,
+            count=self.nats_count,
+            port=self.nats_port,
+            preexec_fn=die_with_parent(),
+        )
+        self.nats_restarts = [Restarts(awaited=True) for _ in self.nats_nodes]
+        for node, restarts in zip(self.nats_nodes, self.nats_restarts, strict=True):
+            self._start_node(node, restarts)
+        if len(self.nats_nodes) > 1:
+            try:
+                wait_for_jetstream(
+                    self.nats_url, self.admin_auth, replicas=len(self.nats_nodes), timeout=30.0
+                )
+            except BusError as error:
+                raise NatsServerError(str(error)) from error
+
+    def _start_node(self, node: NatsServer, restarts: Restarts) -> None:
+        restarts.started(time.monotonic())
+        node.start()
+        assert node.process is not None
+        descriptor = os.open(self._pid_file(node), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as pid_file:
+            pid_file.write(f"{node.process.pid}\n")
+
+    def _pid_file(self, node: NatsServer) -> Path:
+        # Beside the node's config, so `berth creds rotate` can reload it.
+        return self.credentials.directory / f"{node.config_name}{PID_SUFFIX}"
 
     def spawn_services(self) -> None:
-        """Start the four services' processes (NATS must be up); returns without waiting."""
-        for name in SERVICES:
-            port = DEFAULT_PORTS[name] if _port_free(DEFAULT_PORTS[name]) else _free_port()
-            service = ServiceProcess(name, port, self.data_dir / "logs" / f"{name}.log")
-            self.services.append(service)
-            self._spawn(service)
+        """Start every service's processes (NATS must be up); returns without waiting."""
+        for role in SERVICES:
+            for replica in range(self.replicas):
+                name = role if self.replicas == 1 else f"{role}-{replica}"
+                default = DEFAULT_PORTS[role]
+                port = default if replica == 0 and port_free(default) else free_port()
+                log_path = self.data_dir / "logs" / f"{name}.log"
+                service = ServiceProcess(role, replica, name, port, log_path)
+                self.services.append(service)
+                self._spawn(service)
 
     def _spawn(self, service: ServiceProcess) -> None:
         env = {
             **os.environ,
-            "BERTH_NATS_URL": self.nats.url,
+            "BERTH_NATS_URL": self.nats_url,
+            # Its own user, whatever BERTH_CREDS this process was given.
+            "BERTH_CREDS": str(self.credentials.seed_path(service.role)),
+            "BERTH_REPLICA_ID": service.replica_id,
+            "BERTH_STREAM_REPLICAS": str(len(self.nats_nodes)),
             "BERTH_HTTP_HOST": "127.0.0.1",
             "BERTH_HTTP_PORT": str(service.port),
             "BERTH_DATA_DIR": str(self.data_dir),
@@ -104,14 +176,16 @@ class Stack:
             "BERTH_GRACE_SECONDS": os.environ.get("BERTH_GRACE_SECONDS", str(GRACE_SECONDS - 2)),
         }
         if service.log_file is None:
-            service.log_file = open(service.log_path, "ab")
+            service.log_file = _open_private_log(service.log_path)
+        service.restarts.started(time.monotonic())
         service.process = subprocess.Popen(
-            [sys.executable, "-m", f"services.{service.name}"],
+            [sys.executable, "-m", f"services.{service.role}"],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=service.log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # SIGTERM: it drains and stops its jobs
         )
 
     def wait_ready(self, *, timeout: float) -> None:
@@ -135,24 +209,44 @@ class Stack:
             time.sleep(0.05)
 
     def supervise_once(self) -> None:
-        """Restart a service that died; back off so a crash loop does not spin."""
-        now = time.monotonic()
+        """Restart whatever died, NATS first (the services wait for it), each after its
+        back-off (:mod:`berth_cli.supervision`)."""
+        if self.stopping:
+            return
+        for index, node in enumerate(self.nats_nodes):
+            restarts = self.nats_restarts[index]
+            code = node.process.poll() if node.process is not None else "none"
+            name = "nats" if len(self.nats_nodes) == 1 else f"nats-{index}"
+            if self._restart_due(name, code, restarts, where=str(node.store_dir)):
+                self._restart_node(node, restarts)
         for service in self.services:
             assert service.process is not None
             code = service.process.poll()
-            if code is None or self.stopping:
-                continue
-            if service.next_restart == 0.0:
-                delay = min(2.0**service.restarts, 30.0)
-                service.next_restart = now + delay
-                self.console.print(
-                    f"[yellow]{service.name} exited with code {code}; restarting in {delay:.0f}s"
-                    f" (log: {service.log_path})[/]"
-                )
-            elif now >= service.next_restart:
-                service.restarts += 1
-                service.next_restart = 0.0
+            if self._restart_due(service.name, code, service.restarts, where=str(service.log_path)):
                 self._spawn(service)
+
+    def _restart_due(
+        self, name: str, code: int | str | None, restarts: Restarts, *, where: str
+    ) -> bool:
+        """A process that exited is reported and its restart scheduled; True once it is due."""
+        if code is None:
+            return False
+        now = time.monotonic()
+        if restarts.due_at is None:
+            delay = restarts.crashed(now)
+            self.console.print(
+                f"[yellow]{name} exited with code {code}; restarting in {delay:g}s ({where})[/]"
+            )
+        return restarts.due(now)
+
+    def _restart_node(self, node: NatsServer, restarts: Restarts) -> None:
+        try:
+            self._start_node(node, restarts)
+        except NatsServerError as error:
+            self.console.print(f"[red]nats did not come back: {error}[/]")
+            return
+        assert node.process is not None
+        self.console.print(f"[green]nats restarted: pid {node.process.pid}, {node.url}[/]")
 
     def stop(self) -> None:
         """Services first (they drain and publish their last events), then NATS."""
@@ -172,18 +266,29 @@ class Stack:
         for service in self.services:
             if service.log_file is not None:
                 service.log_file.close()
-        self.nats.stop()
+        for node in self.nats_nodes:
+            node.stop()
+            self._pid_file(node).unlink(missing_ok=True)
 
     def print_listening(self, console: Console) -> None:
         table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
         for column in ("COMPONENT", "PID", "LISTENS ON", "LOG"):
             table.add_column(column, no_wrap=True)
-        nats_pid = self.nats.process.pid if self.nats.process else ""
-        table.add_row("nats", str(nats_pid), self.nats.url, str(self.data_dir / "nats"))
+        for index, node in enumerate(self.nats_nodes):
+            name = "nats" if len(self.nats_nodes) == 1 else f"nats-{index}"
+            pid = node.process.pid if node.process else ""
+            table.add_row(name, str(pid), node.url, str(node.store_dir))
         for service in self.services:
             pid = service.process.pid if service.process else ""
             table.add_row(service.name, str(pid), service.url, str(service.log_path))
         console.print(table)
+
+
+def _open_private_log(path: Path) -> IO[bytes]:
+    """Append to a log only its owner may read (an existing one is made so too)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(descriptor, 0o600)
+    return os.fdopen(descriptor, "ab")
 
 
 def _ready(url: str) -> bool:
@@ -194,12 +299,20 @@ def _ready(url: str) -> bool:
         return False
 
 
-def run_up(*, data_dir: Path, nats_port: int) -> int:
+def run_up(*, data_dir: Path, nats_port: int, replicas: int = 1, nats_cluster: int = 1) -> int:
     console = Console(highlight=False)
-    if nats_port and not _port_free(nats_port):
-        console.print(f"[red]error: port {nats_port} is in use; choose another with --nats-port[/]")
+    ports = [nats_port + index for index in range(nats_cluster)] if nats_port else []
+    busy = [port for port in ports if not port_free(port)]
+    if busy:
+        console.print(f"[red]error: port {busy[0]} is in use; choose another with --nats-port[/]")
         return 1
-    stack = Stack(data_dir=data_dir, nats_port=nats_port, console=console)
+    stack = Stack(
+        data_dir=data_dir,
+        nats_port=nats_port,
+        console=console,
+        replicas=replicas,
+        nats_cluster=nats_cluster,
+    )
 
     def request_stop(signum: int, _: FrameType | None) -> None:
         stack.stopping = True
@@ -214,7 +327,12 @@ def run_up(*, data_dir: Path, nats_port: int) -> int:
         stack.stop()
         return 1
     stack.print_listening(console)
-    console.print(f"export BERTH_NATS_URL={stack.nats.url}")
+    # Whole lines, never wrapped or styled: they are pasted into shells and parsed by tools.
+    for name, value in (
+        ("BERTH_NATS_URL", stack.nats_url),
+        ("BERTH_CREDS", stack.credentials.seed_path("cli")),
+    ):
+        console.print(f"export {name}={value}", markup=False, soft_wrap=True)
     console.print(f"Berth is ready in {seconds:.2f}s. Press Ctrl-C to stop.")
     sys.stdout.flush()
     while not stack.stopping:

@@ -75,6 +75,10 @@ STREAM_SUBJECTS = ("berth.wl.>", "berth.cq.>", "berth.job.>", "berth.cmd.>", LEA
 API_SUBJECT = "berth.api"
 DUPLICATE_WINDOW_S = 120.0
 PUBLISH_ATTEMPTS = 5
+PUBLISH_BACKOFF_CAP_S = 2.0
+# After a reconnect JetStream may take a while (streams recovering, a leader being elected)
+# before publishes are answered: for this long that still counts as the outage.
+OUTAGE_SETTLE_S = 30.0
 PUBLISH_ACK_TIMEOUT_S = 2.0
 JS_API_PREFIX = "$JS.API"  # nats-py's default; Bus never changes it
 PULL_EXPIRES_S = 5.0  # an outstanding pull request lives this long, then is renewed
@@ -148,6 +152,17 @@ def _refused_credentials(error: BaseException) -> bool:
     return "authorization violation" in text or "authentication" in text
 
 
+def keep_publishing(attempt: int, *, outage: bool, stopping: bool) -> bool:
+    """Whether a publish whose outcome is still unknown after ``attempt`` tries is tried again.
+
+    A service rides out a NATS outage (the server restarting, a cluster electing a leader):
+    while the connection is down or has just come back, it retries without limit, unless it
+    is stopping (then its unacked batch is redelivered to the next run). Otherwise, and for a
+    client that does not reconnect (the CLI), it gives up after :data:`PUBLISH_ATTEMPTS`.
+    """
+    return attempt < PUBLISH_ATTEMPTS or (outage and not stopping)
+
+
 def nats_url_from_env() -> str:
     return os.environ.get("BERTH_NATS_URL", DEFAULT_NATS_URL)
 
@@ -160,6 +175,10 @@ class Bus:
         self.js: JetStreamContext = self.nc.jetstream()
         self.source = source
         self.closing = False  # an intended close is not worth a "disconnected" warning
+        self.stopping = False  # the service is stopping: a publish no longer waits out outages
+        self.rides_out_outages = False  # connected with retry: publishes wait for NATS
+        self._reconnected_at = float("-inf")  # loop time of the last reconnect
+        self._resuming: asyncio.Task[None] | None = None
         # Told of each event that does not decode (shared.deadletter sets it; else a log line).
         self.on_malformed: Callable[[Msg, str], None] | None = None
         self._pull_subscriptions: list[JetStreamContext.PullSubscription] = []
@@ -190,10 +209,14 @@ class Bus:
             options = (auth or ClientAuth.from_env(source)).connect_options(url)
         except (OSError, ValueError) as error:
             raise BusError(f"cannot use the bus credentials: {error}") from error
+        # "nats://a:4222,nats://b:4222": the servers of a cluster; nats-py picks one and fails
+        # over to the others.
+        servers = [server.strip() for server in url.split(",") if server.strip()]
+        bus.rides_out_outages = retry
         while True:
             try:
                 await bus.nc.connect(
-                    url,
+                    servers,
                     **options,
                     name=f"berth-{source}",
                     connect_timeout=1,
@@ -204,7 +227,7 @@ class Bus:
                     reconnect_time_wait=1,
                     error_cb=_log_error,
                     disconnected_cb=bus._on_disconnect,
-                    reconnected_cb=_log_reconnect,
+                    reconnected_cb=bus._on_reconnect,
                 )
                 bus.js = bus.nc.jetstream()
                 return bus
@@ -221,6 +244,36 @@ class Bus:
     async def _on_disconnect(self) -> None:
         if not self.closing:
             log.warning("nats_disconnected")
+
+    async def _on_reconnect(self) -> None:
+        self._reconnected_at = asyncio.get_running_loop().time()
+        log.info("nats_reconnected")
+        # A task: nats-py awaits this callback inside its reconnect loop.
+        self._resuming = asyncio.get_running_loop().create_task(self._resume())
+
+    async def _resume(self) -> None:
+        """Ask again now for what a restarted server forgot: the pumps' outstanding pull
+        requests, and ordered consumers (key-value watches), which live in its memory. Left to
+        the pumps' watchdog and nats-py's heartbeat check, a Job submitted just after a NATS
+        restart waited 19 s to be seen."""
+        for pump in list(self._pumps.values()):
+            pump.requested = 0
+            await pump._top_up()
+        for subscription in list(self.nc._subs.values()):
+            ordered = getattr(subscription, "_jsi", None)
+            if ordered is not None and ordered._ordered:
+                try:
+                    await ordered.reset_ordered_consumer(ordered._sseq + 1)
+                except nats.errors.Error as error:
+                    log.warning("watch_not_resumed", error=repr(error))
+
+    def _in_outage(self) -> bool:
+        """NATS is away, or came back less than :data:`OUTAGE_SETTLE_S` ago (a service only)."""
+        if not self.rides_out_outages or self.nc.is_closed:
+            return False
+        if not self.nc.is_connected or self.nc.is_reconnecting:
+            return True
+        return asyncio.get_running_loop().time() - self._reconnected_at < OUTAGE_SETTLE_S
 
     # --- setup -----------------------------------------------------------------------------
 
@@ -276,17 +329,25 @@ class Bus:
     async def _publish_raw(self, subject: str, payload: bytes, msg_id: str) -> Ack:
         headers = {"Nats-Msg-Id": msg_id}
         delay = 0.1
-        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return await self._acked(subject, payload, headers)
             except (AckTimeout, nats.errors.Error, _NoStream) as error:
                 # Unknown outcome: retry with the same id, the duplicate window dedupes.
-                if attempt == PUBLISH_ATTEMPTS:
+                outage = self._in_outage()
+                if not keep_publishing(attempt, outage=outage, stopping=self.stopping):
                     raise BusError(f"publish to {subject} failed: {error!r}") from error
-                log.warning("publish_retry", subject=subject, attempt=attempt, error=repr(error))
+                log.warning(
+                    "publish_retry",
+                    subject=subject,
+                    attempt=attempt,
+                    outage=outage,
+                    error=repr(error),
+                )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise AssertionError("unreachable")  # pragma: no cover
+                delay = min(delay * 2, PUBLISH_BACKOFF_CAP_S)
 
     async def _acked(self, subject: str, payload: bytes, headers: dict[str, str]) -> Ack:
         try:
@@ -667,6 +728,7 @@ class Bus:
     def interrupt_waits(self) -> None:
         """The service is stopping: loops waiting for their next batch return at once
         instead of at the end of their idle timeout (a stop took half a second for it)."""
+        self.stopping = True
         for pump in self._pumps.values():
             pump.interrupt()
 
@@ -968,7 +1030,3 @@ def decode_batch(
 
 async def _log_error(error: Exception) -> None:
     log.warning("nats_error", error=repr(error))
-
-
-async def _log_reconnect() -> None:
-    log.info("nats_reconnected")
