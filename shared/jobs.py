@@ -9,11 +9,14 @@ its original queue time; only failures make a new attempt.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
 import msgspec
 import nats.js.errors
 from nats.js.kv import KeyValue
+
+from shared.logging import get_logger
 
 __all__ = [
     "TERMINAL",
@@ -24,6 +27,10 @@ __all__ = [
     "encode_job",
     "job_key",
 ]
+
+log = get_logger("jobs")
+# Told of a record that does not decode: (bucket/key, reason, the raw bytes).
+Malformed = Callable[[str, str, bytes], Awaitable[None]]
 
 NEXT_ID_KEY = "next-id"
 
@@ -121,8 +128,9 @@ def decode_job(data: bytes) -> ManagedJob:
     return _decoder.decode(data)
 
 
-async def load_jobs(kv: KeyValue) -> list[ManagedJob]:
-    """Every stored managed job, by id.
+async def load_jobs(kv: KeyValue, *, malformed: Malformed | None = None) -> list[ManagedJob]:
+    """Every stored managed job, by id; a record that does not decode is skipped and handed
+    to ``malformed`` (a dead letter: source, reason, bytes), else logged.
 
     Why not ``kv.keys()``: its scan can end early while keys are being updated, and a listing
     that drops a running job (seen as a flaky `berth jobs queue`) is worse than a few more
@@ -144,5 +152,12 @@ async def load_jobs(kv: KeyValue) -> list[ManagedJob]:
         if isinstance(job_entry, BaseException):
             raise job_entry
         if job_entry.value:
-            jobs.append(decode_job(job_entry.value))
+            try:
+                jobs.append(decode_job(job_entry.value))
+            except msgspec.DecodeError as error:  # no poison pill: the other jobs load
+                source = f"{kv._name}/{job_entry.key}"
+                if malformed is None:
+                    log.error("malformed_object", source=source, reason=str(error))
+                else:
+                    await malformed(source, str(error), job_entry.value)
     return jobs

@@ -10,6 +10,7 @@ import json
 import os
 import stat
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from services.watcher.local_backend import LocalBackend
-from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, STATUS_BUCKET, Bus
+from shared.bus import CONFIG_BUCKET, JOBS_BUCKET, OBJECTS_BUCKET, STATUS_BUCKET, Bus
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import (
     DEAD_LETTER_STREAM,
@@ -40,6 +41,7 @@ from shared.events import (
     encode_event,
     subject_for,
 )
+from shared.jobs import NEXT_ID_KEY, ManagedJob, encode_job, job_key, load_jobs
 from shared.service import Runtime
 
 # --- the letter itself -------------------------------------------------------------------------
@@ -322,3 +324,19 @@ async def test_a_poison_event_from_the_stream_reaches_no_handler(bus: Bus) -> No
     assert folded == []
     [stored] = await dead_letters_in(bus)
     assert stored["subject"] == "berth.dlq.admission.event"
+
+
+# --- the managed-job records -------------------------------------------------------------------
+
+
+async def test_a_malformed_job_record_is_dead_lettered_and_the_others_load(bus: Bus) -> None:
+    kv = await bus.kv(JOBS_BUCKET)
+    good = ManagedJob(id=2, name="train", namespace="default", resources="1x[CPU:1]", submitted_at=0.0)
+    await kv.put(job_key(1), b'{"id": "one"}')
+    await kv.put(job_key(2), encode_job(good))
+    await kv.put(NEXT_ID_KEY, b"3")
+    letters = dead_letters(bus, "recovery")
+    assert await load_jobs(kv, malformed=partial(letters.send, "object")) == [good]
+    [stored] = await dead_letters_in(bus)
+    assert (stored["subject"], stored["source"]) == ("berth.dlq.recovery.object", "berth-jobs/job.00000001")
+    assert "Expected `int`, got `str` - at `$.id`" in stored["reason"]

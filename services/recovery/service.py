@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -28,6 +29,7 @@ from services.recovery.ageing import boost_at
 from shared.bus import API_SUBJECT, JOBS_BUCKET
 from shared.config import ClusterQueuePolicy, ageing_for
 from shared.config_mirror import ConfigMirror
+from shared.deadletter import dead_letters
 from shared.events import (
     AnyEvent,
     CreateWorkload,
@@ -104,7 +106,8 @@ class RecoveryService:
 
     async def _load_jobs(self) -> None:
         assert self.kv is not None
-        for job in await load_jobs(self.kv):
+        letters = dead_letters(self.bus, self.runtime.name)  # a record that does not decode
+        for job in await load_jobs(self.kv, malformed=partial(letters.send, "object")):
             self._index(job)
         log.info("jobs_loaded", jobs=len(self.jobs))
 
