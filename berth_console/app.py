@@ -111,8 +111,13 @@ def _html(body: Markup, *, status: int = 200) -> web.Response:
     return web.Response(text=body, status=status, content_type="text/html", charset="utf-8")
 
 
-def _problem(status: int, title: str, message: str) -> web.Response:
-    body = render("<h1>$title</h1><p>$message</p>", title=title, message=message)
+def _problem(status: int, title: str, message: str, *, back: str = "/") -> web.Response:
+    body = render(
+        '<h1>$title</h1><p>$message</p><p><a href="$back">Back</a></p>',
+        title=title,
+        message=message,
+        back=back,
+    )
     return _html(page(title=title, nav="", body=body, stream=""), status=status)
 
 
@@ -170,7 +175,7 @@ def _action(
         refusal = _refusal(request, token if isinstance(token, str) else "")
         if refusal is not None:
             log.warning("action_refused", path=request.path, reason=refusal)
-            return _problem(403, "Refused", refusal)
+            return _problem(403, "Refused", refusal, back=request.path.rsplit("/", 1)[0])
         return await handler(request)
 
     return guarded
@@ -185,7 +190,7 @@ async def _cancel(request: web.Request) -> web.StreamResponse:
     try:
         await queries.cancel(job_id)
     except QueryError as error:
-        return _problem(409, "Not cancelled", str(error))
+        return _problem(409, "Not cancelled", str(error), back=f"/jobs/{job_id}")
     log.info("job_cancel_requested", job_id=job_id)
     raise web.HTTPSeeOther(f"/jobs/{job_id}?notice=cancel-requested")
 

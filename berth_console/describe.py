@@ -10,7 +10,10 @@ from shared.events import (
     DeleteWorkload,
     EvictionRequested,
     JobStatusChanged,
+    LeaderElected,
     PriorityBoosted,
+    RemoveWorkload,
+    SubmitWorkload,
     WorkloadAdmitted,
     WorkloadDeleted,
     WorkloadEvicted,
@@ -52,6 +55,12 @@ def kind_of(event: AnyEvent) -> tuple[str, str]:
             return "Delete", "command"
         case JobStatusChanged():
             return "Managed job", "job"
+        case SubmitWorkload():
+            return "Submit", "command"
+        case RemoveWorkload():
+            return "Remove", "command"
+        case LeaderElected():
+            return "Leader", "leader"
     return type(event).__name__, "other"  # pragma: no cover - the union is exhaustive
 
 
@@ -136,6 +145,17 @@ def describe(event: AnyEvent) -> Markup:
             return render("recovery asks for the workload object (a managed job's run)")
         case DeleteWorkload():
             return render("recovery asks to delete it (a cancelled managed job)")
+        case SubmitWorkload():
+            return render("berth submit asks for the workload object")
+        case RemoveWorkload():
+            return render("berth delete asks to remove the workload")
+        case LeaderElected():
+            return render(
+                "$role: $holder leads with term $term",
+                role=event.role,
+                holder=event.holder,
+                term=event.term,
+            )
         case JobStatusChanged():
             return render(
                 "job $id is $status (#RECOVERIES $recoveries)$message",

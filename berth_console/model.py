@@ -19,6 +19,7 @@ from typing import Any
 from berth_console.changes import Changes
 from berth_console.workloads import WorkloadTable
 from shared.events import AnyEvent
+from shared.fencing import Fence, Verdict
 from shared.jobs import ManagedJob
 
 __all__ = ["RECENT_EVENTS", "Model", "Recent"]
@@ -30,11 +31,13 @@ SAMPLE_EVERY_S = 5.0  # ... one at most this often: 120 points are ten minutes
 
 @dataclass(frozen=True, slots=True)
 class Recent:
-    """An event as the feed keeps it: its stream sequence and subject, decoded."""
+    """An event as the feed keeps it: its stream sequence and subject, decoded, and the
+    ClusterQueue it concerns (a fact's is its workload's, noted before a deletion)."""
 
     seq: int
     subject: str
     event: AnyEvent
+    cluster_queue: str = ""
 
 
 class Model:
@@ -43,6 +46,11 @@ class Model:
         self.workloads = WorkloadTable()
         self.recent: deque[Recent] = deque(maxlen=RECENT_EVENTS)
         self.seq = 0  # the last stream sequence folded
+        # The services' fence (shared/fencing.py): a deposed leader's late decisions count for
+        # nothing, so the console shows none of them. It reads the stream from its start, so
+        # a fence fed everything in order is the services' own.
+        self.fence = Fence()
+        self.voided = 0
         self.caught_up = False  # folded everything the stream held when the console started
         self.cluster_queues: dict[str, dict[str, Any]] = {}  # admission's ClusterQueue objects
         self.local_queues: list[dict[str, Any]] = []
@@ -58,8 +66,16 @@ class Model:
         if seq <= self.seq:
             return
         self.seq = seq
-        self.recent.append(Recent(seq, subject, event))
-        if self.workloads.apply(event) is not None:
+        verdict = self.fence.judge(event)
+        if verdict is Verdict.VOID:
+            self.voided += 1
+            return
+        queue = getattr(event, "cluster_queue", None)
+        if not isinstance(queue, str):
+            row = self.workloads.rows.get((event.workload.namespace, event.workload.name))
+            queue = row.cluster_queue if row is not None else ""
+        self.recent.append(Recent(seq, subject, event, queue))  # a leader's marker too
+        if verdict is Verdict.KEEP and self.workloads.apply(event) is not None:
             self.changes.bump("workloads", "events")
         else:
             self.changes.bump("events")

@@ -15,6 +15,7 @@ from nats.js import api
 
 from shared.bus import API_SUBJECT, STREAM, Bus
 from shared.events import AnyEvent, decode_event, subject_token
+from shared.fencing import LEASE_SUBJECTS, Fence, Verdict
 from shared.logging import get_logger
 
 __all__ = ["Queries", "QueryError"]
@@ -82,11 +83,13 @@ class Queries:
         """Every stored event about one workload, in stream order, read by subject.
 
         An ephemeral consumer filtered on the workload's subjects: the server finds them in
-        its subject index, so this costs the same with ten or ten million other events.
+        its subject index, so this costs the same with ten or ten million other events. The
+        leaders' markers come along (they are few), so the fence leaves out what a deposed
+        leader published too late, as the services do.
         """
         tail = f"{subject_token(namespace)}.{subject_token(name)}"
         config = api.ConsumerConfig(
-            filter_subjects=[f"berth.*.*.{tail}", f"berth.cq.*.*.{tail}"],
+            filter_subjects=[f"berth.*.*.{tail}", f"berth.cq.*.*.{tail}", LEASE_SUBJECTS],
             ack_policy=api.AckPolicy.NONE,
             deliver_policy=api.DeliverPolicy.ALL,
             inactive_threshold=30.0,
@@ -97,6 +100,7 @@ class Queries:
         except (nats.errors.Error, nats.js.errors.Error) as error:
             raise QueryError(f"cannot read the event stream: {error}") from error
         found: list[tuple[int, str, AnyEvent]] = []
+        fence = Fence()
         try:
             remaining = (await subscription.consumer_info()).num_pending or 0
             while remaining > 0:
@@ -107,7 +111,8 @@ class Queries:
                         event = decode_event(msg.data)
                     except msgspec.DecodeError:
                         continue
-                    found.append((msg.metadata.sequence.stream, msg.subject, event))
+                    if fence.judge(event) is Verdict.KEEP:
+                        found.append((msg.metadata.sequence.stream, msg.subject, event))
         except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as error:
             raise QueryError(f"reading the event stream failed: {error!r}") from error
         finally:

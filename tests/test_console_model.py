@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+
 from berth_console.changes import Changes
 from berth_console.live import _Sent, fingerprint
 from berth_console.markup import Markup, render
@@ -12,6 +14,7 @@ from berth_console.pages.base import Addition, Context, Snapshot, View
 from berth_console.pending import PendingCache
 from berth_console.quota import quotas
 from berth_console.svg import quota_bar, sparkline
+from shared.events import LeaderElected, WorkloadRef
 from tests.console_data import admitted, cluster_queue, feed, pending, preempted, started, submitted
 
 
@@ -42,6 +45,22 @@ def test_redelivered_and_stale_events_change_nothing() -> None:
     row = model.workloads.rows[("team-a", "a")]
     assert (row.status, row.generation) == ("Admitted", 2)
     assert len(model.recent) == 3
+
+
+def test_a_deposed_leaders_late_admission_is_not_shown() -> None:
+    """As the services do (shared/fencing.py): after admission's term 2 marker, a term 1
+    admission is void; the marker itself shows in the feed, not as a workload."""
+    model = Model()
+    marker = LeaderElected(
+        source="admission", workload=WorkloadRef("", "", ""), role="admission", holder="b", term=2
+    )
+    feed(model, [submitted("a"), marker, msgspec.structs.replace(admitted("a"), term=1)])
+    assert model.workloads.rows[("team-a", "a")].status == "Pending"
+    assert model.voided == 1
+    assert [type(item.event).__name__ for item in model.recent] == [
+        "WorkloadSubmitted",
+        "LeaderElected",
+    ]
 
 
 def test_recent_after_and_missed() -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from berth_console.describe import cluster_queue_of, describe, kind_of
+from berth_console.describe import describe, kind_of
 from berth_console.markup import Markup, join, render
 from berth_console.model import Recent
 from berth_console.pages.base import Addition, Context, Snapshot, View, link, options
 from berth_console.pages.cluster_queue import workload_href
 from berth_console.timefmt import time_tag
-from shared.events import JobStatusChanged
+from shared.events import JobStatusChanged, LeaderElected
 
 __all__ = ["EventsView"]
 
@@ -31,13 +31,7 @@ class EventsView(View):
         ref = item.event.workload
         if self.namespace and ref.namespace != self.namespace:
             return False
-        if self.cluster_queue:
-            queue = cluster_queue_of(item.event)
-            if not queue:  # a fact: the ClusterQueue its workload is in
-                row = self.model.workloads.rows.get((ref.namespace, ref.name))
-                queue = row.cluster_queue if row is not None else ""
-            return queue == self.cluster_queue
-        return True
+        return not self.cluster_queue or item.cluster_queue == self.cluster_queue
 
     def _line(self, item: Recent) -> Markup:
         event = item.event
@@ -45,6 +39,8 @@ class EventsView(View):
         ref = event.workload
         if isinstance(event, JobStatusChanged):
             subject = link(f"/jobs/{event.job_id}", f"managed job {event.job_id}")
+        elif isinstance(event, LeaderElected):
+            subject = render("the $role lease", role=event.role)
         else:
             subject = link(workload_href(ref.namespace, ref.name), ref.key)
         return render(

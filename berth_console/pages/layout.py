@@ -28,7 +28,7 @@ _PAGE = """<!doctype html>
 <header class="top">
 <a class="brand" href="/">Berth</a>
 <nav aria-label="Main"><ul>$nav</ul></nav>
-<span id="live-status" role="status" data-state="off">Not live</span>
+$status
 </header>
 <main id="main">
 $notice<div id="page">$body</div>
@@ -49,4 +49,11 @@ def page(*, title: str, nav: str, body: Markup, stream: str, notice: Markup = NO
         )
         for key, href, label in NAV
     )
-    return render(_PAGE, title=title, stream=stream, nav=items, notice=notice, body=body)
+    status = (
+        Markup('<span id="live-status" role="status" data-state="off">Not live</span>')
+        if stream
+        else NO_NOTICE
+    )
+    return render(
+        _PAGE, title=title, stream=stream, nav=items, notice=notice, body=body, status=status
+    )
