@@ -129,7 +129,7 @@ async def _page(request: web.Request) -> web.StreamResponse:
     if request.query.get("notice") in _NOTICES:
         kind, text = _NOTICES[request.query["notice"]]
         notice = render('<p class="notice $kind" role="status">$text</p>', kind=kind, text=text)
-    snapshot = await view.snapshot()
+    snapshot = await view.current()
     query = {k: v for k, v in request.query.items() if k not in (FINGERPRINT, "notice")}
     query[FINGERPRINT] = fingerprint(snapshot)
     return _html(

@@ -114,7 +114,7 @@ async def stream(request: web.Request, view: View, stopping: asyncio.Event) -> w
         last_write = loop.time()
         while not stopping.is_set():
             seen = changes.versions(view.topics)
-            messages = sent.updates(view, await view.snapshot())
+            messages = sent.updates(view, await view.current())
             if not messages and loop.time() - last_write >= HEARTBEAT_S:
                 messages = [b": keep-alive\n\n"]
             if messages:

@@ -58,6 +58,10 @@ class Model:
         self.queues_error = ""  # why the last refresh failed, shown on the pages
         self.pending_history: dict[str, deque[tuple[float, int]]] = {}
         self.jobs: dict[int, ManagedJob] = {}
+        # Pages shared by every browser (pages/base.py): key -> (versions, when, snapshot).
+        self.snapshots: dict[str, tuple[tuple[int, ...], float, Any]] = {}
+        # Fragments pages rendered, by key, with the inputs they were rendered from.
+        self.fragments: dict[str, tuple[object, Any]] = {}
 
     # --- writers (the bus feed) ------------------------------------------------------------
 
@@ -97,6 +101,7 @@ class Model:
                 samples.append((now, pending))
         for gone in set(self.pending_history) - set(self.cluster_queues):
             del self.pending_history[gone]
+            self.fragments.pop(f"cq-row:{gone}", None)
         self.changes.bump("queues")
 
     def queues_failed(self, reason: str) -> None:

@@ -143,3 +143,19 @@ async def test_a_stream_sends_only_what_the_browser_lacks() -> None:
     again.additions.append(Addition("a", Markup("<li>x</li>"), at="start"))
     assert [m.decode().split("\n")[0] for m in sent.updates(view, again)] == ["event: add"]
     assert _Sent(None).updates(view, again)[0].startswith(b'event: replace\ndata: {"id":"page"')
+
+
+async def test_browsers_on_the_overview_share_one_render() -> None:
+    """Two browsers on the overview get the same snapshot until admission's answer changes;
+    then only the row of the queue that moved is rendered again."""
+    from berth_console.pages.overview import OverviewView
+
+    model = Model()
+    model.set_queues([cluster_queue("a"), cluster_queue("b")], [])
+    context = Context(model=model, queries=None, pending=PendingCache(None))
+    first, second = OverviewView(context), OverviewView(context)
+    assert await first.current() is await second.current()
+    row_b = model.fragments["cq-row:b"][1]
+    model.set_queues([cluster_queue("a", pending=3), cluster_queue("b")], [])
+    fresh = await second.current()
+    assert ">3<" in fresh.regions["cq-a"] and fresh.regions["cq-b"] is row_b

@@ -10,6 +10,7 @@ list of ClusterQueues) did.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -58,14 +59,20 @@ class Context:
     actions_enabled: bool = False
 
 
+SHARED_SNAPSHOTS = 32  # the snapshots of shared pages kept (distinct filters)
+
+
 class View(abc.ABC):
     """One page. ``topics``: the model changes it follows; ``poll_s``: it also renders this
-    often without a change (logs, durations that tick)."""
+    often without a change (logs, durations that tick); ``share_s``: a page that looks the
+    same to every browser (no additions, no state of its own) shares its snapshot with every
+    other browser on it while its topics do not move, for at most this long."""
 
     title: str = ""
     nav: str = ""
     topics: tuple[str, ...] = ()
     poll_s: float | None = None
+    share_s: float | None = None
 
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -73,6 +80,30 @@ class View(abc.ABC):
     @property
     def model(self) -> Model:
         return self.context.model
+
+    def share_key(self) -> str:
+        """What makes two views of a shared page alike (its class and its filters)."""
+        return type(self).__name__
+
+    async def current(self) -> Snapshot:
+        """The snapshot to show now: rendered, or a shared one still current. Why: a hundred
+        browsers on the overview cost one render per change, not a hundred."""
+        if self.share_s is None:
+            return await self.snapshot()
+        cache = self.model.snapshots
+        key = self.share_key()
+        versions = self.model.changes.versions(self.topics)  # before rendering: a change
+        now = time.monotonic()  # during the render makes the next call render again
+        hit = cache.get(key)
+        if hit is not None and hit[0] == versions and now - hit[1] < self.share_s:
+            shared: Snapshot = hit[2]
+            return shared
+        snapshot = await self.snapshot()
+        cache.pop(key, None)
+        cache[key] = (versions, now, snapshot)
+        while len(cache) > SHARED_SNAPSHOTS:
+            del cache[next(iter(cache))]  # the oldest
+        return snapshot
 
     @abc.abstractmethod
     async def snapshot(self) -> Snapshot:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
+
 from berth_console.markup import Markup, join, render
 from berth_console.pages.base import Snapshot, View, badge, link, path_part
 from berth_console.quota import Quota, quotas, show
@@ -76,6 +78,7 @@ class OverviewView(View):
     title = "Overview"
     nav = "overview"
     topics = ("queues",)
+    share_s = 60.0  # nothing on it changes but through its topic
 
     async def snapshot(self) -> Snapshot:
         model = self.model
@@ -108,18 +111,29 @@ class OverviewView(View):
         )
 
     def _row(self, name: str, items: list[Quota]) -> Markup:
+        """A ClusterQueue's row, rendered again only when what it shows changed: a refresh
+        of a hundred queues where one moved renders one row."""
         queue = self.model.cluster_queues[name]
+        samples = tuple(self.model.pending_history.get(name, ()))
+        inputs = (msgspec.json.encode(queue), tuple(items), samples)
+        key = f"cq-row:{name}"
+        cached = self.model.fragments.get(key)
+        if cached is not None and cached[0] == inputs:
+            kept: Markup = cached[1]
+            return kept
         status = queue.get("status", {})
-        return render(
+        row = render(
             '<th scope="row">$link</th><td>$active</td><td class="num">$pending</td>'
             '<td class="num">$admitted</td><td>$spark</td><td>$quota</td>',
             link=link(f"/cq/{path_part(name)}", name),
             active=active_condition(queue),
             pending=status.get("pendingWorkloads", 0),
             admitted=status.get("admittedWorkloads", 0),
-            spark=sparkline(list(self.model.pending_history.get(name, ()))),
+            spark=sparkline(samples),
             quota=quota_list(items),
         )
+        self.model.fragments[key] = (inputs, row)
+        return row
 
     def body(self, snapshot: Snapshot) -> Markup:
         sections = []

@@ -19,12 +19,16 @@ class WorkloadsView(View):
     title = "Workloads"
     nav = "workloads"
     topics = ("workloads",)
+    share_s = 5.0  # ages in the table may lag this much when nothing else changes
 
     def __init__(self, context: Context, *, namespace: str, queue: str, status: str) -> None:
         super().__init__(context)
         self.namespace = namespace
         self.queue = queue
         self.status = status
+
+    def share_key(self) -> str:
+        return f"workloads?{self.namespace}&{self.queue}&{self.status}"
 
     def _matches(self, row: WorkloadRow) -> bool:
         return (
