@@ -159,3 +159,24 @@ async def test_browsers_on_the_overview_share_one_render() -> None:
     model.set_queues([cluster_queue("a", pending=3), cluster_queue("b")], [])
     fresh = await second.current()
     assert ">3<" in fresh.regions["cq-a"] and fresh.regions["cq-b"] is row_b
+
+
+class _CountingQueries:
+    """Stands in for the bus: counts admission's pending queries."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def ask(self, service: str, verb: str, request: dict[str, object]) -> dict[str, object]:
+        self.asked += 1
+        await asyncio.sleep(0.05)
+        return {"items": [{"name": "a"}], "next": None}
+
+
+async def test_pending_is_asked_once_a_second_whatever_the_browsers() -> None:
+    """Fifty pages on one ClusterQueue, refreshing at once and again: admission is asked once."""
+    queries = _CountingQueries()
+    cache = PendingCache(queries)  # type: ignore[arg-type]
+    answers = await asyncio.gather(*(cache.get("cq") for _ in range(50)))
+    answers += await asyncio.gather(*(cache.get("cq") for _ in range(50)))
+    assert queries.asked == 1 and all(answer == [{"name": "a"}] for answer in answers)
