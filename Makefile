@@ -3,7 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: install up test lint typecheck check bench-admission bench-victims bench-ageing \
-	bench-kueue-baseline bench-kueue-large bench-kueue-yielding bench-kueue-deadlines clean
+	bench-kueue-baseline bench-kueue-large bench-kueue-yielding bench-kueue-deadlines \
+	bench-console-paint console clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -46,6 +47,12 @@ bench-kueue-yielding: install   ## baseline without preemption, borrowing yields
 bench-kueue-deadlines: install  ## the same, ordered by deadline: the per-class goals as wait targets
 	$(PY) bench/kueue_scheduler.py --config baseline --no-preemption --borrowing-yields \
 		--strict-fifo --wait-targets 200=2s,100=21s,25s
+
+bench-console-paint: install  ## the web console's first paint with 10,000 workloads in 100 ClusterQueues
+	$(PY) bench/console_paint.py
+
+console: install        ## the web console (docs/console.md) for the stack BERTH_NATS_URL names
+	$(PY) -m berth_console
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info
