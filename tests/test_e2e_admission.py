@@ -168,4 +168,4 @@ def test_wait_targets_put_a_job_that_is_due_before_a_higher_priority_one(
     metrics = scrape(stack, "admission")
     # The blocker and low were due at creation: admitted late; high is still queued.
     assert 'berth_admission_late_total{cluster_queue="cq"} 2.0' in metrics
-    assert 'berth_admission_wait_seconds_count{cluster_queue="cq"} 2.0' in metrics
+    assert 'berth_admission_wait_time_seconds_count{cluster_queue="cq"} 2.0' in metrics

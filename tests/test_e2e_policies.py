@@ -38,7 +38,7 @@ def test_every_service_serves_probes_and_metrics(stack: Stack) -> None:
             text = response.read().decode()
         assert "process_cpu_seconds_total" in text
     with urllib.request.urlopen(f"http://127.0.0.1:{ports['admission']}/metrics") as response:
-        assert "berth_admission_pass_seconds" in response.read().decode()
+        assert "berth_admission_attempt_duration_seconds" in response.read().decode()
 
 
 def test_hold_and_drain_evicts_and_holds(stack: Stack, tmp_path: Path) -> None:

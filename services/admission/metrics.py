@@ -1,26 +1,187 @@
-"""Admission's Prometheus metrics."""
+"""Admission's Prometheus metrics: Kueue's, under Berth's prefix, then Berth's own.
+
+Kueue's names and labels after the prefix (``kueue_admitted_workloads_total`` is
+``berth_admitted_workloads_total{cluster_queue}``), so a Kueue dashboard needs only its
+prefix changed. The queue gauges are read from the scheduler when Prometheus scrapes
+(shared/metrics.py), and only from the replica that decides: a standby's copy of the same
+state would double every sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
 
+from services.admission.model import QueueStats
+from shared.config import ClusterQueue, LocalQueue
+from shared.metrics import GaugeSpec, Samples, StateGauges
+from shared.quantities import QuantityError, parse_quantity
+
+if TYPE_CHECKING:
+    from services.admission.service import AdmissionService
+
+__all__ = ["QUEUES", "admitted", "attempt", "evicted", "queue_samples"]
+
+# Kueue's buckets (1 s to 10240 s, doubling from 2.5) and sub-second ones before them: a
+# Kueue panel reading a bucket by its `le` finds it.
+WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, *(2.5 * 2**n for n in range(13)))
+_CQ = ["cluster_queue"]
+_LQ = ["name", "namespace"]
+
+# --- Kueue's metrics ---------------------------------------------------------------------------
+
+ADMISSION_ATTEMPTS = Counter(
+    "berth_admission_attempts_total",
+    "Admission attempts (scheduling passes that tried at least one workload), by result:"
+    " success if at least one workload was admitted, else inadmissible.",
+    ["result"],
+)
+ADMISSION_ATTEMPT_DURATION = Histogram(
+    "berth_admission_attempt_duration_seconds",
+    "Duration of an admission attempt (one scheduling pass), by result.",
+    ["result"],
+    buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
+)
+QUOTA_RESERVED = Counter(
+    "berth_quota_reserved_workloads_total", "Workloads that got quota, per ClusterQueue.", _CQ
+)
+QUOTA_RESERVED_WAIT = Histogram(
+    "berth_quota_reserved_wait_time_seconds",
+    "Time from queue time (creation, kept across evictions) to quota reservation.",
+    _CQ,
+    buckets=WAIT_BUCKETS,
+)
 ADMITTED = Counter(
-    "berth_admission_admitted_total", "Workloads admitted (each admission).", ["cluster_queue"]
+    "berth_admitted_workloads_total", "Workloads admitted (each admission), per ClusterQueue.", _CQ
 )
-# Kueue's kueue_admission_wait_time_seconds: from queue time to each admission.
-WAIT_SECONDS = Histogram(
-    "berth_admission_wait_seconds",
-    "Time from queue time (creation, kept across evictions) to admission.",
-    ["cluster_queue"],
-    buckets=(0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0),
+ADMISSION_WAIT = Histogram(
+    "berth_admission_wait_time_seconds",
+    "Time from queue time (creation, kept across evictions) to admission, per ClusterQueue.",
+    _CQ,
+    buckets=WAIT_BUCKETS,
 )
+EVICTED = Counter(
+    "berth_evicted_workloads_total",
+    "Workloads evicted, per ClusterQueue and Kueue's reason (Preempted, ClusterQueueStopped,"
+    " LocalQueueStopped...).",
+    ["cluster_queue", "reason"],
+)
+LQ_QUOTA_RESERVED = Counter(
+    "berth_local_queue_quota_reserved_workloads_total",
+    "Workloads that got quota, per LocalQueue.",
+    _LQ,
+)
+LQ_QUOTA_RESERVED_WAIT = Histogram(
+    "berth_local_queue_quota_reserved_wait_time_seconds",
+    "Time from queue time to quota reservation, per LocalQueue.",
+    _LQ,
+    buckets=WAIT_BUCKETS,
+)
+LQ_ADMITTED = Counter(
+    "berth_local_queue_admitted_workloads_total", "Workloads admitted, per LocalQueue.", _LQ
+)
+LQ_ADMISSION_WAIT = Histogram(
+    "berth_local_queue_admission_wait_time_seconds",
+    "Time from queue time to admission, per LocalQueue.",
+    _LQ,
+    buckets=WAIT_BUCKETS,
+)
+LQ_EVICTED = Counter(
+    "berth_local_queue_evicted_workloads_total",
+    "Workloads evicted, per LocalQueue and reason.",
+    [*_LQ, "reason"],
+)
+
+_RESOURCE = ("cohort", "cluster_queue", "flavor", "resource")
+_LQ_RESOURCE = ("name", "namespace", "flavor", "resource")
+QUEUES = StateGauges(
+    GaugeSpec(
+        "berth_pending_workloads",
+        "Pending workloads per ClusterQueue; status active (in the admission queue) or"
+        " inadmissible (tried and set aside until something that could help changes).",
+        ("cluster_queue", "status"),
+    ),
+    GaugeSpec(
+        "berth_reserving_active_workloads",
+        "Workloads holding quota, per ClusterQueue.",
+        ("cluster_queue",),
+    ),
+    GaugeSpec(
+        "berth_admitted_active_workloads",
+        "Admitted workloads not finished, per ClusterQueue.",
+        ("cluster_queue",),
+    ),
+    GaugeSpec(
+        "berth_cluster_queue_status",
+        "1 for the ClusterQueue's status (pending: it cannot admit, e.g. stopped or a missing"
+        " flavor; active), 0 for the others; terminating is never reported (Berth refuses to"
+        " delete a ClusterQueue that holds quota).",
+        ("cluster_queue", "status"),
+    ),
+    GaugeSpec(
+        "berth_cluster_queue_resource_reservation",
+        "Quota reserved, per flavor and resource (CPU in cores, memory in bytes).",
+        _RESOURCE,
+    ),
+    GaugeSpec(
+        "berth_cluster_queue_resource_usage",
+        "Quota used by admitted workloads, per flavor and resource (as reservation: Berth"
+        " has no admission checks).",
+        _RESOURCE,
+    ),
+    GaugeSpec(
+        "berth_cluster_queue_nominal_quota", "Nominal quota, per flavor and resource.", _RESOURCE
+    ),
+    GaugeSpec(
+        "berth_cluster_queue_borrowing_limit",
+        "Borrowing limit, per flavor and resource (absent: no limit).",
+        _RESOURCE,
+    ),
+    GaugeSpec(
+        "berth_cluster_queue_lending_limit",
+        "Lending limit, per flavor and resource (absent: no limit).",
+        _RESOURCE,
+    ),
+    GaugeSpec(
+        "berth_local_queue_pending_workloads",
+        "Pending workloads per LocalQueue; status active or inadmissible.",
+        ("name", "namespace", "status"),
+    ),
+    GaugeSpec(
+        "berth_local_queue_reserving_active_workloads",
+        "Workloads holding quota, per LocalQueue.",
+        ("name", "namespace"),
+    ),
+    GaugeSpec(
+        "berth_local_queue_admitted_active_workloads",
+        "Admitted workloads not finished, per LocalQueue.",
+        ("name", "namespace"),
+    ),
+    GaugeSpec(
+        "berth_local_queue_status",
+        "1 for the LocalQueue's Active condition (True, False), 0 for the other.",
+        ("name", "namespace", "active"),
+    ),
+    GaugeSpec(
+        "berth_local_queue_resource_reservation",
+        "Quota reserved by the LocalQueue's workloads, per flavor and resource.",
+        _LQ_RESOURCE,
+    ),
+    GaugeSpec(
+        "berth_local_queue_resource_usage",
+        "Quota used by the LocalQueue's admitted workloads, per flavor and resource.",
+        _LQ_RESOURCE,
+    ),
+)
+
+# --- Berth's own ------------------------------------------------------------------------------
+
 LATE = Counter(
     "berth_admission_late_total",
     "Admissions after the workload's deadline (Configuration.spec.admission.waitTargets).",
-    ["cluster_queue"],
-)
-PASS_SECONDS = Histogram(
-    "berth_admission_pass_seconds",
-    "Duration of one scheduling pass.",
-    buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
+    _CQ,
 )
 # Facts refused before they reach the quota books (services/admission/validation.py).
 REFUSED_FACTS = Counter(
@@ -28,3 +189,135 @@ REFUSED_FACTS = Counter(
     "Workload facts refused as malformed (never folded into quota), by reason.",
     ["reason"],
 )
+
+
+def attempt(*, admitted_any: bool, seconds: float) -> None:
+    """A scheduling pass that tried at least one workload is one of Kueue's admission
+    attempts: ``success`` if it admitted one, else ``inadmissible``."""
+    result = "success" if admitted_any else "inadmissible"
+    ADMISSION_ATTEMPTS.labels(result=result).inc()
+    ADMISSION_ATTEMPT_DURATION.labels(result=result).observe(seconds)
+
+
+def admitted(
+    *, cluster_queue: str, namespace: str, local_queue: str, waited: float, late: bool
+) -> None:
+    """One admission is a quota reservation and an admission at once (Berth has no
+    admission checks), counted per ClusterQueue and LocalQueue with its wait from queue
+    time; ``late`` past its wait target."""
+    lq = {"name": local_queue, "namespace": namespace}
+    for counter, labels in (
+        (QUOTA_RESERVED, {"cluster_queue": cluster_queue}),
+        (ADMITTED, {"cluster_queue": cluster_queue}),
+        (LQ_QUOTA_RESERVED, lq),
+        (LQ_ADMITTED, lq),
+    ):
+        counter.labels(**labels).inc()
+    QUOTA_RESERVED_WAIT.labels(cluster_queue=cluster_queue).observe(waited)
+    ADMISSION_WAIT.labels(cluster_queue=cluster_queue).observe(waited)
+    LQ_QUOTA_RESERVED_WAIT.labels(**lq).observe(waited)
+    LQ_ADMISSION_WAIT.labels(**lq).observe(waited)
+    if late:
+        LATE.labels(cluster_queue=cluster_queue).inc()
+
+
+def evicted(*, cluster_queue: str, namespace: str, local_queue: str, reason: str) -> None:
+    """An eviction that freed quota (the watcher's WorkloadEvicted of a current admission),
+    per ClusterQueue and LocalQueue, with Kueue's reason."""
+    EVICTED.labels(cluster_queue=cluster_queue, reason=reason).inc()
+    LQ_EVICTED.labels(name=local_queue, namespace=namespace, reason=reason).inc()
+
+
+def _base_units(milli: int) -> float:
+    return milli / 1000.0  # CPU in cores, memory in bytes: what Kueue reports
+
+
+def _quota(value: str | int | float | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return _base_units(parse_quantity(value))
+    except QuantityError:
+        return None  # config validation refused it already; nothing to report
+
+
+def queue_samples(
+    stats: QueueStats, cluster_queues: Iterable[ClusterQueue], local_queues: Iterable[LocalQueue]
+) -> Samples:
+    """Every queue gauge's samples from the scheduler's stats and the queues' config."""
+    samples: dict[str, list[tuple[tuple[str, ...], float]]] = {
+        spec.name: [] for spec in QUEUES.specs
+    }
+
+    def add(name: str, labels: tuple[str, ...], value: float | None) -> None:
+        if value is not None:
+            samples[name].append((labels, value))
+
+    for queue in cluster_queues:
+        name = queue.metadata.name
+        cohort = queue.cohort_name
+        active, inadmissible = stats.pending.get(name, (0, 0))
+        add("berth_pending_workloads", (name, "active"), active)
+        add("berth_pending_workloads", (name, "inadmissible"), inadmissible)
+        reserving = stats.reserving.get(name, 0)
+        add("berth_reserving_active_workloads", (name,), reserving)
+        add("berth_admitted_active_workloads", (name,), reserving)
+        is_active = stats.active.get(name, False)
+        for status in ("pending", "active", "terminating"):
+            add(
+                "berth_cluster_queue_status",
+                (name, status),
+                float(status == ("active" if is_active else "pending")),
+            )
+        usage = stats.usage.get(name, {})
+        for group in queue.spec.resource_groups:
+            for flavor in group.flavors:
+                for quota in flavor.resources:
+                    labels = (cohort, name, flavor.name, quota.name)
+                    used = _base_units(usage.get((flavor.name, quota.name), 0))
+                    add("berth_cluster_queue_resource_reservation", labels, used)
+                    add("berth_cluster_queue_resource_usage", labels, used)
+                    add("berth_cluster_queue_nominal_quota", labels, _quota(quota.nominal_quota))
+                    add(
+                        "berth_cluster_queue_borrowing_limit", labels, _quota(quota.borrowing_limit)
+                    )
+                    add("berth_cluster_queue_lending_limit", labels, _quota(quota.lending_limit))
+    for local in local_queues:
+        key = (local.metadata.namespace or "default", local.metadata.name)
+        lq = (key[1], key[0])  # Kueue's label order: name, namespace
+        active, inadmissible = stats.lq_pending.get(key, (0, 0))
+        add("berth_local_queue_pending_workloads", (*lq, "active"), active)
+        add("berth_local_queue_pending_workloads", (*lq, "inadmissible"), inadmissible)
+        reserving = stats.lq_reserving.get(key, 0)
+        add("berth_local_queue_reserving_active_workloads", lq, reserving)
+        add("berth_local_queue_admitted_active_workloads", lq, reserving)
+        can_submit = local.spec.stop_policy == "None" and stats.active.get(
+            local.spec.cluster_queue, False
+        )
+        for status in ("True", "False"):
+            add("berth_local_queue_status", (*lq, status), float(status == str(can_submit)))
+        for (flavor_name, resource), milli in sorted(stats.lq_usage.get(key, {}).items()):
+            add(
+                "berth_local_queue_resource_reservation",
+                (*lq, flavor_name, resource),
+                _base_units(milli),
+            )
+            add(
+                "berth_local_queue_resource_usage", (*lq, flavor_name, resource), _base_units(milli)
+            )
+    return samples
+
+
+def watch_queues(service: AdmissionService) -> None:
+    """Serve the queue gauges from this service's state while it decides."""
+
+    def read() -> Samples:
+        if not service.deciding:
+            return {}
+        return queue_samples(
+            service.scheduler.queue_stats(),
+            service.config.of_kind(ClusterQueue),
+            service.config.of_kind(LocalQueue),
+        )
+
+    QUEUES.read = read

@@ -6,8 +6,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from shared.events import FlavorAssignment, PodSet, WorkloadRef
+from shared.quota import FlavorResource
 
-__all__ = ["Admission", "Decision", "Inadmissible", "QueuedWorkload", "WorkloadView"]
+__all__ = [
+    "Admission",
+    "Decision",
+    "Inadmissible",
+    "QueueStats",
+    "QueuedWorkload",
+    "WorkloadView",
+]
 
 
 @dataclass(slots=True)
@@ -77,3 +85,24 @@ class WorkloadView:
     position_in_local_queue: int | None = None
     generation: int = 0  # how many times it has been admitted
     due: float | None = None  # queued under wait targets: when it is due (epoch seconds)
+
+
+LocalQueueKey = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """What the metrics show of the queues, per ClusterQueue and per LocalQueue.
+
+    Pending workloads are (active, inadmissible) as Kueue counts them: inadmissible ones
+    were tried and set aside until something changes (or their ClusterQueue is inactive).
+    Usage is in milli-units per (flavor, resource); reserving counts admitted workloads.
+    """
+
+    pending: dict[str, tuple[int, int]]
+    reserving: dict[str, int]
+    usage: dict[str, dict[FlavorResource, int]]
+    active: dict[str, bool]  # configured ClusterQueue -> can it admit
+    lq_pending: dict[LocalQueueKey, tuple[int, int]]
+    lq_reserving: dict[LocalQueueKey, int]
+    lq_usage: dict[LocalQueueKey, dict[FlavorResource, int]]

@@ -195,6 +195,16 @@ class ClusterQueueQueue:
         if group is not None and not group:
             del self.parked[shape]
 
+    def parked_records(self) -> list[Record]:
+        """The records set aside now, each once (a stale entry is skipped): O(parked)."""
+        found: dict[str, Record] = {}
+        for group in self.parked.values():
+            for key in group:
+                record = self.records.get(key[_UID])
+                if record is not None and record.parked and record.key is key:
+                    found[key[_UID]] = record
+        return list(found.values())
+
     def pending(self) -> list[Record]:
         """Every queued record, in order (for visibility; O(n log n))."""
         seen: set[str] = set()

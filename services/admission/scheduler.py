@@ -31,6 +31,7 @@ from services.admission.model import (
     Decision,
     Inadmissible,
     QueuedWorkload,
+    QueueStats,
     WorkloadView,
 )
 from services.admission.priorities import PriorityTable, UnknownPriorityClass
@@ -695,6 +696,30 @@ class Scheduler:
             "flavorsUsage": flavors,
             "conditions": [condition],
         }
+
+    def queue_stats(self) -> QueueStats:
+        """Counts and usage per queue for the metrics; O(parked workloads), not O(all)."""
+        pending: dict[str, tuple[int, int]] = {}
+        lq_inadmissible: dict[tuple[str, str], int] = {}
+        for name, queue in self._queues.items():
+            # An inactive ClusterQueue admits nothing: all its workloads are inadmissible.
+            aside = queue.pending() if name in self._inactive else queue.parked_records()
+            pending[name] = (queue.size - len(aside), len(aside))
+            for record in aside:
+                lq = (record.wl.ref.namespace, record.lq_name)
+                lq_inadmissible[lq] = lq_inadmissible.get(lq, 0) + 1
+        return QueueStats(
+            pending=pending,
+            reserving=dict(self._cq_admitted),
+            usage={name: dict(usage) for name, usage in self._cq_usage.items()},
+            active={name: name not in self._inactive for name in self._cqs},
+            lq_pending={
+                lq: (count - lq_inadmissible.get(lq, 0), lq_inadmissible.get(lq, 0))
+                for lq, count in self._lq_pending.items()
+            },
+            lq_reserving=dict(self._lq_admitted),
+            lq_usage={lq: dict(usage) for lq, usage in self._lq_usage.items()},
+        )
 
     def _due(self, record: Record) -> float | None:
         """A queued workload's deadline, if wait targets give it one."""

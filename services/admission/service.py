@@ -43,6 +43,7 @@ from shared.events import (
     WorkloadSubmitted,
 )
 from shared.logging import get_logger
+from shared.metrics import sample_consumer_lag
 from shared.service import Runtime
 
 __all__ = ["AdmissionService"]
@@ -78,6 +79,9 @@ class AdmissionService:
         replayed = await self.bus.replay_to_end(subscription, self._apply)
         log.info("state_rebuilt", events=replayed, seconds=round(time.monotonic() - started, 3))
         api = await serve_api(self)
+        metrics.watch_queues(self)
+        lag = sample_consumer_lag(self.runtime, consumer="admission", subscription=subscription)
+        self.runtime.spawn(lag, name="admission.lag")
         self.runtime.set_ready()  # a warm standby is ready too: it can take over at once
         try:
             await self._live(subscription)
@@ -156,6 +160,13 @@ class AdmissionService:
                         and record.admission.generation == event.generation
                     ):
                         self.scheduler.evict(ref)
+                        if self.deciding:  # counted once, by the leader, never in a replay
+                            metrics.evicted(
+                                cluster_queue=record.admission.cluster_queue,
+                                namespace=ref.namespace,
+                                local_queue=record.admission.local_queue,
+                                reason=event.reason,
+                            )
                         record.on_evicted(event)
                 case EvictionRequested():
                     if record is not None:
@@ -239,8 +250,13 @@ class AdmissionService:
             self.scheduler.set_config(self.config.values())
             drains = self._drain()
         started = time.perf_counter()
+        tried = self.scheduler.decisions
         decisions = self.scheduler.schedule()
-        metrics.PASS_SECONDS.observe(time.perf_counter() - started)
+        if self.scheduler.decisions > tried:  # a pass that tried a workload: an attempt
+            metrics.attempt(
+                admitted_any=any(isinstance(d, Admission) for d in decisions),
+                seconds=time.perf_counter() - started,
+            )
         # A nomination ends with its evictions: a preemptor that still does not fit must not
         # hold its ClusterQueue (preemption looks at it again).
         for preemptor in self.released:
@@ -271,10 +287,13 @@ class AdmissionService:
                     record.on_admitted(event)
                 waited = max(0.0, wall - decision.queue_time)
                 late = None if decision.due is None else max(0.0, wall - decision.due)
-                metrics.ADMITTED.labels(cluster_queue=decision.cluster_queue).inc()
-                metrics.WAIT_SECONDS.labels(cluster_queue=decision.cluster_queue).observe(waited)
-                if late:
-                    metrics.LATE.labels(cluster_queue=decision.cluster_queue).inc()
+                metrics.admitted(
+                    cluster_queue=decision.cluster_queue,
+                    namespace=decision.ref.namespace,
+                    local_queue=decision.local_queue,
+                    waited=waited,
+                    late=bool(late),
+                )
                 log.info(
                     "admitted",
                     workload=decision.ref.key,

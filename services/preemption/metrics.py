@@ -1,9 +1,13 @@
-"""The preemption service's Prometheus metrics."""
+"""The preemption service's Prometheus metrics: Kueue's under Berth's prefix, then its own."""
 
 from prometheus_client import Counter, Histogram
 
+# Kueue's kueue_preempted_workloads_total, same labels and reasons.
 PREEMPTED = Counter(
-    "berth_preemption_victims_total", "Workloads chosen as victims, by Kueue's reason.", ["reason"]
+    "berth_preempted_workloads_total",
+    "Workloads preempted, per the preemptor's ClusterQueue and Kueue's reason (InClusterQueue,"
+    " InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing).",
+    ["preempting_cluster_queue", "reason"],
 )
 SEARCH_SECONDS = Histogram(
     "berth_preemption_search_seconds",

@@ -35,6 +35,7 @@ from shared.events import (
     WorkloadPending,
 )
 from shared.logging import get_logger
+from shared.metrics import sample_consumer_lag
 from shared.service import Runtime
 
 __all__ = ["PreemptionService"]
@@ -67,6 +68,8 @@ class PreemptionService:
         self.config.take_change()
         self.cluster.set_config(self.config.values())
         subscription = await self.bus.replay_subscription(STATE_SUBJECTS)
+        lag = sample_consumer_lag(self.runtime, consumer="preemption", subscription=subscription)
+        self.runtime.spawn(lag, name="preemption.lag")
         await self.bus.replay_to_end(subscription, lambda events: self._fold(events, live=False))
         self.runtime.set_ready()  # a warm standby is ready too: it can take over at once
         fence = self.bus.fence(subscription)
@@ -227,7 +230,9 @@ class PreemptionService:
             )
             self.cluster.apply(event)  # in memory now, so nothing else counts on this room
             events.append(event)
-            metrics.PREEMPTED.labels(reason=victim.reason).inc()
+            metrics.PREEMPTED.labels(
+                preempting_cluster_queue=pending.cluster_queue, reason=victim.reason
+            ).inc()
             log.info(
                 "preempting",
                 workload=workload.ref.key,

@@ -24,7 +24,7 @@ import nats.js.errors
 from nats.aio.subscription import Subscription
 from nats.js.kv import KeyValue
 
-from services.recovery import lifecycle
+from services.recovery import lifecycle, metrics
 from services.recovery.ageing import boost_at
 from shared.bus import API_SUBJECT, JOBS_BUCKET
 from shared.config import ClusterQueuePolicy, ageing_for
@@ -48,6 +48,7 @@ from shared.jobs import (
     load_jobs,
 )
 from shared.logging import get_logger
+from shared.metrics import sample_consumer_lag
 from shared.service import Runtime
 
 __all__ = ["LaunchRequest", "RecoveryService"]
@@ -96,6 +97,9 @@ class RecoveryService:
         )
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")
+        lag = sample_consumer_lag(self.runtime, consumer="recovery")  # its durable consumer
+        self.runtime.spawn(lag, name="recovery.lag")
+        metrics.JOBS.read = lambda: metrics.job_samples(self.jobs.values())
         self.runtime.set_ready()
         try:
             await self.bus.consume(subscription, self._on_events, stopping=self.runtime.stopping)
@@ -161,7 +165,9 @@ class RecoveryService:
                 if job_id is None:
                     continue
                 job = self.jobs[job_id]
+                before, recoveries = job.status, job.recoveries
                 published = lifecycle.advance_safely(job, event, now)
+                metrics.transition(job, before=before, recoveries_before=recoveries, now=now)
                 if job.status == JobStatus.FAILED_CONTROLLER:
                     log.error("job_failed_controller", job=job.id, reason=job.message)
                 changed[job.id] = job
@@ -212,6 +218,7 @@ class RecoveryService:
             if (boost, reserved) == (job.boost, job.reserved):
                 continue
             job.boost, job.reserved = boost, reserved
+            metrics.boosted(cluster_queue=job.cluster_queue, reserved=reserved)
             changed.append(job)
             outgoing.append(
                 PriorityBoosted(

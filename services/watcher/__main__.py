@@ -6,10 +6,13 @@ import os
 
 from services.watcher.backend import Backend
 from services.watcher.local_backend import LocalBackend, stop_grace_from_env
+from shared.metrics import sample_consumer_lag
 from shared.service import Runtime, run_service
 
 
 async def main(runtime: Runtime) -> None:
+    # The durable consumer `watcher`, whichever backend and replica reads it.
+    runtime.spawn(sample_consumer_lag(runtime, consumer="watcher"), name="watcher.lag")
     backend_name = os.environ.get("BERTH_WATCHER_BACKEND", "local")
     if backend_name == "kubernetes":
         # Imported here: the local backend must not need a kubeconfig to start.
