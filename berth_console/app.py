@@ -12,7 +12,7 @@ import hmac
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
 
@@ -157,7 +157,8 @@ def _refusal(request: web.Request, token: str) -> str | None:
     if not configured:
         return "This console is read-only: it was started without BERTH_CONSOLE_TOKEN."
     origin = request.headers.get("Origin")
-    if origin is not None and origin != f"{request.scheme}://{request.host}":
+    # The host only: behind a TLS proxy the browser's scheme is not the one seen here.
+    if origin is not None and urlsplit(origin).netloc != request.host:
         return "An action must come from the console's own pages."
     header = request.headers.get("Authorization", "")
     given = token or header.removeprefix("Bearer ").strip()

@@ -63,11 +63,15 @@ class BusFeed:
                 group.create_task(self._retrying(name, loop), name=f"console.{name}")
 
     async def _retrying(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        # A console keeps serving what it has while one of its readings fails: the pages say
+        # what is stale (admission's answer, the reading of the stream), the loop tries again.
         while not self.stopping.is_set():
             try:
                 await loop()
             except (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError) as error:
                 log.warning("feed_retry", loop=name, error=repr(error))
+            except Exception:
+                log.exception("feed_failed", loop=name)
             await self._pause(RETRY_S)
 
     async def _pause(self, seconds: float) -> None:

@@ -9,6 +9,7 @@ the bus. Nothing is left running.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import signal
 import sys
 
@@ -72,6 +73,11 @@ async def run_console(settings: Settings) -> int:
         host, port = runner.addresses[0][:2]
         url = f"http://{host}:{port}/"
         log.info("listening", url=url, nats=settings.nats_url, actions=settings.token is not None)
+        if settings.token is not None and not _loopback(settings.host):
+            log.warning(
+                "token_over_plain_http",
+                detail="the operator token crosses the network in clear: put a TLS proxy in front",
+            )
         print(f"Berth console: {url}", flush=True)
         feeding = asyncio.create_task(feed.run(), name="console.feed")
         stopped = asyncio.create_task(stopping.wait(), name="console.stopping")
@@ -92,6 +98,13 @@ async def run_console(settings: Settings) -> int:
         await runner.cleanup()
         await bus.close()
         log.info("stopped")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 async def _ended(task: asyncio.Task[None]) -> None:
