@@ -46,6 +46,7 @@ class BusFeed:
         self._queues_stale = asyncio.Event()
         self._catch_up_to = 0
         self._started = 0.0
+        self._waiting_logged = False
 
     def stop(self) -> None:
         self.stopping.set()
@@ -84,7 +85,9 @@ class BusFeed:
         try:
             last = (await self.bus.js.stream_info(STREAM)).state.last_seq
         except nats.js.errors.NotFoundError:
-            log.info("waiting_for_stream", stream=STREAM)  # the services create it
+            if not self._waiting_logged:  # the services create it; said once, not each second
+                log.info("waiting_for_stream", stream=STREAM)
+                self._waiting_logged = True
             return
         self._catch_up_to = last
         self._started = time.monotonic()
