@@ -2,14 +2,13 @@
 
 Every quantity is held as an ``int`` of *milli-units* ("500m" -> 500, "2" -> 2000,
 "1Ki" -> 1_024_000). Admission only ever adds, subtracts and compares these integers, so no
-float can decide anything. Parsing goes through ``Decimal`` to keep "1.5Gi" or "1e3" exact;
+float can decide anything. Parsing is integer arithmetic, so "1.5Gi" or "1e3" stay exact;
 a value finer than a milli-unit is rounded up, as Kubernetes' ``MilliValue`` does.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import ROUND_CEILING, Context, Decimal, localcontext
 
 __all__ = ["QuantityError", "format_quantity", "parse_quantity"]
 
@@ -19,33 +18,22 @@ class QuantityError(ValueError):
 
 
 _BINARY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60}
-_DECIMAL = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
+# decimal suffix -> power of ten
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 # Kubernetes' grammar: sign, digits with an optional fraction, then a binary suffix, a decimal
 # suffix, or a decimal exponent ("1e3", "1E-2").
 _QUANTITY = re.compile(
-    r"(?P<number>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))"
+    r"(?P<sign>[+-]?)(?P<digits>[0-9]+\.?[0-9]*|\.[0-9]+)"
     r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
 )
 
 
 # Kubernetes keeps a quantity's milli-value in an int64. Text longer than any such value
 # needs, and exponents beyond it, are refused before any arithmetic ("1e999999999" must not
-# make Decimal overflow); the arithmetic runs with enough digits to stay exact.
+# make a billion-digit integer).
 MAX_MILLI = 2**63 - 1
 MAX_QUANTITY_TEXT = 64
 _MAX_EXPONENT = 40
-_EXACT = Context(prec=2 * MAX_QUANTITY_TEXT + _MAX_EXPONENT)
 
 
 def parse_quantity(value: str | int | float) -> int:
@@ -66,24 +54,25 @@ def parse_quantity(value: str | int | float) -> int:
     match = _QUANTITY.fullmatch(text)
     if match is None:
         raise QuantityError(f"invalid quantity {_show(value)}")
-    number = Decimal(match["number"])
-    if number < 0:
+    sign: str = match["sign"]
+    whole, _, fraction = str(match["digits"]).partition(".")
+    mantissa = int(whole + fraction or "0")  # the number is mantissa * 10^-len(fraction)
+    if sign == "-" and mantissa:
         raise QuantityError(f"quantity {_show(value)} is negative")
     suffix = match["suffix"] or ""
-    with localcontext(_EXACT):
-        if suffix in _BINARY:
-            scaled = number * _BINARY[suffix]
-        elif suffix in _DECIMAL:
-            scaled = number * _DECIMAL[suffix]
-        else:
-            exponent = int(suffix[1:])
-            if number == 0 or exponent < -_MAX_EXPONENT:
-                scaled = number.scaleb(-_MAX_EXPONENT)  # 0, or a sliver that rounds up to 1m
-            elif exponent > _MAX_EXPONENT:
-                raise QuantityError(f"quantity {_show(value)} is too large")
-            else:
-                scaled = number.scaleb(exponent)
-        milli = int((scaled * 1000).to_integral_value(rounding=ROUND_CEILING))
+    factor, exponent = 1, 3 - len(fraction)  # milli-units = mantissa * factor * 10^exponent
+    if suffix in _BINARY:
+        factor = _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        exponent += _DECIMAL[suffix]
+    elif mantissa:
+        given = int(suffix[1:])
+        if given > _MAX_EXPONENT:
+            raise QuantityError(f"quantity {_show(value)} is too large")
+        exponent += max(given, -_MAX_EXPONENT)  # below that, a sliver: it rounds up to 1m
+    scaled = mantissa * factor
+    # Exact integers throughout; a value finer than a milli-unit rounds up (MilliValue).
+    milli = scaled * 10**exponent if exponent >= 0 else -(-scaled // 10**-exponent)
     return _bounded(milli, value)
 
 
