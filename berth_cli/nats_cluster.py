@@ -14,11 +14,11 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import nats.errors
-from nats.js import api
+from nats.js import JetStreamContext, api
 
 from shared.auth import ClientAuth
 from shared.bus import Bus, BusError
@@ -105,10 +105,11 @@ def nats_nodes(
 
 
 def wait_for_jetstream(url: str, auth: ClientAuth, *, replicas: int, timeout: float) -> None:
-    """Wait until the cluster can place a stream on ``replicas`` servers: a meta leader is
-    elected and knows its peers. Before that, a service creating the event stream at start-up
-    fails ("no suitable peers for placement"). Checked by making and deleting a small
-    in-memory stream with that many replicas."""
+    """Wait until the cluster can place a stream on ``replicas`` servers (a meta leader is
+    elected and knows its peers) and every server answers JetStream requests (knows that
+    leader). Before that, a service creating its streams at start-up fails ("no suitable
+    peers for placement") or waits out a request nobody answers. Placement is checked by
+    making and deleting a small in-memory stream with that many replicas."""
     asyncio.run(_wait_for_jetstream(url, auth, replicas=replicas, within_s=timeout))
 
 
@@ -119,23 +120,39 @@ async def _wait_for_jetstream(
     url: str, auth: ClientAuth, *, replicas: int, within_s: float
 ) -> None:
     deadline = time.monotonic() + within_s
-    bus = await Bus.connect(url, source="admin", auth=auth, connect_timeout=within_s)
-    # Short requests: one sent before the meta leader is known gets no answer at all.
-    js = bus.nc.jetstream(timeout=0.5)
     probe = api.StreamConfig(
         name=PLACEMENT_PROBE, storage=api.StorageType.MEMORY, num_replicas=replicas
     )
+    await _until(url, auth, deadline, lambda js: _placed(js, probe))
+    for server in url.split(","):  # each server on its own: each must know the leader
+        await _until(server, auth, deadline, lambda js: js.account_info())
+
+
+async def _placed(js: JetStreamContext, probe: api.StreamConfig) -> None:
+    await js.add_stream(probe)
+    await js.delete_stream(PLACEMENT_PROBE)
+
+
+async def _until(
+    url: str,
+    auth: ClientAuth,
+    deadline: float,
+    check: Callable[[JetStreamContext], Awaitable[object]],
+) -> None:
+    """Retry ``check`` on a connection to ``url`` until it passes or ``deadline`` passes."""
+    bus = await Bus.connect(
+        url, source="admin", auth=auth, connect_timeout=max(deadline - time.monotonic(), 1.0)
+    )
+    # Short requests: one sent before the meta leader is known gets no answer at all.
+    js = bus.nc.jetstream(timeout=0.5)
     try:
         while True:
             try:
-                await js.add_stream(probe)
-                await js.delete_stream(PLACEMENT_PROBE)
+                await check(js)
                 return
             except (nats.errors.Error, TimeoutError) as error:
                 if time.monotonic() > deadline:
-                    raise BusError(
-                        f"JetStream cannot place {replicas} replicas after {within_s:.0f}s: {error}"
-                    ) from error
+                    raise BusError(f"JetStream not ready at {url}: {error!r}") from error
                 await asyncio.sleep(0.1)
     finally:
         await bus.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -114,8 +115,7 @@ class Stack:
 
     def start_nats(self) -> None:
         """Make the data dir (0700) and the credentials on first use, then start NATS."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.data_dir.chmod(0o700)  # seeds, logs and the event store are the user's alone
+        _make_private_dir(self.data_dir)  # seeds, logs and the event store are the user's alone
         (self.data_dir / "logs").mkdir(exist_ok=True)
         (self.data_dir / "logs").chmod(0o700)
         self.credentials.ensure()
@@ -282,6 +282,16 @@ class Stack:
             pid = service.process.pid if service.process else ""
             table.add_row(service.name, str(pid), service.url, str(service.log_path))
         console.print(table)
+
+
+def _make_private_dir(path: Path) -> None:
+    """Make ``path`` (0700), or make it private; a shared directory (/tmp: sticky bit, or
+    another user's) is refused rather than closed to everyone else."""
+    path.mkdir(parents=True, exist_ok=True)
+    status = path.stat()
+    if status.st_mode & stat.S_ISVTX or status.st_uid != os.getuid():
+        raise RuntimeError(f"{path} is a shared directory; give --data-dir a directory of your own")
+    path.chmod(0o700)
 
 
 def _open_private_log(path: Path) -> IO[bytes]:

@@ -97,6 +97,25 @@ def test_credentials_are_made_private(secured: LiveStack) -> None:
         assert not any(seed in text for seed in seeds)
 
 
+def test_a_shared_data_dir_is_refused(tmp_path: Path) -> None:
+    """`berth up --data-dir /tmp` must not make /tmp private to one user: it says why, starts
+    nothing, and leaves the directory as it was."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    result = subprocess.run(
+        [sys.executable, "-m", "berth_cli", "up", "--data-dir", str(shared), "--nats-port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    assert result.returncode == 1
+    assert "is a shared directory" in result.stdout
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert not (shared / "creds").exists()
+
+
 def test_services_sign_in_as_themselves(secured: LiveStack) -> None:
     """Each service process got its own seed, whatever BERTH_CREDS `berth up` was given."""
     for service in SERVICES:
