@@ -166,7 +166,8 @@ class Lease:
         """Look at the key once and take the lease if :meth:`may_take` allows; True if this
         replica now holds it (with ``term``), False if another does or won the race."""
         try:
-            entry = await self.kv.get(self.role)
+            # Bounded (not the client's 5 s): a look stuck in an outage would delay a takeover.
+            entry = await asyncio.wait_for(self.kv.get(self.role), self.settings.renew_every)
         except nats.js.errors.KeyNotFoundError:  # never held (or deleted): create it
             return await self._write(term=self.floor + 1, last=None)
         assert entry.revision is not None
@@ -180,11 +181,14 @@ class Lease:
         moment = rfc3339()
         value = msgspec.json.encode(LeaseRecord(self.replica, term, moment, moment))
         sent = self.clock()
+        writing = (
+            self.kv.create(self.role, value)
+            if last is None
+            else self.kv.update(self.role, value, last=last)
+        )
         try:
-            if last is None:
-                revision = await self.kv.create(self.role, value)
-            else:
-                revision = await self.kv.update(self.role, value, last=last)
+            # A write that times out may have landed: the next look finds our own id on it.
+            revision = await asyncio.wait_for(writing, self.settings.renew_every)
         except nats.js.errors.KeyWrongLastSequenceError:
             return False  # another replica wrote first: it holds the lease
         self.held, self.term, self.revision = True, term, revision
@@ -194,7 +198,8 @@ class Lease:
 
     async def campaign(self, stop: asyncio.Event) -> bool:
         """Look at the lease every ``poll_every`` until this replica takes it (True) or
-        ``stop`` is set (False). An unreachable bus is waited out."""
+        ``stop`` is set (False). An unreachable bus is waited out, and restarts the count of
+        a lapse."""
         unreachable = False
         while not stop.is_set():
             try:
@@ -205,6 +210,9 @@ class Lease:
                 if not unreachable:
                     log.warning("lease_unreachable", role=self.role, error=repr(error))
                 unreachable = True
+                # A lapse counts only time this observer could see the key: after an outage
+                # it waits a whole duration again (the holder was likely cut off too).
+                self._seen = None
             if await _stopped(stop, self.settings.poll_every):
                 return False
         return False

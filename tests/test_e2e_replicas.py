@@ -119,16 +119,21 @@ def leader(url: str, role: str, *, not_pid: int = 0) -> dict[str, Any]:
     return found
 
 
-def warm_standby(url: str, role: str, replica: str) -> dict[str, Any]:
-    def ready() -> dict[str, Any] | None:
-        for member in members(url, role):
-            if member["replica"] == replica and member["health"] == "ready":
-                assert not member["active"], member
-                return member
-        return None
-
-    found: dict[str, Any] = eventually(ready, timeout=30)
-    return found
+def lead_with(url: str, role: str, replica: str) -> tuple[dict[str, Any], str]:
+    """Make ``replica`` (one of ours, which nobody restarts) the leader, with `berth up`'s
+    replica as its warm standby: if `berth up`'s leads, a SIGTERM hands over. Returns the
+    leader and the handover time (from the signal to the successor's marker), if any."""
+    eventually(functools.partial(_both_ready, url, role), timeout=30)
+    current = leader(url, role)
+    if current["replica"] == replica:
+        return current, "(none needed)"
+    stopped_at = time.time()
+    os.kill(current["pid"], signal.SIGTERM)
+    successor = leader(url, role, not_pid=current["pid"])
+    assert successor["replica"] == replica and successor["term"] == current["term"] + 1
+    seconds = _marker_seconds(url, role, term=successor["term"], killed_at=stopped_at)
+    eventually(functools.partial(_both_ready, url, role), timeout=30)  # restarted, standing by
+    return successor, f"{seconds:.2f}"
 
 
 def events(url: str) -> list[AnyEvent]:
@@ -144,13 +149,26 @@ def admitted(url: str, name: str) -> list[WorkloadAdmitted]:
     ]
 
 
+def wait_admitted(url: str, name: str, *, timeout: float = 20) -> list[WorkloadAdmitted]:
+    def check() -> list[WorkloadAdmitted]:
+        found = admitted(url, name)
+        seen = [
+            (type(e).__name__, e.source, e.term) for e in events(url) if e.workload.name == name
+        ]
+        assert found, f"{name} not admitted; its events: {seen}"
+        return found
+
+    result: list[WorkloadAdmitted] = eventually(check, timeout=timeout, interval=0.1)
+    return result
+
+
 def submit(url: str, folder: Path, name: str, cpu: int = 1) -> None:
     submit_manifest(url, folder, job_manifest(name, cpu=cpu, simulated_runtime="600s"))
 
 
 def takeover_seconds(url: str, name: str, killed_at: float) -> float:
     """From the kill to the admission of ``name``, by the admission's own timestamp."""
-    [admission] = eventually(lambda: admitted(url, name), timeout=30, interval=0.1)
+    [admission] = wait_admitted(url, name, timeout=30)
     return float(admission.time.timestamp() - killed_at)
 
 
@@ -163,38 +181,29 @@ def test_a_standby_admission_takes_over_from_a_killed_leader(
     url = stack.url
     berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
     replicas.append(Replica(stack, "admission", "admission-b"))
-    warm_standby(url, "admission", "admission-b")
-    first = leader(url, "admission")
-    assert first["replica"] != "admission-b" and first["term"] == 1
     submit(url, tmp_path, "w1")
-    eventually(lambda: admitted(url, "w1"))
+    wait_admitted(url, "w1")
 
-    # A clean stop of the supervised leader releases the lease: admission-b leads at once,
-    # and `berth up` restarts the other as a standby.
-    stopped_at = time.time()
-    os.kill(first["pid"], signal.SIGTERM)
-    second = leader(url, "admission", not_pid=first["pid"])
-    handover = _marker_seconds(url, "admission", term=2, killed_at=stopped_at)
-    assert second["replica"] == "admission-b" and second["term"] == 2
-    eventually(lambda: _ready_count(url, "admission") == 2)  # the stopped one is back
+    # Our replica leads, `berth up`'s stands by: the one we kill is not restarted under it.
+    second, handover = lead_with(url, "admission", "admission-b")
     submit(url, tmp_path, "w2")
-    [w2] = eventually(lambda: admitted(url, "w2"))
-    assert w2.term == 2
+    [w2] = wait_admitted(url, "w2")
+    assert w2.term == second["term"]
 
     killed_at = time.time()
     os.kill(second["pid"], signal.SIGKILL)
     submit(url, tmp_path, "w3")
     took = takeover_seconds(url, "w3", killed_at)
     third = leader(url, "admission", not_pid=second["pid"])
-    print(f"admission: clean handover {handover:.2f}s, kill -9 to next admission {took:.2f}s")
+    print(f"admission: clean handover {handover}s, kill -9 to next admission {took:.2f}s")
     assert took < TAKEOVER_TARGET_S
-    assert third["replica"] != "admission-b" and third["term"] == 3
-    assert admitted(url, "w3")[0].term == 3
-    eventually(lambda: _health(url, "admission", "admission-b") == "lost")
+    assert third["replica"] != "admission-b" and third["term"] == second["term"] + 1
+    assert admitted(url, "w3")[0].term == third["term"]
+    eventually(functools.partial(_is_lost, url, "admission", "admission-b"))
 
     log = events(url)
-    markers = [e for e in log if isinstance(e, LeaderElected) and e.role == "admission"]
-    assert [m.term for m in markers] == [1, 2, 3]
+    markers = [e.term for e in log if isinstance(e, LeaderElected) and e.role == "admission"]
+    assert markers == list(range(1, third["term"] + 1))
     standing = fenced_log(log)
     per_workload = [e.workload.name for e in standing if isinstance(e, WorkloadAdmitted)]
     assert sorted(per_workload) == ["w1", "w2", "w3"]  # each admitted once
@@ -208,12 +217,12 @@ def test_a_deposed_leaders_late_decision_is_ignored(stack: Stack, tmp_path: Path
     url = stack.url
     berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
     submit(url, tmp_path, "blocker", cpu=9)
-    eventually(lambda: admitted(url, "blocker"))
+    wait_admitted(url, "blocker")
     submit(url, tmp_path, "waiting", cpu=9)
     waiting = eventually(lambda: _pending(url, "waiting"))
     first = leader(url, "admission")
-    os.kill(first["pid"], signal.SIGTERM)  # `berth up` restarts it: a new leader, term 2
-    assert leader(url, "admission", not_pid=first["pid"])["term"] == 2
+    os.kill(first["pid"], signal.SIGTERM)  # `berth up` restarts it: a new leader, a new term
+    assert leader(url, "admission", not_pid=first["pid"])["term"] == first["term"] + 1
 
     forged = WorkloadAdmitted(
         id=f"admitted-{waiting['metadata']['uid']}-1",
@@ -227,7 +236,7 @@ def test_a_deposed_leaders_late_decision_is_ignored(stack: Stack, tmp_path: Path
         ],
         generation=1,
     )
-    asyncio.run(_publish_as_deposed_leader(url, forged, term=1))
+    asyncio.run(_publish_as_deposed_leader(url, forged, term=first["term"]))
 
     def counted_by_both() -> bool:
         for role in ("admission", "watcher"):
@@ -241,7 +250,7 @@ def test_a_deposed_leaders_late_decision_is_ignored(stack: Stack, tmp_path: Path
     assert not [e for e in log if isinstance(e, WorkloadStarted) and e.workload.name == "waiting"]
     # The raw log holds the forged admission; the fenced view is what every service saw.
     assert peak_usage(fenced_log(log))[("cluster-queue", "default-flavor", "cpu")] == 9 * CPU
-    assert any(isinstance(e, WorkloadAdmitted) and e.term == 1 for e in log[-3:])
+    assert any(isinstance(e, WorkloadAdmitted) and e.term == first["term"] for e in log[-3:])
 
 
 def test_a_service_whose_lease_is_taken_exits_at_once(nats_url: str, tmp_path: Path) -> None:
@@ -281,33 +290,29 @@ def test_a_service_whose_lease_is_taken_exits_at_once(nats_url: str, tmp_path: P
 def test_every_role_hands_over_and_takes_over_within_seconds(
     stack: Stack, replicas: list[Replica], tmp_path: Path
 ) -> None:
-    """For each role in turn, a second replica: SIGTERM of the leader hands over at once,
-    kill -9 of the new leader is taken over by the restarted one; the next admission (or,
-    for preemption, the new leader's marker) follows within the target."""
+    """For each role in turn, a second replica leads with `berth up`'s as its standby; a
+    kill -9 of the leader is taken over and the next admission (for preemption, the new
+    leader's marker) follows within the target."""
     url = stack.url
     berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
     for role in ("watcher", "admission", "preemption", "recovery"):
         replicas.append(Replica(stack, role, f"{role}-b"))
-    for role in ("watcher", "admission", "preemption", "recovery"):
-        warm_standby(url, role, f"{role}-b")
     measured: dict[str, float] = {}
     for number, role in enumerate(("watcher", "admission", "preemption", "recovery")):
-        first = leader(url, role)
-        os.kill(first["pid"], signal.SIGTERM)
-        second = leader(url, role, not_pid=first["pid"])
-        assert second["replica"] == f"{role}-b"
-        eventually(functools.partial(_both_ready, url, role))  # the stopped one is back
+        second, _ = lead_with(url, role, f"{role}-b")
         killed_at = time.time()
         os.kill(second["pid"], signal.SIGKILL)
         if role == "preemption":
-            measured[role] = _marker_seconds(url, role, term=3, killed_at=killed_at)
+            measured[role] = _marker_seconds(
+                url, role, term=second["term"] + 1, killed_at=killed_at
+            )
         elif role == "recovery":
             measured[role] = _launch_seconds(url, tmp_path, killed_at)
         else:
             name = f"after-{number}"
             submit(url, tmp_path, name)
             measured[role] = takeover_seconds(url, name, killed_at)
-        assert leader(url, role, not_pid=second["pid"])["term"] == 3
+        assert leader(url, role, not_pid=second["pid"])["term"] == second["term"] + 1
     print("kill -9 of the active replica -> next admission (preemption: its new marker):")
     for role, seconds in measured.items():
         print(f"  {role:<11} {seconds:.2f}s")
@@ -325,8 +330,10 @@ def _ref(workload: dict[str, Any]) -> WorkloadRef:
     return WorkloadRef(metadata["namespace"], metadata["name"], metadata["uid"])
 
 
-def _health(url: str, role: str, replica: str) -> str:
-    return str(next(m for m in members(url, role) if m["replica"] == replica)["health"])
+def _is_lost(url: str, role: str, replica: str) -> bool:
+    record = next(m for m in members(url, role) if m["replica"] == replica)
+    assert record["health"] == "lost", record
+    return True
 
 
 def _ready_count(url: str, role: str) -> int:

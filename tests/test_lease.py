@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
+from pathlib import Path
 
 import msgspec
+import nats.errors
 import pytest
 from nats.js.kv import KeyValue
 
@@ -23,7 +26,13 @@ from shared.lease import (
 )
 from shared.natsserver import NatsServer
 
-FAST = LeaseSettings.scaled(0.6)  # lapse 0.6 s, renew every 0.2 s, give up after 0.4 s
+FAST = LeaseSettings.scaled(0.6)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # lapse 0.6 s, renew every 0.2 s, give up after 0.4 s
 
 
 async def _kv(url: str) -> tuple[Bus, KeyValue]:
@@ -254,6 +263,38 @@ async def test_a_holder_cut_off_from_nats_loses_its_lease_within_the_deadline(
         bus.closing = True
         with contextlib.suppress(ConnectionError):
             await bus.nc.close()
+
+
+async def test_a_standby_cut_off_from_nats_waits_a_whole_duration_again(tmp_path: Path) -> None:
+    """A lapse counts only time the standby could see the key: after an outage longer than
+    the lease it does not take the lease at once (its holder was likely cut off too and is
+    about to renew), but a whole duration after its first look since."""
+    port = _free_port()
+    server = NatsServer(store_dir=tmp_path / "nats", port=port).start()
+    bus, kv = await _kv(server.url)
+    try:
+        assert await _lease(kv, "a").try_acquire()  # and never renewed
+        standby = _lease(kv, "b")
+        assert not await standby.try_acquire()  # first look
+        stop = asyncio.Event()
+        campaign = asyncio.create_task(standby.campaign(stop))
+        server.stop()
+        await asyncio.sleep(3 * FAST.duration)
+        server.start()
+        deadline = time.monotonic() + 10
+        while True:  # until the key can be read again
+            assert time.monotonic() < deadline
+            try:
+                await asyncio.wait_for(kv.get("admission"), 0.5)
+                break
+            except (nats.errors.Error, TimeoutError):
+                await asyncio.sleep(0.01)
+        back = time.monotonic()
+        assert await asyncio.wait_for(campaign, 10)
+        assert time.monotonic() - back >= FAST.duration * 0.9
+    finally:
+        await bus.close()
+        server.stop()
 
 
 # --- leadership: the marker, the handover ---------------------------------------------------
