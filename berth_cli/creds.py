@@ -68,8 +68,11 @@ def rotate(directory: Path, user: str) -> None:
             " (kill -HUP <nats-server pid>)."
         )
     if user in SERVICE_USERS:
+        # Seen under `berth up`: cut off by the reload, the service loses its lease, exits
+        # and is started again with the new seed.
         console.print(
-            f"The {user} service reads its seed when it starts: restart it to sign in again."
+            f"The {user} service is cut off until it restarts with the new seed (`berth up`"
+            " restarts it once it exits; elsewhere, restart it)."
         )
 
 

@@ -97,6 +97,33 @@ def test_credentials_are_made_private(secured: LiveStack) -> None:
         assert not any(seed in text for seed in seeds)
 
 
+def test_creds_init_makes_private_seeds_and_never_prints_them(tmp_path: Path) -> None:
+    directory = tmp_path / "creds"
+
+    def init() -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "berth_cli", "creds", "init", str(directory)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+            env={**os.environ, "COLUMNS": "250"},
+        ).stdout
+
+    first = init()
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    for user in USERS:
+        seed = directory / f"{user}.nk"
+        assert str(seed) in first
+        assert stat.S_IMODE(seed.stat().st_mode) == 0o600
+        assert seed.read_text().strip() not in first
+    assert str(directory / "auth.conf") in first
+    seeds = {user: (directory / f"{user}.nk").read_text() for user in USERS}
+    second = init()
+    assert f"kept {len(USERS)} existing seeds" in second
+    assert seeds == {user: (directory / f"{user}.nk").read_text() for user in USERS}
+
+
 def test_a_shared_data_dir_is_refused(tmp_path: Path) -> None:
     """`berth up --data-dir /tmp` must not make /tmp private to one user: it says why, starts
     nothing, and leaves the directory as it was."""
