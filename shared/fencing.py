@@ -13,11 +13,13 @@ sees a void event or a marker.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Iterable, Mapping
 
 import msgspec
 import nats.js.errors
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from prometheus_client import Counter
 
@@ -124,25 +126,46 @@ def fenced_log(events: Iterable[AnyEvent]) -> list[AnyEvent]:
 
 async def fence_before(js: JetStreamContext, *, stream: str, sequence: int) -> Fence:
     """The fence of a reader whose first message is at stream ``sequence``: every marker
-    stored before it, got one at a time ("next message on ``berth.lease.>`` from here").
+    stored before it, read in order by a short-lived ordered consumer on ``berth.lease.>``.
 
     Why every marker and not the last one per role: the last marker may lie after the resume
     point, and the one before it is not necessarily the highest term (a slow candidate's
-    marker can land after its successor's). Markers are few, one per change of leader.
+    marker can land after its successor's). Markers are few (one per change of leader), and
+    the consumer gets them all in one stream of messages, not one request each.
     """
     fence = Fence()
-    position = 1
-    while position < sequence:
+    if sequence <= 1:
+        return fence
+    try:  # any marker at all before the resume point? (a consumer on none would wait)
+        first = await js.get_msg(stream, seq=1, subject=LEASE_SUBJECTS, next=True)
+    except nats.js.errors.NotFoundError:
+        return fence
+    if first.seq is None or first.seq >= sequence:
+        return fence
+    done = asyncio.Event()
+
+    async def on_marker(message: Msg) -> None:
+        if done.is_set():
+            return
+        metadata = message.metadata
+        if metadata.sequence.stream >= sequence:
+            done.set()
+            return
         try:
-            message = await js.get_msg(stream, seq=position, subject=LEASE_SUBJECTS, next=True)
-        except nats.js.errors.NotFoundError:
-            break  # no marker after ``position``
-        if message.seq is None or message.seq >= sequence:
-            break
-        position = message.seq + 1
-        try:
-            event = decode_event(message.data or b"")
+            fence.judge(decode_event(message.data))
         except msgspec.DecodeError:
-            continue
-        fence.judge(event)
+            pass
+        if metadata.num_pending == 0:
+            done.set()
+
+    subscription = await js.subscribe(
+        LEASE_SUBJECTS, stream=stream, cb=on_marker, ordered_consumer=True
+    )
+    try:
+        await asyncio.wait_for(done.wait(), MARKER_READ_TIMEOUT_S)
+    finally:
+        await subscription.unsubscribe()
     return fence
+
+
+MARKER_READ_TIMEOUT_S = 30.0

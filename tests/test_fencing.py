@@ -229,3 +229,26 @@ def test_a_marker_is_about_no_workload_and_travels_on_its_role_subject() -> None
     assert subject_for(elected) == "berth.lease.admission"
     body = msgspec.json.decode(msgspec.json.encode(elected))
     assert (body["type"], body["role"], body["term"]) == ("LeaderElected", "admission", 7)
+
+
+async def test_fence_before_reads_many_markers_in_one_go(nats_url: str) -> None:
+    """Hundreds of changes of leader: the resume fence is the highest term per role,
+    lower-term markers landing late included, read within a fraction of a second."""
+    bus = await _bus(nats_url)
+    try:
+        terms = {"watcher": 0, "admission": 0}
+        markers = []
+        for term in range(1, 301):
+            role = "watcher" if term % 3 else "admission"
+            markers.append(marker(role, term))
+            terms[role] = term
+        markers.append(marker("admission", 5))  # a slow candidate's late marker
+        await bus.publish_many(markers)
+        await bus.publish(_admitted("after"))
+        last = await bus.last_sequence()
+        started = asyncio.get_running_loop().time()
+        fence = await fence_before(bus.js, stream=STREAM, sequence=last)
+        assert asyncio.get_running_loop().time() - started < 1.0
+        assert {role: fence.term(role) for role in terms} == terms
+    finally:
+        await bus.close()
