@@ -151,10 +151,21 @@ class DeadLetters:
         )
 
     async def send(
-        self, kind: Kind, source: str, reason: str, raw: bytes, *, identity: str | None = None
+        self,
+        kind: Kind,
+        source: str,
+        reason: str,
+        raw: bytes,
+        *,
+        identity: str | None = None,
+        logged: bool = False,
     ) -> None:
-        """Log, count and publish one dead letter; never raises."""
-        self.record(kind, source, reason)
+        """Log, count and publish one dead letter; never raises. ``logged``: the caller's own
+        line already said why (an input refused, not a malformed one), so it is only counted."""
+        if logged:
+            DEAD_LETTERED.labels(service=self.service, kind=kind).inc()
+        else:
+            self.record(kind, source, reason)
         await self._publish(letter(self.service, kind, source, reason, raw), identity)
 
     def post(

@@ -872,16 +872,31 @@ def test_managed_namespaces_setting_lists_exactly_the_granted_namespaces(
     assert listed == set(namespace_grants)
 
 
-def test_watcher_code_reads_the_managed_namespaces_setting() -> None:
-    """The watcher reads BERTH_MANAGED_NAMESPACES: with a Role per namespace (and no
-    ClusterRole over workloads), listing Jobs cluster-wide would be forbidden."""
-    sources = "\n".join(p.read_text() for p in (REPO / "services" / "watcher").rglob("*.py"))
-    if "BERTH_MANAGED_NAMESPACES" not in sources:
-        pytest.skip(
-            "services/watcher does not read BERTH_MANAGED_NAMESPACES yet: until it watches "
-            "each managed namespace, its cluster-wide lists of Jobs/Pods/RayJobs/LocalQueues "
-            "are forbidden by the per-namespace Role"
-        )
+def test_watcher_code_reads_the_managed_namespaces_setting(
+    manifests: list[Manifest], namespace_grants: dict[str, list[Manifest]]
+) -> None:
+    """The watcher, with the environment its Deployment gets (berth-config, then its own
+    env), manages exactly the namespaces that have its Role, and lists and watches every
+    namespaced resource it follows (Jobs, Pods, RayJobs, LocalQueues, Workloads) in each of
+    them, never cluster-wide (the Role would refuse that: 403); cluster-scoped configuration
+    stays cluster-wide."""
+    from services.watcher.kube.acting import WORKLOAD_RESOURCES
+    from services.watcher.kube.kueue_status import VIEWS
+    from services.watcher.kube.mirroring import CONFIG_RESOURCES
+    from services.watcher.kube.settings import KubeSettings
+
+    container = _deployment(manifests, "watcher")["spec"]["template"]["spec"]["containers"][0]
+    environ = dict(_one(manifests, "ConfigMap", "berth-config")["data"])
+    environ |= {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    namespaces = KubeSettings.from_environment(environ).namespaces
+    assert namespaces.names == set(namespace_grants)
+    config = [r for alternatives in CONFIG_RESOURCES.values() for r in alternatives]
+    for resource in [*WORKLOAD_RESOURCES.values(), *config, *VIEWS.values()]:
+        paths = [resource.path(namespace=scope) for scope in namespaces.scopes(resource)]
+        if resource.namespaced:
+            assert paths == [resource.path(namespace=n) for n in sorted(namespace_grants)]
+        else:
+            assert paths == [resource.path()], resource
 
 
 @pytest.mark.parametrize("service", SERVICES)

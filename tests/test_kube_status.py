@@ -22,8 +22,10 @@ from services.watcher.kube.kueue_status import (
     job_events,
     kueue_workload,
 )
+from services.watcher.kube.preemptors import preemption_message
 from shared.bus import Bus
 from shared.events import (
+    EvictionRequested,
     FlavorAssignment,
     PodSet,
     WorkloadAdmitted,
@@ -233,3 +235,89 @@ async def test_kube_status_writes_workload_status_and_events(
     reasons = [r.data["reason"] for r in kmock if r.url.path.endswith("/events")]
     assert reasons == ["QuotaReserved", "Admitted"]
     assert writer.views == {"workloads"}
+
+
+PREEMPTOR = WorkloadRef("ns", "high-7f2a", "u9")
+MESSAGE_CASES = [
+    ("wl-9", "u9", "InClusterQueue", "Preempted to accommodate a workload (UID: wl-9, JobUID: u9) due to prioritization in the ClusterQueue", "Kueue's wording, word for word"),
+    ("", "u9", "InCohortReclamation", "Preempted to accommodate a workload (UID: UNKNOWN, JobUID: u9) due to reclamation within the cohort", "no Workload written for the preemptor: UNKNOWN, as Kueue says for an empty uid"),
+    ("wl-9", "u9", "InCohortReclaimWhileBorrowing", "Preempted to accommodate a workload (UID: wl-9, JobUID: u9) due to reclamation within the cohort while borrowing", "borrowing"),
+    ("wl-9", "u9", "InCohortFairSharing", "Preempted to accommodate a workload (UID: wl-9, JobUID: u9) due to Fair Sharing within the cohort", "Kueue's capital F"),
+]
+
+
+@pytest.mark.parametrize(("workload_uid", "job_uid", "reason", "message", "why"), MESSAGE_CASES, ids=[c[4] for c in MESSAGE_CASES])
+def test_preemption_message_is_kueues(
+    workload_uid: str, job_uid: str, reason: str, message: str, why: str
+) -> None:
+    assert preemption_message(workload_uid, job_uid, reason) == message, why
+
+
+async def test_the_preempted_event_names_the_preemptor(
+    kmock: kmock.KubernetesEmulator, nats_url: str
+) -> None:
+    """Preemption's EvictionRequested names the preemptor; the victim's Preempted Event and
+    its Workload's Preempted and Evicted conditions carry Kueue's message with the
+    preemptor's Workload uid (listed from the cluster at start) and its Job's uid."""
+    workloads_key = km.resource("kueue.x-k8s.io/v1beta2/workloads")
+    kmock.objects[workloads_key, "ns", "job-high-7f2a-abcde"] = {
+        "metadata": {
+            "name": "job-high-7f2a-abcde",
+            "uid": "wl-9",
+            "labels": {"kueue.x-k8s.io/job-uid": "u9"},
+        }
+    }
+    kmock.objects[km.resource("v1/events"), "zz", "e"] = {"metadata": {"name": "e"}}
+    bus = await Bus.connect(nats_url, source="watcher")
+    await bus.ensure_stream()
+    eviction = EvictionRequested(
+        source="preemption",
+        workload=REF,
+        cluster_queue="cluster-queue",
+        generation=1,
+        reason="Preempted",
+        detail="InClusterQueue",
+        message="Preempted to accommodate a workload (UID: u9, name: ns/high-7f2a) due to prioritization in the ClusterQueue",
+        preemptor=PREEMPTOR,
+        time=T0 + timedelta(minutes=1),
+    )
+    rendered = [_rendered(PENDING, ADMITTED)]
+
+    async def admission(_: str, data: bytes) -> dict[str, Any]:
+        return {"items": rendered, "next": None}
+
+    api = await bus.serve_requests("berth.api.admission.workloads", admission)
+    client = KubeClient.for_host(str(kmock.url).rstrip("/"))
+    writer = KueueStatusWriter(bus, client, {"u1": JOB}, settings=StatusSettings())
+    stopping = asyncio.Event()
+    task = asyncio.create_task(writer.run(stopping))
+
+    def events() -> list[dict[str, Any]]:
+        return [r.data for r in kmock if r.method == "POST" and r.url.path.endswith("/events")]
+
+    try:
+        async with asyncio.timeout(5):
+            while len(events()) < 2:  # QuotaReserved, Admitted  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            record = WorkloadRecord(SUBMITTED)
+            record.on_pending(PENDING)
+            record.on_admitted(ADMITTED)
+            record.on_eviction_requested(eviction)
+            rendered[:] = [render_workload(record, {"local_queue": "user-queue"})]
+            await bus.publish(eviction)  # marks the workload dirty, naming the preemptor
+            while len(events()) < 4:  # Preempted, Evicted  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 5)
+        await api.unsubscribe()
+        await client.close()
+        await bus.close()
+    kueue = "Preempted to accommodate a workload (UID: wl-9, JobUID: u9) due to prioritization in the ClusterQueue"
+    assert [(e["type"], e["reason"], e["message"]) for e in events()[2:]] == [
+        ("Warning", "Preempted", kueue),
+        ("Warning", "Evicted", kueue),
+    ]
+    [*_, patch] = [r.data for r in kmock if r.method == "PATCH"]
+    conditions = {c["type"]: c["message"] for c in patch["status"]["conditions"]}
+    assert conditions["Preempted"] == conditions["Evicted"] == kueue

@@ -29,6 +29,7 @@ from nats.js.kv import KeyValue
 
 from services.watcher import metrics, reporting
 from services.watcher.backend import COMMAND_SUBJECTS
+from services.watcher.command_order import create_stands
 from services.watcher.logs_api import serve_logs
 from services.watcher.objects import read_object, read_status
 from services.watcher.processes import (
@@ -314,6 +315,8 @@ class LocalBackend:
             source = subject_for(event)
             await self.letters.send("object", source, refused, value, identity=event.id)
             return
+        if not await create_stands(self.bus.js, event):
+            return  # cancelled (or superseded) after it was sent: see command_order.py
         try:
             await self.kv.create(key, value)
         except nats.js.errors.KeyWrongLastSequenceError:

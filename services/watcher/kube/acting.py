@@ -15,6 +15,7 @@ from typing import Any
 from services.watcher import metrics, reporting
 from services.watcher.kube.api import KubeClient, Resource
 from services.watcher.kube.creating import create_object, delete_object, manifest
+from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces
 from services.watcher.kube.patching import (
     JOBS,
     PODS,
@@ -25,15 +26,19 @@ from services.watcher.kube.patching import (
     evict_plan,
     evicted_generation,
 )
-from services.watcher.kube.reading import Report
+from services.watcher.kube.reading import Report, disruption_reason, owning_workload
+from shared.deadletter import DeadLetters, dead_letter_subject
 from shared.events import (
     CreateWorkload,
     DeleteWorkload,
     RemoveWorkload,
     SubmitWorkload,
     WorkloadAdmitted,
+    encode_event,
+    subject_for,
 )
 from shared.logging import get_logger
+from shared.workloads import MANAGED_JOB_LABEL
 
 __all__ = ["WORKLOAD_RESOURCES", "KubeActions", "Tracked"]
 
@@ -58,10 +63,20 @@ class Tracked:
 
 
 class KubeActions:
-    def __init__(self, client: KubeClient, tracked: Tracked, *, image: str) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        tracked: Tracked,
+        *,
+        image: str,
+        namespaces: ManagedNamespaces = ALL_NAMESPACES,
+        letters: DeadLetters | None = None,
+    ) -> None:
         self.client = client
         self.tracked = tracked
         self.image = image
+        self.namespaces = namespaces
+        self.letters = letters  # where a create refused for its namespace is kept
 
     async def admit(self, obj: Obj, event: WorkloadAdmitted) -> list[Report]:
         ref = event.workload
@@ -119,6 +134,10 @@ class KubeActions:
         if resource is None:
             log.error("create_refused", workload=ref.key, reason=f"unknown kind {kind!r}")
             return
+        outside = self.namespaces.refusal(ref.namespace)
+        if outside is not None:
+            await self._refuse(command, outside)
+            return
         body = manifest(command.object, requested_uid=ref.uid, image=self.image)
         queue = body["metadata"]["labels"].get("kueue.x-k8s.io/queue-name")
         if await create_object(self.client, resource, ref, body):
@@ -133,9 +152,29 @@ class KubeActions:
                 reason="another object holds the name",
             )
 
+    async def _refuse(self, command: CreateWorkload | SubmitWorkload, reason: str) -> None:
+        """The Role is not in that namespace: the server would say 403, every time. One log
+        line, and the command kept whole as a dead letter, to be sent again once the
+        namespace is managed."""
+        subject = dead_letter_subject(self.letters.service, "event") if self.letters else None
+        log.error(
+            "create_refused",
+            workload=command.workload.key,
+            by=command.source,
+            reason=reason,
+            dead_letter=subject,
+        )
+        if self.letters is not None:
+            raw, source = encode_event(command), subject_for(command)
+            await self.letters.send("event", source, reason, raw, identity=command.id, logged=True)
+
     async def delete(self, command: DeleteWorkload | RemoveWorkload) -> None:
         """Delete the object by name (the one the command means: see :mod:`.creating`)."""
         ref = command.workload
+        outside = self.namespaces.refusal(ref.namespace)
+        if outside is not None:
+            log.error("delete_refused", workload=ref.key, by=command.source, reason=outside)
+            return  # nothing of it can be there: its create was refused alike
         known = self.tracked.find(ref.uid) if ref.uid else None
         kinds = [str(known["kind"])] if known else list(WORKLOAD_RESOURCES)
         for kind in kinds:  # a name alone may be any kind: try each until one is deleted
@@ -143,3 +182,23 @@ class KubeActions:
                 log.info("workload_deleting", workload=ref.key, kind=kind, by=command.source)
                 return
         log.info("delete_nothing", workload=ref.key, reason="no such object (deleted already?)")
+
+    async def disrupted(self, pod: Obj) -> list[Report]:
+        """A managed job's pod that Kubernetes disrupted (scheduler preemption, node loss)
+        evicts its owner as ``Preempted``, once per admitted generation, so recovery
+        counts it as a preemption and brings the job back."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if MANAGED_JOB_LABEL not in labels:
+            return []
+        reason = disruption_reason(pod)
+        owner = owning_workload(pod, self.tracked.workloads) if reason is not None else None
+        if owner is None:
+            return []
+        generation = admitted_generation(owner)
+        uid = str(owner["metadata"]["uid"])
+        if generation == 0 or ("disrupted", uid, generation) in self.tracked.reported:
+            return []
+        self.tracked.reported.add(("disrupted", uid, generation))
+        message = f"pod {pod['metadata']['name']} was disrupted by Kubernetes ({reason})"
+        log.warning("managed_pod_disrupted", workload=reporting.ref_of(owner).key, reason=reason)
+        return await self.evict(owner, generation, reason="Preempted", message=message)

@@ -2,7 +2,8 @@
 
 Same duties as the local backend, same reports (see :mod:`services.watcher.reporting`):
 
-- list-watch batch/v1 Jobs, v1 Pods and ray.io/v1 RayJobs; one is *ours* if it carries
+- list-watch batch/v1 Jobs, v1 Pods and ray.io/v1 RayJobs in each managed namespace
+  (:mod:`.namespaces`: ``BERTH_MANAGED_NAMESPACES``, else cluster-wide); one is *ours* if it carries
   ``kueue.x-k8s.io/queue-name`` or lives in a namespace with a LocalQueue named ``default``
   (the config bucket says which). A Job or RayJob created running is suspended at once;
   each new one is reported as ``WorkloadSubmitted``;
@@ -29,18 +30,18 @@ import os
 from contextlib import aclosing
 from typing import Any
 
-import nats.errors
-from nats.js.kv import KeyValue
-
 from services.watcher import metrics, reporting
 from services.watcher.backend import COMMAND_SUBJECTS, Backend, carry_out
+from services.watcher.command_order import create_stands
 from services.watcher.kube.acting import WORKLOAD_RESOURCES, KubeActions, Tracked
 from services.watcher.kube.api import KubeClient, Resource
-from services.watcher.kube.creating import default_image
+from services.watcher.kube.creating import DEFAULT_IMAGE
+from services.watcher.kube.default_queues import DefaultQueues
 from services.watcher.kube.errors import KubeError, KubeRefused
 from services.watcher.kube.kueue_status import KueueStatusWriter, StatusSettings
 from services.watcher.kube.logs import serve_pod_logs
 from services.watcher.kube.mirroring import CONFIG_RESOURCES, ConfigMirror, follow_config
+from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces, ignored
 from services.watcher.kube.patching import (
     FINISHED_ANNOTATION,
     admitted_generation,
@@ -53,11 +54,9 @@ from services.watcher.kube.reading import (
     FinishMark,
     Report,
     controller,
-    disruption_reason,
-    failed_exit_code,
     finish_outcome,
     gated,
-    owning_workload,
+    managed_failure,
 )
 from services.watcher.kube.watching import (
     EventType,
@@ -80,7 +79,7 @@ from shared.events import (
 )
 from shared.logging import get_logger
 from shared.service import Runtime
-from shared.workloads import MANAGED_JOB_LABEL, WorkloadError, check_identity, workload_spec
+from shared.workloads import WorkloadError, check_identity, workload_spec
 
 __all__ = ["KubernetesBackend", "run_kubernetes"]
 
@@ -100,8 +99,9 @@ class KubernetesBackend:
         settings: WatchSettings | None = None,
         concurrency: int = 16,
         config_resources: dict[str, list[Resource]] | None = None,
-        image: str | None = None,
+        image: str = DEFAULT_IMAGE,
         status: StatusSettings | None = None,
+        namespaces: ManagedNamespaces = ALL_NAMESPACES,
     ) -> None:
         self.runtime = runtime
         self.bus = runtime.bus
@@ -109,26 +109,31 @@ class KubernetesBackend:
         self.settings = settings or WatchSettings()
         self.concurrency = concurrency
         self.config_resources = CONFIG_RESOURCES if config_resources is None else config_resources
+        self.namespaces = namespaces
+        self.letters = dead_letters(self.bus, self.runtime.name)
         self.tracked = Tracked()
         self.workloads = self.tracked.workloads  # uid -> newest object of each workload
         self.tombstones = self.tracked.tombstones
         self.reported = self.tracked.reported
-        self.actions = KubeActions(client, self.tracked, image=image or default_image())
+        self.actions = KubeActions(
+            client, self.tracked, image=image, namespaces=namespaces, letters=self.letters
+        )
+        status = status or StatusSettings()
         self.status = KueueStatusWriter(
-            runtime.bus, client, self.workloads, settings=status or StatusSettings()
+            runtime.bus, client, self.workloads, settings=status, namespaces=namespaces
         )
         self.unqueued: dict[str, Obj] = {}  # uid -> top-level objects without a queue (yet)
         self.announced: set[str] = set()
         # Owner uid -> exit code of its managed pod that failed (reported with the finish).
         self.exit_codes: dict[str, int] = {}
-        self.default_queue_namespaces: set[str] = set()
+        self.default_queues = DefaultQueues()
+        self.ignored: set[str] = set()  # uids seen outside the managed namespaces (logged)
         self.synced: dict[str, asyncio.Event] = {}
         self.mirror: ConfigMirror | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
     async def observe(self) -> None:
-        self.letters = dead_letters(self.bus, self.runtime.name)
         config_kv = await self.bus.kv(CONFIG_BUCKET)
         self.mirror = ConfigMirror(config_kv, malformed=self._malformed_config)
         queues = await config_kv.watchall()
@@ -139,33 +144,33 @@ class KubernetesBackend:
             async for entry in queues:
                 if entry is None:
                     break
-                self._note_queue_entry(entry)
-            tasks.append(asyncio.create_task(self._follow_queues(queues), name="kube.queues"))
+                self.default_queues.note(entry)
+            follow_queues = self.default_queues.follow(queues, self._queue_gained)
+            tasks.append(asyncio.create_task(follow_queues, name="kube.queues"))
+            # One list-watch per resource and managed namespace (cluster-wide if all are).
             for kind, resource in WORKLOAD_RESOURCES.items():
-                self.synced[kind] = asyncio.Event()
-                tasks.append(
-                    asyncio.create_task(self._follow_workloads(kind, resource), name=f"kube.{kind}")
-                )
+                for namespace in self.namespaces.scopes(resource):
+                    synced = self.synced[f"{kind}.{namespace}"] = asyncio.Event()
+                    follow = self._follow_workloads(kind, resource, namespace, synced)
+                    tasks.append(asyncio.create_task(follow, name=f"kube.{kind}.{namespace}"))
             for kind, alternatives in self.config_resources.items():
-                self.synced[f"config.{kind}"] = asyncio.Event()
-                tasks.append(
-                    asyncio.create_task(
-                        follow_config(
-                            self.client,
-                            self.mirror,
-                            kind,
-                            alternatives,
-                            settings=self.settings,
-                            synced=self.synced[f"config.{kind}"],
-                        ),
-                        name=f"kube.config.{kind}",
+                for namespace in self.namespaces.scopes(alternatives[0]):
+                    synced = self.synced[f"config.{kind}.{namespace}"] = asyncio.Event()
+                    follow = follow_config(
+                        self.client,
+                        self.mirror,
+                        kind,
+                        alternatives,
+                        settings=self.settings,
+                        synced=synced,
+                        namespace=namespace,
                     )
-                )
-            synced = asyncio.create_task(self._all_synced(), name="kube.synced")
-            if not await self._supervise([*tasks, synced], until=synced):
+                    tasks.append(asyncio.create_task(follow, name=f"kube.{kind}.{namespace}"))
+            all_synced = asyncio.create_task(self._all_synced(), name="kube.synced")
+            if not await self._supervise([*tasks, all_synced], until=all_synced):
                 return
             subscription = await self.bus.durable_subscription("watcher", COMMAND_SUBJECTS)
-            logs = await serve_pod_logs(self.bus, self.client)
+            logs = await serve_pod_logs(self.bus, self.client, self.namespaces)
             tasks.append(
                 asyncio.create_task(
                     self.bus.consume(
@@ -209,10 +214,13 @@ class KubernetesBackend:
 
     # --- workloads ------------------------------------------------------------------------
 
-    async def _follow_workloads(self, kind: str, resource: Resource) -> None:
+    async def _follow_workloads(
+        self, kind: str, resource: Resource, namespace: str | None, synced: asyncio.Event
+    ) -> None:
         stream = watch_objects(
             self.client,
             [resource],
+            namespace=namespace,
             settings=self.settings,
             malformed=self._malformed_object,
             check=_identity_problem,
@@ -221,8 +229,8 @@ class KubernetesBackend:
             async for item in items:
                 try:
                     if isinstance(item, Listed):
-                        await self._on_listed(kind, item)
-                        self.synced[kind].set()
+                        await self._on_listed(kind, item, namespace)
+                        synced.set()
                     else:
                         await self._on_event(kind, item)
                 except KubeError as error:
@@ -235,15 +243,17 @@ class KubernetesBackend:
     async def _malformed_config(self, source: str, reason: str, raw: bytes) -> None:
         await self.letters.send("config", source, reason, raw)
 
-    async def _on_listed(self, kind: str, listed: Listed) -> None:
+    async def _on_listed(self, kind: str, listed: Listed, namespace: str | None) -> None:
         events: list[Report] = []
         present: set[str] = set()
         for obj in listed.objects:
             present.add(str(obj["metadata"].get("uid")))
             events += await self._observe(kind, obj)
-        # Deleted while we were not watching: the list is the truth.
+        # Deleted while we were not watching: the list is the truth, for its namespace.
         for uid, obj in list(self.workloads.items()):
-            if obj.get("kind") == kind and uid not in present:
+            if obj.get("kind") != kind or uid in present:
+                continue
+            if namespace is None or obj["metadata"].get("namespace") == namespace:
                 events += self._forget(obj)
         await self._publish(events)
 
@@ -260,16 +270,19 @@ class KubernetesBackend:
         for source in (metadata.get("labels") or {}, metadata.get("annotations") or {}):
             if source.get("kueue.x-k8s.io/queue-name"):
                 return str(source["kueue.x-k8s.io/queue-name"])
-        if metadata.get("namespace") in self.default_queue_namespaces:
+        if metadata.get("namespace") in self.default_queues.namespaces:
             return "default"
         return None
 
     async def _observe(self, kind: str, obj: Obj) -> list[Report]:
         events: list[Report] = []
         metadata = obj["metadata"]
+        if ignored(obj, self.namespaces, self.ignored):
+            return events
         if kind == "Pod":
-            events += await self._check_disruption(obj)
-            self._note_exit_code(obj)
+            events += await self.actions.disrupted(obj)
+            if (failure := managed_failure(obj)) is not None:
+                self.exit_codes[failure[0]] = failure[1]  # reported with the Job's finish
             if controller(obj) is not None:
                 return events  # a Job's or RayCluster's pod: its owner is the workload
         uid = str(metadata["uid"])
@@ -352,35 +365,6 @@ class KubernetesBackend:
         log.info("workload_deleted", workload=ref.key)
         return [reporting.deleted(ref)]
 
-    # --- disruption -----------------------------------------------------------------------
-
-    async def _check_disruption(self, pod: Obj) -> list[Report]:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        if MANAGED_JOB_LABEL not in labels:
-            return []
-        reason = disruption_reason(pod)
-        if reason is None:
-            return []
-        owner = owning_workload(pod, self.workloads)
-        if owner is None:
-            return []
-        generation = admitted_generation(owner)
-        uid = str(owner["metadata"]["uid"])
-        if generation == 0 or ("disrupted", uid, generation) in self.reported:
-            return []
-        self.reported.add(("disrupted", uid, generation))
-        message = f"pod {pod['metadata']['name']} was disrupted by Kubernetes ({reason})"
-        log.warning("managed_pod_disrupted", workload=reporting.ref_of(owner).key, reason=reason)
-        return await self.actions.evict(owner, generation, reason="Preempted", message=message)
-
-    def _note_exit_code(self, pod: Obj) -> None:
-        """Remember a managed job's failed pod's exit code for its owner's finish report."""
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        code = failed_exit_code(pod) if MANAGED_JOB_LABEL in labels else None
-        owner = controller(pod) if code is not None else None
-        if code is not None and owner is not None and owner.get("kind") == "Job":
-            self.exit_codes[str(owner.get("uid"))] = code
-
     # --- decisions ------------------------------------------------------------------------
 
     async def _on_decisions(self, events: list[AnyEvent]) -> None:
@@ -429,7 +413,8 @@ class KubernetesBackend:
             await self._publish(reports)
 
     async def create(self, command: CreateWorkload | SubmitWorkload) -> None:
-        await self.actions.create(command)
+        if await create_stands(self.bus.js, command):  # not cancelled since it was sent
+            await self.actions.create(command)
 
     async def delete(self, command: DeleteWorkload | RemoveWorkload) -> None:
         await self.actions.delete(command)
@@ -447,38 +432,13 @@ class KubernetesBackend:
 
     # --- configuration --------------------------------------------------------------------
 
-    def _note_queue_entry(self, entry: KeyValue.Entry) -> str | None:
-        """Track namespaces with a LocalQueue named ``default``; returns one that gained it."""
-        parts = entry.key.split(".")
-        if len(parts) != 3 or parts[0] != "localqueue" or parts[2] != "default":
-            return None
-        namespace = parts[1]
-        if entry.operation in ("DEL", "PURGE") or not entry.value:
-            self.default_queue_namespaces.discard(namespace)
-            return None
-        if namespace in self.default_queue_namespaces:
-            return None
-        self.default_queue_namespaces.add(namespace)
-        return namespace
-
-    async def _follow_queues(self, queues: Any) -> None:
-        while True:
-            try:
-                entry = await queues.updates(timeout=5.0)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            if entry is None:
-                continue
-            namespace = self._note_queue_entry(entry)
-            if namespace is None:
-                continue
-            # Objects that were not ours a moment ago are now: look at them again.
-            events: list[Report] = []
-            for obj in [
-                o for o in self.unqueued.values() if o["metadata"].get("namespace") == namespace
-            ]:
+    async def _queue_gained(self, namespace: str) -> None:
+        """Objects that were not ours a moment ago are now: look at them again."""
+        events: list[Report] = []
+        for obj in list(self.unqueued.values()):
+            if obj["metadata"].get("namespace") == namespace:
                 events += await self._observe(str(obj["kind"]), obj)
-            await self._publish(events)
+        await self._publish(events)
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -502,8 +462,10 @@ def _identity_problem(obj: Obj) -> str | None:
 
 async def run_kubernetes(runtime: Runtime) -> None:
     """``BERTH_WATCHER_BACKEND=kubernetes``: the backend, and the webhook if TLS is configured."""
+    from services.watcher.kube.settings import KubeSettings
     from services.watcher.kube.webhook import WebhookSettings, serve_webhook
 
+    settings = KubeSettings.from_environment(os.environ)  # the one read of the environment
     client = await KubeClient.from_environment()
     webhook_settings = WebhookSettings.from_environment(os.environ)
     runner = None
@@ -515,7 +477,11 @@ async def run_kubernetes(runtime: Runtime) -> None:
         if not await runtime.stand_by():
             return
         backend: Backend = KubernetesBackend(
-            runtime, client=client, status=StatusSettings.from_environment()
+            runtime,
+            client=client,
+            status=settings.status,
+            image=settings.image,
+            namespaces=settings.namespaces,
         )
         await backend.observe()
     finally:

@@ -14,7 +14,12 @@ in its log which are off. Then:
 - ClusterQueue and LocalQueue ``status`` as admission's API renders it (pending, reserving and
   admitted counts, flavorsReservation/flavorsUsage, the Active condition);
 - Kubernetes Events on the Job like Kueue's: ``Pending`` (with the reason), ``QuotaReserved``,
-  ``Admitted``, ``Preempted`` (naming the preemptor), ``Evicted``.
+  ``Admitted``, ``Preempted`` (naming the preemptor in Kueue's words, :mod:`.preemptors`),
+  ``Evicted``.
+
+Namespaced objects (Workloads, LocalQueues, Events) only in the managed namespaces
+(:mod:`.namespaces`): the views are probed there, and a LocalQueue elsewhere (``berth
+apply`` can make one anywhere) is left alone, said once in the log.
 
 Never in admission's way: decisions only mark a workload dirty in a bounded, coalescing set
 (a workload changed ten times is written once), and a separate task writes at most ``qps``
@@ -37,10 +42,12 @@ import nats.errors
 from nats.aio.msg import Msg
 
 from services.watcher.kube.api import KubeClient, Resource
-from services.watcher.kube.errors import KubeConflict, KubeError, KubeNotFound
+from services.watcher.kube.errors import KubeConflict, KubeError, KubeNotFound, KubeRefused
+from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces
 from services.watcher.kube.patching import pod_templates
+from services.watcher.kube.preemptors import Preemptors
 from shared.bus import API_SUBJECT, Bus
-from shared.events import decode_event
+from shared.events import EvictionRequested, decode_event
 from shared.logging import get_logger
 
 __all__ = [
@@ -226,11 +233,15 @@ class KueueStatusWriter:
         workloads: Mapping[str, Obj],
         *,
         settings: StatusSettings,
+        namespaces: ManagedNamespaces = ALL_NAMESPACES,
     ) -> None:
         self.bus = bus
         self.client = client
         self.workloads = workloads  # uid -> newest tracked object (the kube backend's)
         self.settings = settings
+        self.namespaces = namespaces
+        self.preemptors = Preemptors()
+        self.left_alone: set[str] = set()  # LocalQueues outside the managed namespaces
         self.dirty = Coalescing(settings.max_dirty)
         self.limiter = TokenBucket(settings.qps, settings.burst)
         self.written: dict[str, Obj] = {}  # workload key -> the Workload we last wrote
@@ -239,20 +250,27 @@ class KueueStatusWriter:
         self.requests = 0  # API requests made (the benchmark reads it)
 
     async def served(self) -> set[str]:
-        """Which views the server serves; says once in the log which are off and why."""
+        """Which views the server serves, listed where we may (each managed namespace for
+        the namespaced ones); says once in the log which are off and why. The Workloads
+        listed give their uids (a preemption message names the preemptor's)."""
+        forbidden: list[str] = []
         for view, resource in VIEWS.items():
             try:
-                await self.client.list(resource, namespace=None)
+                for namespace in self.namespaces.scopes(resource):
+                    items, _ = await self.client.list(resource, namespace=namespace)
+                    for item in items if view == "workloads" else []:
+                        self.preemptors.note_workload(item)
                 self.views.add(view)
             except KubeNotFound:
                 continue
+            except KubeRefused as error:  # no Role in a managed namespace, or no ClusterRole
+                forbidden.append(f"{view}: {error}")
         off = sorted(set(VIEWS) - self.views)
         if off:
-            log.warning(
-                "kueue_views_off",
-                views=off,
-                reason=f"{_KUEUE}/v1beta2 {', '.join(off)} not served (Kueue's CRDs absent)",
+            reason = "; ".join(forbidden) or (
+                f"{_KUEUE}/v1beta2 {', '.join(off)} not served (Kueue's CRDs absent)"
             )
+            log.warning("kueue_views_off", views=off, reason=reason)
         return self.views
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -284,6 +302,8 @@ class KueueStatusWriter:
             event = decode_event(msg.data)
         except msgspec.DecodeError:
             return  # not ours to judge here; the consumers that act on it log it
+        if isinstance(event, EvictionRequested):
+            self.preemptors.note_eviction(event)
         self.dirty.mark(event.workload.key)
         self.queues_dirty = True
 
@@ -324,12 +344,15 @@ class KueueStatusWriter:
             owner = self.workloads.get(str(item["metadata"].get("uid")))
             if owner is None:
                 continue  # deleted: its Workload goes with it (owner reference)
+            workload = kueue_workload(item, owner)
+            key = f"{item['metadata']['namespace']}/{item['metadata']['name']}"
+            self.preemptors.name_preemptor(key, workload)
             try:
-                await self._write_workload(kueue_workload(item, owner), owner)
+                await self._write_workload(workload, owner)
             except KubeError as error:
                 log.warning(
                     "workload_status_failed",
-                    workload=f"{item['metadata']['namespace']}/{item['metadata']['name']}",
+                    workload=key,
                     queue=item["spec"].get("queueName"),
                     reason=str(error),
                 )
@@ -344,7 +367,8 @@ class KueueStatusWriter:
         if before is None:
             await self._request()
             try:
-                await self.client.create(WORKLOADS, namespace=namespace, body=workload)
+                created = await self.client.create(WORKLOADS, namespace=namespace, body=workload)
+                self.preemptors.note_workload(created)  # its uid is the server's
             except KubeConflict:
                 pass  # written by an earlier watcher: its status is brought up to date below
         await self._request()
@@ -374,7 +398,8 @@ class KueueStatusWriter:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "generateName": f"{metadata['name']}.",
+                # client-go's recorder names an Event <object>.<nanoseconds in hex>.
+                "name": f"{metadata['name']}.{time.time_ns():x}",
                 "namespace": metadata.get("namespace") or "default",
             },
             "involvedObject": {
@@ -407,7 +432,7 @@ class KueueStatusWriter:
                 metadata = item["metadata"]
                 status = item.get("status") or {}
                 key = f"{view}/{metadata.get('namespace')}/{metadata['name']}"
-                if self.written.get(key) == status:
+                if self.written.get(key) == status or self._left_alone(key, item, namespaced):
                     continue
                 await self._request()
                 try:
@@ -423,6 +448,16 @@ class KueueStatusWriter:
                     continue  # applied with `berth apply`, not in the cluster: nothing to show
                 except KubeError as error:
                     log.warning("queue_status_failed", queue=metadata["name"], reason=str(error))
+
+    def _left_alone(self, key: str, item: Obj, namespaced: bool) -> bool:
+        """A LocalQueue outside the managed namespaces: no Role there to patch it with."""
+        reason = self.namespaces.refusal(str(item["metadata"].get("namespace") or ""))
+        if not namespaced or reason is None:
+            return False
+        if key not in self.left_alone:
+            self.left_alone.add(key)
+            log.info("queue_status_skipped", queue=key, reason=reason)
+        return True
 
     async def _request(self) -> None:
         await self.limiter.acquire()

@@ -20,6 +20,7 @@ from nats.aio.subscription import Subscription
 
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.errors import KubeError, KubeNotFound, KubeRefused
+from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces
 from services.watcher.kube.patching import PODS
 from services.watcher.kube.reading import controller
 from services.watcher.logs_api import CHUNK, LogsRequest, names_are_valid
@@ -82,10 +83,16 @@ async def read_pod_logs(client: KubeClient, request: LogsRequest) -> dict[str, A
     return {"files": files}
 
 
-async def serve_pod_logs(bus: Bus, client: KubeClient) -> Subscription:
+async def serve_pod_logs(
+    bus: Bus, client: KubeClient, namespaces: ManagedNamespaces = ALL_NAMESPACES
+) -> Subscription:
     async def answer(_: str, data: bytes) -> dict[str, Any]:
         try:
-            return await read_pod_logs(client, msgspec.json.decode(data, type=LogsRequest))
+            request = msgspec.json.decode(data, type=LogsRequest)
+            outside = namespaces.refusal(request.namespace)
+            if outside is not None:  # the Role is not there: say why, not "403"
+                return {"error": f"cannot read logs: {outside}"}
+            return await read_pod_logs(client, request)
         except KubeError as error:
             log.warning("logs_unreadable", reason=str(error))
             return {"error": f"cannot read logs: {error}"}

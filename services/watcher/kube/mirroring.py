@@ -102,12 +102,15 @@ class ConfigMirror:
             self._stored.pop(key, None)
             log.info("config_removed", key=key)
 
-    async def resync(self, kind: str, objects: list[dict[str, Any]]) -> None:
-        """After a (re-)list: mirror every object, delete ours that the cluster no longer has."""
+    async def resync(
+        self, kind: str, objects: list[dict[str, Any]], *, namespace: str | None = None
+    ) -> None:
+        """After a (re-)list: mirror every object, delete ours that the cluster no longer has
+        (in ``namespace`` only, for a list of one namespace: the others' lists say theirs)."""
         for obj in objects:
             await self.apply(kind, obj)
         present = {key_for(kind, obj) for obj in objects}
-        prefix = f"{kind.lower()}."
+        prefix = f"{kind.lower()}.{namespace}." if namespace else f"{kind.lower()}."
         # The bucket's entries with their values, in one pass: kv.keys() can end early
         # while keys change (a `berth apply` meanwhile), and a get per key was one more trip.
         for entry in await BucketWatch.snapshot(self.kv):
@@ -168,13 +171,17 @@ async def follow_config(
     *,
     settings: WatchSettings,
     synced: asyncio.Event,
+    namespace: str | None = None,
 ) -> None:
-    """List-watch one configuration kind into the bucket for ever; ``synced`` once listed."""
-    stream = watch_objects(client, alternatives, settings=settings, malformed=mirror.malformed)
+    """List-watch one configuration kind (in one namespace, or all) into the bucket for
+    ever; ``synced`` once listed."""
+    stream = watch_objects(
+        client, alternatives, namespace=namespace, settings=settings, malformed=mirror.malformed
+    )
     async with aclosing(stream) as items:
         async for item in items:
             if isinstance(item, Listed):
-                await mirror.resync(kind, item.objects)
+                await mirror.resync(kind, item.objects, namespace=namespace)
                 synced.set()
             elif item.type is EventType.DELETED:
                 await mirror.remove(kind, item.object)

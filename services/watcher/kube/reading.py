@@ -11,6 +11,7 @@ from typing import Any
 
 from services.watcher.kube.patching import ADMISSION_GATE
 from shared.events import Event, WorkloadRef
+from shared.workloads import MANAGED_JOB_LABEL
 
 __all__ = [
     "DISRUPTION_REASONS",
@@ -22,6 +23,7 @@ __all__ = [
     "failed_exit_code",
     "finish_outcome",
     "gated",
+    "managed_failure",
     "owning_workload",
 ]
 
@@ -87,6 +89,17 @@ def failed_exit_code(pod: Obj) -> int | None:
         if isinstance(code, int) and code != 0:
             return code
     return None
+
+
+def managed_failure(pod: Obj) -> tuple[str, int] | None:
+    """(owning Job's uid, exit code) of a managed job's failed pod, for the Job's finish
+    report; None for any other pod."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    code = failed_exit_code(pod) if MANAGED_JOB_LABEL in labels else None
+    owner = controller(pod) if code is not None else None
+    if code is None or owner is None or owner.get("kind") != "Job":
+        return None
+    return str(owner.get("uid")), code
 
 
 def finish_outcome(kind: str, obj: Obj) -> tuple[bool, str] | None:
