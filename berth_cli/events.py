@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from berth_cli.client import CliError, connect
+from berth_cli.watching import until_stopped
 from shared.bus import STREAM, Bus
 from shared.durations import parse_duration
 from shared.events import SUBJECT_ROOT, decode_event, subject_token
@@ -368,10 +368,7 @@ def events(
     )
 
     async def run() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)  # Ctrl-C ends a follow cleanly
+        stop = until_stopped()  # Ctrl-C ends a follow cleanly
         return await tap_events(
             nats_url, wanted, since=seconds, follow=follow, output=output, stop=stop
         )

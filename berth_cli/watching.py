@@ -13,6 +13,8 @@ import signal
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
+import yaml
+
 __all__ = ["POLL_SECONDS", "RowPrinter", "until_stopped", "watch"]
 
 POLL_SECONDS = 1.0
@@ -67,19 +69,20 @@ def until_stopped() -> asyncio.Event:
 
 async def watch(poll: Callable[[], Awaitable[Snapshot]], *, output: str | None, empty: str) -> None:
     """Print the first listing and every change until stopped (``-o json``: each changed
-    object as one line of JSON)."""
+    object as one line of JSON; ``-o yaml``: as one YAML document)."""
     stop = until_stopped()
     printer: RowPrinter | None = None
     objects: dict[Hashable, str] = {}
     first = True
     while not stop.is_set():
         headers, listed = await poll()
-        if output == "json":
+        if output in ("json", "yaml"):
             for key, _, obj in listed:
                 text = json.dumps(obj, separators=(",", ":"))
                 if objects.get(key) != text:
                     objects[key] = text
-                    print(text, flush=True)
+                    shown = text if output == "json" else "---\n" + yaml.safe_dump(obj).rstrip()
+                    print(shown, flush=True)
         else:
             printer = printer or RowPrinter(headers)
             if first and not listed:
