@@ -51,6 +51,7 @@ __all__ = [
     "WorkloadDeleted",
     "WorkloadEvicted",
     "WorkloadFinished",
+    "WorkloadKind",
     "WorkloadPending",
     "WorkloadRef",
     "WorkloadStarted",
@@ -140,10 +141,31 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     term: int = 0
 
 
-class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="WorkloadSubmitted"):
-    """The watcher saw a new workload (Job, Pod or RayJob) that belongs to Berth."""
+# Every kind of workload object (shared/workload_kinds.py); a PodGroup is a Kueue pod group.
+WorkloadKind = Literal[
+    "Job",
+    "Pod",
+    "RayJob",
+    "RayCluster",
+    "JobSet",
+    "PyTorchJob",
+    "TFJob",
+    "XGBoostJob",
+    "PaddleJob",
+    "JAXJob",
+    "MPIJob",
+    "AppWrapper",
+    "LeaderWorkerSet",
+    "Deployment",
+    "StatefulSet",
+    "PodGroup",
+]
 
-    kind: Literal["Job", "Pod", "RayJob"]
+
+class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="WorkloadSubmitted"):
+    """The watcher saw a new workload (a Job, a Pod, a JobSet...) that belongs to Berth."""
+
+    kind: WorkloadKind
     queue_name: str
     pod_sets: list[PodSet]
     created: UtcTime

@@ -92,7 +92,7 @@ def test_rayjob_has_head_and_worker_pod_sets() -> None:
             _job(parallelism=-1, template={"spec": {"containers": [{}]}}),
             "`spec.parallelism` must be a non-negative integer",
         ),
-        ({"apiVersion": "apps/v1", "kind": "Deployment"}, "unknown kind 'Deployment'"),
+        ({"apiVersion": "batch/v1", "kind": "CronJob"}, "unknown kind 'CronJob'"),
         ({"apiVersion": "batch/v2", "kind": "Job"}, "Job does not exist in apiVersion 'batch/v2'"),
     ],
 )

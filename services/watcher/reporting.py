@@ -10,12 +10,13 @@ event's own ``time`` and a missing creationTimestamp.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from shared.events import (
     WorkloadDeleted,
     WorkloadEvicted,
     WorkloadFinished,
+    WorkloadKind,
     WorkloadRef,
     WorkloadStarted,
     WorkloadSubmitted,
@@ -54,7 +55,7 @@ def submitted(
         id=f"submitted-{metadata['uid']}",
         source=SOURCE,
         workload=ref_of(obj),
-        kind=cast(Literal["Job", "Pod", "RayJob"], spec.kind),
+        kind=cast(WorkloadKind, spec.kind),
         queue_name=queue_name if queue_name is not None else spec.queue_name,
         pod_sets=spec.pod_sets,
         created=created_at(obj),
