@@ -187,6 +187,8 @@ class Bus:
         self._wanted: dict[int, Callable[[str], bool]] = {}  # id(pull subscription) -> filter
         self._fences: dict[int, Fence] = {}  # id(pull subscription) -> its fence
         self.term = 0  # the lease term stamped on what this bus publishes (shared/lease.py)
+        # Set while this replica may act (shared/leadership.py): consumers wait while clear.
+        self.acting: asyncio.Event | None = None
 
     @classmethod
     async def connect(
@@ -544,6 +546,8 @@ class Bus:
         try:
             async for messages in self.batches(subscription, stopping=stopping, batch=batch):
                 events = self._decode(subscription, messages)
+                if self.acting is not None and not await _acting_again(self.acting, stopping):
+                    break  # stopped while its lease was suspended: this batch stays unacked
                 handled, settling = await self._handle(events, handler, stopping=stopping)
                 if not handled:
                     break  # stopped while retrying: this batch stays unacked
@@ -996,6 +1000,18 @@ async def _settled(handled: Awaitable[Settling | None]) -> None:
     settling = await handled
     if settling is not None:
         await settling
+
+
+async def _acting_again(acting: asyncio.Event, stopping: asyncio.Event) -> bool:
+    """Whether this replica may act on the batch in hand: at once while its lease is renewed,
+    else once a renewal ends the suspension; False if it stops first."""
+    if acting.is_set():
+        return True
+    waits = [asyncio.create_task(acting.wait()), asyncio.create_task(stopping.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        await _cancelled(wait)
+    return acting.is_set() and not stopping.is_set()
 
 
 async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:

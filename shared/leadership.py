@@ -10,15 +10,18 @@ Every service runs under :class:`Leadership` (the Runtime starts it, docs/replic
    preemption) still decides nothing until its fold has passed its own marker
    (:meth:`may_decide`): everything its predecessor decided validly lies before it;
 4. it renews until the service has stopped, then releases the lease so a standby takes over
-   at once. A lost lease (a swap lost, or no renewal within the deadline) calls ``on_lost``:
-   in a service, one log line and an immediate non-zero exit (the supervisor restarts it as
-   a standby).
+   at once. Without a successful renewal for ``renew_deadline`` it is *suspended*: ``active``
+   is cleared (nothing decides, the Bus hands consumers nothing) until a renewal succeeds,
+   which proves nobody took the lease meanwhile. A renewal whose swap is lost means another
+   replica holds the lease: ``on_lost`` is called, in a service one log line and an
+   immediate non-zero exit (the supervisor restarts it as a standby).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import msgspec
@@ -58,6 +61,8 @@ class Leadership:
         self.term = 0
         self.since = datetime.now(UTC)  # when it entered its current state
         self.lease: Lease | None = None
+        self.announced = False  # its marker is in the stream
+        self.suspended = False  # it holds the lease but could not renew it in time
 
     @classmethod
     def unleased(cls, role: str) -> Leadership:
@@ -118,10 +123,23 @@ class Leadership:
                 return
         self.lease = lease
         self.term = self.bus.term = lease.term
-        keeping = asyncio.create_task(lease.keep(finish), name=f"{self.role}.lease.keep")
+        self.bus.acting = self.active  # consumers hand over nothing while this is clear
+        with self._deadline(lease) as confirmed:
+            keeping = asyncio.create_task(
+                lease.keep(finish, confirmed=confirmed), name=f"{self.role}.lease.keep"
+            )
+            lost = await self._lead(lease, keeping)
+        if lost is None:
+            await lease.release()
+        else:
+            self.on_lost(lost)
+
+    async def _lead(self, lease: Lease, keeping: asyncio.Task[None]) -> str | None:
+        """Announce, then keep the lease until the renewals end; why it was lost, if it was."""
         try:
             if await self._announce(lease, keeping):
                 await keeping
+            return None
         except LeaseLost as lost:
             self.active.clear()
             log.error(
@@ -131,12 +149,49 @@ class Leadership:
                 term=lease.term,
                 reason=str(lost),
             )
-            self.on_lost(str(lost))
-            return
+            return str(lost)
         finally:
             keeping.cancel()
             await asyncio.gather(keeping, return_exceptions=True)
-        await lease.release()
+
+    @contextlib.contextmanager
+    def _deadline(self, lease: Lease) -> Iterator[Callable[[bool], None]]:
+        """A timer that suspends this leader at ``lease.acting_until()``, pushed back by
+        every successful renewal (which also ends a suspension); yields the renewals'
+        callback."""
+        loop = asyncio.get_running_loop()
+
+        def arm() -> asyncio.TimerHandle:
+            return loop.call_later(max(0.0, lease.acting_until() - lease.clock()), self._suspend)
+
+        timer = arm()
+
+        def confirmed(renewed: bool) -> None:
+            nonlocal timer
+            if renewed:
+                timer.cancel()
+                timer = arm()
+                self._resume()
+
+        try:
+            yield confirmed
+        finally:
+            timer.cancel()
+
+    def _suspend(self) -> None:
+        if self.suspended:
+            return
+        self.suspended = True
+        self.active.clear()
+        log.warning("lease_suspended", role=self.role, replica=self.replica, term=self.term)
+
+    def _resume(self) -> None:
+        if not self.suspended:
+            return
+        self.suspended = False
+        if self.announced:
+            self.active.set()
+        log.info("lease_resumed", role=self.role, replica=self.replica, term=self.term)
 
     async def _announce(self, lease: Lease, keeping: asyncio.Task[None]) -> bool:
         """Publish the marker (while the lease is being renewed), then become active; False
@@ -154,7 +209,9 @@ class Leadership:
             return False
         publishing.result()  # a publish that failed for good stops the service
         self.since = datetime.now(UTC)
-        self.active.set()
+        self.announced = True
+        if not self.suspended:  # else the renewal that ends the suspension sets it
+            self.active.set()
         self.decided.set()
         log.info("leading", role=self.role, replica=self.replica, term=lease.term)
         return True

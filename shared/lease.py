@@ -89,7 +89,7 @@ class LeaseRecord(msgspec.Struct, frozen=True):
 
 
 class LeaseLost(Exception):
-    """The holder can no longer prove it holds the lease; it must stop acting now."""
+    """Another replica took the lease: this one must stop acting for good."""
 
 
 def rfc3339(moment: datetime | None = None) -> str:
@@ -219,42 +219,44 @@ class Lease:
 
     # --- keeping it ------------------------------------------------------------------------
 
-    async def renew(self) -> None:
+    async def renew(self) -> bool:
         """Extend the lease: a compare-and-swap on our own revision, keeping the term.
 
-        Raises :class:`LeaseLost` when another replica's write came first, or when no
-        renewal has succeeded for ``renew_deadline`` seconds since the last good one was
-        sent (others count a lapse from no earlier than that, so the holder stops first).
-        A renewal that succeeds late is still proof: nobody wrote the key meanwhile.
+        True once renewed; False if this attempt failed (NATS unreachable, no answer within
+        ``renew_every``): the caller stops acting once :meth:`acting_until` has passed and
+        tries again. Raises :class:`LeaseLost` when another replica's write came first: only
+        a lost swap proves that someone else holds the lease. A renewal that succeeds late
+        is proof of the opposite: nobody wrote the key meanwhile, so nobody else acted.
         """
         sent = self.clock()
-        left = self.settings.renew_deadline - (sent - self.confirmed)
         value = msgspec.json.encode(LeaseRecord(self.replica, self.term, self.acquired, rfc3339()))
         try:
             revision = await asyncio.wait_for(
-                self.kv.update(self.role, value, last=self.revision),
-                max(left, self.settings.renew_every / 2),
+                self.kv.update(self.role, value, last=self.revision), self.settings.renew_every
             )
         except nats.js.errors.KeyWrongLastSequenceError as error:
             if await self._our_write_landed():
-                return
+                return False  # the revision is ours again; the next renewal confirms it
             self.held = False
             raise LeaseLost("another replica took the lease") from error
         except (nats.errors.Error, TimeoutError) as error:
-            if self.clock() - self.confirmed >= self.settings.renew_deadline:
-                self.held = False
-                raise LeaseLost(
-                    f"not renewed for {self.settings.renew_deadline:g}s: {error!r}"
-                ) from error
             log.warning("lease_renew_failed", role=self.role, error=repr(error))
-            return
+            return False
         self.revision, self.confirmed = revision, sent
+        return True
+
+    def acting_until(self) -> float:
+        """When (monotonic) the holder must stop acting unless a renewal succeeds first:
+        ``renew_deadline`` after the last successful renewal was sent. A standby counts a
+        lapse from no earlier than that write, over a whole ``duration``, so the holder has
+        stopped before anyone may take over."""
+        return self.confirmed + self.settings.renew_deadline
 
     async def _our_write_landed(self) -> bool:
         """After a lost swap: was it lost to our own earlier write, one whose answer never
         came (a timeout) but which was stored? Then the key still names us with our term."""
         try:
-            entry = await self.kv.get(self.role)
+            entry = await asyncio.wait_for(self.kv.get(self.role), self.settings.renew_every)
         except (nats.errors.Error, TimeoutError):
             return False
         record = _decoded(entry.value)
@@ -264,10 +266,16 @@ class Lease:
         self.revision = entry.revision
         return True
 
-    async def keep(self, stop: asyncio.Event) -> None:
-        """Renew every ``renew_every`` until ``stop`` is set; raises :class:`LeaseLost`."""
-        while not await _stopped(stop, self.settings.renew_every):
-            await self.renew()
+    async def keep(
+        self, stop: asyncio.Event, *, confirmed: Callable[[bool], None] = lambda _: None
+    ) -> None:
+        """Renew every ``renew_every`` (after a failure, every ``poll_every``) until ``stop``
+        is set, telling ``confirmed`` each outcome; raises :class:`LeaseLost`."""
+        wait = self.settings.renew_every
+        while not await _stopped(stop, wait):
+            renewed = await self.renew()
+            confirmed(renewed)
+            wait = self.settings.renew_every if renewed else self.settings.poll_every
 
     async def release(self) -> None:
         """Hand the lease back so that a standby takes over at once: the record with holder

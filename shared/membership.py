@@ -51,7 +51,7 @@ class Member(msgspec.Struct, frozen=True):
     active: bool  # it holds its role's lease and acts
     since: str  # RFC 3339: when it became active, or standby
     term: int  # its lease term (0 while standby)
-    health: str  # starting | ready | stopping (readers add "lost")
+    health: str  # starting | ready | suspended | stopping (readers add "lost")
     heartbeat: str  # RFC 3339: when it wrote this record
 
 

@@ -99,6 +99,8 @@ class Runtime:
         """This replica's record: ``/status`` and the ``berth-members`` bucket."""
         if self.stopping.is_set():
             health = "stopping"
+        elif self.leadership.suspended:
+            health = "suspended"  # it holds the lease but cannot renew it: it does nothing
         elif self.ready.is_set():
             health = "ready"
         else:

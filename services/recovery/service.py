@@ -200,6 +200,8 @@ class RecoveryService:
                 return
             except TimeoutError:
                 pass
+            if not self.runtime.is_active:
+                continue  # its lease is suspended: no decisions until it is renewed
             async with self.lock:
                 await self._publish_boosts(time.time())
 
