@@ -14,7 +14,7 @@ import pytest
 from nats.js.kv import KeyValue
 
 from shared.bus import STREAM, Bus
-from shared.events import LeaderElected, decode_event
+from shared.events import AnyEvent, LeaderElected, WorkloadEvicted, WorkloadRef, decode_event
 from shared.leadership import Leadership
 from shared.lease import (
     LEASE_BUCKET,
@@ -399,4 +399,40 @@ async def test_a_leader_whose_lease_is_taken_is_told_at_once(nats_url: str) -> N
     finally:
         finish.set()
         await asyncio.gather(task, return_exceptions=True)
+        await bus.close()
+
+
+async def test_a_suspended_replica_hands_its_consumers_nothing_until_it_acts_again(
+    nats_url: str,
+) -> None:
+    """While ``bus.acting`` is clear (a suspended lease) a consumer holds what it fetched
+    and hands nothing to its handler; once it is set again the batch is handled."""
+    bus = await Bus.connect(nats_url, source="watcher")
+    await bus.ensure_stream()
+    try:
+        await bus.publish(LeaderElected(source="admission", role="admission", holder="a", term=1))
+        await bus.publish(
+            WorkloadEvicted(
+                source="watcher",
+                workload=WorkloadRef("default", "w", "uid-w"),
+                generation=1,
+                reason="Preempted",
+            )
+        )
+        bus.acting = asyncio.Event()
+        subscription = await bus.durable_subscription("gated", ["berth.wl.>"])
+        handled: list[str] = []
+        stop = asyncio.Event()
+
+        async def handler(events: list[AnyEvent]) -> None:
+            handled.extend(e.workload.name for e in events)
+            stop.set()
+
+        consuming = asyncio.create_task(bus.consume(subscription, handler, stopping=stop))
+        await asyncio.sleep(0.5)
+        assert handled == []
+        bus.acting.set()
+        await asyncio.wait_for(consuming, 5)
+        assert handled == ["w"]
+    finally:
         await bus.close()
