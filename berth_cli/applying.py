@@ -21,8 +21,10 @@ import nats.js.errors
 import yaml
 
 from berth_cli.client import CliError, connect, query_all
+from berth_cli.ignored import config_ignored, warn_ignored, workload_ignored
 from berth_cli.writing import (
     apply_config,
+    check_pod_groups,
     check_references,
     parse_config,
     prepare_workload,
@@ -31,12 +33,11 @@ from berth_cli.writing import (
 )
 from shared.bus import CONFIG_BUCKET
 from shared.config import KIND_PLURALS, encode_object, is_config_kind, object_key
-from shared.workloads import WORKLOAD_KINDS
+from shared.workloads import WORKLOAD_KINDS, resource_name
 
 __all__ = ["apply", "config_diff", "input_files", "submit"]
 
 SUFFIXES = (".yaml", ".yml", ".json")
-_WORKLOAD_RESOURCE = {"Job": "job.batch", "Pod": "pod", "RayJob": "rayjob.ray.io"}
 
 
 def input_files(filename: str, *, recursive: bool) -> list[str]:
@@ -114,6 +115,7 @@ async def _check_workloads(
             if kind not in WORKLOAD_KINDS and is_config_kind(kind):
                 raise CliError(f"{where}: {kind} is configuration; use `berth apply -f`")
             prepared.append((prepare_workload(document, namespace=namespace, where=where), where))
+    check_pod_groups(prepared)
     lines = []
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)
@@ -121,7 +123,7 @@ async def _check_workloads(
         for obj, where in prepared:
             await check_references(config, obj, where)
             metadata = obj["metadata"]
-            lines.append(f"{_WORKLOAD_RESOURCE[obj['kind']]}/{metadata['name']} created (dry run)")
+            lines.append(f"{resource_name(obj['kind'])}/{metadata['name']} created (dry run)")
             if not names:
                 continue
             space = metadata["namespace"]
@@ -158,6 +160,8 @@ def apply(nats_url: str, filename: str, recursive: bool, dry_run: bool) -> None:
     files = read_all(filename, recursive=recursive)
     for documents, source in files:
         parse_config(documents, source)  # every file checked before anything is written
+    for documents, source in files:
+        warn_ignored(source, [f for document in documents for f in config_ignored(document)])
     if dry_run:
         lines = asyncio.run(_dry_run_apply(nats_url, files))
     else:
@@ -184,9 +188,12 @@ def apply(nats_url: str, filename: str, recursive: bool, dry_run: bool) -> None:
 def submit(
     nats_url: str, filename: str, recursive: bool, namespace: str | None, dry_run: bool
 ) -> None:
-    """Submit workloads (batch/v1 Jobs, v1 Pods, RayJobs); they queue in the LocalQueue
-    their label names."""
+    """Submit workloads (Jobs, Pods and pod groups, JobSets, Kubeflow jobs, Ray, AppWrappers,
+    LeaderWorkerSets, Deployments, StatefulSets); they queue in the LocalQueue their label
+    names."""
     files = read_all(filename, recursive=recursive)
+    for documents, source in files:
+        warn_ignored(source, [f for document in documents for f in workload_ignored(document)])
     if dry_run:
         lines = asyncio.run(_check_workloads(nats_url, files, namespace, names=True))
     else:

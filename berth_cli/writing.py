@@ -36,12 +36,14 @@ from shared.config import (
 )
 from shared.events import RemoveWorkload, SubmitWorkload, WorkloadRef, subject_token
 from shared.names import InvalidName, check_generate_name, check_name, check_namespace
+from shared.pod_groups import pod_group
 from shared.workloads import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     WORKLOAD_KINDS,
     WorkloadError,
     check_identity,
+    resource_name,
     workload_spec,
 )
 from shared.yaml_input import YamlInputError, read_input
@@ -56,8 +58,6 @@ __all__ = [
     "read_documents",
     "submit_workloads",
 ]
-
-_WORKLOAD_RESOURCE = {"Job": "job.batch", "Pod": "pod", "RayJob": "rayjob.ray.io"}
 
 
 def read_documents(path: str) -> tuple[list[dict[str, Any]], str]:
@@ -125,12 +125,18 @@ def _suffix() -> str:
 def prepare_workload(
     document: dict[str, Any], *, namespace: str | None, where: str
 ) -> dict[str, Any]:
-    """Validate a Job/Pod/RayJob and fill in what an API server would: name, uid, times."""
+    """Validate a workload object and fill in what an API server would: name, uid, times."""
     obj: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(document))  # a deep copy
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if isinstance(kind, str) and kind not in WORKLOAD_KINDS and kind in _BUILT_BY_BERTH:
+        raise CliError(f"{where}: {_BUILT_BY_BERTH[kind]}")
     try:
         workload_spec(obj)
+        group = pod_group(obj)
     except WorkloadError as error:
         raise CliError(f"{where}: {error}") from error
+    if group is not None:
+        _check_names(where, lambda: check_name(group[0], "kueue.x-k8s.io/pod-group-name"))
     metadata = obj.setdefault("metadata", {}) or {}
     obj["metadata"] = metadata
     own_namespace = metadata.get("namespace")
@@ -151,6 +157,37 @@ def prepare_workload(
     _check_names(where, lambda: check_identity(obj))  # as Kubernetes validates them
     obj.pop("status", None)
     return obj
+
+
+# Kinds that are Berth's own view of something a user submits.
+_BUILT_BY_BERTH = {
+    "PodGroup": "PodGroup is what Berth makes of a pod group: submit its Pods, each labelled"
+    " kueue.x-k8s.io/pod-group-name"
+}
+
+
+def check_pod_groups(prepared: list[tuple[dict[str, Any], str]]) -> None:
+    """The Pods of one pod group given together agree on their group's size and queue, and
+    are no more than that size (Kueue's webhook checks the same)."""
+    seen: dict[tuple[str, str], tuple[int, str, int]] = {}  # -> (total, queue, pods)
+    for obj, where in prepared:
+        group = pod_group(obj)
+        if group is None:
+            continue
+        name, total = group
+        key = (obj["metadata"]["namespace"], name)
+        queue = (obj["metadata"].get("labels") or {}).get(QUEUE_NAME_LABEL) or ""
+        known_total, known_queue, pods = seen.get(key, (total, queue, 0))
+        if total != known_total:
+            raise CliError(
+                f"{where}: pod group {name!r}: total count {total} differs from {known_total}"
+                " given by another of its pods"
+            )
+        if queue != known_queue:
+            raise CliError(f"{where}: pod group {name!r}: all its pods must name one queue")
+        if pods + 1 > total:
+            raise CliError(f"{where}: pod group {name!r} has {total} pods; this one is too many")
+        seen[key] = (total, queue, pods + 1)
 
 
 async def check_references(kv: Any, obj: dict[str, Any], where: str) -> None:
@@ -209,6 +246,7 @@ async def submit_workloads(
             if is_config_kind(str(kind)):
                 raise CliError(f"{where}: {kind} is configuration; use `berth apply -f`")
         prepared.append((prepare_workload(document, namespace=namespace, where=where), where))
+    check_pod_groups(prepared)
     lines = []
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)
@@ -223,6 +261,12 @@ async def submit_workloads(
                     f"{where}: workload {identity[1]!r} already exists in namespace {identity[0]!r}"
                 )
             names.add(identity)
+            group = pod_group(obj)
+            if group is not None and await workload_exists(bus, identity[0], group[0]):
+                raise CliError(
+                    f"{where}: pod group {group[0]!r} is complete already in namespace"
+                    f" {identity[0]!r}: a pod of it cannot be added"
+                )
         for obj, _ in prepared:
             metadata = obj["metadata"]
             ref = WorkloadRef(metadata["namespace"], metadata["name"], metadata["uid"])
@@ -230,7 +274,7 @@ async def submit_workloads(
             await bus.publish(
                 SubmitWorkload(id=f"submit-{ref.uid}", source="cli", workload=ref, object=obj)
             )
-            lines.append(f"{_WORKLOAD_RESOURCE[obj['kind']]}/{metadata['name']} created")
+            lines.append(f"{resource_name(obj['kind'])}/{metadata['name']} created")
     return lines
 
 

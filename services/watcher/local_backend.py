@@ -30,6 +30,7 @@ from nats.js.kv import KeyValue
 from services.watcher import metrics, reporting
 from services.watcher.backend import COMMAND_SUBJECTS
 from services.watcher.command_order import create_stands
+from services.watcher.grouping import PodGroups
 from services.watcher.logs_api import serve_logs
 from services.watcher.objects import read_object, read_status
 from services.watcher.processes import (
@@ -64,6 +65,7 @@ from shared.events import (
     subject_for,
 )
 from shared.logging import get_logger
+from shared.pod_groups import POD_GROUP_KIND
 from shared.publishing import AckTimeout
 from shared.service import Runtime
 from shared.workloads import (
@@ -113,6 +115,7 @@ class LocalBackend:
         self.finishing: list[_Simulated] = []  # simulated runs whose time is up, unreported
         self.finish_wanted = asyncio.Event()
         self.closing = False  # set on shutdown: the finisher reports what is due, then ends
+        self.groups = PodGroups()  # pod groups' members, until each is one PodGroup object
 
     # --- the list-watch of the objects bucket --------------------------------------------
 
@@ -176,12 +179,16 @@ class LocalBackend:
                     await self._flush_announcements(announcements)
                 await self._deleted(obj)
                 await self._forget_status(entry.key)
+                await self.groups.deleted(self.kv, self.objects, obj)  # see grouping.py
             return
         read = read_object(entry.key, value)
         if isinstance(read, str):  # no poison pill: dead-lettered, skipped, the watch goes on
             await self._dead_letter(OBJECTS_BUCKET, entry, read, value)
             return
         obj = self.objects[entry.key] = read
+        if self.groups.grouped(obj):  # not a workload alone: its group is (grouping.py)
+            await self.groups.pod_seen(self.kv, entry.key, obj)
+            return
         uid = obj["metadata"]["uid"]
         phase = self._status(entry.key, obj).get("phase", "")
         if phase in TERMINAL_PHASES or uid in self.announced:
@@ -691,12 +698,19 @@ def _local_pods(
     """The processes that stand for a workload's pods on this machine.
 
     A RayJob is one process: its ``entrypoint`` as a shell command, as the submitter pod
-    would run it; its head and workers only hold quota. Jobs and Pods run each pod's first
-    container.
+    would run it; its head and workers only hold quota. A pod group runs each of its Pods,
+    named as they are. Every other kind runs each pod of each pod set (as admitted), its
+    pod template's first container.
     """
     if obj.get("kind") == "RayJob":
         entrypoint = str((obj.get("spec") or {}).get("entrypoint") or "")
         return [("submitter-0", ["sh", "-c", entrypoint] if entrypoint else [], {}, None)]
+    if obj.get("kind") == POD_GROUP_KIND:
+        members = (obj.get("spec") or {}).get("pods") or []
+        return [
+            (str(pod["metadata"]["name"]), *_with_index(pod_commands(pod.get("spec") or {}), i))
+            for i, pod in enumerate(members)
+        ]
     pods: list[LocalPod] = []
     for pod_set in _admitted_pod_sets(pod_sets, event):
         argv, env, cwd = pod_commands(pod_specs[pod_set.name])
@@ -704,6 +718,13 @@ def _local_pods(
             env_for_pod = {**env, "BERTH_POD_INDEX": str(index), "JOB_COMPLETION_INDEX": str(index)}
             pods.append((f"{pod_set.name}-{index}", argv, env_for_pod, cwd))
     return pods
+
+
+def _with_index(
+    command: tuple[list[str], dict[str, str], str | None], index: int
+) -> tuple[list[str], dict[str, str], str | None]:
+    argv, env, cwd = command
+    return argv, {**env, "BERTH_POD_INDEX": str(index)}, cwd
 
 
 def _admitted_pod_sets(pod_sets: list[PodSet], event: WorkloadAdmitted) -> list[PodSet]:

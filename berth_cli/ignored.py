@@ -1,0 +1,106 @@
+"""What Berth accepts in a file and does not act on, said once per field.
+
+``berth apply``, ``berth submit`` and ``berth jobs launch`` take Kueue's and SkyPilot's files
+unchanged; a field they accept but that changes nothing in Berth is not silently dropped: each
+is one line on stderr, ``berth: warning: <file>: <field> is not supported and is ignored``.
+
+What counts (a field any backend would act on in Kueue, and Berth does not):
+
+- configuration: a ClusterQueue's admission checks and admission scope, a ResourceFlavor's
+  topology (topology-aware scheduling);
+- workloads: Kueue's topology, elastic-job, fast-admission, retriable-in-group,
+  maximum-execution-time, prebuilt-workload and ProvisioningRequest labels and annotations,
+  on the object or on a pod template, and ``spec.managedBy`` (MultiKueue);
+- managed jobs: the fields listed by the task parser (:attr:`ManagedJobSpec.ignored`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import click
+
+from shared.workload_fields import path_text
+from shared.workloads import WorkloadError, workload_spec
+
+__all__ = ["config_ignored", "warn_ignored", "workload_ignored"]
+
+# (kind, field path under the document) Berth parses and does not act on.
+_CONFIG_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "ClusterQueue": (
+        ("spec", "admissionChecks"),
+        ("spec", "admissionChecksStrategy"),
+        ("spec", "admissionScope"),
+    ),
+    "ResourceFlavor": (("spec", "topologyName"),),
+}
+# Kueue's labels and annotations that Berth accepts on a workload and does not act on.
+_KUEUE_KEYS = frozenset(
+    {
+        "kueue.x-k8s.io/podset-required-topology",
+        "kueue.x-k8s.io/podset-preferred-topology",
+        "kueue.x-k8s.io/podset-unconstrained-topology",
+        "kueue.x-k8s.io/podset-slice-required-topology",
+        "kueue.x-k8s.io/podset-slice-size",
+        "kueue.x-k8s.io/podset-group-name",
+        "kueue.x-k8s.io/elastic-job",
+        "kueue.x-k8s.io/pod-group-fast-admission",
+        "kueue.x-k8s.io/retriable-in-group",
+        "kueue.x-k8s.io/max-exec-time-seconds",
+        "kueue.x-k8s.io/prebuilt-workload-name",
+        "kueue.x-k8s.io/admission-gated-by",
+    }
+)
+_KUEUE_PREFIXES = ("provreq.kueue.x-k8s.io/",)
+
+
+def warn_ignored(source: str, fields: Iterable[str]) -> None:
+    """One warning line on stderr per field (in order, each once)."""
+    for field in dict.fromkeys(fields):
+        click.echo(f"berth: warning: {source}: {field} is not supported and is ignored", err=True)
+
+
+def config_ignored(document: dict[str, Any]) -> list[str]:
+    """The configuration fields of ``document`` that Berth accepts and does not act on."""
+    found = []
+    for path in _CONFIG_FIELDS.get(str(document.get("kind")), ()):
+        value: Any = document
+        for step in path:
+            value = value.get(step) if isinstance(value, dict) else None
+        if value not in (None, [], {}):
+            found.append(".".join(path))
+    return found
+
+
+def workload_ignored(document: dict[str, Any]) -> list[str]:
+    """The workload fields of ``document`` that Berth accepts and does not act on: Kueue's
+    labels and annotations on the object and its pod templates, and ``spec.managedBy``."""
+    found = _metadata_keys(document.get("metadata"), "metadata")
+    spec = document.get("spec")
+    if isinstance(spec, dict) and spec.get("managedBy"):
+        found.append("spec.managedBy")
+    try:
+        templates = workload_spec(document).templates
+    except WorkloadError:
+        return found  # refused elsewhere, with its reason
+    for template in templates:
+        parent: Any = document
+        for step in template.path[:-1]:
+            parent = parent[step]
+        if parent is not document:  # a Pod is its own template
+            where = path_text(template.path[:-1])
+            found += _metadata_keys(parent.get("metadata"), f"{where}.metadata")
+    return found
+
+
+def _metadata_keys(metadata: Any, where: str) -> list[str]:
+    if not isinstance(metadata, dict):
+        return []
+    found = []
+    for section in ("labels", "annotations"):
+        values = metadata.get(section)
+        for key in values if isinstance(values, dict) else ():
+            if key in _KUEUE_KEYS or str(key).startswith(_KUEUE_PREFIXES):
+                found.append(f"{where}.{section}.{key}")
+    return found

@@ -1,0 +1,209 @@
+"""examples/ end to end on `berth up`: the README's session, every workload kind, a pod group
+admitted whole or not at all. The kinds share one stack (module scope) to keep this cheap."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.events import WorkloadAdmitted, WorkloadStarted
+from tests.conftest import CLI_CREDENTIALS, FIXTURES, REPO, Stack, berth, start_stack
+from tests.e2e import condition, event_log, eventually, get_json, is_admitted
+
+EXAMPLES = REPO / "examples"
+KINDS = EXAMPLES / "kinds"
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    running = start_stack(tmp_path_factory.mktemp("examples") / "berth")
+    try:
+        yield running
+    finally:
+        running.stop()
+        CLI_CREDENTIALS.pop(running.url, None)
+        os.environ.pop("BERTH_CREDS", None)
+
+
+def _workloads(url: str, namespace: str = "default") -> dict[str, dict[str, Any]]:
+    return {w["metadata"]["name"]: w for w in get_json(url, "workloads", "-n", namespace)}
+
+
+def _created(output: str) -> list[str]:
+    """The names `berth submit` printed: `<resource>/<name> created`."""
+    return [line.split("/", 1)[1].split()[0] for line in output.splitlines() if "created" in line]
+
+
+def test_readme_session(stack: Stack) -> None:
+    """README, "A session": kueue-resources.yaml's one GPU, gpu-job.yaml submitted three
+    times: one admitted, two pending saying why."""
+    url = stack.url
+    applied = berth("apply", "-f", str(EXAMPLES / "kueue-resources.yaml"), url=url).stdout
+    assert "localqueue.kueue.x-k8s.io/user-queue created" in applied
+    names = []
+    for _ in range(3):
+        names += _created(berth("submit", "-f", str(EXAMPLES / "gpu-job.yaml"), url=url).stdout)
+    assert len(set(names)) == 3 and all(n.startswith("gpu-job-") for n in names)
+
+    def one_admitted() -> bool:
+        workloads = _workloads(url)
+        assert sum(is_admitted(w) for w in workloads.values()) == 1
+        pending = [w for w in workloads.values() if not is_admitted(w)]
+        for workload in pending:
+            reserved = condition(workload, "QuotaReserved")
+            assert (
+                reserved and "insufficient unused quota for nvidia.com/gpu" in reserved["message"]
+            )
+        return len(pending) == 2
+
+    eventually(one_admitted)
+    table = berth("get", "clusterqueues", url=url).stdout
+    assert table.split("\n")[1].split() == ["cluster-queue", "2", "1"]
+
+
+def test_managed_jobs_examples_are_the_files_seed_001_runs() -> None:
+    """README, "Managed jobs": examples/managed-jobs/ are the files test_seed_001 runs end
+    to end (tests/test_e2e_recovery.py), byte for byte."""
+    for path in sorted((EXAMPLES / "managed-jobs").glob("*.yaml")):
+        assert filecmp.cmp(path, FIXTURES / "seed001" / path.name, shallow=False), path.name
+
+
+# Every kind's file, and the pod sets it must show: (pod set name, count).
+KIND_FILES: list[tuple[str, list[tuple[str, int]]]] = [
+    ("job.yaml", [("main", 2)]),
+    ("pod.yaml", [("main", 1)]),
+    ("jobset.yaml", [("workers", 4), ("driver", 1)]),
+    ("pytorchjob.yaml", [("master", 1), ("worker", 2)]),
+    ("tfjob.yaml", [("ps", 1), ("worker", 2)]),
+    ("xgboostjob.yaml", [("master", 1), ("worker", 2)]),
+    ("paddlejob.yaml", [("master", 1), ("worker", 2)]),
+    ("jaxjob.yaml", [("worker", 2)]),
+    ("mpijob.yaml", [("launcher", 1), ("worker", 2)]),
+    ("rayjob.yaml", [("head", 1), ("small-group", 1)]),
+    ("raycluster.yaml", [("head", 1), ("small-group", 2)]),
+    ("leaderworkerset.yaml", [("leader", 2), ("worker", 4)]),
+    ("appwrapper.yaml", [("sample-appwrapper-0", 1), ("sample-appwrapper-1", 1)]),
+    ("deployment.yaml", [("main", 3)]),
+    ("statefulset.yaml", [("main", 3)]),
+    ("pod-group.yaml", [("*", 1), ("*", 1)]),  # two shapes: pod sets named by shape hash
+]
+
+
+def test_every_kind_runs_on_the_local_backend(shared_stack: Stack) -> None:
+    """Each example kind is submitted, admitted with Kueue's pod sets, runs its pod sets'
+    commands as processes (or its simulated runtime) and succeeds; a JobSet's every pod
+    ran and logged."""
+    url = shared_stack.url
+    berth("apply", "-f", str(EXAMPLES / "queues.yaml"), url=url)
+    output = berth("submit", "-f", str(KINDS), url=url).stdout  # the folder, in name order
+    assert sorted(f.name for f in KINDS.glob("*.yaml")) == sorted(f for f, _ in KIND_FILES)
+    names = iter(_created(output))
+    submitted: dict[str, list[tuple[str, int]]] = {}
+    for file, pod_sets in sorted(KIND_FILES):
+        name = next(names)
+        if file == "pod-group.yaml":
+            assert next(names) == "sample-group-worker"  # its second pod
+            name = "sample-group"
+        submitted[name] = pod_sets
+
+    def all_succeeded() -> dict[str, dict[str, Any]]:
+        workloads = _workloads(url)
+        for name in submitted:
+            finished = condition(workloads[name], "Finished")
+            assert finished and finished["status"] == "True", name
+            assert finished["reason"] == "Succeeded", (name, finished)
+        return workloads
+
+    workloads = eventually(all_succeeded, timeout=60)
+    for name, pod_sets in submitted.items():
+        shown = [(p["name"], p["count"]) for p in workloads[name]["spec"]["podSets"]]
+        if name == "sample-group":
+            shown = [("*", count) for _, count in shown]
+        assert shown == pod_sets, name
+    jobset = next(n for n in submitted if n.startswith("sample-jobset-"))
+    logs = shared_stack.data_dir / "logs" / "default" / jobset
+    texts = sorted(path.read_text().strip() for path in logs.glob("*.log"))
+    assert texts == ["driver done", *(f"worker {i} done" for i in range(4))]
+
+
+def _split(file: Path, folder: Path) -> list[Path]:
+    """One file per document (to submit a group's pods one at a time)."""
+    paths = []
+    for index, document in enumerate(yaml.safe_load_all(file.read_text())):
+        path = folder / f"{file.stem}-{index}.yaml"
+        path.write_text(yaml.safe_dump(document))
+        paths.append(path)
+    return paths
+
+
+GROUPS_QUEUE = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: groups, name: user-queue}
+spec: {clusterQueue: cluster-queue}
+"""
+BLOCKER = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: blocker, labels: {kueue.x-k8s.io/queue-name: user-queue}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, command: [sleep, "600"], resources: {requests: {cpu: "4"}}}]
+"""
+
+
+def test_a_pod_group_is_admitted_whole_or_not_at_all(shared_stack: Stack, tmp_path: Path) -> None:
+    """A group of 3 + 2 CPUs with 4 free: its leader alone would fit, but nothing of the
+    group runs, not even once all its pods exist; when the blocker goes, both pods start
+    in one admission of the one workload `sample-group`. (In namespace `groups`, with a
+    LocalQueue `user-queue` of its own, on the shared stack.)"""
+    url = shared_stack.url
+    berth("apply", "-f", str(EXAMPLES / "queues.yaml"), url=url)
+    (tmp_path / "queue.yaml").write_text(GROUPS_QUEUE)
+    berth("apply", "-f", str(tmp_path / "queue.yaml"), url=url)
+    (tmp_path / "blocker.yaml").write_text(BLOCKER)
+    berth("submit", "-n", "groups", "-f", str(tmp_path / "blocker.yaml"), url=url)
+    eventually(lambda: is_admitted(_workloads(url, "groups")["blocker"]))
+    leader, worker = _split(KINDS / "pod-group.yaml", tmp_path)
+
+    berth("submit", "-n", "groups", "-f", str(leader), url=url)
+    assert "sample-group" not in _workloads(url, "groups")  # one pod of two: no workload yet
+    berth("submit", "-n", "groups", "-f", str(worker), url=url)
+
+    def pending_whole() -> dict[str, Any]:
+        group = _workloads(url, "groups")["sample-group"]
+        reserved = condition(group, "QuotaReserved")
+        assert reserved and reserved["status"] == "False", group["status"]
+        assert "insufficient unused quota for cpu" in reserved["message"]
+        return group
+
+    group = eventually(pending_whole)
+    assert sorted(p["count"] for p in group["spec"]["podSets"]) == [1, 1]
+    logs = shared_stack.data_dir / "logs" / "groups" / "sample-group"
+    assert not logs.exists()
+
+    berth("delete", "workload", "-n", "groups", "blocker", url=url)
+    eventually(lambda: condition(_workloads(url, "groups")["sample-group"], "Finished"), timeout=30)
+    assert sorted(p.name for p in logs.glob("*.log")) == [
+        "1-sample-group-leader.log",
+        "1-sample-group-worker.log",
+    ]
+    events = [e for e in event_log(url) if e.workload.namespace == "groups"]
+    group_events = [e for e in events if e.workload.name == "sample-group"]
+    assert [type(e) for e in group_events if isinstance(e, WorkloadAdmitted | WorkloadStarted)] == [
+        WorkloadAdmitted,
+        WorkloadStarted,
+    ]
+    assert not any(  # its pods are never workloads of their own
+        e.workload.name.startswith("sample-group-")
+        for e in events
+        if isinstance(e, WorkloadAdmitted)
+    )
