@@ -31,6 +31,14 @@ log = get_logger("watcher.processes")
 _PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 
+def workload_environment(own: dict[str, str]) -> dict[str, str]:
+    """What a workload's process sees: the machine's environment without Berth's own
+    settings (``BERTH_*``: the watcher's credentials among them, which a workload must
+    never hold), ``PATH`` with Berth's interpreter first, then the container's ``env``."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
+    return {**inherited, "PATH": _PATH, **own}
+
+
 def workload_log_dir(root: Path, namespace: str, name: str) -> Path:
     """Where a workload's pod logs go: ``<root>/<namespace>/<name>``.
 
@@ -125,7 +133,7 @@ class RunningPods:
                         stdin=asyncio.subprocess.DEVNULL,
                         stdout=output,
                         stderr=asyncio.subprocess.STDOUT,
-                        env={**os.environ, "PATH": _PATH, **env},
+                        env=workload_environment(env),
                         cwd=cwd,
                         start_new_session=True,
                     )
