@@ -504,7 +504,7 @@ def run_benchmark(
     if data_dir is None:
         owned_tmp = tempfile.TemporaryDirectory(prefix="berth-bench-")
         data_dir = Path(owned_tmp.name)
-    stack = Stack(data_dir=data_dir, nats_port=0, console=Console(quiet=True))
+    stack = Stack(data_dir=data_dir, nats_port=0, console=Console(quiet=True), with_console=False)
     stopped_in = 0.0
     try:
         # As Kueue's runner: the store (envtest there, NATS here) is up before the clock

@@ -20,7 +20,7 @@ from pathlib import Path
 __all__ = ["LiveStack", "start_stack"]
 
 _COMPONENT = re.compile(
-    r"^((?:watcher|admission|preemption|recovery|nats)(?:-\d+)?)\s+(\d+)\s+(\S+)"
+    r"^((?:watcher|admission|preemption|recovery|nats|console)(?:-\d+)?)\s+(\d+)\s+(\S+)"
 )
 _READY = re.compile(r"Berth is ready in ([\d.]+)s")
 

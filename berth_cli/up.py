@@ -43,6 +43,8 @@ from shared.service import DEFAULT_PORTS
 __all__ = ["SERVICES", "ServiceProcess", "Stack", "run_up"]
 
 SERVICES = tuple(DEFAULT_PORTS)  # watcher, admission, preemption, recovery
+CONSOLE = "console"  # the web console (berth_console): a bus client, one replica
+CONSOLE_PORT = 8480
 GRACE_SECONDS = 10.0
 
 
@@ -65,6 +67,10 @@ class ServiceProcess:
     def replica_id(self) -> str:
         return f"{self.role}-{self.replica}"
 
+    @property
+    def module(self) -> str:
+        return "berth_console" if self.role == CONSOLE else f"services.{self.role}"
+
 
 class Stack:
     """The processes of one `berth up`. The benchmarks drive it in-process: ``start_nats()``,
@@ -79,8 +85,10 @@ class Stack:
         console: Console,
         replicas: int = 1,
         nats_cluster: int = 1,
+        with_console: bool = True,
     ) -> None:
         self.data_dir = data_dir
+        self.with_console = with_console
         self.console = console
         self.replicas = replicas
         self.credentials = CredentialStore(data_dir / "creds")
@@ -160,6 +168,13 @@ class Stack:
                 service = ServiceProcess(role, replica, name, port, log_path)
                 self.services.append(service)
                 self._spawn(service)
+        if self.with_console:
+            port = CONSOLE_PORT if port_free(CONSOLE_PORT) else free_port()
+            console = ServiceProcess(
+                CONSOLE, 0, CONSOLE, port, self.data_dir / "logs" / "console.log"
+            )
+            self.services.append(console)
+            self._spawn(console)
 
     def _spawn(self, service: ServiceProcess) -> None:
         env = {
@@ -175,11 +190,13 @@ class Stack:
             "BERTH_SUPERVISOR_PID": str(os.getpid()),
             "BERTH_GRACE_SECONDS": os.environ.get("BERTH_GRACE_SECONDS", str(GRACE_SECONDS - 2)),
         }
+        if service.role == CONSOLE:
+            env |= {"BERTH_CONSOLE_HOST": "127.0.0.1", "BERTH_CONSOLE_PORT": str(service.port)}
         if service.log_file is None:
             service.log_file = _open_private_log(service.log_path)
         service.restarts.started(time.monotonic())
         service.process = subprocess.Popen(
-            [sys.executable, "-m", f"services.{service.role}"],
+            [sys.executable, "-m", service.module],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=service.log_file,

@@ -319,7 +319,7 @@ def test_replicas(tmp_path: Path) -> None:
     stack = start_stack(tmp_path / "berth", replicas=2)
     try:
         names = [f"{service}-{i}" for service in SERVICES for i in range(2)]
-        assert sorted(stack.pids) == sorted([*names, "nats"])
+        assert sorted(stack.pids) == sorted([*names, "nats", "console"])
         assert len({stack.addresses[name] for name in names}) == 8
         for name in names:
             environ = Path(f"/proc/{stack.pids[name]}/environ").read_bytes().split(b"\0")
