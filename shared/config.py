@@ -299,6 +299,12 @@ class AgeingPolicy(_Spec):
     # After waiting this long, the job gets a reservation: nothing new is admitted ahead of it
     # (null turns it off). This is what bounds the wait; see docs/ageing.md.
     reserve_after: str | None = "10m"
+    # A workload ageing brought back is not a victim for this long after its admission
+    # (spec.minimumRunTime if that is longer); after it, its boost no longer shields it.
+    protect_for: str | None = "2m"
+    # The price of ageing: reservations together hold at most this share of a
+    # ClusterQueue's nominal quota (per resource); higher classes keep the rest.
+    max_reserved_share: float = 0.5
 
 
 class ClusterQueuePolicySpec(_Spec):
@@ -306,6 +312,12 @@ class ClusterQueuePolicySpec(_Spec):
     cluster_queues: list[str] = []
     # A workload that has run less than this may not be preempted (PreemptExemptTime).
     minimum_run_time: str | None = None
+    # A workload preempted this often in the last hour is not a victim of priority
+    # preemption until the hour has passed (null: no limit); docs/preemption.md.
+    max_preemptions_per_hour: int | None = 10
+    # How long a victim may take to stop (Kubernetes' terminationGracePeriodSeconds); the
+    # starvation bound counts it (docs/ageing.md).
+    eviction_grace_period: str = "30s"
     ageing: AgeingPolicy | None = None
 
 
@@ -542,14 +554,23 @@ def _check_wait_targets(targets: list[WaitTarget], *, where: str) -> None:
 
 
 def _check_policy(policy: ClusterQueuePolicy, *, where: str) -> None:
-    durations = {"spec.minimumRunTime": policy.spec.minimum_run_time}
+    durations = {
+        "spec.minimumRunTime": policy.spec.minimum_run_time,
+        "spec.evictionGracePeriod": policy.spec.eviction_grace_period,
+    }
+    per_hour = policy.spec.max_preemptions_per_hour
+    if per_hour is not None and per_hour < 1:
+        raise ConfigError(f"{where}: `spec.maxPreemptionsPerHour` must be at least 1 (or null)")
     ageing = policy.spec.ageing
     if ageing is not None:
         durations["spec.ageing.reserveAfter"] = ageing.reserve_after
+        durations["spec.ageing.protectFor"] = ageing.protect_for
         if ageing.priority_per_minute < 0:
             raise ConfigError(f"{where}: `spec.ageing.priorityPerMinute` must not be negative")
         if ageing.max_boost is not None and ageing.max_boost < 0:
             raise ConfigError(f"{where}: `spec.ageing.maxBoost` must not be negative")
+        if not 0 < ageing.max_reserved_share <= 1:
+            raise ConfigError(f"{where}: `spec.ageing.maxReservedShare` must be in (0, 1]")
     for path, text in durations.items():
         if text is not None:
             try:

@@ -283,6 +283,9 @@ class PriorityBoosted(Event, frozen=True, kw_only=True, tag="PriorityBoosted"):
     boost: int
     reserved: bool = False  # nothing else in its ClusterQueue goes first while it waits
     can_preempt: bool = False  # whether the boost counts when it asks for preemption
+    # The ageing clock: the job's first preemption (never reset). Among reservations the
+    # earlier clock goes first, and the starvation bound counts from it.
+    since: UtcTime | None = None
 
 
 class JobStatusChanged(Event, frozen=True, kw_only=True, tag="JobStatusChanged"):

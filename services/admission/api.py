@@ -15,15 +15,17 @@ message size limit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 from nats.aio.subscription import Subscription
 
+from services.admission.bounds import queues_of
 from services.admission.model import WorkloadView
 from services.admission.workload_objects import render_workload
 from shared.bus import API_SUBJECT
-from shared.config import ClusterQueue, LocalQueue, encode_object
+from shared.config import ClusterQueue, ClusterQueuePolicy, LocalQueue, encode_object
 from shared.durations import kube_timestamp
 from shared.logging import get_logger
 
@@ -46,6 +48,28 @@ class Request(msgspec.Struct, rename="camel"):
 
 
 _request_decoder = msgspec.json.Decoder(Request)
+
+
+def _bounds(service: AdmissionService) -> Callable[[WorkloadView], dict[str, Any]]:
+    """``runs_by`` / ``runs_by_reason`` of a view: its starvation bound (docs/ageing.md)."""
+    policies = service.config.of_kind(ClusterQueuePolicy)
+    queues = queues_of(service.config.of_kind(ClusterQueue))
+    inactive: dict[str, str] = {}
+    for name in queues:
+        [active] = service.scheduler.cluster_queue_status(name)["conditions"]
+        if active["status"] != "True":
+            inactive[name] = f"ClusterQueue {name} is inactive ({active['reason']})"
+
+    def fields(view: WorkloadView) -> dict[str, Any]:
+        blocked = inactive.get(view.cluster_queue, "")
+        if view.reason == "Inadmissible":  # a stopped LocalQueue, an unknown priority class
+            blocked = view.message
+        bound = service.bounds.bound(view, policies=policies, queues=queues, blocked=blocked)
+        if bound is None:
+            return {}
+        return {"runs_by": bound.timestamp, "runs_by_reason": bound.reason}
+
+    return fields
 
 
 def view_fields(view: WorkloadView) -> dict[str, Any]:
@@ -86,11 +110,14 @@ def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
     )
     page = _page(records, request)
     # Render only the page: a client paging through 100,000 workloads renders each once.
-    views = {view.ref.uid: view_fields(view) for view in service.scheduler.workload_views()}
-    page["items"] = [
-        render_workload(record, views.get(record.submitted.workload.uid, {}))
-        for record in page["items"]
-    ]
+    views = {view.ref.uid: view for view in service.scheduler.workload_views()}
+    bounds = _bounds(service)
+    items = []
+    for record in page["items"]:
+        view = views.get(record.submitted.workload.uid)
+        fields = {} if view is None else {**view_fields(view), **bounds(view)}
+        items.append(render_workload(record, fields))
+    page["items"] = items
     return page
 
 
@@ -126,12 +153,14 @@ def local_queues(service: AdmissionService, request: Request) -> dict[str, Any]:
 def pending(service: AdmissionService, request: Request) -> dict[str, Any]:
     """Pending workloads of one ClusterQueue in the order admission will try them."""
     rows = []
+    bounds = _bounds(service)
     for view in service.scheduler.workload_views():
         fields = view_fields(view)
         if fields["state"] != "pending":
             continue
         if request.cluster_queue and fields["cluster_queue"] != request.cluster_queue:
             continue
+        fields.update(bounds(view))
         record = service.records.get(view.ref.uid)
         rows.append(
             {
@@ -149,6 +178,8 @@ def pending(service: AdmissionService, request: Request) -> dict[str, Any]:
         )
         if fields["due_at"] is not None:
             rows[-1]["dueAt"] = fields["due_at"]
+        rows[-1]["runsBy"] = fields.get("runs_by")
+        rows[-1]["runsByReason"] = fields.get("runs_by_reason", "")
     rows.sort(key=lambda row: (row["clusterQueue"], row["positionInClusterQueue"] or 0))
     return _page(rows, request)
 

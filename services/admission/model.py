@@ -31,6 +31,7 @@ class QueuedWorkload:
     # Reserved (a starving managed job): it goes first in its ClusterQueue and, while it does
     # not fit, nothing behind it is admitted, so released quota accumulates for it.
     reserved: bool = False
+    since: float = 0.0  # its ageing clock: reservations go earliest clock first
     # Nominated (a preemptor whose victims are being evicted): the room they free is its own,
     # so it goes before everything else in its ClusterQueue, reservations included.
     nominated: bool = False

@@ -53,9 +53,14 @@ def order_key(
     deadline: float = 0.0,
     reserved: bool = False,
     nominated: bool = False,
+    since: float = 0.0,
 ) -> OrderKey:
     """Nominated, then reserved workloads go first; then the earliest deadline (all 0 without
-    wait targets), then Kueue's order."""
+    wait targets), then Kueue's order. Reservations among themselves go by ageing clock
+    (``since``), earliest first, whatever their priorities: the starvation bound counts on
+    that order, which never changes (docs/ageing.md)."""
+    if reserved and not nominated:
+        return (-1, 0.0, 0, since, uid)
     rank = 2 if nominated else 1 if reserved else 0
     return (-rank, deadline, -priority, queue_time, uid)
 
@@ -108,6 +113,14 @@ class Record:
     def replace_workload(self, wl: QueuedWorkload) -> None:
         self.wl = wl
         self._shape = None
+
+    def set_ageing(self, boost: int, reserved: bool, since: float) -> bool:
+        """Take recovery's latest boost, reservation and clock; whether anything changed."""
+        wl = self.wl
+        if (wl.boost, wl.reserved, wl.since) == (boost, reserved, since):
+            return False
+        wl.boost, wl.reserved, wl.since = boost, reserved, since
+        return True
 
     @property
     def effective_priority(self) -> int:

@@ -255,6 +255,7 @@ class Scheduler:
             deadline=self._wait_targets.deadline(priority, wl.queue_time),
             reserved=wl.reserved,
             nominated=wl.nominated,
+            since=wl.since,
         )
         self._queues[cq_name].push(record)
         lq = (namespace, lq_name)
@@ -394,13 +395,13 @@ class Scheduler:
             self._unqueue(record)
         del self._records[ref.uid]
 
-    def set_boost(self, ref: WorkloadRef, boost: int, *, reserved: bool = False) -> None:
-        """Change a workload's ageing boost (and reservation); it is re-queued in order."""
+    def set_boost(
+        self, ref: WorkloadRef, boost: int, *, reserved: bool = False, since: float = 0.0
+    ) -> None:
+        """Change a workload's ageing boost, reservation and clock; it is re-queued in order."""
         record = self._records.get(ref.uid)
-        if record is None or (record.wl.boost, record.wl.reserved) == (boost, reserved):
+        if record is None or not record.set_ageing(boost, reserved, since):
             return
-        record.wl.boost = boost
-        record.wl.reserved = reserved
         if record.state == PENDING and record.key is not None:
             self._unqueue(record)
             self._place(record)
@@ -452,9 +453,7 @@ class Scheduler:
     def effective_priority(self, ref: WorkloadRef) -> int:
         """Base priority plus ageing boost (0 while the priority cannot be resolved)."""
         record = self._records.get(ref.uid)
-        if record is None:
-            return 0
-        return (record.base or 0) + record.wl.boost
+        return 0 if record is None else record.effective_priority
 
     # --- quota bookkeeping -----------------------------------------------------------------
 
@@ -726,7 +725,7 @@ class Scheduler:
         if not self._wait_targets.enabled or record.key is None:
             return None
         deadline, _ = standing(record.key)
-        return None if deadline == math.inf else deadline
+        return deadline if 0 < deadline < math.inf else None  # a reservation has none
 
     def workload_views(self) -> list[WorkloadView]:
         """Every known workload, with queue positions for the queued pending ones."""

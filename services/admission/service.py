@@ -23,6 +23,7 @@ from nats.js import JetStreamContext
 
 from services.admission import metrics, validation
 from services.admission.api import serve_api
+from services.admission.bounds import AgeingBook
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
 from services.admission.workload_objects import WorkloadRecord
@@ -62,6 +63,7 @@ class AdmissionService:
         self.records: dict[str, WorkloadRecord] = {}  # uid -> display record
         self.config = ConfigMirror()
         self.boosts: dict[str, PriorityBoosted] = {}  # uid -> recovery's latest ageing boost
+        self.bounds = AgeingBook()
         # Preemptions in flight: preemptor uid -> victims still leaving, and back.
         self.leaving: dict[str, set[str]] = {}
         self.preemptor_of: dict[str, WorkloadRef] = {}
@@ -117,6 +119,7 @@ class AdmissionService:
         for event in events:
             if validation.refused(event):  # logged and counted; never reaches the books
                 continue
+            self.bounds.apply(event)  # each waiting workload's starvation bound
             ref = event.workload
             record = self.records.get(ref.uid)
             if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):
@@ -192,7 +195,10 @@ class AdmissionService:
                         record.on_pending(event)
                 case PriorityBoosted():
                     if record is not None:
-                        self.scheduler.set_boost(ref, event.boost, reserved=event.reserved)
+                        since = 0.0 if event.since is None else event.since.timestamp()
+                        self.scheduler.set_boost(
+                            ref, event.boost, reserved=event.reserved, since=since
+                        )
                         self.boosts[ref.uid] = event
 
     def _stand_by(self) -> None:

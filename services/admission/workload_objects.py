@@ -148,6 +148,9 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
     }
     if view.get("due_at") is not None:
         berth["dueAt"] = view["due_at"]
+    if "runs_by_reason" in view:  # pending: its starvation bound, or why it has none
+        berth["runsBy"] = view["runs_by"]
+        berth["runsByReason"] = view["runs_by_reason"]
     for key in ("position_in_cluster_queue", "position_in_local_queue"):
         if view.get(key) is not None:
             berth["positionInClusterQueue" if "cluster" in key else "positionInLocalQueue"] = view[

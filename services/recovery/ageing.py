@@ -1,20 +1,24 @@
 """The ageing boost: how a preempted managed job moves forward the longer it waits.
 
 ``boost = min(maxBoost, floor(priorityPerMinute x minutes since first preempted))``; the clock
-starts at the job's first preemption and is never reset. After ``reserveAfter`` the job also
-holds a reservation in its ClusterQueue. docs/ageing.md states the bound this gives.
+starts at the job's first preemption and is never reset. After ``reserveAfter`` the job is
+due a reservation in its ClusterQueue, granted while the share rule allows it
+(``reservation_granted``). docs/ageing.md states the bound this gives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from shared.config import AgeingPolicy
 from shared.durations import parse_duration
+from shared.starvation import fits_share
 
-__all__ = ["boost_at"]
+__all__ = ["boost_at", "reservation_granted"]
 
 
 def boost_at(policy: AgeingPolicy, waited_seconds: float) -> tuple[int, bool]:
-    """(boost, reserved) after ``waited_seconds`` since the first preemption."""
+    """(boost, due a reservation) after ``waited_seconds`` since the first preemption."""
     waited = max(0.0, waited_seconds)
     # Integer arithmetic on milliseconds: the boost is exact and never depends on a float.
     boost = policy.priority_per_minute * int(waited * 1000) // 60_000
@@ -22,3 +26,22 @@ def boost_at(policy: AgeingPolicy, waited_seconds: float) -> tuple[int, bool]:
         boost = min(boost, policy.max_boost)
     reserved = policy.reserve_after is not None and waited >= parse_duration(policy.reserve_after)
     return boost, reserved
+
+
+def reservation_granted(
+    policy: AgeingPolicy,
+    *,
+    request: Mapping[str, int],
+    nominal: Mapping[str, int],
+    earlier: Iterable[Mapping[str, int]],
+) -> bool:
+    """A due job holds its reservation only if it fits within ``maxReservedShare`` of its
+    ClusterQueue's nominal quota together with every job of that ClusterQueue that started
+    ageing before it and has not ended.
+
+    Why the earlier ones count, running or not: they go first, so a later job can never
+    take share an earlier one will need, and since they only leave, a grant once made holds.
+    Reservations granted this way never hold more than the share together (the latest one
+    counted all the others), so higher classes always keep the rest (docs/ageing.md).
+    """
+    return fits_share(policy.max_reserved_share, nominal, [request, *earlier])

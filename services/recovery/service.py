@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -26,8 +27,9 @@ from nats.js.kv import KeyValue
 
 from services.recovery import lifecycle, metrics
 from services.recovery.ageing import boost_at
+from services.recovery.reserving import Reservations
 from shared.bus import API_SUBJECT, JOBS_BUCKET
-from shared.config import ClusterQueuePolicy, ageing_for
+from shared.config import ClusterQueue, ClusterQueuePolicy, ageing_for
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import dead_letters
 from shared.events import (
@@ -85,6 +87,8 @@ class RecoveryService:
         self.config = ConfigMirror()
         self.kv: KeyValue | None = None
         self.lock = asyncio.Lock()  # one writer at a time: API calls, the consumer, the tick
+        self.reservations = Reservations()
+        self.announced: dict[str, tuple[int, bool]] = {}  # attempt uid -> (boost, reserved)
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -207,6 +211,7 @@ class RecoveryService:
 
     async def _publish_boosts(self, now: float) -> None:
         policies = self.config.of_kind(ClusterQueuePolicy)
+        queues = {cq.metadata.name: cq for cq in self.config.of_kind(ClusterQueue)}
         outgoing: list[Event] = []
         changed: list[ManagedJob] = []
         for job in self.jobs.values():
@@ -216,12 +221,26 @@ class RecoveryService:
             if job.status != JobStatus.RECOVERING:
                 continue  # only a waiting job ages; a running one keeps what it had
             policy = ageing_for(policies, job.cluster_queue)
-            boost, reserved = boost_at(policy, now - job.first_preempted_at)
-            if (boost, reserved) == (job.boost, job.reserved):
+            boost, due = boost_at(policy, now - job.first_preempted_at)
+            # A reservation once granted is kept: the jobs it was counted with only leave.
+            reserved = due and (
+                job.reserved
+                or self.reservations.granted(
+                    job,
+                    policy=policy,
+                    cluster_queue=queues.get(job.cluster_queue),
+                    jobs=self.jobs.values(),
+                )
+            )
+            # Announced once per attempt even at boost 0: admission and preemption learn
+            # the ageing clock (``since``) from the first one.
+            if self.announced.get(attempt.uid) == (boost, reserved):
                 continue
-            job.boost, job.reserved = boost, reserved
-            metrics.boosted(cluster_queue=job.cluster_queue, reserved=reserved)
-            changed.append(job)
+            self.announced[attempt.uid] = (boost, reserved)
+            if (boost, reserved) != (job.boost, job.reserved):
+                job.boost, job.reserved = boost, reserved
+                metrics.boosted(cluster_queue=job.cluster_queue, reserved=reserved)
+                changed.append(job)
             outgoing.append(
                 PriorityBoosted(
                     id=f"boost-{attempt.uid}-{boost}-{int(reserved)}",
@@ -230,6 +249,7 @@ class RecoveryService:
                     boost=boost,
                     reserved=reserved,
                     can_preempt=policy.boost_can_preempt,
+                    since=datetime.fromtimestamp(job.first_preempted_at, UTC),
                 )
             )
             log.info(
@@ -239,7 +259,8 @@ class RecoveryService:
                 queue=job.cluster_queue,
                 boost=boost,
                 reserved=reserved,
-                reason=f"waited {now - job.first_preempted_at:.0f}s since first preempted",
+                reason=f"waited {now - job.first_preempted_at:.0f}s since first preempted"
+                + ("; its reservation waits for share" if due and not reserved else ""),
             )
         if outgoing:
             await self.bus.publish_many(outgoing)

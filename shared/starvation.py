@@ -1,0 +1,196 @@
+"""The starvation bound: by when a waiting workload will be admitted (docs/ageing.md).
+
+Admission shows it (``RUNS BY``, ``status.berth.runsBy``), recovery grants reservations with
+the same share rule, and the simulations check it; so the formula lives here, once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy
+from shared.durations import kube_timestamp, parse_duration
+from shared.quota import quotas_of
+
+__all__ = [
+    "DECISION_CYCLE_SECONDS",
+    "Bound",
+    "Earlier",
+    "QueueFacts",
+    "Waiting",
+    "fits_share",
+    "queue_facts",
+    "runs_by",
+]
+
+# What the bound allows for Berth's own latency per step: recovery's ageing tick (1 s), a
+# scheduling pass, a victim search and the events between them. Figures: bench/starvation.py.
+DECISION_CYCLE_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Earlier:
+    """An aged workload of the same ClusterQueue whose ageing clock started first."""
+
+    request: Mapping[str, int]  # milli-units per resource, the whole workload
+    ended_at: float | None  # when it finished or was deleted; None: not yet
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFacts:
+    """What the bound needs of a ClusterQueue (``queue_facts`` reads them from its spec)."""
+
+    name: str
+    nominal: Mapping[str, int]  # milli-units per resource, summed over its flavors
+    flavors: Mapping[str, int]  # how many flavors cover each resource
+    lends: Mapping[str, bool]  # per resource: in a cohort with a lendingLimit other than 0
+    preempts: bool  # withinClusterQueue is not Never
+    cohort: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A pending workload, as the bound sees it."""
+
+    queue: QueueFacts
+    request: Mapping[str, int]  # milli-units per resource, the whole workload
+    since: float | None  # its ageing clock (first preemption); None: it does not age
+    waiting_since: float  # when the current wait began (its last eviction)
+    earlier: Sequence[Earlier] = ()
+    blocked: str = ""  # why admission cannot admit it at all (an inactive queue), if so
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    at: float | None  # epoch seconds, whole (rounded up); None: no bound, see ``reason``
+    reason: str
+
+    @property
+    def timestamp(self) -> str | None:
+        return None if self.at is None else kube_timestamp(self.at)
+
+
+def queue_facts(cluster_queue: ClusterQueue) -> QueueFacts:
+    spec = cluster_queue.spec
+    cohort = cluster_queue.cohort_name
+    nominal: dict[str, int] = {}
+    flavors: dict[str, int] = {}
+    lends: dict[str, bool] = {}
+    for (_, resource), quota in quotas_of(spec.resource_groups).items():
+        nominal[resource] = nominal.get(resource, 0) + quota.nominal
+        flavors[resource] = flavors.get(resource, 0) + 1
+        lending = bool(cohort) and quota.lending_limit != 0
+        lends[resource] = lends.get(resource, False) or lending
+    return QueueFacts(
+        name=cluster_queue.metadata.name,
+        nominal=nominal,
+        flavors=flavors,
+        lends=lends,
+        preempts=spec.preemption.within_cluster_queue != "Never",
+        cohort=cohort,
+    )
+
+
+def fits_share(
+    share: float, nominal: Mapping[str, int], requests: Iterable[Mapping[str, int]]
+) -> bool:
+    """Whether ``requests`` together stay within ``share`` of the nominal quota, resource by
+    resource: the price rule (``maxReservedShare``) that reservations must keep."""
+    total: dict[str, int] = {}
+    for request in requests:
+        for resource, value in request.items():
+            total[resource] = total.get(resource, 0) + value
+    return all(value <= share * nominal.get(resource, 0) for resource, value in total.items())
+
+
+def _seconds(text: str | None) -> float:
+    return 0.0 if text is None else parse_duration(text)
+
+
+def _unbounded(waiting: Waiting, ageing: AgeingPolicy) -> str | None:
+    """Why no bound can be promised, or None (the conditions of ``runs_by``)."""
+    queue = waiting.queue
+    if waiting.since is None:
+        return "it does not age (only a preempted managed job does)"
+    if waiting.blocked:
+        return waiting.blocked
+    if ageing.reserve_after is None:
+        return f"no reservations in ClusterQueue {queue.name} (reserveAfter: null)"
+    for resource, value in sorted(waiting.request.items()):
+        if queue.flavors.get(resource, 0) == 0:
+            return f"resource {resource} unavailable in ClusterQueue {queue.name}"
+        if queue.flavors[resource] > 1:
+            return f"{queue.flavors[resource]} flavors for {resource}: no bound yet"
+        if value > queue.nominal[resource]:
+            return f"it needs more {resource} than ClusterQueue {queue.name}'s nominal quota"
+        if queue.lends.get(resource, False):
+            return f"{queue.name} lends {resource} in cohort {queue.cohort} (set lendingLimit: 0)"
+    if not queue.preempts:
+        return f"ClusterQueue {queue.name} preempts nothing (withinClusterQueue: Never)"
+    share = ageing.max_reserved_share
+    if not fits_share(share, queue.nominal, [waiting.request]):
+        return f"it needs more than the {share:.0%} of the quota reservations may hold"
+    return None
+
+
+def runs_by(policy: ClusterQueuePolicy, waiting: Waiting) -> Bound:
+    """By when a waiting workload will be admitted, or why that cannot be promised.
+
+    ``runsBy = T + m + (k + 2) x (g + d) + d``, with
+
+    - ``T = max(since + reserveAfter, waitingSince, t_share)``: its reservation. ``since`` is
+      its ageing clock (its first preemption), ``t_share`` the first moment its reservation
+      fits the share (below);
+    - ``m = max(minimumRunTime, ageing.protectFor)``: the longest a workload in its way is
+      protected after its admission;
+    - ``k``: the aged workloads of its ClusterQueue whose clocks started earlier and that
+      have not ended by ``T`` (reservations go earliest clock first, one at a time, and a
+      reservation never preempts an earlier clock);
+    - ``g = evictionGracePeriod`` (a victim stops within it) and ``d`` =
+      ``DECISION_CYCLE_SECONDS`` (Berth's own latency per step); one step more than ``k + 1``
+      for preemptions already in flight when the reservation starts.
+
+    Why: from ``T + d`` it heads its ClusterQueue and nothing else is admitted there; what
+    was admitted before is unprotected by ``T + d + m`` and its reservation preempts it
+    whatever its priority; each reservation ahead takes one step of ``g + d``.
+
+    It holds when the workload ages (a preempted managed job), its ClusterQueue is active and
+    preempts (withinClusterQueue is not Never), reservations are on (reserveAfter), each
+    resource it asks for has one flavor there, it fits within the nominal quota and within
+    ``maxReservedShare`` of it together with the earlier-aged workloads still there at ``T``,
+    and its ClusterQueue lends none of that quota to a cohort. Otherwise ``at`` is None and
+    ``reason`` says which condition fails; a policy change recomputes it.
+    """
+    spec = policy.spec
+    ageing = spec.ageing or AgeingPolicy()
+    problem = _unbounded(waiting, ageing)
+    if problem is not None:
+        return Bound(None, problem)
+    assert waiting.since is not None and ageing.reserve_after is not None
+    start = max(waiting.since + parse_duration(ageing.reserve_after), waiting.waiting_since)
+    # The earlier-aged workloads only leave: the reservation fits the share from the first
+    # moment, at or after ``start``, when those still there leave it room.
+    ends = sorted(e.ended_at for e in waiting.earlier if e.ended_at and e.ended_at > start)
+    moments = [start, *ends]
+    share = ageing.max_reserved_share
+    for moment in moments:
+        alive = [e for e in waiting.earlier if e.ended_at is None or e.ended_at > moment]
+        if fits_share(share, waiting.queue.nominal, [waiting.request, *(e.request for e in alive)]):
+            break
+    else:
+        waiting_for = sum(1 for e in waiting.earlier if e.ended_at is None)
+        return Bound(
+            None,
+            f"waits for {waiting_for} workload(s) that started ageing first: together they"
+            f" need more than the {share:.0%} of the quota reservations may hold",
+        )
+    protection = max(_seconds(spec.minimum_run_time), _seconds(ageing.protect_for))
+    step = parse_duration(spec.eviction_grace_period) + DECISION_CYCLE_SECONDS
+    at = moment + protection + (len(alive) + 2) * step + DECISION_CYCLE_SECONDS
+    reason = (
+        f"reserved from {kube_timestamp(moment)}; then up to {protection:g}s of protection"
+        f" and {len(alive) + 2} steps of {step:g}s ({len(alive)} reservation(s) ahead)"
+    )
+    return Bound(float(math.ceil(at)), reason)

@@ -1,0 +1,221 @@
+"""The starvation bound's formula and its conditions (shared/starvation.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from services.recovery.ageing import reservation_granted
+from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, parse_object
+from shared.starvation import (
+    DECISION_CYCLE_SECONDS,
+    Earlier,
+    QueueFacts,
+    Waiting,
+    fits_share,
+    queue_facts,
+    runs_by,
+)
+
+D = DECISION_CYCLE_SECONDS
+CPU4 = QueueFacts("cq", {"cpu": 4000}, {"cpu": 1}, {"cpu": False}, preempts=True)
+
+
+def policy(**spec: Any) -> ClusterQueuePolicy:
+    """A ClusterQueuePolicy: reserveAfter 60s, protectFor 10s, grace 5s unless given."""
+    ageing = {"reserveAfter": "60s", "protectFor": "10s", **spec.pop("ageing", {})}
+    body = {"evictionGracePeriod": "5s", "ageing": ageing, **spec}
+    obj = parse_object(
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "ClusterQueuePolicy",
+         "metadata": {"name": "p"}, "spec": body}
+    )  # fmt: skip
+    assert isinstance(obj, ClusterQueuePolicy)
+    return obj
+
+
+def cpu(n: float) -> dict[str, int]:
+    return {"cpu": int(n * 1000)}
+
+
+@dataclass
+class Case:
+    why: str
+    waiting: Waiting
+    at: float | None  # the bound, or None with ``reason`` in the message
+    reason: str = ""
+    policy: dict[str, Any] = field(default_factory=dict)
+
+
+def wait(**kwargs: Any) -> Waiting:
+    values: dict[str, Any] = {
+        "queue": CPU4, "request": cpu(2), "since": 1000.0, "waiting_since": 1000.0
+    }  # fmt: skip
+    return Waiting(**{**values, **kwargs})
+
+
+STEP = 5 + D  # grace + decision cycle
+CASES: dict[str, Case] = {
+    "plain": Case(
+        "Alone: reservation at since + reserveAfter, protection, two steps, one cycle.",
+        wait(),
+        1000 + 60 + 10 + 2 * STEP + D,
+    ),
+    "later_wait": Case(
+        "A wait that began after the reservation time counts from the wait.",
+        wait(waiting_since=2000.0),
+        2000 + 10 + 2 * STEP + D,
+    ),
+    "minimum_run_time_longer": Case(
+        "minimumRunTime longer than protectFor is the protection that counts.",
+        wait(),
+        1000 + 60 + 30 + 2 * STEP + D,
+        policy={"minimumRunTime": "30s"},
+    ),
+    "one_ahead": Case(
+        "Each earlier-aged workload still there adds one step.",
+        wait(request=cpu(1), earlier=[Earlier(cpu(1), None)]),
+        1000 + 60 + 10 + 3 * STEP + D,
+    ),
+    "ended_before": Case(
+        "An earlier-aged workload that ended before the reservation adds nothing.",
+        wait(earlier=[Earlier(cpu(2), 1010.0)]),
+        1000 + 60 + 10 + 2 * STEP + D,
+    ),
+    "share_later": Case(
+        "Over the share at first, the reservation starts when an earlier one ends.",
+        wait(request=cpu(1), earlier=[Earlier(cpu(1), 1500.0), Earlier(cpu(1), None)]),
+        1500 + 10 + 3 * STEP + D,
+    ),
+    "share_never_yet": Case(
+        "Earlier ones that have not ended hold the share: no bound yet.",
+        wait(earlier=[Earlier(cpu(1), None), Earlier(cpu(1), None)]),
+        None,
+        "started ageing first",
+    ),
+    "does_not_age": Case(
+        "A workload without an ageing clock has no bound.",
+        wait(since=None),
+        None,
+        "does not age",
+    ),
+    "inactive": Case(
+        "An inactive queue or workload: the reason admission gives.",
+        wait(blocked="ClusterQueue cq is inactive (Stopped)"),
+        None,
+        "inactive",
+    ),
+    "reservations_off": Case(
+        "reserveAfter: null turns the bound off.",
+        wait(),
+        None,
+        "reserveAfter: null",
+        policy={"ageing": {"reserveAfter": None}},
+    ),
+    "over_nominal": Case(
+        "A workload larger than the nominal quota never fits.",
+        wait(request=cpu(5)),
+        None,
+        "nominal quota",
+    ),
+    "over_share": Case(
+        "A workload larger than the share reservations may hold.",
+        wait(request=cpu(3)),
+        None,
+        "50% of the quota",
+    ),
+    "whole_share": Case(
+        "maxReservedShare 1 lets a reservation take the whole quota.",
+        wait(request=cpu(4)),
+        1000 + 60 + 10 + 2 * STEP + D,
+        policy={"ageing": {"maxReservedShare": 1}},
+    ),
+    "never_preempts": Case(
+        "withinClusterQueue Never: nothing can be preempted for it.",
+        wait(queue=QueueFacts("cq", cpu(4), {"cpu": 1}, {"cpu": False}, preempts=False)),
+        None,
+        "withinClusterQueue: Never",
+    ),
+    "lends": Case(
+        "Quota lent to a cohort can be taken while it waits.",
+        wait(queue=QueueFacts("cq", cpu(4), {"cpu": 1}, {"cpu": True}, True, "co")),
+        None,
+        "lendingLimit: 0",
+    ),
+    "two_flavors": Case(
+        "Two flavors for one resource: not covered yet.",
+        wait(queue=QueueFacts("cq", cpu(8), {"cpu": 2}, {"cpu": False}, preempts=True)),
+        None,
+        "2 flavors",
+    ),
+    "unknown_resource": Case(
+        "A resource the ClusterQueue does not have.",
+        wait(request={"nvidia.com/gpu": 1000}),
+        None,
+        "unavailable",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_case(name: str) -> None:
+    """Each case gives its bound, or no bound with its reason."""
+    case = CASES[name]
+    bound = runs_by(policy(**case.policy), case.waiting)
+    assert bound.at == (None if case.at is None else float(int(case.at + 0.999))), case.why
+    if case.at is None:
+        assert case.reason in bound.reason, (case.why, bound.reason)
+    else:
+        assert bound.timestamp is not None and bound.reason.startswith("reserved from")
+
+
+def test_the_default_policy() -> None:
+    """Built-in defaults: 10m reservation, 2m protection, 30s grace, half the quota."""
+    spec = ClusterQueuePolicy(api_version="berth.dev/v1alpha1", metadata=policy().metadata)
+    bound = runs_by(spec, wait())
+    assert bound.at == 1000 + 600 + 120 + 2 * (30 + D) + D
+
+
+def _cq(spec: dict[str, Any]) -> ClusterQueue:
+    obj = parse_object(
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+         "metadata": {"name": "cq"}, "spec": spec}
+    )  # fmt: skip
+    assert isinstance(obj, ClusterQueue)
+    return obj
+
+
+def test_queue_facts_from_a_cluster_queue() -> None:
+    """Nominal per resource over flavors, flavors counted, lending only in a cohort."""
+    groups = [
+        {
+            "coveredResources": ["cpu"],
+            "flavors": [
+                {"name": "a", "resources": [{"name": "cpu", "nominalQuota": 4}]},
+                {"name": "b", "resources": [{"name": "cpu", "nominalQuota": 2}]},
+            ],
+        },
+        {
+            "coveredResources": ["memory"],
+            "flavors": [
+                {"name": "a", "resources": [{"name": "memory", "nominalQuota": "1Gi",
+                                            "lendingLimit": 0}]},
+            ],
+        },
+    ]  # fmt: skip
+    alone = queue_facts(_cq({"resourceGroups": groups}))
+    assert alone.nominal == {"cpu": 6000, "memory": 1024**3 * 1000}
+    assert alone.flavors == {"cpu": 2, "memory": 1}
+    assert alone.lends == {"cpu": False, "memory": False} and not alone.preempts
+    shared = queue_facts(_cq({"resourceGroups": groups, "cohort": "co"}))
+    assert shared.lends == {"cpu": True, "memory": False}
+
+
+def test_share_and_grant() -> None:
+    """The share rule, as recovery grants reservations with it."""
+    assert fits_share(0.5, cpu(4), [cpu(1), cpu(1)])
+    assert not fits_share(0.5, cpu(4), [cpu(1), cpu(1.5)])
+    ageing = AgeingPolicy(max_reserved_share=0.5)
+    assert reservation_granted(ageing, request=cpu(2), nominal=cpu(4), earlier=[])
+    assert not reservation_granted(ageing, request=cpu(2), nominal=cpu(4), earlier=[cpu(1)])
