@@ -20,7 +20,7 @@ import msgspec
 import nats.js.errors
 import yaml
 
-from berth_cli.client import CliError, connect, query_all
+from berth_cli.client import CliError, connect
 from berth_cli.ignored import config_ignored, warn_ignored, workload_ignored
 from berth_cli.writing import (
     apply_config,
@@ -30,6 +30,7 @@ from berth_cli.writing import (
     prepare_workload,
     read_documents,
     submit_workloads,
+    workload_exists,
 )
 from shared.bus import CONFIG_BUCKET
 from shared.config import KIND_PLURALS, encode_object, is_config_kind, object_key
@@ -105,8 +106,9 @@ async def _check_workloads(
     *,
     names: bool,
 ) -> list[str]:
-    """Validate every workload of every file, its LocalQueue and priority class, and with
-    ``names`` that its name is free; the lines a dry run prints."""
+    """Validate every workload of every file (and its pod group), its LocalQueue and
+    priority class, and with ``names`` that its name is free, as `berth submit` checks them;
+    the lines a dry run prints."""
     prepared = []
     for documents, source in files:
         for index, document in enumerate(documents):
@@ -119,22 +121,17 @@ async def _check_workloads(
     lines = []
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)
-        known: dict[str, set[str]] = {}
+        seen: set[tuple[str, str]] = set()
         for obj, where in prepared:
             await check_references(config, obj, where)
             metadata = obj["metadata"]
             lines.append(f"{resource_name(obj['kind'])}/{metadata['name']} created (dry run)")
-            if not names:
-                continue
-            space = metadata["namespace"]
-            if space not in known:  # admission knows every workload that exists
-                items = await query_all(bus, "workloads", namespace=space)
-                known[space] = {item["metadata"]["name"] for item in items}
-            if metadata["name"] in known[space]:
+            identity = (metadata["namespace"], metadata["name"])
+            if names and (identity in seen or await workload_exists(bus, *identity)):
                 raise CliError(
-                    f"{where}: workload {metadata['name']!r} already exists in namespace {space!r}"
+                    f"{where}: workload {identity[1]!r} already exists in namespace {identity[0]!r}"
                 )
-            known[space].add(metadata["name"])
+            seen.add(identity)
     return lines
 
 
