@@ -15,6 +15,8 @@ from typing import Any
 from services.watcher import metrics, reporting
 from services.watcher.kube.api import KubeClient, Resource
 from services.watcher.kube.creating import create_object, delete_object, manifest
+from services.watcher.kube.gating import Gating
+from services.watcher.kube.kinds import OTHER_RESOURCES, gate_kind
 from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces
 from services.watcher.kube.patching import (
     JOBS,
@@ -38,13 +40,19 @@ from shared.events import (
     subject_for,
 )
 from shared.logging import get_logger
+from shared.pod_groups import POD_GROUP_KIND
 from shared.workloads import MANAGED_JOB_LABEL
 
 __all__ = ["WORKLOAD_RESOURCES", "KubeActions", "Tracked"]
 
 log = get_logger("watcher.kube")
 
-WORKLOAD_RESOURCES: dict[str, Resource] = {"Job": JOBS, "Pod": PODS, "RayJob": RAYJOBS}
+WORKLOAD_RESOURCES: dict[str, Resource] = {
+    "Job": JOBS,
+    "Pod": PODS,
+    "RayJob": RAYJOBS,
+    **OTHER_RESOURCES,  # JobSet, the Kubeflow jobs, Deployment...: kinds.py
+}
 
 Obj = dict[str, Any]
 
@@ -56,10 +64,11 @@ class Tracked:
     workloads: dict[str, Obj] = field(default_factory=dict)  # uid -> newest object
     tombstones: OrderedDict[str, Obj] = field(default_factory=OrderedDict)
     reported: set[tuple[str, str, int]] = field(default_factory=set)  # (what, uid, generation)
+    groups: dict[str, Obj] = field(default_factory=dict)  # uid -> PodGroup (gating.py)
 
     def find(self, uid: str) -> Obj | None:
         """A workload we track, or remember as deleted (a late decision still finds its kind)."""
-        return self.workloads.get(uid) or self.tombstones.get(uid)
+        return self.workloads.get(uid) or self.groups.get(uid) or self.tombstones.get(uid)
 
 
 class KubeActions:
@@ -77,9 +86,12 @@ class KubeActions:
         self.image = image
         self.namespaces = namespaces
         self.letters = letters  # where a create refused for its namespace is kept
+        self.gating = Gating(client, tracked.groups)  # pod groups, gated kinds' pods
 
     async def admit(self, obj: Obj, event: WorkloadAdmitted) -> list[Report]:
         ref = event.workload
+        if obj.get("kind") == POD_GROUP_KIND:
+            return await self.gating.admit_group(obj, event)
         resource = WORKLOAD_RESOURCES[str(obj["kind"])]
         plan = admit_plan(event.generation, event.assignments)
         final = await converge(self.client, resource, ref, plan)
@@ -92,6 +104,8 @@ class KubeActions:
         ):
             log.info("admission_overtaken", workload=ref.key, generation=event.generation)
             return []
+        if gate_kind(obj.get("kind")):
+            await self.gating.release(final)  # its pods: the gate off, the flavor in
         if ("started", ref.uid, event.generation) not in self.tracked.reported:
             self.tracked.reported.add(("started", ref.uid, event.generation))
             metrics.STARTED.inc()
@@ -106,7 +120,11 @@ class KubeActions:
     async def evict(self, obj: Obj, generation: int, *, reason: str, message: str) -> list[Report]:
         ref = reporting.ref_of(obj)
         kind = str(obj["kind"])
+        if kind == POD_GROUP_KIND:
+            return await self.gating.evict_group(obj, generation, reason=reason, message=message)
         final = await converge(self.client, WORKLOAD_RESOURCES[kind], ref, evict_plan(generation))
+        if final is not None and gate_kind(kind) and admitted_generation(final) == generation:
+            await self.gating.stop(final, generation)  # its controller makes them again, gated
         if final is None:
             # Gone: for a Pod that is what eviction means (we deleted it, maybe on an earlier
             # delivery); a deleted Job or RayJob is reported as deleted instead.
@@ -176,6 +194,12 @@ class KubeActions:
             log.error("delete_refused", workload=ref.key, by=command.source, reason=outside)
             return  # nothing of it can be there: its create was refused alike
         known = self.tracked.find(ref.uid) if ref.uid else None
+        group = self.gating.named(ref.namespace, ref.name)
+        if group is not None and (known is None or known is group):
+            for pod in self.gating.pods_of(group):  # a pod group is its pods
+                await delete_object(self.client, PODS, reporting.ref_of(pod))
+            log.info("workload_deleting", workload=ref.key, kind=POD_GROUP_KIND, by=command.source)
+            return
         kinds = [str(known["kind"])] if known else list(WORKLOAD_RESOURCES)
         for kind in kinds:  # a name alone may be any kind: try each until one is deleted
             if await delete_object(self.client, WORKLOAD_RESOURCES[kind], ref):

@@ -283,6 +283,8 @@ class KubernetesBackend:
             events += await self.actions.disrupted(obj)
             if (failure := managed_failure(obj)) is not None:
                 self.exit_codes[failure[0]] = failure[1]  # reported with the Job's finish
+            if (held := await self.actions.gating.pod_seen(obj, self.workloads)) is not None:
+                return events + held  # a pod group's, or a gated Deployment's... (gating.py)
             if controller(obj) is not None:
                 return events  # a Job's or RayCluster's pod: its owner is the workload
         uid = str(metadata["uid"])
@@ -354,8 +356,8 @@ class KubernetesBackend:
     def _forget(self, obj: Obj) -> list[Report]:
         uid = str(obj["metadata"].get("uid"))
         known = self.workloads.pop(uid, None)
-        if known is None:
-            return []
+        if known is None:  # a pod group's pod may take its group with it (gating.py)
+            return self.actions.gating.forget(obj) if obj.get("kind") == "Pod" else []
         self.tombstones[uid] = known
         while len(self.tombstones) > TOMBSTONES:
             self.tombstones.popitem(last=False)

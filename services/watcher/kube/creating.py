@@ -3,9 +3,10 @@
 The object a command carries was built for any backend (see ``shared/tasks.py`` and
 ``services/recovery/lifecycle.py``); :func:`manifest` makes it what the API server needs:
 
-- created held: a Job or RayJob with ``spec.suspend: true``, a Pod with Kueue's admission
-  scheduling gate, so nothing runs before admission (the webhook would gate a Pod, but we do
-  not rely on it for objects we create ourselves);
+- created held: a Job or RayJob with ``spec.suspend: true`` (a Kubeflow job its
+  ``spec.runPolicy.suspend``), a Pod with Kueue's admission scheduling gate, a Deployment's,
+  StatefulSet's or LeaderWorkerSet's pod templates with it, so nothing runs before admission
+  (the webhook would do the same, but we do not rely on it for objects we create ourselves);
 - the Kueue labels: ``kueue.x-k8s.io/queue-name`` (``default`` when the object names none:
   recovery and the CLI only send such an object where that LocalQueue exists) and
   ``kueue.x-k8s.io/priority-class`` as given;
@@ -27,6 +28,8 @@ from typing import Any
 
 from services.watcher.kube.api import KubeClient, Resource
 from services.watcher.kube.errors import KubeConflict, KubeNotFound
+from services.watcher.kube.kinds import gate_kind, merge, suspend_patch
+from services.watcher.kube.kinds import templates as kind_templates
 from services.watcher.kube.patching import ADMISSION_GATE, pod_templates
 from shared.events import WorkloadRef
 from shared.logging import get_logger
@@ -77,8 +80,13 @@ def manifest(obj: Obj, *, requested_uid: str, image: str) -> Obj:
         gates = spec.setdefault("schedulingGates", [])
         if not any(gate.get("name") == ADMISSION_GATE for gate in gates):
             gates.append({"name": ADMISSION_GATE})
+    elif gate_kind(result.get("kind")):  # its controller's pods are born gated (kinds.py)
+        for _, pod_spec in pod_templates(result):
+            gates = pod_spec.setdefault("schedulingGates", [])
+            if not any(gate.get("name") == ADMISSION_GATE for gate in gates):
+                gates.append({"name": ADMISSION_GATE})
     else:
-        spec["suspend"] = True
+        result["spec"] = merge(spec, suspend_patch(result, True))
     for _, pod_spec in pod_templates(result):
         for container in [*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])]:
             if not container.get("image") or container["image"] == TASK_IMAGE:
@@ -98,6 +106,13 @@ def _label_templates(obj: Obj, labels: dict[str, str]) -> None:
         cluster = spec.setdefault("rayClusterSpec", {})
         templates = [cluster.setdefault("headGroupSpec", {}).setdefault("template", {})]
         templates += [g.setdefault("template", {}) for g in cluster.get("workerGroupSpecs") or []]
+    elif obj.get("kind") != "Pod":  # every other kind, from the table (kinds.py)
+        templates = []
+        for _, path in kind_templates(obj):
+            parent: Any = obj
+            for step in path[:-1]:
+                parent = parent[step]
+            templates.append(parent)
     else:
         return  # a Pod: its own labels are its pod's labels
     for template in templates:

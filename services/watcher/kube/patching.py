@@ -26,9 +26,18 @@ import msgspec
 
 from services.watcher.kube.api import KubeClient, Resource
 from services.watcher.kube.errors import KubeConflict, KubeNotFound
+from services.watcher.kube.kinds import (
+    gate_kind,
+    is_suspended,
+    merge,
+    suspend_patch,
+    templates,
+    templates_patch,
+)
 from shared.events import FlavorAssignment, WorkloadRef
 
 __all__ = [
+    "ADMISSION_ANNOTATION",
     "ADMISSION_GATE",
     "ADMITTED_ANNOTATION",
     "EVICTED_ANNOTATION",
@@ -57,6 +66,7 @@ ADMITTED_ANNOTATION = "berth.dev/admitted-generation"
 EVICTED_ANNOTATION = "berth.dev/evicted-generation"
 FINISHED_ANNOTATION = "berth.dev/finished-generation"
 POD_SET_INFO_ANNOTATION = "berth.dev/pod-set-info"
+ADMISSION_ANNOTATION = "berth.dev/admission"  # a gated kind's flavors, for its pods
 
 MAX_STEPS = 8  # eviction of a Job takes three writes; the rest is room for conflicts
 
@@ -166,6 +176,14 @@ def pod_templates(obj: Obj) -> list[tuple[str, Obj]]:
     """(pod set name, pod spec) for every pod template, named as shared.workloads names them."""
     kind = obj.get("kind")
     spec = obj.get("spec") or {}
+    if kind not in ("Job", "Pod", "RayJob"):  # every other kind: kinds.py, from the table
+        found = []
+        for name, path in templates(obj):
+            pod_spec: Any = obj
+            for step in path:
+                pod_spec = pod_spec[step]
+            found.append((name, pod_spec))
+        return found
     if kind == "Job":
         return [("main", ((spec.get("template") or {}).get("spec")) or {})]
     if kind == "Pod":
@@ -226,6 +244,8 @@ def _templates_patch(obj: Obj, specs: dict[str, Obj]) -> Obj:
         return {"template": {"spec": specs["main"]}}
     if kind == "Pod":
         return specs["main"]
+    if kind != "RayJob":
+        return templates_patch(obj, specs)
     cluster = (obj.get("spec") or {}).get("rayClusterSpec") or {}
     groups = copy.deepcopy(cluster.get("workerGroupSpecs") or [])
     for index, group in enumerate(groups):
@@ -246,17 +266,18 @@ def _templates_patch(obj: Obj, specs: dict[str, Obj]) -> Obj:
 
 
 def _is_suspended(obj: Obj) -> bool:
-    return bool((obj.get("spec") or {}).get("suspend"))
+    return is_suspended(obj)  # spec.suspend, or the kind's own field (kinds.py)
 
 
 # --- plans ------------------------------------------------------------------------------------
 
 
 def suspend_plan(obj: Obj) -> Patch | None:
-    """A new Job or RayJob created running: suspend it until admission says otherwise."""
-    if _is_suspended(obj) or admitted_generation(obj) > 0:
+    """A new Job or RayJob created running: suspend it until admission says otherwise (a
+    kind held by its pods' gates has nothing to suspend)."""
+    if _is_suspended(obj) or admitted_generation(obj) > 0 or gate_kind(obj.get("kind")):
         return None
-    return Patch({"metadata": _metadata(obj), "spec": {"suspend": True}})
+    return Patch({"metadata": _metadata(obj), "spec": suspend_patch(obj, True)})
 
 
 def admit_plan(generation: int, assignments: Sequence[FlavorAssignment]) -> Plan:
@@ -279,6 +300,12 @@ def admit_plan(generation: int, assignments: Sequence[FlavorAssignment]) -> Plan
             for name, _ in pod_templates(obj)
         }
         new_annotations: dict[str, str | None] = {ADMITTED_ANNOTATION: str(generation)}
+        if gate_kind(obj.get("kind")):
+            # Never its templates (that would roll its pods): gating.py ungates the pods with
+            # the flavor recorded here.
+            flavors = {a.pod_set: msgspec.to_builtins(a) for a in assignments}
+            new_annotations[ADMISSION_ANNOTATION] = json.dumps(flavors, sort_keys=True)
+            return Patch({"metadata": _metadata(obj, new_annotations)})
         if obj.get("kind") == "Pod":
             # A Pod cannot be suspended; its gate is its suspend. Nothing to restore later:
             # evicting a Pod deletes it.
@@ -287,7 +314,7 @@ def admit_plan(generation: int, assignments: Sequence[FlavorAssignment]) -> Plan
             spec = {**specs["main"], "schedulingGates": kept or None}
             return Patch({"metadata": _metadata(obj, new_annotations), "spec": spec})
         new_annotations[POD_SET_INFO_ANNOTATION] = json.dumps(originals, sort_keys=True)
-        spec = {"suspend": False, **_templates_patch(obj, specs)}
+        spec = merge(suspend_patch(obj, False), _templates_patch(obj, specs))
         return Patch({"metadata": _metadata(obj, new_annotations), "spec": spec})
 
     return plan
@@ -311,11 +338,15 @@ def evict_plan(generation: int) -> Plan:
             if metadata.get("resourceVersion"):
                 preconditions["resourceVersion"] = str(metadata["resourceVersion"])
             return Delete(preconditions)
+        if gate_kind(obj.get("kind")):  # its pods are deleted by gating.py
+            if evicted_generation(obj) >= generation:
+                return None
+            return Patch({"metadata": _metadata(obj, {EVICTED_ANNOTATION: str(generation)})})
         if not _is_suspended(obj) or evicted_generation(obj) < generation:
             return Patch(
                 {
                     "metadata": _metadata(obj, {EVICTED_ANNOTATION: str(generation)}),
-                    "spec": {"suspend": True},
+                    "spec": suspend_patch(obj, True),
                 }
             )
         if obj.get("kind") == "Job" and (obj.get("status") or {}).get("startTime"):

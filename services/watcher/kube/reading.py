@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from services.watcher.kube.kinds import finish_rule
 from services.watcher.kube.patching import ADMISSION_GATE
 from shared.events import Event, WorkloadRef
 from shared.workloads import MANAGED_JOB_LABEL
@@ -116,6 +117,8 @@ def finish_outcome(kind: str, obj: Obj) -> tuple[bool, str] | None:
         if phase in ("Succeeded", "Failed"):
             return phase == "Succeeded", str(status.get("message") or "")
         return None
+    if kind != "RayJob":
+        return finish_rule(kind, obj)  # every other kind (kinds.py)
     job_status = status.get("jobStatus")
     if job_status in ("SUCCEEDED", "FAILED"):
         return job_status == "SUCCEEDED", str(status.get("message") or "")

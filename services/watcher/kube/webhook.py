@@ -1,10 +1,12 @@
 """A mutating admission webhook: labelled workloads are born stopped.
 
 Without it a Job starts its pods before the watcher can suspend it, and a Pod can never be
-gated after creation. So, on CREATE (AdmissionReview v1): a Job or RayJob labelled with
-``kueue.x-k8s.io/queue-name`` gets ``spec.suspend: true``; such a Pod (not owned by a
+gated after creation. So, on CREATE (AdmissionReview v1), for an object labelled with
+``kueue.x-k8s.io/queue-name``: a Job, RayJob, JobSet, RayCluster or AppWrapper gets
+``spec.suspend: true``, a Kubeflow job ``spec.runPolicy.suspend: true``; a Pod (not owned by a
 controller: a Job's pods are managed through their Job) gets the ``kueue.x-k8s.io/admission``
-scheduling gate. The answer is a JSON patch; anything else is allowed untouched.
+scheduling gate, and so do the pod templates of a Deployment, StatefulSet or
+LeaderWorkerSet. The answer is a JSON patch; anything else is allowed untouched.
 
 Settings: ``BERTH_WEBHOOK_CERT`` / ``BERTH_WEBHOOK_KEY`` (PEM files; the API server only
 talks TLS to webhooks) and ``BERTH_WEBHOOK_PORT`` (9443).
@@ -21,6 +23,13 @@ from typing import Any
 
 from aiohttp import web
 
+from services.watcher.kube.kinds import (
+    OTHER_RESOURCES,
+    gate_kind,
+    is_suspended,
+    suspend_patch,
+    templates,
+)
 from services.watcher.kube.patching import ADMISSION_GATE
 from shared.logging import get_logger
 from shared.workloads import QUEUE_NAME_LABEL
@@ -74,15 +83,43 @@ def mutations(obj: dict[str, Any]) -> list[dict[str, Any]]:
     if kind == "Pod":
         if any(owner.get("controller") for owner in metadata.get("ownerReferences") or []):
             return []
-        gates = spec.get("schedulingGates")
-        if gates is None:
-            return [
-                {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": ADMISSION_GATE}]}
-            ]
-        if any(gate.get("name") == ADMISSION_GATE for gate in gates):
+        return _gate(spec, "/spec")
+    if gate_kind(kind):  # every pod its controller makes is born gated
+        operations = []
+        for _, path in templates(obj):
+            pod_spec: Any = obj
+            for step in path:
+                pod_spec = pod_spec[step]
+            operations += _gate(pod_spec, "/" + "/".join(_pointer(step) for step in path))
+        return operations
+    if kind in OTHER_RESOURCES:  # a kind with a suspend field of its own (kinds.py)
+        if is_suspended(obj):
             return []
-        return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": ADMISSION_GATE}}]
+        patch = suspend_patch(obj, True)
+        if "runPolicy" in patch and not isinstance(spec.get("runPolicy"), dict):
+            return [{"op": "add", "path": "/spec/runPolicy", "value": patch["runPolicy"]}]
+        if "runPolicy" in patch:
+            return [{"op": "add", "path": "/spec/runPolicy/suspend", "value": True}]
+        return [{"op": "add", "path": "/spec/suspend", "value": True}]
     return []
+
+
+def _gate(pod_spec: dict[str, Any], pointer: str) -> list[dict[str, Any]]:
+    """The operation adding Kueue's admission gate to the pod spec at ``pointer``, if needed."""
+    gates = pod_spec.get("schedulingGates")
+    if gates is None:
+        return [
+            {"op": "add", "path": f"{pointer}/schedulingGates", "value": [{"name": ADMISSION_GATE}]}
+        ]
+    if any(gate.get("name") == ADMISSION_GATE for gate in gates):
+        return []
+    return [
+        {"op": "add", "path": f"{pointer}/schedulingGates/-", "value": {"name": ADMISSION_GATE}}
+    ]
+
+
+def _pointer(step: str | int) -> str:
+    return str(step).replace("~", "~0").replace("/", "~1")  # RFC 6901
 
 
 async def _mutate(request: web.Request) -> web.Response:
