@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from berth_console.live import FINGERPRINT, fingerprint, stream
 from berth_console.markup import Markup, render
@@ -205,6 +206,13 @@ async def _healthz(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+async def _metrics(_: web.Request) -> web.Response:
+    """Prometheus text, like every service's (the process and the fence's counters)."""
+    return web.Response(
+        body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
 async def _readyz(request: web.Request) -> web.Response:
     context = request.app[CONTEXT]
     connected = context.queries is not None and context.queries.bus.nc.is_connected
@@ -232,6 +240,7 @@ def build_app(context: Context, *, token: str | None, stopping: asyncio.Event) -
     app[STOPPING] = stopping
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/stream/{path:.*}", _stream)
     app.router.add_post(r"/jobs/{job_id:\d{1,12}}/cancel", _cancel)

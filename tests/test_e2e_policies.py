@@ -27,9 +27,9 @@ def _workloads(url: str) -> dict[str, dict[str, Any]]:
 
 
 def test_every_service_serves_probes_and_metrics(stack: Stack) -> None:
-    """/healthz, /readyz and Prometheus /metrics answer on each service's HTTP port."""
+    """/healthz, /readyz answer on every component's HTTP port (the console's too), Prometheus /metrics on the services'."""
     ports = service_ports(stack)
-    assert set(ports) == {"watcher", "admission", "preemption", "recovery"}
+    assert set(ports) == {"watcher", "admission", "preemption", "recovery", "console"}
     for service, port in ports.items():
         for path in ("/healthz", "/readyz"):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
