@@ -21,7 +21,7 @@ import nats.js.errors
 import yaml
 
 from berth_cli.client import CliError, connect
-from berth_cli.ignored import config_ignored, warn_ignored, workload_ignored
+from berth_cli.ignored import config_ignored, warn_ignored, warn_skipped, workload_ignored
 from berth_cli.writing import (
     apply_config,
     check_pod_groups,
@@ -158,6 +158,7 @@ def apply(nats_url: str, filename: str, recursive: bool, dry_run: bool) -> None:
     for documents, source in files:
         parse_config(documents, source)  # every file checked before anything is written
     for documents, source in files:
+        warn_skipped(source, documents)
         warn_ignored(source, [f for document in documents for f in config_ignored(document)])
     if dry_run:
         lines = asyncio.run(_dry_run_apply(nats_url, files))

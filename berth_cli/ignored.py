@@ -6,8 +6,9 @@ is one line on stderr, ``berth: warning: <file>: <field> is not supported and is
 
 What counts (a field any backend would act on in Kueue, and Berth does not):
 
-- configuration: a ClusterQueue's admission checks and admission scope, a ResourceFlavor's
-  topology (topology-aware scheduling);
+- configuration: every field :data:`shared.config_fields.FIELD_STATUS` marks warned (the table
+  of docs/kueue-fields.md), named with its object, and Kueue's objects Berth has no model for
+  (AdmissionCheck, Topology, MultiKueue...), each skipped with one line saying why;
 - workloads: Kueue's topology, elastic-job, fast-admission, retriable-in-group,
   maximum-execution-time, prebuilt-workload and ProvisioningRequest labels and annotations,
   on the object or on a pod template, and ``spec.managedBy`` (MultiKueue);
@@ -21,20 +22,12 @@ from typing import Any
 
 import click
 
+from shared.config_fields import unsupported_object, warned_fields
 from shared.workload_fields import path_text
 from shared.workloads import WorkloadError, workload_spec
 
-__all__ = ["config_ignored", "warn_ignored", "workload_ignored"]
+__all__ = ["config_ignored", "warn_ignored", "warn_skipped", "workload_ignored"]
 
-# (kind, field path under the document) Berth parses and does not act on.
-_CONFIG_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "ClusterQueue": (
-        ("spec", "admissionChecks"),
-        ("spec", "admissionChecksStrategy"),
-        ("spec", "admissionScope"),
-    ),
-    "ResourceFlavor": (("spec", "topologyName"),),
-}
 # Kueue's labels and annotations that Berth accepts on a workload and does not act on.
 _KUEUE_KEYS = frozenset(
     {
@@ -61,16 +54,24 @@ def warn_ignored(source: str, fields: Iterable[str]) -> None:
         click.echo(f"berth: warning: {source}: {field} is not supported and is ignored", err=True)
 
 
+def warn_skipped(source: str, documents: list[dict[str, Any]]) -> None:
+    """One warning line on stderr per Kueue object Berth accepts and skips, saying why."""
+    for document in documents:
+        why = unsupported_object(document)
+        if why is not None:
+            what = f"{document['kind']} {_name(document)}"
+            click.echo(f"berth: warning: {source}: {what}: {why}; the object is ignored", err=True)
+
+
 def config_ignored(document: dict[str, Any]) -> list[str]:
-    """The configuration fields of ``document`` that Berth accepts and does not act on."""
-    found = []
-    for path in _CONFIG_FIELDS.get(str(document.get("kind")), ()):
-        value: Any = document
-        for step in path:
-            value = value.get(step) if isinstance(value, dict) else None
-        if value not in (None, [], {}):
-            found.append(".".join(path))
-    return found
+    """The configuration fields of ``document`` that Berth accepts and does not act on, each
+    named with its object (``ClusterQueue cq: spec.admissionChecks``)."""
+    return [f"{document.get('kind')} {_name(document)}: {f}" for f in warned_fields(document)]
+
+
+def _name(document: dict[str, Any]) -> str:
+    metadata = document.get("metadata")
+    return str(metadata.get("name", "")) if isinstance(metadata, dict) else ""
 
 
 def workload_ignored(document: dict[str, Any]) -> list[str]:

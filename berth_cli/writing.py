@@ -34,6 +34,7 @@ from shared.config import (
     object_key,
     parse_object,
 )
+from shared.config_fields import unsupported_object
 from shared.events import RemoveWorkload, SubmitWorkload, WorkloadRef, subject_token
 from shared.names import InvalidName, check_generate_name, check_name, check_namespace
 from shared.pod_groups import pod_group
@@ -84,6 +85,8 @@ def parse_config(documents: list[dict[str, Any]], source: str) -> list[ConfigObj
         where = f"{source}: document {index + 1}"
         if document.get("kind") in WORKLOAD_KINDS and not is_config_kind(str(document.get("kind"))):
             raise CliError(f"{where}: {document['kind']} is a workload; use `berth submit -f`")
+        if unsupported_object(document) is not None:
+            continue  # a Kueue object Berth does not model: warned at apply, not refused
         try:
             objects.append(parse_object(document, where=where))
         except ConfigError as error:

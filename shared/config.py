@@ -199,6 +199,7 @@ class ClusterQueueSpec(_Spec):
     stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
     fair_sharing: FairSharing | None = None
     admission_scope: dict[str, Any] | None = None
+    concurrent_admission_policy: dict[str, Any] | None = None  # v1beta2
 
 
 class ClusterQueue(msgspec.Struct, rename="camel", omit_defaults=True):

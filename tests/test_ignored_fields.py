@@ -31,13 +31,17 @@ def _job(**annotations: str) -> dict[str, Any]:
 CONFIG: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "a ClusterQueue's admission checks (Kueue's ProvisioningRequests)",
-        {"kind": "ClusterQueue", "spec": {"admissionChecks": ["prov"], "resourceGroups": []}},
-        ["spec.admissionChecks"],
+        {
+            "kind": "ClusterQueue",
+            "metadata": {"name": "cq"},
+            "spec": {"admissionChecks": ["prov"], "resourceGroups": []},
+        },
+        ["ClusterQueue cq: spec.admissionChecks"],
     ),
     (
         "a ResourceFlavor's topology (topology-aware scheduling)",
-        {"kind": "ResourceFlavor", "spec": {"topologyName": "default"}},
-        ["spec.topologyName"],
+        {"kind": "ResourceFlavor", "metadata": {"name": "f"}, "spec": {"topologyName": "default"}},
+        ["ResourceFlavor f: spec.topologyName"],
     ),
     (
         "an empty list of checks asks for nothing",
