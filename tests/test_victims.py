@@ -117,6 +117,7 @@ def run(
     admitted: float = 0.0,
     created: float = 0.0,
     evicting: bool = False,
+    preemptions: int = 0,
 ) -> Running:
     return Running(
         ref=WorkloadRef("ns", name, name),
@@ -126,6 +127,7 @@ def run(
         admitted_at=admitted,
         usage=_usage(usage),
         evicting=evicting,
+        preemptions=preemptions,
     )
 
 
@@ -253,6 +255,48 @@ CASES: dict[str, Case] = {
         [run("b", "a", 1, {F: 2}), run("a", "a", 1, {F: 2})],
         wants("a", 100, {F: 2}),
         {"a": "InClusterQueue"},
+    ),
+    "least_preempted_first": Case(
+        "At equal priority, the one preempted least in the last hour goes first, even if"
+        " Kueue's most-recently-admitted rule would pick the one that just came back.",
+        [cq("a", {F: 4}, within="LowerPriority")],
+        [
+            run("steady", "a", 1, {F: 2}, admitted=1),
+            run("came-back", "a", 1, {F: 2}, admitted=9, preemptions=2),
+        ],
+        wants("a", 100, {F: 2}),
+        {"steady": "InClusterQueue"},
+    ),
+    "least_preempted_then_recent": Case(
+        "Preempted as often, Kueue's order decides: the most recently admitted goes first.",
+        [cq("a", {F: 4}, within="LowerPriority")],
+        [
+            run("old", "a", 1, {F: 2}, admitted=1, preemptions=1),
+            run("recent", "a", 1, {F: 2}, admitted=9, preemptions=1),
+        ],
+        wants("a", 100, {F: 2}),
+        {"recent": "InClusterQueue"},
+    ),
+    "priority_before_preemptions": Case(
+        "How often a workload was preempted never overrules priority: the lower one goes.",
+        [cq("a", {F: 4}, within="LowerPriority")],
+        [run("low-often", "a", 1, {F: 2}, preemptions=5), run("mid-never", "a", 5, {F: 2})],
+        wants("a", 100, {F: 2}),
+        {"low-often": "InClusterQueue"},
+    ),
+    "least_preempted_across_queues": Case(
+        "Across lending queues of one rank, the least preempted goes first as well.",
+        [
+            cq("a", {F: 4}, "c", reclaim="Any"),
+            cq("b", {F: 0}, "c"),
+            cq("d", {F: 0}, "c"),
+        ],
+        [
+            run("b-often", "b", 1, {F: 2}, admitted=9, preemptions=3),
+            run("d-never", "d", 1, {F: 2}, admitted=1),
+        ],
+        wants("a", 100, {F: 2}),
+        {"d-never": "InCohortReclamation"},
     ),
     "evicting_first": Case(
         "A candidate already being evicted goes before a lower-priority one.",
@@ -697,6 +741,7 @@ def worlds(
             admitted=draw(st.integers(0, 5)),
             created=draw(st.integers(0, 5)),
             evicting=draw(st.booleans()),
+            preemptions=draw(st.integers(0, 2)),
         )
         if any(w.usage.values()) and tree.fits(queue, w.usage):
             tree.add_usage(queue, w.usage)

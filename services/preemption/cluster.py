@@ -11,8 +11,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from services.preemption.ordering import cohort_members
+from services.preemption.protection import HOUR, Protection, protected_until, recent
 from services.preemption.victims import Preemptor, Running
 from shared.config import (
+    AgeingPolicy,
     ClusterQueue,
     ClusterQueuePolicy,
     Cohort,
@@ -64,9 +66,19 @@ class Cluster:
         # queues only (on the Kueue benchmark's 1,000 queues, walking every running workload
         # per search was a third of the service's CPU).
         self.running_in: dict[str, dict[str, Running]] = {}
-        # Managed jobs holding an ageing reservation: once admitted they are not victims, or
-        # a job that waited past reserveAfter would ping-pong with every new preemptor.
+        # Managed jobs holding an ageing reservation: once admitted they are not victims (but
+        # of a reservation with an earlier clock), or a job that waited past reserveAfter
+        # would ping-pong with every new preemptor.
         self.reserved: set[str] = set()
+        # Ageing, from PriorityBoosted: each managed job's clock and latest boost. A run of a
+        # workload with a clock is a run ageing brought back (protectFor, base priority).
+        self.since: dict[str, float] = {}
+        self.boosts: dict[str, int] = {}
+        self.aged_runs: set[str] = set()
+        # uid -> generation -> when its eviction for a preemption was requested (last hour).
+        self.preempted_at: dict[str, dict[int, float]] = {}
+        self.queue_of: dict[str, str] = {}  # uid -> its ClusterQueue, pending or admitted
+        self._protections: dict[str, Protection] = {}
 
     # --- config ---------------------------------------------------------------------------
 
@@ -75,6 +87,7 @@ class Cluster:
         self.cluster_queues = {o.metadata.name: o for o in objects if isinstance(o, ClusterQueue)}
         self.cohorts = [o for o in objects if isinstance(o, Cohort)]
         self.policies = [o for o in objects if isinstance(o, ClusterQueuePolicy)]
+        self._protections = {}
         configurations = [o for o in objects if isinstance(o, Configuration)]
         self.configuration = configurations[0] if configurations else None
         self._rebuild_tree()
@@ -87,8 +100,33 @@ class Cluster:
 
     def minimum_run_time(self, cluster_queue: str) -> float:
         """Seconds a workload in this ClusterQueue runs before it may be preempted (0: off)."""
-        minimum = policy_for(self.policies, cluster_queue).spec.minimum_run_time
-        return 0.0 if minimum is None else parse_duration(minimum)
+        return self.protection(cluster_queue).minimum_run_time
+
+    def protection(self, cluster_queue: str) -> Protection:
+        """The ClusterQueue's protections from its ClusterQueuePolicy (cached per config)."""
+        found = self._protections.get(cluster_queue)
+        if found is None:
+            spec = policy_for(self.policies, cluster_queue).spec
+            ageing = spec.ageing or AgeingPolicy()
+            found = Protection(
+                minimum_run_time=_seconds(spec.minimum_run_time),
+                protect_for=_seconds(ageing.protect_for),
+                per_hour=spec.max_preemptions_per_hour,
+            )
+            self._protections[cluster_queue] = found
+        return found
+
+    def protected_until(self, w: Running, now: float, *, for_reservation: bool = False) -> float:
+        """When ``w`` may be a victim (services/preemption/protection.py)."""
+        uid = w.ref.uid
+        return protected_until(
+            admitted_at=w.admitted_at,
+            preempted_at=list(self.preempted_at.get(uid, {}).values()),
+            protection=self.protection(w.cluster_queue),
+            aged=uid in self.aged_runs,
+            now=now,
+            for_reservation=for_reservation,
+        )
 
     # --- events ---------------------------------------------------------------------------
 
@@ -103,28 +141,48 @@ class Cluster:
                     return
                 self._release(uid)
                 self.generations[uid] = event.generation
+                admitted_at = event.time.timestamp()
+                aged = uid in self.since
+                if aged:
+                    self.aged_runs.add(uid)
                 running = Running(
                     ref=event.workload,
                     cluster_queue=event.cluster_queue,
-                    priority=event.priority,
-                    queue_time=self.queue_times.get(uid, event.time.timestamp()),
-                    admitted_at=event.time.timestamp(),
+                    # A boost shields a run only while it is protected (protectFor): then it
+                    # is a candidate at its base priority (the price rule, docs/ageing.md).
+                    priority=event.priority - (self.boosts.get(uid, 0) if aged else 0),
+                    queue_time=self.queue_times.get(uid, admitted_at),
+                    admitted_at=admitted_at,
                     usage=quota_of(event.assignments),
+                    preemptions=recent(list(self.preempted_at.get(uid, {}).values()), admitted_at),
                 )
+                self.queue_of[uid] = event.cluster_queue
                 self.running[uid] = running
                 self.running_in.setdefault(event.cluster_queue, {})[uid] = running
                 if event.cluster_queue in self.cluster_queues:
                     self.tree.add_usage(event.cluster_queue, running.usage)
                 self.waiting.pop(uid, None)
                 self.in_flight.pop(uid, None)  # a preemptor got its room
-            case WorkloadFinished() | WorkloadEvicted():
+            case WorkloadEvicted():
                 if self.generations.get(uid) == event.generation:
                     self._release(uid)
+            case WorkloadFinished():
+                if self.generations.get(uid) == event.generation:
+                    self._release(uid)
+                    self._forget(uid)
             case WorkloadDeleted():
                 self._release(uid)
                 self.waiting.pop(uid, None)
                 self.in_flight.pop(uid, None)
+                self._forget(uid)
             case EvictionRequested():
+                if event.reason == "Preempted":
+                    # Per generation: a redelivered or echoed request counts once.
+                    at = event.time.timestamp()
+                    history = self.preempted_at.setdefault(uid, {})
+                    history[event.generation] = at
+                    for generation in [g for g, t in history.items() if t <= at - HOUR]:
+                        del history[generation]
                 if uid in self.running and event.preemptor is not None:
                     preemptor_uid = event.preemptor.uid
                     self.victim_of[uid] = preemptor_uid
@@ -139,14 +197,26 @@ class Cluster:
                     self.reserved.add(uid)
                 else:
                     self.reserved.discard(uid)
+                self.boosts[uid] = event.boost
+                if event.since is not None:
+                    self.since[uid] = event.since.timestamp()
             case WorkloadPending():
                 if event.source == "admission":
+                    if event.cluster_queue in self.cluster_queues:
+                        self.queue_of[uid] = event.cluster_queue
                     if event.preemption_may_help and event.contested:
                         self.waiting[uid] = event
                     else:
                         self.waiting.pop(uid, None)
 
+    def _forget(self, uid: str) -> None:
+        """The workload is over: nothing of its ageing or history matters any more."""
+        for book in (self.since, self.boosts, self.preempted_at, self.queue_of):
+            book.pop(uid, None)
+        self.reserved.discard(uid)
+
     def _release(self, uid: str) -> None:
+        self.aged_runs.discard(uid)
         running = self.running.pop(uid, None)
         if running is not None:
             self.running_in[running.cluster_queue].pop(uid, None)
@@ -176,10 +246,14 @@ class Cluster:
         """Whether evictions ordered for this preemptor are still in flight."""
         return preemptor_uid in self.in_flight
 
-    def candidates(self, cluster_queue: str) -> Iterator[Running]:
+    def candidates(
+        self, cluster_queue: str, *, reservation: tuple[float, str] | None = None
+    ) -> Iterator[Running]:
         """Running workloads in the cohort tree of ``cluster_queue`` (only there can a victim
         free room for it) that may be chosen: not already someone else's victim, and not a
-        managed job that got back in through its ageing reservation.
+        managed job that got back in through its ageing reservation. For a ``reservation``
+        (its clock, uid): any run but those of workloads whose ageing clock started earlier
+        (they go first; so two aged workloads never preempt each other back and forth).
 
         Lazy: most searches under load end before looking at a candidate (the workload fits
         by the time preemption reads its request: 90% of them on the Kueue benchmark).
@@ -187,10 +261,32 @@ class Cluster:
         queues = {cluster_queue}
         if cluster_queue in self.tree.cluster_queues:
             queues |= cohort_members(self.tree, cluster_queue)
+        since = self.since
         for queue in queues:
             for uid, w in self.running_in.get(queue, {}).items():
-                if uid not in self.victim_of and uid not in self.reserved:
+                if uid in self.victim_of:
+                    continue
+                if reservation is None:
+                    if uid not in self.reserved:
+                        yield w
+                elif uid not in since or (since[uid], uid) > reservation:
                     yield w
+
+    def reservation(self, uid: str) -> tuple[float, str] | None:
+        """(clock, uid) of a waiting workload that holds an ageing reservation, else None."""
+        if uid in self.reserved and uid not in self.running and uid in self.since:
+            return (self.since[uid], uid)
+        return None
+
+    def first_reservation(self, cluster_queue: str) -> str | None:
+        """The waiting reservation of ``cluster_queue`` with the earliest clock: the only one
+        admission tries (they queue earliest clock first), so the only one to preempt for."""
+        best: tuple[float, str] | None = None
+        for uid in self.reserved:
+            clock = self.reservation(uid)
+            if clock is not None and self.queue_of.get(uid) == cluster_queue:
+                best = clock if best is None else min(best, clock)
+        return None if best is None else best[1]
 
     def reserve_for_in_flight(self, sign: int) -> None:
         """Apply (sign=1) or undo (sign=-1) the room promised to preemptors whose victims
@@ -210,3 +306,7 @@ class Cluster:
                     self.tree.add_usage(preemptor.cluster_queue, preemptor.needs)
                 else:
                     self.tree.remove_usage(preemptor.cluster_queue, preemptor.needs)
+
+
+def _seconds(text: str | None) -> float:
+    return 0.0 if text is None else parse_duration(text)

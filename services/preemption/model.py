@@ -28,6 +28,7 @@ class Running:
     admitted_at: float  # for "most recently admitted first"
     usage: Mapping[FlavorResource, int]
     evicting: bool = False  # an eviction is already in flight: such candidates come first
+    preemptions: int = 0  # times preempted in the hour before this admission
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,10 @@
 candidatesOrdering).
 
 Order: evicting first, other ClusterQueues before the preemptor's own, lower priority first,
-most recently admitted first, then UID. A search usually stops after a few candidates out of
-thousands, so candidates are bucketed by (evicting, own queue, priority, queue) while filtering
-and each bucket is sorted only when the search reaches it.
+then, where Kueue leaves the choice free, the least recently preempted first
+(``within_priority``), most recently admitted first, then UID. A search usually stops after a
+few candidates out of thousands, so candidates are bucketed by (evicting, own queue,
+priority, queue) while filtering and each bucket is sorted only when the search reaches it.
 """
 
 from __future__ import annotations
@@ -17,10 +18,19 @@ from services.preemption.model import Preemptor, Running
 from shared.config import ClusterQueuePreemption
 from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
-__all__ = ["Candidates", "cohort_members", "find_candidates", "is_borrowing", "never", "sort_key"]
+__all__ = [
+    "Candidates",
+    "cohort_members",
+    "find_candidates",
+    "is_borrowing",
+    "never",
+    "sort_key",
+    "within_priority",
+]
 
 _UID = attrgetter("ref.uid")
 _ADMITTED = attrgetter("admitted_at")
+_PREEMPTIONS = attrgetter("preemptions")
 BucketKey = tuple[bool, bool, int, str]  # (not evicting, in own queue, priority, queue)
 
 
@@ -29,17 +39,23 @@ def never(_: Running) -> bool:
     return False
 
 
-def sort_key(own_queue: str) -> Callable[[Running], tuple[bool, bool, int, float, str]]:
+def sort_key(own_queue: str) -> Callable[[Running], tuple[bool, bool, int, int, float, str]]:
     """candidatesOrdering as one sort key (the buckets implement the same order lazily)."""
 
-    def key(w: Running) -> tuple[bool, bool, int, float, str]:
-        return (not w.evicting, w.cluster_queue == own_queue, w.priority, -w.admitted_at, w.ref.uid)
+    def key(w: Running) -> tuple[bool, bool, int, int, float, str]:
+        return (not w.evicting, w.cluster_queue == own_queue, w.priority, *within_priority(w))
 
     return key
 
 
-def _within_bucket(w: Running) -> tuple[float, str]:
-    return (-w.admitted_at, w.ref.uid)
+def within_priority(w: Running) -> tuple[int, float, str]:
+    """Among candidates Kueue ranks alike (same eviction state, queue side and priority): the
+    one preempted least often in the hour before its admission goes first, then Kueue's most
+    recently admitted, then UID. Kueue's own order alone picks the workload that just came
+    back from a preemption (it is the most recently admitted), so the same workload would be
+    preempted again and again (the thrash of Kueue issue #6861); a priority is never
+    overruled by this."""
+    return (w.preemptions, -w.admitted_at, w.ref.uid)
 
 
 class Candidates:
@@ -65,9 +81,11 @@ class Candidates:
     def _bucket(self, key: BucketKey) -> list[Running]:
         bucket = self._buckets[key]
         if key not in self._sorted:
-            # Two stable C-level sorts: UID ascending, then most recently admitted first.
+            # Three stable C-level sorts, which give within_priority's order: UID ascending,
+            # then most recently admitted first, then least recently preempted first.
             bucket.sort(key=_UID)
             bucket.sort(key=_ADMITTED, reverse=True)
+            bucket.sort(key=_PREEMPTIONS)
             self._sorted.add(key)
         return bucket
 
@@ -87,7 +105,7 @@ class Candidates:
             if len(group) == 1:
                 yield from self._bucket(group[0])
             elif group:  # same rank in several queues: merge by admission time and UID
-                yield from heapq.merge(*(self._bucket(key) for key in group), key=_within_bucket)
+                yield from heapq.merge(*(self._bucket(key) for key in group), key=within_priority)
             i = j
 
     def of_queue(self, queue: str) -> Iterator[Running]:

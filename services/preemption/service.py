@@ -18,13 +18,11 @@ minimum run time.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from services.preemption import metrics
 from services.preemption.cluster import Cluster
-from services.preemption.victims import FITS, Running, SearchResult, find_victims
+from services.preemption.deciding import Decision, decide
 from shared.config_mirror import ConfigMirror
-from shared.durations import kube_timestamp
 from shared.events import (
     STATE_SUBJECTS,
     AnyEvent,
@@ -99,17 +97,26 @@ class PreemptionService:
             self.cluster.set_config(self.config.values())
             now = time.monotonic()
             self.due.update({uid: now for uid in self.cluster.waiting})
+        touched: set[str] = set()  # ClusterQueues whose room or reservations changed
         for event in events:
             victim_of = self.cluster.victim_of.get(event.workload.uid)
+            queue = self.cluster.queue_of.get(event.workload.uid)
             self.cluster.apply(event)
             if not live:
                 continue
             uid = event.workload.uid
+            touched.update(q for q in (queue, self.cluster.queue_of.get(uid)) if q)
             if isinstance(event, WorkloadPending) and uid in self.cluster.waiting:
                 self.due[uid] = time.monotonic()
             elif isinstance(event, WorkloadEvicted | WorkloadFinished) and victim_of is not None:
                 if not self.cluster.busy(victim_of) and victim_of in self.cluster.waiting:
                     self.due[victim_of] = time.monotonic() + SETTLE_SECONDS
+        # A waiting reservation is looked at whenever its ClusterQueue changes: room it needs
+        # may have been freed or promised elsewhere, and its bound counts every step.
+        for queue in touched:
+            first = self.cluster.first_reservation(queue)
+            if first is not None and first in self.cluster.waiting:
+                self.due[first] = time.monotonic()
 
     # --- decisions ------------------------------------------------------------------------
 
@@ -125,52 +132,18 @@ class PreemptionService:
 
     def _evaluate(self, uid: str) -> list[Event]:
         pending = self.cluster.waiting.get(uid)
-        if pending is None or self.cluster.busy(uid):
-            return []  # admitted meanwhile, or its victims are still leaving
-        wall = time.time()
-        ever_protected = False
-
-        def protected(workload: Running) -> bool:
-            nonlocal ever_protected
-            minimum = self.cluster.minimum_run_time(workload.cluster_queue)
-            answer = minimum > 0 and wall - workload.admitted_at < minimum
-            ever_protected = ever_protected or answer
-            return answer
-
-        started = time.perf_counter()
-        result = self._search(preemptor_pending=pending, protected=protected)
-        metrics.SEARCH_SECONDS.observe(time.perf_counter() - started)
-        if result.victims:
-            return self._evict(pending, result)
-        if result.message == FITS:
-            # Room was freed since admission asked; its next pass admits the workload, and
-            # telling the user "it fits" on a pending workload would only confuse (the
-            # Kueue benchmark saw one such event per waiting workload).
+        if pending is None:
             return []
-        message = result.message
-        # Why the shortcut: when no candidate was protected, the search without protection is
-        # the same deterministic call getting the same answers, so its result is this one
-        # (without minimum run times, that second search was a third of the service's CPU).
-        unprotected = (
-            self._search(preemptor_pending=pending, protected=lambda _: False)
-            if ever_protected
-            else result
-        )
-        if unprotected.victims:
-            ends = [
-                v.workload.admitted_at + self.cluster.minimum_run_time(v.workload.cluster_queue)
-                for v in unprotected.victims
-                if protected(v.workload)
-            ]
-            if ends:
-                until = max(ends)
-                self.due[uid] = time.monotonic() + max(0.0, until - wall) + 0.05
-                when = kube_timestamp(until)
-                message = (
-                    f"preemption must wait: {len(ends)} candidate workload(s) are protected by"
-                    f" the minimum run time until {when}"
-                )
-        if self.told.get(uid) == message:
+        wall = time.time()
+        started = time.perf_counter()
+        decision = decide(self.cluster, uid, wall)  # services/preemption/deciding.py
+        metrics.SEARCH_SECONDS.observe(time.perf_counter() - started)
+        if decision.victims:
+            return self._evict(pending, decision)
+        if decision.retry_at is not None:
+            self.due[uid] = time.monotonic() + max(0.0, decision.retry_at - wall) + 0.05
+        message = decision.message
+        if not message or self.told.get(uid) == message:
             return []
         self.told[uid] = message
         log.info(
@@ -190,28 +163,13 @@ class PreemptionService:
             )
         ]
 
-    def _search(
-        self, *, preemptor_pending: WorkloadPending, protected: Callable[[Running], bool]
-    ) -> SearchResult:
-        cluster = self.cluster
-        cluster.reserve_for_in_flight(+1)
-        try:
-            configuration = cluster.configuration
-            return find_victims(
-                tree=cluster.tree,
-                cluster_queues=cluster.cluster_queues,
-                preemptor=cluster.preemptor(preemptor_pending),
-                running=cluster.candidates(preemptor_pending.cluster_queue),
-                protected=protected,
-                fair_sharing=None if configuration is None else configuration.spec.fair_sharing,
-            )
-        finally:
-            cluster.reserve_for_in_flight(-1)
-
-    def _evict(self, pending: WorkloadPending, result: SearchResult) -> list[Event]:
+    def _evict(self, pending: WorkloadPending, decision: Decision) -> list[Event]:
         events: list[Event] = []
         preemptor = pending.workload
-        for victim in result.victims:
+        # A reservation's victims are told why: not the priority of the workload it frees
+        # room for, but that workload's wait (docs/ageing.md).
+        because = "an ageing reservation" if decision.reservation else ""
+        for victim in decision.victims:
             workload = victim.workload
             generation = self.cluster.generations.get(workload.ref.uid, 0)
             event = EvictionRequested(
@@ -224,7 +182,7 @@ class PreemptionService:
                 detail=victim.reason,
                 message=(
                     f"Preempted to accommodate a workload (UID: {preemptor.uid},"
-                    f" name: {preemptor.key}) due to {_BECAUSE[victim.reason]}"
+                    f" name: {preemptor.key}) due to {because or _BECAUSE[victim.reason]}"
                 ),
                 preemptor=preemptor,
             )
@@ -237,7 +195,7 @@ class PreemptionService:
                 "preempting",
                 workload=workload.ref.key,
                 queue=workload.cluster_queue,
-                reason=victim.reason,
+                reason=because or victim.reason,
                 preemptor=preemptor.key,
                 preemptor_queue=pending.cluster_queue,
             )
