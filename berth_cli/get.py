@@ -32,6 +32,14 @@ def due(timestamp: str | None, *, now: datetime | None = None) -> str:
     return f"{_short(seconds)} late" if seconds > 0 else f"in {_short(-seconds)}"
 
 
+def runs_by(item: dict[str, Any], *, now: datetime | None = None) -> str:
+    """A pending workload's starvation bound (docs/ageing.md): ``in 4m``, or ``-`` when it
+    has none (the reason is in ``-o json`` and ``berth describe``); empty if not pending."""
+    if "runsByReason" not in item:
+        return ""
+    return due(item.get("runsBy"), now=now) or "-"
+
+
 def _seconds_since(timestamp: str, now: datetime | None) -> int:
     then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     return int(((now or datetime.now(UTC)) - then).total_seconds())
@@ -84,7 +92,8 @@ def workload_rows(
 ) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
     if wide:
-        headers += ["PRIORITY", "EFFECTIVE", "POSITION IN CQ", "POSITION IN LQ", "REASON"]
+        headers += ["PRIORITY", "EFFECTIVE", "POSITION IN CQ", "POSITION IN LQ", "RUNS BY"]
+        headers += ["REASON"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
     rows = []
@@ -113,6 +122,7 @@ def workload_rows(
                 berth.get("effectivePriority", item["spec"].get("priority", 0)),
                 berth.get("positionInClusterQueue", ""),
                 berth.get("positionInLocalQueue", ""),
+                runs_by(berth),
                 "" if finished else pending_reason,
             ]
         if all_namespaces:
@@ -187,6 +197,9 @@ def pending_rows(items: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]
         headers.insert(-1, "DUE")
         for row, item in zip(rows, items, strict=True):
             row.insert(-1, due(item.get("dueAt")))
+    headers.insert(-1, "RUNS BY")
+    for row, item in zip(rows, items, strict=True):
+        row.insert(-1, runs_by(item))
     return headers, rows
 
 
