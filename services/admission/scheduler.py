@@ -18,12 +18,12 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from services.admission import partial
 from services.admission.deadlines import WaitTargets
 from services.admission.flavors import (
     AssignResult,
     ClusterQueueInfo,
     FlavorInfo,
-    assign_flavors,
     fmt_quantity,
 )
 from services.admission.model import (
@@ -116,6 +116,7 @@ class Scheduler:
         self._lq_admitted: dict[tuple[str, str], int] = {}
         self._lq_usage: dict[tuple[str, str], dict[FlavorResource, int]] = {}
         self.decisions = 0  # flavor assignments attempted, for benchmarks
+        self._no_victims: set[str] = set()  # partial workloads preemption cannot help (uids)
 
     # --- configuration ---------------------------------------------------------------------
 
@@ -394,6 +395,20 @@ class Scheduler:
         elif record.state == PENDING:
             self._unqueue(record)
         del self._records[ref.uid]
+        self._no_victims.discard(ref.uid)
+
+    def no_victims(self, ref: WorkloadRef) -> None:
+        """Preemption cannot help this pending workload: if it may run with fewer pods, it
+        is looked at again for the largest counts that fit now (partial.assign)."""
+        record = self._records.get(ref.uid)
+        if record is None or ref.uid in self._no_victims:
+            return
+        if record.state != PENDING or not partial.can_be_partial(record.wl.pod_sets):
+            return
+        self._no_victims.add(ref.uid)
+        if record.key is not None:
+            self._unqueue(record)
+            self._place(record)
 
     def set_boost(
         self, ref: WorkloadRef, boost: int, *, reserved: bool = False, since: float = 0.0
@@ -539,7 +554,13 @@ class Scheduler:
                 result = cached[1]
             else:
                 pod_sets = record.wl.pod_sets
-                result = assign_flavors(self._cqs[name], self._flavors, self._tree, pod_sets)
+                result = partial.assign(
+                    self._cqs[name],
+                    self._flavors,
+                    self._tree,
+                    pod_sets,
+                    victims_possible=record.wl.ref.uid not in self._no_victims,
+                )
                 if not result.fits:
                     failed[shape] = (version, result)
             self.decisions += 1

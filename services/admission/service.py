@@ -193,6 +193,8 @@ class AdmissionService:
                     # preemption's say why it cannot help yet.
                     if record is not None and (event.source != "admission" or not self.deciding):
                         record.on_pending(event)
+                    if event.source == "preemption":  # no victims: fewer pods may do
+                        self.scheduler.no_victims(ref)
                 case PriorityBoosted():
                     if record is not None:
                         since = 0.0 if event.since is None else event.since.timestamp()
