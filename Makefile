@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 
 .PHONY: install up test lint typecheck check bench-admission bench-victims bench-ageing \
 	bench-kueue-baseline bench-kueue-large bench-kueue-yielding bench-kueue-deadlines \
-	bench-console-paint console clean
+	bench-console-paint bench-kube-status console clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -50,6 +50,9 @@ bench-kueue-deadlines: install  ## the same, ordered by deadline: the per-class 
 
 bench-console-paint: install  ## the web console's first paint with 10,000 workloads in 100 ClusterQueues
 	$(PY) bench/console_paint.py
+
+bench-kube-status: install  ## Kueue status on the Kubernetes backend (kmock): requests/workload, lag at 20/s and 200/s
+	$(PY) bench/kube_status.py
 
 console: install        ## the web console (docs/console.md) for the stack BERTH_NATS_URL names
 	$(PY) -m berth_console

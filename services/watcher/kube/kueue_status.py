@@ -23,7 +23,8 @@ apply`` can make one anywhere) is left alone, said once in the log.
 
 Never in admission's way: decisions only mark a workload dirty in a bounded, coalescing set
 (a workload changed ten times is written once), and a separate task writes at most ``qps``
-requests a second with bursts of ``burst`` (Kueue's client defaults: 20 and 30).
+requests a second with bursts of ``burst`` (Kueue's client defaults: 20 and 30). Events go
+out from a queue at a rate of their own, as Kueue's do (:mod:`.recorder`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from services.watcher.kube.errors import KubeConflict, KubeError, KubeNotFound, 
 from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces
 from services.watcher.kube.patching import pod_templates
 from services.watcher.kube.preemptors import Preemptors
+from services.watcher.kube.recorder import EventRecorder, TokenBucket
 from shared.bus import API_SUBJECT, Bus
 from shared.events import EvictionRequested, decode_event
 from shared.logging import get_logger
@@ -71,7 +73,6 @@ _KUEUE = "kueue.x-k8s.io"
 WORKLOADS = Resource(_KUEUE, "v1beta2", "workloads", "Workload")
 CLUSTER_QUEUES = Resource(_KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
 LOCAL_QUEUES = Resource(_KUEUE, "v1beta2", "localqueues", "LocalQueue")
-EVENTS = Resource("", "v1", "events", "Event")
 VIEWS = {"workloads": WORKLOADS, "clusterqueues": CLUSTER_QUEUES, "localqueues": LOCAL_QUEUES}
 # What marks a workload dirty: every decision and fact about it.
 TRIGGERS = ("berth.cq.>", "berth.wl.>")
@@ -95,27 +96,6 @@ class StatusSettings:
             qps=float(env.get("BERTH_KUBE_STATUS_QPS", KUEUE_QPS)),
             burst=int(env.get("BERTH_KUBE_STATUS_BURST", KUEUE_BURST)),
         )
-
-
-class TokenBucket:
-    """At most ``qps`` acquisitions a second on average, ``burst`` at once (client-go's
-    token bucket: a full bucket lets a burst through, then one every 1/qps seconds)."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps = qps
-        self.burst = max(1, burst)
-        self.tokens = float(self.burst)
-        self.stamp = time.monotonic()
-
-    async def acquire(self) -> None:
-        while True:
-            now = time.monotonic()
-            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.qps)
-            self.stamp = now
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            await asyncio.sleep((1 - self.tokens) / self.qps)
 
 
 class Coalescing:
@@ -244,6 +224,7 @@ class KueueStatusWriter:
         self.left_alone: set[str] = set()  # LocalQueues outside the managed namespaces
         self.dirty = Coalescing(settings.max_dirty)
         self.limiter = TokenBucket(settings.qps, settings.burst)
+        self.recorder = EventRecorder(client, qps=settings.qps, burst=settings.burst)
         self.written: dict[str, Obj] = {}  # workload key -> the Workload we last wrote
         self.views: set[str] = set()
         self.queues_dirty = False
@@ -279,6 +260,7 @@ class KueueStatusWriter:
         subscription = await self.bus.nc.subscribe(TRIGGERS[0], cb=self._on_trigger)
         facts = await self.bus.nc.subscribe(TRIGGERS[1], cb=self._on_trigger)
         self.dirty.overflowed = True  # start with a full round: we missed what came before
+        recorder = asyncio.create_task(self.recorder.run(), name="kube.events")
         try:
             while not stopping.is_set():
                 await self._round()
@@ -291,6 +273,7 @@ class KueueStatusWriter:
                 for task in pending:
                     task.cancel()
         finally:
+            recorder.cancel()
             for sub in (subscription, facts):
                 try:
                     await sub.unsubscribe()
@@ -381,7 +364,7 @@ class KueueStatusWriter:
         )
         self.written[key] = workload
         for event_type, reason, message in job_events(before, workload):
-            await self._record_event(owner, event_type, reason, message)
+            self._record_event(owner, event_type, reason, message)
             log.info(
                 "kueue_event",
                 workload=key,
@@ -390,7 +373,7 @@ class KueueStatusWriter:
                 message=message,
             )
 
-    async def _record_event(self, owner: Obj, event_type: str, reason: str, message: str) -> None:
+    def _record_event(self, owner: Obj, event_type: str, reason: str, message: str) -> None:
         metadata = owner["metadata"]
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         namespace = str(metadata.get("namespace") or "default")
@@ -418,8 +401,7 @@ class KueueStatusWriter:
             "lastTimestamp": now,
             "count": 1,
         }
-        await self._request()
-        await self.client.create(EVENTS, namespace=namespace, body=body)
+        self.recorder.record(namespace, body)
 
     async def _write_queues(self) -> None:
         for view, resource, namespaced in (
