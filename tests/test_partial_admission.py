@@ -110,6 +110,10 @@ def test_min_count_above_the_quota_waits_with_the_reason() -> None:
     s = scheduler(sales(), wl("new", queue="main", pod_sets=[pod_set("one", 10, 8, cpu=8)]))
     decision = waiting(s.schedule(), "new")
     assert "request > maximum capacity (80 > 50)" in decision.message, decision.message
+    assert decision.message.endswith(
+        "at its minimum (one: 8): couldn't assign flavors to pod set one: insufficient quota"
+        " for cpu in flavor default, request > maximum capacity (64 > 50)"
+    ), decision.message
 
 
 def _with_old(new: PodSet) -> Scheduler:

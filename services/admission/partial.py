@@ -11,6 +11,7 @@ their slack (Kueue's ``PodSetReducer``). Admission carries the granted counts in
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from msgspec.structs import replace
@@ -57,7 +58,15 @@ def assign(
         return None
 
     partial = search(pod_sets, accept)
-    return full if partial is None else partial
+    if partial is not None:
+        return partial
+    # Why even the fewest pods wait, beside why the full count does: the user set a minimum.
+    fewest = reduced(pod_sets, 1, 1)
+    smallest = ", ".join(f"{p.name}: {p.count}" for p in fewest if p.min_count is not None)
+    reason = assign_flavors(info, flavors, tree, fewest).message
+    return dataclasses.replace(
+        full, message=f"{full.message}; at its minimum ({smallest}): {reason}"
+    )
 
 
 def can_be_partial(pod_sets: list[PodSet]) -> bool:
