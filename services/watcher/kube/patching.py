@@ -11,7 +11,9 @@ Bookkeeping lives in annotations on the object itself, so a restarted watcher kn
 - ``berth.dev/admitted-generation``: the admission generation applied to the object;
 - ``berth.dev/evicted-generation``: the generation that was stopped;
 - ``berth.dev/pod-set-info``: each pod template's original nodeSelector and tolerations,
-  written at admission and removed when eviction restores them (Kueue does the same).
+  written at admission and removed when eviction restores them (Kueue does the same);
+- ``berth.dev/original-parallelism``: a partially admitted Job's own ``spec.parallelism``,
+  restored with the templates.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ EVICTED_ANNOTATION = "berth.dev/evicted-generation"
 FINISHED_ANNOTATION = "berth.dev/finished-generation"
 POD_SET_INFO_ANNOTATION = "berth.dev/pod-set-info"
 ADMISSION_ANNOTATION = "berth.dev/admission"  # a gated kind's flavors, for its pods
+PARALLELISM_ANNOTATION = "berth.dev/original-parallelism"
 
 MAX_STEPS = 8  # eviction of a Job takes three writes; the rest is room for conflicts
 
@@ -315,9 +318,31 @@ def admit_plan(generation: int, assignments: Sequence[FlavorAssignment]) -> Plan
             return Patch({"metadata": _metadata(obj, new_annotations), "spec": spec})
         new_annotations[POD_SET_INFO_ANNOTATION] = json.dumps(originals, sort_keys=True)
         spec = merge(suspend_patch(obj, False), _templates_patch(obj, specs))
+        if obj.get("kind") == "Job":
+            spec = merge(spec, _partial_parallelism(obj, by_pod_set.get("main"), new_annotations))
         return Patch({"metadata": _metadata(obj, new_annotations), "spec": spec})
 
     return plan
+
+
+def _partial_parallelism(
+    obj: Obj, assignment: FlavorAssignment | None, annotations: dict[str, str | None]
+) -> Obj:
+    """A Job admitted with fewer pods than it asked for runs ``count`` at a time: Kueue sets
+    ``spec.parallelism`` to the admitted count. The Job's own value is kept in an annotation
+    (an earlier one whose restore never ran wins) for eviction to put back."""
+    spec = obj.get("spec") or {}
+    kept = _annotations(obj).get(PARALLELISM_ANNOTATION)
+    own = int(kept) if kept else int(spec.get("parallelism") or 1)
+    completions = spec.get("completions")
+    asked = own if completions is None else min(own, int(completions))
+    if assignment is None or assignment.count >= asked:
+        if not kept:
+            return {}
+        annotations[PARALLELISM_ANNOTATION] = None  # admitted whole: its own value again
+        return {"parallelism": own}
+    annotations[PARALLELISM_ANNOTATION] = str(own)
+    return {"parallelism": assignment.count}
 
 
 def evict_plan(generation: int) -> Plan:
@@ -357,12 +382,13 @@ def evict_plan(generation: int) -> Plan:
             specs = {
                 name: _restored(spec, originals.get(name, {})) for name, spec in pod_templates(obj)
             }
-            return Patch(
-                {
-                    "metadata": _metadata(obj, {POD_SET_INFO_ANNOTATION: None}),
-                    "spec": _templates_patch(obj, specs),
-                }
-            )
+            restored: dict[str, str | None] = {POD_SET_INFO_ANNOTATION: None}
+            spec = _templates_patch(obj, specs)
+            kept = _annotations(obj).get(PARALLELISM_ANNOTATION)
+            if kept and obj.get("kind") == "Job":
+                restored[PARALLELISM_ANNOTATION] = None
+                spec = merge(spec, {"parallelism": int(kept)})
+            return Patch({"metadata": _metadata(obj, restored), "spec": spec})
         return None
 
     return plan
