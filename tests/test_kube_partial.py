@@ -12,7 +12,9 @@ from shared.events import FlavorAssignment
 from tests.test_kube_kinds import converge_locally
 
 
-def _job(parallelism: int, completions: int | None = None, **annotations: str) -> dict[str, Any]:
+def _job(
+    parallelism: int, completions: int | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "suspend": True,
         "parallelism": parallelism,
@@ -23,7 +25,7 @@ def _job(parallelism: int, completions: int | None = None, **annotations: str) -
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "j", "namespace": "ns", "annotations": annotations},
+        "metadata": {"name": "j", "namespace": "ns", "annotations": annotations or {}},
         "spec": spec,
     }
 
@@ -38,7 +40,7 @@ CASES: list[tuple[str, dict[str, Any], int, int, str | None]] = [
     ("completions below parallelism bound the pods asked for", _job(10, 4), 4, 10, None),
     (
         "an earlier partial run whose restore never ran: its kept value is the Job's own",
-        _job(3, **{PARALLELISM_ANNOTATION: "6"}),
+        _job(3, annotations={PARALLELISM_ANNOTATION: "6"}),
         6,
         6,
         None,
