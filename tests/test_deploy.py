@@ -9,7 +9,8 @@ rendered by kubectl only, from a copy holding dummy files.
 Where a rule can be read from the code, the expectation is derived from it, so the test fails
 when code and manifests drift apart: the watcher's RBAC from the API calls in
 services/watcher/kube/, the users and their seeds from shared/auth.py, compose's services
-from `berth up`'s.
+from `berth up`'s. The web console (``berth-console``, ``python -m berth_console``) is checked
+as a component beside the four services wherever the rule is the same.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from berth_cli.up import CONSOLE, CONSOLE_PORT, ServiceProcess
+from berth_cli.up import SERVICES as UP_SERVICES
+from berth_console.settings import DEFAULT_PORT as CONSOLE_DEFAULT_PORT
 from shared.service import DEFAULT_PORTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +49,12 @@ NAMESPACE = "berth-system"
 IMAGE = "ghcr.io/berth-dev/berth:0.1.0"
 NATS_IMAGE = "nats:2.11-alpine"
 SERVICES = sorted(DEFAULT_PORTS)
+# What runs in berth-system and in compose besides NATS: the services and the console, each
+# on its default port and signed in as the user of its own name.
+COMPONENTS = [*SERVICES, CONSOLE]
+PORTS = {**DEFAULT_PORTS, CONSOLE: CONSOLE_PORT}
+CONSOLE_LABEL = {"berth.dev/console": "true"}
+CONSOLE_TOKEN_SECRET = "berth-console-token"  # optional, made by hand (deploy/INSTALL.md)
 WATCHER_SA = {"kind": "ServiceAccount", "name": "berth-watcher", "namespace": NAMESPACE}
 MONITORING_LABEL = {"berth.dev/monitoring": "true"}
 TLS_SECRET = "berth-nats-tls"
@@ -182,6 +192,11 @@ def _one(manifests: list[Manifest], kind: str, name: str) -> Manifest:
 
 def _deployment(manifests: list[Manifest], service: str) -> Manifest:
     return _one(manifests, "Deployment", f"berth-{service}")
+
+
+def _module(component: str) -> str:
+    """The module `berth up` runs for a component (services.<name>, or berth_console)."""
+    return ServiceProcess(component, 0, component, PORTS[component], Path()).module
 
 
 def _container(deployment: Manifest) -> Manifest:
@@ -405,9 +420,9 @@ def test_no_key_material_is_committed() -> None:
 # --- (b) Deployments: security, probes, resources, replicas ---------------------------------
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", COMPONENTS)
 def test_deployment_security_probes_and_resources(manifests: list[Manifest], service: str) -> None:
-    """Each service runs as UID 10001 (non-root, read-only root fs, no escalation, no caps,
+    """Each service and the console runs as UID 10001 (non-root, read-only root fs, no escalation, no caps,
     RuntimeDefault seccomp) with /healthz and /readyz probes on its port and CPU/memory
     requests and limits."""
     deployment = _deployment(manifests, service)
@@ -427,7 +442,7 @@ def test_deployment_security_probes_and_resources(manifests: list[Manifest], ser
     assert not sc.get("capabilities", {}).get("add")
     assert not sc.get("privileged")
 
-    port = DEFAULT_PORTS[service]
+    port = PORTS[service]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports.get("http") == port
 
@@ -495,6 +510,67 @@ def test_deployment_settings_writable_dirs_and_grace(
             assert mount.get("readOnly") is True, f"{path} is writable and not an emptyDir"
 
 
+def test_console_settings_writable_dirs_and_grace(manifests: list[Manifest]) -> None:
+    """The console reads berth-config, listens on all addresses at `berth up`'s console port,
+    writes only to an emptyDir (/tmp) and has its 5 s shutdown inside its grace period."""
+    from berth_console.server import GRACE_S
+
+    deployment = _deployment(manifests, CONSOLE)
+    pod = deployment["spec"]["template"]["spec"]
+    container = _container(deployment)
+    env = _env(container)
+
+    assert container["image"] == IMAGE
+    assert {"configMapRef": {"name": "berth-config"}} in container.get("envFrom", [])
+    assert CONSOLE_PORT == CONSOLE_DEFAULT_PORT
+    assert env.get("BERTH_CONSOLE_HOST") == "0.0.0.0"
+    assert env.get("BERTH_CONSOLE_PORT") == str(CONSOLE_PORT)
+    assert pod["terminationGracePeriodSeconds"] > GRACE_S
+
+    empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/tmp"]["name"] in empty_dirs
+    for path, mount in mounts.items():
+        if mount["name"] not in empty_dirs:
+            assert mount.get("readOnly") is True, f"{path} is writable and not an emptyDir"
+
+
+def test_console_token_is_optional_and_comes_from_its_own_secret(
+    manifests: list[Manifest],
+) -> None:
+    """BERTH_CONSOLE_TOKEN comes from the optional Secret berth-console-token (the console
+    starts read-only without it), which deploy/secrets does not make; no other variable of
+    any Berth pod comes from a Secret."""
+    for name, template in _pod_templates(manifests):
+        for container in template["spec"]["containers"]:
+            for entry in container.get("env", []):
+                ref = entry.get("valueFrom", {}).get("secretKeyRef")
+                if ref is None:
+                    continue
+                assert (name, entry["name"]) == ("berth-console", "BERTH_CONSOLE_TOKEN"), entry
+                assert ref == {"name": CONSOLE_TOKEN_SECRET, "key": "token", "optional": True}
+    assert CONSOLE_TOKEN_SECRET not in _generated_secrets()
+    install = (DEPLOY / "INSTALL.md").read_text()
+    assert f"create secret generic {CONSOLE_TOKEN_SECRET} --from-literal=token=" in install
+
+
+def test_console_runs_one_replica_without_a_gap_or_a_drain_blocker(
+    manifests: list[Manifest],
+) -> None:
+    """The console (no lease, state rebuilt from the stream) runs one replica, rolls out by
+    adding before removing, and no PodDisruptionBudget keeps a node drain waiting for it."""
+    spec = _deployment(manifests, CONSOLE)["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    budgets = [
+        b
+        for b in _by_kind(manifests, "PodDisruptionBudget").values()
+        if _matches(b["spec"]["selector"], labels)
+    ]
+    assert not budgets, "a PodDisruptionBudget on one replica blocks node drains"
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_each_role_runs_two_replicas_that_never_share_a_gap(
     manifests: list[Manifest], service: str
@@ -541,9 +617,10 @@ def test_nats_keeps_quorum_through_drains(manifests: list[Manifest]) -> None:
     assert any(t["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname" for t in terms)
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", COMPONENTS)
 def test_each_service_connects_as_itself_over_tls(manifests: list[Manifest], service: str) -> None:
-    """Each service gets BERTH_REPLICA_ID from its pod's name, BERTH_CREDS naming a seed file
+    """Each service (and the console) gets BERTH_REPLICA_ID from its pod's name (the services:
+    the console holds no lease), BERTH_CREDS naming a seed file
     that is its own user's key from its own Secret (and no other seed, and not NATS's private
     key), a tls:// URL of the `nats` Service, BERTH_NATS_CA from berth-nats-tls, and its
     event stream replicated 3 ways."""
@@ -553,11 +630,12 @@ def test_each_service_connects_as_itself_over_tls(manifests: list[Manifest], ser
     env = _effective_env(manifests, container)
     files = _pod_files(manifests, pod, container)
 
-    replica_id = next(e for e in container["env"] if e["name"] == "BERTH_REPLICA_ID")
-    assert replica_id == {
-        "name": "BERTH_REPLICA_ID",
-        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
-    }
+    if service in SERVICES:
+        replica_id = next(e for e in container["env"] if e["name"] == "BERTH_REPLICA_ID")
+        assert replica_id == {
+            "name": "BERTH_REPLICA_ID",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+        }
     assert Path(env["BERTH_CREDS"]).name == f"{service}.nk"  # the file names the user
     assert files.get(env["BERTH_CREDS"]) == ("Secret", f"berth-creds-{service}", f"{service}.nk")
     assert files.get(env["BERTH_NATS_CA"]) == ("Secret", TLS_SECRET, "ca.crt")
@@ -899,9 +977,10 @@ def test_watcher_code_reads_the_managed_namespaces_setting(
             assert paths == [resource.path()], resource
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", COMPONENTS)
 def test_only_the_watcher_gets_an_api_token(manifests: list[Manifest], service: str) -> None:
-    """Each service has its own ServiceAccount, and only the watcher mounts an API token."""
+    """Each service and the console has its own ServiceAccount; only the watcher mounts an API
+    token."""
     pod = _deployment(manifests, service)["spec"]["template"]["spec"]
     account = _one(manifests, "ServiceAccount", pod["serviceAccountName"])
     assert pod["serviceAccountName"] == f"berth-{service}"
@@ -1204,10 +1283,16 @@ STRANGER = _source(NAMESPACE, {"app": "something-else"})
 ELSEWHERE = _source("default", {"app": "something-else"})
 PROMETHEUS = _source("monitoring", {"app": "prometheus"}, **MONITORING_LABEL)
 UNLABELLED_MONITORING = _source("monitoring", {"app": "prometheus"})
+INGRESS_CONTROLLER = _source("ingress-nginx", {"app": "ingress-nginx"}, **CONSOLE_LABEL)
 
-# (target, source, port, allowed); "service" stands for each of the four Berth services.
+# (target, source, port, allowed); "service" stands for each of the four Berth services,
+# "console" for the console's pod, "http" for the target's own port.
 REACHABILITY = [
     ("nats", "service", 4222, True),
+    ("nats", "console", 4222, True),
+    ("nats", "console", 6222, False),
+    ("nats", "console", 8222, False),
+    ("nats", INGRESS_CONTROLLER, 4222, False),
     ("nats", STRANGER, 4222, False),
     ("nats", ELSEWHERE, 4222, False),
     ("nats", PROMETHEUS, 4222, False),
@@ -1223,6 +1308,14 @@ REACHABILITY = [
     ("service", ELSEWHERE, "http", False),
     ("service", STRANGER, "http", False),
     ("service", "nats", "http", False),
+    ("service", INGRESS_CONTROLLER, "http", False),
+    ("service", "console", "http", False),
+    ("console", INGRESS_CONTROLLER, "http", True),
+    ("console", PROMETHEUS, "http", False),
+    ("console", ELSEWHERE, "http", False),
+    ("console", STRANGER, "http", False),
+    ("console", "service", "http", False),
+    ("console", "nats", "http", False),
 ]
 
 
@@ -1230,9 +1323,10 @@ REACHABILITY = [
 def test_network_policies_open_only_the_needed_paths(
     manifests: list[Manifest], target: str, source: Source | str, port: int | str, allowed: bool
 ) -> None:
-    """Ingress in berth-system is denied by default except: Berth's services -> NATS 4222,
-    NATS <-> NATS 6222, and NATS 8222 and the services' metrics port only from namespaces
-    labelled berth.dev/monitoring=true."""
+    """Ingress in berth-system is denied by default except: Berth's services and the console
+    -> NATS 4222, NATS <-> NATS 6222, NATS 8222 and the services' metrics port only from
+    namespaces labelled berth.dev/monitoring=true, the console's port only from namespaces
+    labelled berth.dev/console=true."""
     policies = _by_kind(manifests, "NetworkPolicy").values()
     assert any(
         p["spec"]["podSelector"] == {}
@@ -1245,14 +1339,15 @@ def test_network_policies_open_only_the_needed_paths(
     def as_source(name: str) -> Source:
         return _source(NAMESPACE, templates[name]["metadata"]["labels"])
 
-    targets = ["nats"] if target == "nats" else [f"berth-{s}" for s in SERVICES]
-    sources = (
-        [as_source(f"berth-{s}") for s in SERVICES]
-        if source == "service"
-        else [as_source(source) if isinstance(source, str) else source]
-    )
+    def pods(name: str) -> list[str]:
+        if name == "service":
+            return [f"berth-{s}" for s in SERVICES]
+        return ["nats"] if name == "nats" else [f"berth-{name}"]
+
+    targets = pods(target)
+    sources = [as_source(p) for p in pods(source)] if isinstance(source, str) else [source]
     for name in targets:
-        number = DEFAULT_PORTS[name.removeprefix("berth-")] if port == "http" else port
+        number = PORTS[name.removeprefix("berth-")] if port == "http" else port
         for who in sources:
             reachable = number in _allowed_ports(manifests, who, templates[name])
             assert reachable == allowed, f"{who} -> {name}:{number}"
@@ -1266,34 +1361,31 @@ def test_webhook_port_is_open_on_the_watcher_only(manifests: list[Manifest]) -> 
         assert (9443 in open_ports) == (name == "berth-watcher"), name
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", COMPONENTS)
 def test_metrics_service_targets_the_service_port(manifests: list[Manifest], service: str) -> None:
-    """Each service has a Service on its default port that selects only its own pods."""
+    """Each service and the console has a Service on its default port that selects only its
+    own pods."""
     svc = _one(manifests, "Service", f"berth-{service}")
     template = _deployment(manifests, service)["spec"]["template"]
     assert _matches({"matchLabels": svc["spec"]["selector"]}, template["metadata"]["labels"])
-    for other in set(SERVICES) - {service}:
+    for other in set(COMPONENTS) - {service}:
         other_labels = _deployment(manifests, other)["spec"]["template"]["metadata"]["labels"]
         assert not _matches({"matchLabels": svc["spec"]["selector"]}, other_labels)
     assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
-        (DEFAULT_PORTS[service], "http")
+        (PORTS[service], "http")
     ]
 
 
 # --- (e) commands match the modules ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", COMPONENTS)
 def test_deployment_command_runs_its_own_module(manifests: list[Manifest], service: str) -> None:
-    """Deployment berth-<name> runs `python -m services.<name>`, a module with a __main__.py."""
-    assert _container(_deployment(manifests, service))["command"] == [
-        "python",
-        "-m",
-        f"services.{service}",
-    ]
-    main = REPO / "services" / service / "__main__.py"
-    if not main.is_file():
-        pytest.skip(f"services/{service}/__main__.py does not exist yet (being written elsewhere)")
+    """Deployment berth-<name> runs the module `berth up` runs for it (`services.<name>`,
+    `berth_console`), a package with a __main__.py."""
+    module = _module(service)
+    assert _container(_deployment(manifests, service))["command"] == ["python", "-m", module]
+    assert (REPO / module.replace(".", "/") / "__main__.py").is_file(), module
 
 
 # --- (d) compose.yaml --------------------------------------------------------------------
@@ -1305,10 +1397,9 @@ def compose() -> Manifest:
     return loaded
 
 
-def _berth_up_services() -> tuple[str, ...]:
-    from berth_cli.up import SERVICES as UP_SERVICES
-
-    return tuple(UP_SERVICES)
+def _berth_up_components() -> tuple[str, ...]:
+    """What `berth up` starts besides NATS: its services, and the console (on by default)."""
+    return (*UP_SERVICES, CONSOLE)
 
 
 def _one_shots(compose: Manifest) -> set[str]:
@@ -1325,17 +1416,18 @@ def _mounts(service: Manifest) -> dict[str, tuple[str, bool]]:
 
 
 def test_compose_runs_nats_and_the_services_berth_up_starts(compose: Manifest) -> None:
-    """compose.yaml runs nats plus one container per service `berth up` starts, each running
-    its own module once NATS is healthy and the one-shot helpers have completed; `up --wait`
-    can finish because every one-shot is waited for by the services."""
+    """compose.yaml runs nats plus one container per component `berth up` starts (the services
+    and the console), each running the module `berth up` runs for it once NATS is healthy and
+    the one-shot helpers have completed; `up --wait` can finish because every one-shot is
+    waited for by the services."""
     services = compose["services"]
     one_shots = _one_shots(compose)
-    assert set(services) - one_shots == {"nats"} | set(_berth_up_services())
-    for name in _berth_up_services():
+    assert set(services) - one_shots == {"nats"} | set(_berth_up_components())
+    for name in _berth_up_components():
         command = services[name]["command"]
         if isinstance(command, str):
             command = command.split()
-        assert command == ["python", "-m", f"services.{name}"], name
+        assert command == ["python", "-m", _module(name)], name
         depends = services[name]["depends_on"]
         assert depends["nats"]["condition"] == "service_healthy"
         for helper in one_shots:
@@ -1345,9 +1437,9 @@ def test_compose_runs_nats_and_the_services_berth_up_starts(compose: Manifest) -
     assert services["nats"]["image"].startswith("nats:2.11")
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", COMPONENTS)
 def test_compose_service_signs_in_with_its_own_seed(compose: Manifest, service: str) -> None:
-    """Each compose service's BERTH_CREDS is its own user's seed, in a volume only it mounts
+    """Each compose service's (and the console's) BERTH_CREDS is its own user's seed, in a volume only it mounts
     (read-only), which the one-shot `creds` fills from ./creds/<user>.nk, as `berth creds
     init ./creds` writes it."""
     services = compose["services"]
@@ -1398,18 +1490,33 @@ def test_compose_nats_includes_auth_conf_and_nats_server_accepts_it(
 
 
 def test_compose_publishes_default_ports_on_loopback_only(compose: Manifest) -> None:
-    """Compose services listen on 0.0.0.0 at their default port, published on 127.0.0.1 only."""
+    """Compose services and the console listen on 0.0.0.0 at their default port, published on
+    127.0.0.1 only."""
     for name, service in compose["services"].items():
         for mapping in service.get("ports", []):
             assert isinstance(mapping, str) and mapping.startswith("127.0.0.1:"), (name, mapping)
         if name == "nats" or name in _one_shots(compose):
             continue
-        port = DEFAULT_PORTS[name]
+        port = PORTS[name]
         env = service["environment"]
-        assert env["BERTH_HTTP_HOST"] == "0.0.0.0"
-        assert env["BERTH_HTTP_PORT"] == str(port)
+        prefix = "BERTH_CONSOLE" if name == CONSOLE else "BERTH_HTTP"
+        assert env[f"{prefix}_HOST"] == "0.0.0.0"
+        assert env[f"{prefix}_PORT"] == str(port)
         assert service["ports"] == [f"127.0.0.1:{port}:{port}"]
         assert f"127.0.0.1:{port}/readyz" in " ".join(service["healthcheck"]["test"])
+
+
+def test_compose_console_token_comes_from_the_environment(compose: Manifest) -> None:
+    """Compose's console takes BERTH_CONSOLE_TOKEN from the shell (or .env), unset by default
+    (read-only); no other container is given it."""
+    holders = {
+        name
+        for name, service in compose["services"].items()
+        if "BERTH_CONSOLE_TOKEN" in service.get("environment", {})
+    }
+    assert holders == {CONSOLE}
+    env = compose["services"][CONSOLE]["environment"]
+    assert env["BERTH_CONSOLE_TOKEN"] == "${BERTH_CONSOLE_TOKEN:-}"
 
 
 def test_compose_credentials_helper_is_minimal(compose: Manifest) -> None:
@@ -1428,12 +1535,15 @@ def test_compose_credentials_helper_is_minimal(compose: Manifest) -> None:
 def test_bus_users_match_the_secrets_and_seeds_deployed(
     manifests: list[Manifest], compose: Manifest
 ) -> None:
-    """The service users of shared/auth.py are exactly the services deployed; each has one
-    Secret berth-creds-<user> (deploy/secrets) and one seed in compose; every seed or Secret
-    named anywhere is a user auth.py knows, and NATS gets auth.conf under auth.py's name."""
+    """The service users of shared/auth.py are exactly the services deployed, and with the
+    console user exactly the components; each component has one Secret berth-creds-<user>
+    (deploy/secrets) and one seed in compose; every seed or Secret named anywhere is a user
+    auth.py knows, and NATS gets auth.conf under auth.py's name."""
     auth = pytest.importorskip("shared.auth", reason="shared/auth.py does not exist yet")
-    service_users = set(auth.SERVICE_USERS)
-    assert service_users == set(SERVICES) == set(_berth_up_services())
+    assert set(auth.SERVICE_USERS) == set(SERVICES) == set(UP_SERVICES)
+    assert CONSOLE in auth.USERS
+    service_users = set(auth.SERVICE_USERS) | {CONSOLE}
+    assert service_users == set(COMPONENTS) == set(_berth_up_components())
 
     generated = _generated_secrets()
     creds_secrets = {
