@@ -177,6 +177,8 @@ def assign_flavors(
     acc: dict[FlavorResource, int] = {}  # what earlier pod sets of this workload took
     assignments: list[FlavorAssignment] = []
     borrows = False
+    # Pod sets that fit only if preemption makes room: (first one's result, flavor-resources).
+    preempting: tuple[AssignResult, list[FlavorResource]] | None = None
     for pod_set in pod_sets:
         totals = {r: q * pod_set.count for r, q in pod_set.requests.items() if q}
         chosen: dict[str, str] = {}
@@ -212,17 +214,19 @@ def assign_flavors(
                     break
                 if mode == _PREEMPT and info.when_can_preempt != "TryNextFlavor":
                     break
-            if best is None or best_mode < _FIT_BORROW:
+            if best_mode == _PREEMPT and preempt_flavor is not None:
+                # Kueue assigns the flavor in Preempt mode and goes on with the next pod
+                # sets: a workload that needs room for several gets all its victims at once.
+                if preempting is None:
+                    preempting = (_fail(pod_set, reasons, acc), [])
+                preempting[0].preempt_flavors += tuple(
+                    (pod_set.name, r, preempt_flavor) for r in group_resources
+                )
+                preempting[1].extend((preempt_flavor, r) for r in group_resources)
+                best = preempt_flavor
+            elif best is None or best_mode < _FIT_BORROW:
                 result = _fail(pod_set, reasons, acc)
                 result.waits_for_room = best_mode in (_WAIT, _PREEMPT)
-                if best_mode == _PREEMPT and preempt_flavor is not None:
-                    result.preemption_may_help = True
-                    result.preempt_flavors = tuple(
-                        (pod_set.name, r, preempt_flavor) for r in group_resources
-                    )
-                    result.contested = tuple(
-                        (preempt_flavor, r, totals[r]) for r in group_resources
-                    )
                 return result
             borrows = borrows or best_mode == _FIT_BORROW
             for r in group_resources:
@@ -230,6 +234,12 @@ def assign_flavors(
                 fr = (best, r)
                 acc[fr] = acc.get(fr, 0) + totals[r]
         assignments.append(_assignment(pod_set, totals, chosen, flavors))
+    if preempting is not None:
+        result, contested = preempting
+        result.waits_for_room = result.preemption_may_help = True
+        # The whole workload's need on each contested flavor-resource, every pod set's.
+        result.contested = tuple((f, r, acc[(f, r)]) for f, r in dict.fromkeys(contested))
+        return result
     return AssignResult(True, assignments, acc, borrows=borrows)
 
 
