@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install up test lint typecheck check bench-admission bench-victims bench-ageing \
+.PHONY: install up test lint typecheck check bench-admission bench-victims bench-ageing bench-starvation \
 	bench-kueue-baseline bench-kueue-large bench-kueue-yielding bench-kueue-deadlines \
 	bench-console-paint bench-kube-status console clean
 
@@ -34,6 +34,9 @@ bench-victims: install     ## victim search time with 10,000 admitted workloads 
 
 bench-ageing: install      ## waits and preemptions per admission, with and without ageing (live stack)
 	$(PY) bench/ageing.py
+
+bench-starvation: install  ## the starvation bound against an adversary: 100,000 jobs on the decision cores
+	$(PY) bench/starvation.py
 
 bench-kueue-baseline: install   ## Kueue's scheduler perf scenario on the live stack (15,000 workloads)
 	$(PY) bench/kueue_scheduler.py --config baseline

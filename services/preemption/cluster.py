@@ -74,7 +74,6 @@ class Cluster:
         # workload with a clock is a run ageing brought back (protectFor, base priority).
         self.since: dict[str, float] = {}
         self.boosts: dict[str, int] = {}
-        self.aged_runs: set[str] = set()
         # uid -> generation -> when its eviction for a preemption was requested (last hour).
         self.preempted_at: dict[str, dict[int, float]] = {}
         self.queue_of: dict[str, str] = {}  # uid -> its ClusterQueue, pending or admitted
@@ -123,7 +122,8 @@ class Cluster:
             admitted_at=w.admitted_at,
             preempted_at=list(self.preempted_at.get(uid, {}).values()),
             protection=self.protection(w.cluster_queue),
-            aged=uid in self.aged_runs,
+            # Asked at search time: a clock announced just after the run's admission counts.
+            aged=uid in self.since,
             now=now,
             for_reservation=for_reservation,
         )
@@ -143,8 +143,6 @@ class Cluster:
                 self.generations[uid] = event.generation
                 admitted_at = event.time.timestamp()
                 aged = uid in self.since
-                if aged:
-                    self.aged_runs.add(uid)
                 running = Running(
                     ref=event.workload,
                     cluster_queue=event.cluster_queue,
@@ -216,7 +214,6 @@ class Cluster:
         self.reserved.discard(uid)
 
     def _release(self, uid: str) -> None:
-        self.aged_runs.discard(uid)
         running = self.running.pop(uid, None)
         if running is not None:
             self.running_in[running.cluster_queue].pop(uid, None)

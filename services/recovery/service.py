@@ -180,6 +180,10 @@ class RecoveryService:
                     self._note(job, item)
             await self.bus.publish_many(outgoing)  # first: ids make a replay harmless
             await self._save(list(changed.values()))
+            if any(job.status == JobStatus.RECOVERING for job in changed.values()):
+                # A preempted job's ageing clock is announced now, not at the next tick:
+                # preemption protects its next run from the moment it knows the clock.
+                await self._publish_boosts(now)
 
     def _note(self, job: ManagedJob, event: Event) -> None:
         if isinstance(event, CreateWorkload):
