@@ -16,6 +16,7 @@ import msgspec
 from shared.config import ClusterQueue, LabelSelector, ResourceFlavor, Taint
 from shared.config import Toleration as ConfigToleration
 from shared.events import FlavorAssignment, PodSet, Toleration
+from shared.hierarchy import may_reclaim_in_hierarchy
 from shared.quantities import format_quantity, is_binary_resource
 from shared.quota import FlavorResource, QuotaTree
 
@@ -275,7 +276,10 @@ def _flavor_mode(
             f" {fmt_quantity(resource, value - available)} more needed"
         )
         nominal = tree.nominal(info.name, flavor, resource)
-        if info.preemption_could_help(nominal, value, node.parent is not None):
+        if info.preemption_could_help(nominal, value, node.parent is not None) or (
+            # Room inside a sub-cohort that others borrowed is reclaimed at any priority.
+            info.reclaim_within_cohort != "Never" and may_reclaim_in_hierarchy(node, fr, value)
+        ):
             mode = min(mode, _PREEMPT)
         else:
             mode = min(mode, _WAIT)

@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from services.preemption.fair_sharing import fair_preemptions, weight_of
+from services.preemption.hierarchical import hierarchical_victims
 from services.preemption.model import Preemptor, Running, SearchResult, Victim
 from services.preemption.ordering import Candidates, find_candidates, never
 from services.preemption.simulation import Simulation
 from shared.config import ClusterQueue, ClusterQueuePreemption, FairSharingSettings
+from shared.hierarchy import is_hierarchical
 from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
 __all__ = ["FITS", "Preemptor", "Running", "SearchResult", "Victim", "find_victims"]
@@ -55,6 +57,10 @@ def find_victims(
     if not contested:
         return SearchResult((), FITS)
     policy = spec.spec.preemption
+    if (fair_sharing is None or not fair_sharing.enable) and is_hierarchical(node):
+        # Cohorts under cohorts: Kueue's hierarchical reclaim (services/preemption/hierarchical.py).
+        found = hierarchical_victims(tree, policy, preemptor, running, contested, protected)
+        return SearchResult(tuple(found), _summary(found)) if found else SearchResult((), NO_FIT)
     candidates = find_candidates(tree, policy, preemptor, running, contested, protected)
     if not candidates:
         return SearchResult((), NO_CANDIDATES)
