@@ -87,7 +87,7 @@ def test_credentials_are_made_private(secured: LiveStack) -> None:
     for path in creds.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     logs = list((secured.data_dir / "logs").glob("*.log"))
-    assert len(logs) == 4
+    assert sorted(p.stem for p in logs) == sorted([*SERVICES, "console"])
     for path in logs:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert secured.cli_credentials == creds / "cli.nk"
