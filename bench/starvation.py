@@ -29,7 +29,7 @@ from rich.table import Table
 
 from bench.starvation_world import Params, Report, simulate
 
-console = Console(highlight=False)
+console = Console(highlight=False, width=120)
 
 
 def draw(rng: random.Random, seed: int, jobs: int) -> Params:

@@ -286,8 +286,8 @@ class World:
     def _age(self) -> None:
         assert self.ageing is not None
         for job in self.aged.values():
-            if job.admitted_at is not None:
-                continue
+            if job.admitted_at is not None or job.since is None:
+                continue  # only a waiting job ages
             boost, due = boost_at(self.ageing, self.now - job.since)
             reserved = due and (job.reserved or self._granted(job))
             if (boost, reserved) != (job.boost, job.reserved):
