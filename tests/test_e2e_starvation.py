@@ -1,21 +1,26 @@
 """No starvation: a preempted managed job under an endless stream of higher-priority work.
 
 One 2-CPU low-priority managed job runs in a 2-CPU ClusterQueue; a stream of 1-CPU
-high-priority jobs starts, preempts it and keeps the queue full. With ageing (a steep rate and
-a reservation after 2 s) the low job runs again within the bound ``reserveAfter + R`` (R: the
-longest runtime of what holds the quota, 1.5 s here) and finishes; with ageing off it waits
-for as long as the stream lasts. Either way no job is preempted twice by the same preemptor.
+high-priority jobs starts, preempts it and keeps the queue full. With ageing (a steep rate,
+a reservation after 2 s, runs it brings back protected for 3 s, reservations may hold the
+whole quota) the job shows a bound (``status.berth.runsBy``) while it waits, runs again by
+that bound, is never preempted inside its protection, and finishes; with ageing off it
+shows no bound and waits for as long as the stream lasts. Either way no job is preempted
+twice by the same preemptor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.ageing import SETUP as AGEING_SCENARIO
+from berth_cli.client import query_all
 from berth_cli.writing import submit_workloads
 from shared.bus import JOBS_BUCKET, Bus
 from shared.events import EvictionRequested, WorkloadAdmitted
@@ -24,21 +29,40 @@ from tests.conftest import Stack, berth
 from tests.e2e import event_log, job_manifest
 
 SETUP = AGEING_SCENARIO.replace("CPUS", "2")  # one ClusterQueue, low/high classes, a policy
-AGEING_ON = "{priorityPerMinute: 60000, reserveAfter: 2s}"  # +1000 a second; reserve at 2 s
+PROTECT_FOR = 3.0
+AGEING_ON = (  # +1000 a second; reserve at 2 s; the whole quota may be reserved
+    "{priorityPerMinute: 60000, reserveAfter: 2s, protectFor: 3s, maxReservedShare: 1}"
+)
 AGEING_OFF = "{priorityPerMinute: 0, reserveAfter: null}"
 
 
-async def _job_status(bus: Bus, job_id: int) -> tuple[str, int]:
+class Sample:
+    def __init__(self, at: float, status: str, runs_by: str | None, reason: str) -> None:
+        self.at, self.status, self.runs_by, self.reason = at, status, runs_by, reason
+
+    def __repr__(self) -> str:
+        return f"{self.at:.1f}s {self.status} {self.runs_by or '-'} ({self.reason})"
+
+
+async def _job_status(bus: Bus, job_id: int) -> tuple[str, str]:
+    """(status, its current workload's name)."""
     entry = await (await bus.kv(JOBS_BUCKET)).get(job_key(job_id))
     assert entry.value is not None
     record = decode_job(entry.value)
-    return record.status.value, record.recoveries
+    return record.status.value, record.attempts[-1].name
 
 
-async def _stream(url: str, seconds: float, job_id: int) -> list[tuple[float, str]]:
-    """Submit a 1-CPU high-priority job every 0.5 s; sample the managed job's status."""
+async def _bound(bus: Bus, name: str) -> tuple[str | None, str]:
+    """What `berth get workloads -o json` shows: status.berth.runsBy and its reason."""
+    [item] = await query_all(bus, "workloads", names=[f"default/{name}"])
+    shown = item["status"]["berth"]
+    return shown.get("runsBy"), shown.get("runsByReason", "")
+
+
+async def _stream(url: str, seconds: float, job_id: int) -> list[Sample]:
+    """Submit a 1-CPU high-priority job every 0.5 s; sample the managed job and its bound."""
     bus = await Bus.connect(url, source="test")
-    samples: list[tuple[float, str]] = []
+    samples: list[Sample] = []
     started = time.monotonic()
     index = 0
     try:
@@ -48,20 +72,19 @@ async def _stream(url: str, seconds: float, job_id: int) -> list[tuple[float, st
             )
             await submit_workloads(url, [document], "stream", namespace="default")
             index += 1
-            status, _ = await _job_status(bus, job_id)
-            samples.append((time.monotonic() - started, status))
+            status, name = await _job_status(bus, job_id)
+            runs_by, reason = await _bound(bus, name)
+            samples.append(Sample(time.monotonic() - started, status, runs_by, reason))
             await asyncio.sleep(0.5)
     finally:
         await bus.close()
     return samples
 
 
-def _run(stack: Stack, tmp_path: Path, ageing: str) -> tuple[int, list[tuple[float, str]]]:
+def _run(stack: Stack, tmp_path: Path, ageing: str, seconds: float) -> list[Sample]:
     url = stack.url
     (tmp_path / "setup.yaml").write_text(SETUP.replace("AGEING", ageing))
     berth("apply", "-f", str(tmp_path / "setup.yaml"), url=url)
-    import yaml
-
     (tmp_path / "low.yaml").write_text(
         yaml.safe_dump(job_manifest("low", cpu=2, simulated_runtime="3s", priority_class="low"))
     )
@@ -80,7 +103,7 @@ def _run(stack: Stack, tmp_path: Path, ageing: str) -> tuple[int, list[tuple[flo
             await bus.close()
 
     asyncio.run(wait_running())
-    return job_id, asyncio.run(_stream(url, 12.0, job_id))
+    return asyncio.run(_stream(url, seconds, job_id))
 
 
 def _preemptor_pairs_unique(url: str) -> list[EvictionRequested]:
@@ -90,36 +113,40 @@ def _preemptor_pairs_unique(url: str) -> list[EvictionRequested]:
     return evictions
 
 
-@pytest.mark.timeout(180)
-def test_ageing_brings_the_preempted_job_back_within_the_bound(
+@pytest.mark.timeout(120)
+def test_ageing_brings_the_preempted_job_back_by_its_shown_bound(
     stack: Stack, tmp_path: Path
 ) -> None:
-    """With ageing, the low job runs again within reserveAfter + R and then finishes."""
-    _job_id, samples = _run(stack, tmp_path, AGEING_ON)
-    recovering = [t for t, status in samples if status == "RECOVERING"]
-    back = [
-        t for t, status in samples if recovering and t > recovering[0] and status != "RECOVERING"
-    ]
-    assert recovering, samples
-    assert back, f"never came back: {samples}"
-    waited = back[0] - recovering[0]
-    assert waited <= 2.0 + 1.5 + 2.5, f"waited {waited:.1f}s, bound 3.5s (+ sampling): {samples}"
-    assert any(status == "SUCCEEDED" for _, status in samples), samples
-    evictions = _preemptor_pairs_unique(stack.url)
-    assert [e.workload.name for e in evictions].count("low-1") == 1  # boosted: not a victim again
-    admitted = [
-        e
-        for e in event_log(stack.url)
-        if isinstance(e, WorkloadAdmitted) and e.workload.name == "low-1"
-    ]
-    assert admitted[-1].priority > 1000  # readmitted above the stream's priority
+    """With ageing, the waiting job shows a bound, runs again by it, is not preempted inside
+    its protection, and finishes."""
+    samples = _run(stack, tmp_path, AGEING_ON, 10.0)
+    shown = [s.runs_by for s in samples if s.status == "RECOVERING" and s.runs_by]
+    assert shown, f"no bound shown while it waited: {samples}"
+    bound = min(datetime.fromisoformat(s.replace("Z", "+00:00")) for s in shown)
+    assert any(s.status == "SUCCEEDED" for s in samples), samples
+    events = event_log(stack.url)
+    mine = [e for e in events if e.workload.name == "low-1"]
+    admissions = [e for e in mine if isinstance(e, WorkloadAdmitted)]
+    evictions = [e for e in mine if isinstance(e, EvictionRequested)]
+    assert len(admissions) >= 2 and evictions, "it was never preempted and readmitted"
+    readmitted = admissions[1].time
+    assert readmitted <= bound, f"readmitted at {readmitted}, shown bound {bound}: {samples}"
+    for admission in admissions[1:]:  # runs ageing brought back are protected
+        for eviction in evictions:
+            ran = (eviction.time - admission.time).total_seconds()
+            assert not 0 <= ran < PROTECT_FOR, f"preempted {ran:.1f}s after coming back"
+    assert admissions[-1].priority > 1000  # readmitted above the stream's priority
+    _preemptor_pairs_unique(stack.url)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(120)
 def test_without_ageing_the_stream_starves_the_job(stack: Stack, tmp_path: Path) -> None:
-    """With ageing off, the preempted job waits as long as high-priority work keeps coming."""
-    _job_id, samples = _run(stack, tmp_path, AGEING_OFF)
-    first = next(t for t, status in samples if status == "RECOVERING")
-    assert all(status == "RECOVERING" for t, status in samples if t >= first), samples
-    assert samples[-1][0] - first >= 9.0
+    """With ageing off, the preempted job shows no bound and waits as long as high-priority
+    work keeps coming."""
+    samples = _run(stack, tmp_path, AGEING_OFF, 10.0)
+    first = next(s.at for s in samples if s.status == "RECOVERING")
+    waiting = [s for s in samples if s.at >= first]
+    assert all(s.status == "RECOVERING" for s in waiting), samples
+    assert all(s.runs_by is None and "reserveAfter: null" in s.reason for s in waiting), samples
+    assert samples[-1].at - first >= 7.0
     _preemptor_pairs_unique(stack.url)
