@@ -51,6 +51,10 @@ bench-kueue-deadlines: install  ## the same, ordered by deadline: the per-class 
 	$(PY) bench/kueue_scheduler.py --config baseline --no-preemption --borrowing-yields \
 		--strict-fifo --wait-targets 200=2s,100=21s,25s
 
+.PHONY: bench-kueue-console
+bench-kueue-console: install    ## baseline at 0.75 scale, with the console and one live overview client
+	$(PY) bench/kueue_scheduler.py --config baseline --scale 0.75 --console
+
 bench-console-paint: install  ## the web console's first paint with 10,000 workloads in 100 ClusterQueues
 	$(PY) bench/console_paint.py
 

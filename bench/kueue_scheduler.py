@@ -1,6 +1,6 @@
 """Kueue's scheduler performance benchmark, reproduced on the live Berth stack.
 
-    .venv/bin/python bench/kueue_scheduler.py --config baseline|large-scale [--scale 0.1]
+    .venv/bin/python bench/kueue_scheduler.py --config baseline|large-scale [--scale 0.1] [--console]
 
 Starts ``berth up`` programmatically (nats-server and the four services as processes), writes
 the scenario's ResourceFlavor, ClusterQueues (in cohorts), Namespaces and LocalQueues into the
@@ -11,6 +11,10 @@ after that time; a preempted Job starts from zero when it is admitted again. The
 every workload has finished; then the event log is read and checked (quota never
 over-committed) and the metrics are printed beside Kueue's published figures and the ideal
 schedule (bench/kueue_ideal.py). The per-workload timeline goes to bench/out/.
+
+``--console`` also starts the web console (as `berth up` does) and keeps one client on the
+overview's server-sent-event stream for the whole run, to show what a watching operator costs
+admission (docs/console.md, "Cost").
 
 Metrics (see /work/shared/KUEUE-PERF-BENCH.md): wall time (the services' start to their exit;
 NATS, like Kueue's envtest, is up before the clock starts);
@@ -40,13 +44,14 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import aiohttp
 import msgspec
 from rich.console import Console
 
 from bench.eventlog import quota_violations, read_events, signed_in_as
 from bench.kueue_config import CONFIGS, ScenarioConfig
 from bench.kueue_ideal import IdealResult, simulate_ideal
-from berth_cli.up import Stack
+from berth_cli.up import CONSOLE, Stack
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus
 from shared.config import encode_object, object_key, parse_object
 from shared.events import (
@@ -223,6 +228,7 @@ class DriveResult:
     gen_end: float  # epoch seconds of the last create
     done: float  # epoch seconds when the last finish was seen
     ready: float  # time.monotonic() when every service was ready
+    console_messages: int | None = None  # server-sent events read from the console, if any
 
 
 class _Finished(msgspec.Struct):
@@ -232,8 +238,31 @@ class _Finished(msgspec.Struct):
     workload: _Ref
 
 
+async def follow_console(stack: Stack, ready: asyncio.Task[float], counter: list[int]) -> None:
+    """One browser on the overview: once the stack is ready, read the console's
+    server-sent-event stream (``/stream/``, the overview's) until cancelled, counting the
+    messages in ``counter[0]``."""
+    await asyncio.shield(ready)
+    port = next(s.port for s in stack.services if s.role == CONSOLE)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(f"http://127.0.0.1:{port}/stream/") as response,
+    ):
+        response.raise_for_status()
+        async for line in response.content:  # one line at a time, as a browser parses them
+            if line.startswith(b"event:"):
+                counter[0] += 1
+
+
 async def drive(url: str, config: ScenarioConfig, stack: Stack, *, limit_s: float) -> DriveResult:
     readiness = asyncio.create_task(_ready_at(stack))
+    console_messages = [0]
+    follower = (
+        asyncio.create_task(follow_console(stack, readiness, console_messages))
+        if stack.with_console
+        else None
+    )
     bus = await Bus.connect(url, source="bench", auth=stack.admin_auth)  # admin may do anything
     try:
         config_kv = await bus.kv(CONFIG_BUCKET)
@@ -306,6 +335,9 @@ async def drive(url: str, config: ScenarioConfig, stack: Stack, *, limit_s: floa
                 raise TimeoutError(
                     f"only {len(finished)} of {total} workloads finished within {limit_s:.0f}s"
                 )
+            if follower is not None and follower.done():
+                follower.result()  # the console's stream ended early: raise what ended it
+                raise RuntimeError("the console ended its event stream during the run")
             try:
                 await asyncio.wait_for(all_done.wait(), timeout=1.0)
             except TimeoutError:
@@ -313,8 +345,19 @@ async def drive(url: str, config: ScenarioConfig, stack: Stack, *, limit_s: floa
         done = time.time()
         await asyncio.gather(*streams)
         await subscription.unsubscribe()
-        return DriveResult(t_config, created, last_create[0], done, await readiness)
+        ready = await readiness
+        return DriveResult(
+            t_config,
+            created,
+            last_create[0],
+            done,
+            ready,
+            console_messages[0] if follower is not None else None,
+        )
     finally:
+        if follower is not None:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
         if not readiness.done():
             readiness.cancel()
         await asyncio.gather(readiness, return_exceptions=True)
@@ -369,6 +412,7 @@ class RunResult:
     start_lag: tuple[float, float]
     overhold: tuple[float, float]
     notes: list[str] = field(default_factory=list)
+    console_messages: int | None = None  # None: run without the console
 
 
 def _mean_p99(values: list[float]) -> tuple[float, float]:
@@ -498,13 +542,16 @@ def run_benchmark(
     out_dir: Path | None = OUT,
     timeout: float = 900.0,
     label: str | None = None,
+    with_console: bool = False,
 ) -> RunResult:
     ideal = simulate_ideal(config)
     owned_tmp = None
     if data_dir is None:
         owned_tmp = tempfile.TemporaryDirectory(prefix="berth-bench-")
         data_dir = Path(owned_tmp.name)
-    stack = Stack(data_dir=data_dir, nats_port=0, console=Console(quiet=True), with_console=False)
+    stack = Stack(
+        data_dir=data_dir, nats_port=0, console=Console(quiet=True), with_console=with_console
+    )
     stopped_in = 0.0
     try:
         # As Kueue's runner: the store (envtest there, NATS here) is up before the clock
@@ -586,6 +633,7 @@ def run_benchmark(
         by_type=metrics["by_type"],
         start_lag=metrics["start_lag"],
         overhold=metrics["overhold"],
+        console_messages=drive_result.console_messages,
     )
 
 
@@ -680,6 +728,8 @@ def render(result: RunResult) -> str:
         "0",
     )
     row("events in the log", f"{result.events:,}")
+    if result.console_messages is not None:
+        row("console: overview stream messages read", f"{result.console_messages:,}")
     for kind, count in result.by_type.items():
         row(f"  {kind}", f"{count:,}")
     headers = (
@@ -748,6 +798,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PRIORITY=WAIT,...,WAIT",
         help="Berth's opt-in deadline order (Configuration.spec.admission.waitTargets)",
     )
+    parser.add_argument(
+        "--console",
+        action="store_true",
+        help="start the web console too, with one client on the overview's live stream",
+    )
     args = parser.parse_args(argv)
     config = CONFIGS[args.config]
     label = config.name
@@ -766,8 +821,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.wait_targets:
         config = replace(config, wait_targets=args.wait_targets)
         label = f"{label}-wait-targets"
+    if args.console:
+        label = f"{label}-console"
     result = run_benchmark(
-        config, data_dir=args.data_dir, out_dir=args.out, timeout=args.timeout, label=label
+        config,
+        data_dir=args.data_dir,
+        out_dir=args.out,
+        timeout=args.timeout,
+        label=label,
+        with_console=args.console,
     )
     print(render(result))
     return 0 if result.violations == 0 and result.finished == result.workloads else 1
