@@ -19,6 +19,7 @@ from berth_cli.getting import get
 from berth_cli.jobs import jobs
 from berth_cli.kinds import WORKLOAD_OBJECT_WORDS, resolve
 from berth_cli.status import status
+from berth_cli.stopping import resume, stop
 from berth_cli.writing import delete_config, delete_workload
 from shared.bus import DEFAULT_NATS_URL
 from shared.events import event_json_schema
@@ -111,6 +112,8 @@ cli.add_command(jobs)
 cli.add_command(status)
 cli.add_command(events)
 cli.add_command(creds)
+cli.add_command(stop)
+cli.add_command(resume)
 
 
 @cli.command()
