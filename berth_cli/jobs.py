@@ -13,13 +13,16 @@ import msgspec
 import nats.errors
 import nats.js.errors
 
+from berth_cli import launching
 from berth_cli.client import CliError, connect
 from berth_cli.get import print_table
+from berth_cli.ignored import warn_ignored
+from berth_cli.tasks import Flavor, ManagedJobSpec
 from berth_cli.writing import check_priority_classes
 from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus
 from shared.jobs import TERMINAL, JobStatus, ManagedJob, load_jobs
 from shared.names import InvalidName, check_name, check_namespace, show
-from shared.tasks import TaskError, load_managed_job
+from shared.secrets import new_secret_name
 from shared.yaml_input import YamlInputError, read_input
 
 __all__ = ["jobs"]
@@ -54,45 +57,72 @@ def jobs() -> None:
 @click.option("-n", "--name", default=None, help="Job name (default: the task's name).")
 @click.option("--priority-class", default=None, help="WorkloadPriorityClass for the job.")
 @click.option("--namespace", default="default", show_default=True)
+@click.option("--env", "envs", multiple=True, help="KEY=VALUE, or KEY from this shell.")
+@click.option("--env-file", default=None, help="A dotenv file of KEY=VALUE lines.")
+@click.option("--secret", "secrets", multiple=True, help="KEY=VALUE, or KEY; never shown.")
 @click.pass_obj
 def launch(
-    nats_url: str, file: str, name: str | None, priority_class: str | None, namespace: str
+    nats_url: str,
+    file: str,
+    name: str | None,
+    priority_class: str | None,
+    namespace: str,
+    envs: tuple[str, ...],
+    env_file: str | None,
+    secrets: tuple[str, ...],
 ) -> None:
-    """Launch a SkyPilot task YAML (or a batch/v1 Job) as a managed job; prints its ID."""
+    """Launch a SkyPilot task YAML, a pipeline of tasks, or a batch/v1 Job as a managed
+    job; prints its ID."""
     try:
         text, source = read_input(file)
     except YamlInputError as error:
         raise CliError(str(error)) from error
-    try:
-        spec = load_managed_job(text, source=source, name=name, priority_class=priority_class)
-    except TaskError as error:
-        raise CliError(str(error)) from error
+    variables = {**(launching.env_file(env_file) if env_file else {})}
+    variables.update(launching.assignments(envs, "--env"))
+    secret_values = launching.assignments(secrets, "--secret")
+    secret_name = new_secret_name()
+
+    def parse(flavors: dict[str, list[Flavor]] | None) -> ManagedJobSpec:
+        return launching.parse_task(
+            text,
+            source,
+            name=name,
+            priority_class=priority_class,
+            env=variables,
+            secrets=secret_values,
+            secret_name=secret_name,
+            flavors=flavors,
+        )
+
+    spec = parse(None)  # every error in the file before the bus is asked anything
     _check_job_names(spec.name, namespace, source)
 
-    async def submit() -> dict[str, Any]:
+    async def submit() -> tuple[ManagedJobSpec, dict[str, Any]]:
         async with connect(nats_url) as bus:
-            probe = {
-                **spec.job,
-                "metadata": {**spec.job.get("metadata", {}), "namespace": namespace},
-            }
-            await check_priority_classes(await bus.kv(CONFIG_BUCKET), probe, source)
-            return await _ask(
-                bus,
-                "launch",
-                {
-                    "name": spec.name,
-                    "namespace": namespace,
-                    "template": spec.job,
-                    "resources": spec.resources,
-                    "queueName": spec.queue_name,
-                    "maxRestartsOnErrors": spec.max_restarts_on_errors,
-                },
-            )
+            config = await bus.kv(CONFIG_BUCKET)
+            chosen = parse(await launching.queue_flavors(config, namespace, text, source))
+            launching_warnings(chosen, source)
+            for task in chosen.tasks:
+                probe = {
+                    **task.job,
+                    "metadata": {**task.job.get("metadata", {}), "namespace": namespace},
+                }
+                await check_priority_classes(config, probe, source)
+            if chosen.secrets:
+                await launching.store_secrets(bus, secret_name, chosen.secrets)
+            reply = await _ask(bus, "launch", launching.launch_request(chosen, namespace))
+            return chosen, reply
 
-    reply = asyncio.run(submit())
-    click.echo(f"Managed job ID: {reply['id']}  ({spec.name}, {spec.resources})")
+    spec, reply = asyncio.run(submit())
+    tasks = f", {len(spec.tasks)} tasks" if len(spec.tasks) > 1 else ""
+    click.echo(f"Managed job ID: {reply['id']}  ({spec.name}, {spec.resources}{tasks})")
     if reply["status"] == JobStatus.FAILED_PRECHECKS:
         raise CliError(f"job {reply['id']} FAILED_PRECHECKS: {reply['message']}")
+
+
+def launching_warnings(spec: ManagedJobSpec, source: str) -> None:
+    """One line on stderr per field of the file that Berth accepts and does not act on."""
+    warn_ignored(source, spec.ignored)
 
 
 # Each attempt's workload is named <name>-<id>, then -r1, -r2...: room for that suffix.
@@ -188,8 +218,33 @@ def queue(nats_url: str, full: bool, output: str | None) -> None:
     if full:
         headers += ["WORKLOAD", "CLUSTERQUEUE", "BOOST", "RESERVED", "MESSAGE"]
     now = time.time()
-    rows = [job_row(job, now, full=full) for job in sorted(found, key=lambda j: -j.id)]
+    rows = []
+    for job in sorted(found, key=lambda j: -j.id):
+        rows.append(job_row(job, now, full=full))
+        rows += task_rows(job, now, full=full)
     print_table(headers, rows, empty="No managed jobs.")
+
+
+def task_rows(job: ManagedJob, now: float, *, full: bool) -> list[list[Any]]:
+    """A pipeline's tasks under its row, as SkyPilot shows them: ``↳ <index>: <name>``,
+    each task's resources, time running and own status."""
+    rows: list[list[Any]] = []
+    for index, task in enumerate(job.tasks):
+        ran = "-"
+        if task.started_at is not None:
+            ran = _duration((task.ended_at or now) - task.started_at)
+        row: list[Any] = [
+            "",
+            f"↳ {index}: {task.name}",
+            task.resources,
+            "",
+            "",
+            ran,
+            "",
+            task.status,
+        ]
+        rows.append([*row, "", "", "", "", ""] if full else row)
+    return rows
 
 
 @jobs.command()

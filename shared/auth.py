@@ -75,7 +75,13 @@ _OWNED: dict[str, tuple[str, ...]] = {
     ),
     "preemption": ("berth.cq.*.evict.>", "berth.cq.*.pending.>"),
     "recovery": ("berth.cmd.create.>", "berth.cmd.delete.>", "berth.job.>", "$KV.berth-jobs.>"),
-    "cli": ("$KV.berth-config.>", "berth.cmd.submit.>", "berth.cmd.remove.>", "berth.api.>"),
+    "cli": (
+        "$KV.berth-config.>",
+        "$KV.berth-secrets.>",  # managed jobs' secrets (shared/secrets.py)
+        "berth.cmd.submit.>",
+        "berth.cmd.remove.>",
+        "berth.api.>",
+    ),
     # The web console: status queries, and a managed job's cancel only with the operator's
     # token (berth_console checks it); it never writes a decision, a fact or a record.
     "console": ("berth.api.>",),
@@ -84,7 +90,7 @@ _OWNED: dict[str, tuple[str, ...]] = {
 
 # The key-value buckets each user reads (a bucket is the stream KV_<bucket>).
 _BUCKETS_READ: dict[str, tuple[str, ...]] = {
-    "watcher": ("berth-objects", "berth-status", "berth-config"),
+    "watcher": ("berth-objects", "berth-status", "berth-config", "berth-secrets"),
     "admission": ("berth-config",),
     "preemption": ("berth-config",),
     "recovery": ("berth-jobs", "berth-config"),

@@ -23,6 +23,7 @@ __all__ = [
     "Attempt",
     "JobStatus",
     "ManagedJob",
+    "PipelineTask",
     "decode_job",
     "encode_job",
     "job_key",
@@ -78,6 +79,19 @@ class Transition(msgspec.Struct):
     message: str = ""
 
 
+class PipelineTask(msgspec.Struct):
+    """One task of a pipeline (a multi-document task file): run in order, one at a time."""
+
+    name: str
+    resources: str
+    template: dict[str, object]  # the Job its attempts are made from
+    max_restarts_on_errors: int = 0
+    recover_on_exit_codes: list[int] = []
+    status: str = "PENDING"  # its own SkyPilot status: the job's while it is the current one
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
 class ManagedJob(msgspec.Struct):
     id: int
     name: str
@@ -102,6 +116,10 @@ class ManagedJob(msgspec.Struct):
     cancel_requested: bool = False
     template: dict[str, object] = {}  # the Job each attempt is made from
     history: list[Transition] = []
+    recover_on_exit_codes: list[int] = []  # failures with these exit codes always come back
+    tasks: list[PipelineTask] = []  # a pipeline's tasks; empty for a job of one task
+    task_index: int = 0  # the pipeline's current task
+    task_first_attempt: int = 0  # index in `attempts` of the current task's first attempt
 
     @property
     def current(self) -> Attempt | None:

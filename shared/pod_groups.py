@@ -94,13 +94,16 @@ def pod_group(obj: dict[str, Any]) -> tuple[str, int] | None:
     The label names the group, the annotation its size (a positive whole number); a Pod with
     the label and without a valid annotation is refused, as Kueue's webhook refuses it.
     """
-    if obj.get("kind") != "Pod":
+    if not isinstance(obj, dict) or obj.get("kind") != "Pod":
         return None
-    metadata = obj.get("metadata") or {}
-    group = (metadata.get("labels") or {}).get(POD_GROUP_NAME_LABEL)
+    metadata = mapping(obj.get("metadata"), "metadata")
+    group = mapping(metadata.get("labels"), "metadata.labels").get(POD_GROUP_NAME_LABEL)
     if group is None:
         return None
-    total = (metadata.get("annotations") or {}).get(POD_GROUP_TOTAL_ANNOTATION)
+    if not isinstance(group, str):
+        raise WorkloadError(f"`metadata.labels.{POD_GROUP_NAME_LABEL}` must be a string")
+    annotations = mapping(metadata.get("annotations"), "metadata.annotations")
+    total = annotations.get(POD_GROUP_TOTAL_ANNOTATION)
     path = f"metadata.annotations.{POD_GROUP_TOTAL_ANNOTATION}"
     if total is None:
         raise WorkloadError(f"`{path}` is missing: a pod group needs its size")

@@ -4,11 +4,14 @@ admitted whole or not at all. The kinds share one stack (module scope) to keep t
 from __future__ import annotations
 
 import filecmp
+import json
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 
@@ -207,3 +210,104 @@ def test_a_pod_group_is_admitted_whole_or_not_at_all(shared_stack: Stack, tmp_pa
         for e in events
         if isinstance(e, WorkloadAdmitted)
     )
+
+
+TASKS = EXAMPLES / "tasks"
+
+
+def _jobs(url: str) -> dict[int, dict[str, Any]]:
+    output = berth("jobs", "queue", "-o", "json", url=url).stdout
+    return {job["id"]: job for job in json.loads(output)}
+
+
+def _launch(url: str, *args: str) -> tuple[int, str]:
+    result = berth("jobs", "launch", *args, url=url)
+    words = result.stdout.split()
+    assert words[:3] == ["Managed", "job", "ID:"], result.stdout + result.stderr
+    return int(words[3]), result.stderr
+
+
+def test_a_pipeline_runs_its_tasks_in_order(shared_stack: Stack) -> None:
+    """examples/tasks/pipeline.yaml: one managed job, its three tasks one after the other,
+    each SUCCEEDED under the job's row in `berth jobs queue`."""
+    url = shared_stack.url
+    berth("apply", "-f", str(EXAMPLES / "queues.yaml"), url=url)
+    job_id, _ = _launch(url, str(TASKS / "pipeline.yaml"))
+    eventually(lambda: _jobs(url)[job_id]["status"] == "SUCCEEDED", timeout=60)
+    record = _jobs(url)[job_id]
+    assert record["name"] == "prep-train-eval"
+    assert [(t["name"], t["status"]) for t in record["tasks"]] == [
+        ("prep", "SUCCEEDED"),
+        ("train", "SUCCEEDED"),
+        ("eval", "SUCCEEDED"),
+    ]
+    assert [a["name"] for a in record["attempts"]] == [
+        f"prep-train-eval-{job_id}",
+        f"prep-train-eval-{job_id}-t1",
+        f"prep-train-eval-{job_id}-t2",
+    ]
+    table = berth("jobs", "queue", url=url).stdout
+    rows = [line.split() for line in table.splitlines() if "↳" in line]
+    assert [(row[1], row[2], row[-1]) for row in rows] == [
+        ("0:", "prep", "SUCCEEDED"),
+        ("1:", "train", "SUCCEEDED"),
+        ("2:", "eval", "SUCCEEDED"),
+    ]
+    output = berth("jobs", "logs", str(job_id), url=url).stdout
+    assert output.index("prep: tokenising") < output.index("train: epoch") < output.index("eval:")
+
+
+def test_secrets_envs_and_files(shared_stack: Stack) -> None:
+    """examples/tasks/secrets-and-files.yaml with --env and --secret: the run sees the env,
+    the secret and its copied workdir and file mount; the secret's value is nowhere else:
+    not in the watcher's or recovery's log, the job record, the events or the CLI's output."""
+    url = shared_stack.url
+    berth("apply", "-f", str(EXAMPLES / "queues.yaml"), url=url)
+    value = "hf-" + secrets.token_hex(12)
+    result = berth(
+        "jobs",
+        "launch",
+        str(TASKS / "secrets-and-files.yaml"),
+        "--env",
+        "MODEL=large",
+        "--secret",
+        f"HF_TOKEN={value}",
+        url=url,
+    )
+    job_id = int(result.stdout.split()[3])
+    eventually(lambda: _jobs(url)[job_id]["status"] == "SUCCEEDED", timeout=30)
+    output = berth("jobs", "logs", str(job_id), url=url).stdout
+    assert "model: large" in output
+    assert f"token has {len(value)} characters" in output
+    assert "training for 2 epochs at lr 0.001" in output
+    places = {
+        "launch output": result.stdout + result.stderr,
+        "job record": berth("jobs", "queue", "-o", "json", url=url).stdout,
+        "events": json.dumps([msgspec.to_builtins(e) for e in event_log(url)]),
+        "job logs": output,
+    }
+    for log in (shared_stack.data_dir / "logs").glob("*.log"):
+        places[log.name] = log.read_text()
+    assert {"watcher.log", "recovery.log"} <= set(places)
+    for where, text in places.items():
+        assert value not in text, where
+
+
+def test_accelerator_candidates_asked_of_the_queue(shared_stack: Stack) -> None:
+    """examples/tasks/accelerators.yaml on gpu-queues.yaml: no H100 flavor, so L4 runs."""
+    url = shared_stack.url
+    berth("apply", "-f", str(TASKS / "gpu-queues.yaml"), url=url)
+    job_id, _ = _launch(url, str(TASKS / "accelerators.yaml"))
+    assert _jobs(url)[job_id]["resources"] == "1x[L4:1]"
+    eventually(lambda: _jobs(url)[job_id]["status"] == "SUCCEEDED", timeout=30)
+
+
+def test_launch_warns_of_each_ignored_field(shared_stack: Stack, tmp_path: Path) -> None:
+    """`berth jobs launch` says, on stderr, one line per field it accepts and ignores."""
+    task = tmp_path / "serve.yaml"
+    task.write_text("service: {replicas: 2}\nresources: {cpus: 1, use_spot: true}\nrun: echo hi\n")
+    _, stderr = _launch(shared_stack.url, str(task))
+    assert stderr.splitlines() == [
+        f"berth: warning: {task}: service is not supported and is ignored",
+        f"berth: warning: {task}: resources.use_spot is not supported and is ignored",
+    ]

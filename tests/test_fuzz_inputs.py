@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from berth_cli.client import CliError
+from berth_cli.tasks import TaskError, load_managed_job
 from berth_cli.writing import prepare_workload
 from services.watcher.objects import read_object, read_status
 from shared.config import ConfigError, decode_object, load_documents, parse_object
@@ -31,7 +32,6 @@ from shared.events import (
     now,
 )
 from shared.quantities import QuantityError, parse_quantity
-from shared.tasks import TaskError, load_managed_job
 from shared.workloads import WorkloadError, check_identity, workload_spec
 
 FUZZ = settings(

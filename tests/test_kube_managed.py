@@ -21,6 +21,7 @@ import msgspec
 import nats.errors
 import pytest
 
+from berth_cli.tasks import load_managed_job
 from services.recovery.service import RecoveryService
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.backend import KubernetesBackend
@@ -43,7 +44,6 @@ from shared.events import (
     decode_event,
 )
 from shared.service import Runtime
-from shared.tasks import load_managed_job
 
 FAST = WatchSettings(server_timeout=5, inactivity_timeout=2, backoff_initial=0.01, absent_retry=30)
 JOBS_KEY = km.resource("batch/v1/jobs")

@@ -10,13 +10,11 @@ from typing import Any
 
 import pytest
 
+from berth_cli.tasks import ManagedJobSpec, TaskError, load_managed_job
 from shared.tasks import (
     ACCELERATOR_LABEL,
     MAX_RESTARTS_ANNOTATION,
     SETUP_FAILED_EXIT_CODE,
-    ManagedJobSpec,
-    TaskError,
-    load_managed_job,
 )
 from shared.workloads import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, workload_spec
 
@@ -272,10 +270,19 @@ run: echo hi
     assert spec.ignored == ("config.kubernetes.provision_timeout",)
 
 
-def test_accepted_but_unhonoured_fields_are_listed() -> None:
-    """workdir, file_mounts and use_spot are accepted and reported in `ignored`."""
-    spec = _task("workdir: .\nfile_mounts: {/data: ./data}\nresources: {use_spot: true}\nrun: ls")
-    assert spec.ignored == ("workdir", "file_mounts", "resources.use_spot")
+def test_accepted_but_unhonoured_fields_are_listed(tmp_path: Path) -> None:
+    """use_spot, a bucket file mount and a service section are accepted and reported in
+    `ignored`; a local workdir and file mount become annotations the local backend copies."""
+    (tmp_path / "data").mkdir()
+    text = (
+        "workdir: .\nfile_mounts: {/data: ./data, /ckpt: s3://bucket/ckpt}\n"
+        "resources: {use_spot: true}\nservice: {replicas: 2}\nrun: ls"
+    )
+    spec = load_managed_job(text, source="task.yaml", base_dir=tmp_path)
+    assert spec.ignored == ("service", "resources.use_spot", "file_mounts./ckpt")
+    annotations = spec.job["metadata"]["annotations"]
+    assert annotations["berth.dev/workdir"] == str(tmp_path)
+    assert annotations["berth.dev/file-mounts"] == f'{{"/data": "{tmp_path / "data"}"}}'
 
 
 def test_image_id_docker_sets_the_image() -> None:
@@ -452,7 +459,10 @@ spec:
         ),
         ("resources: {cpus: -1}", "task.yaml: `resources.cpus`: invalid value -1"),
         ("resources: [", "task.yaml: malformed YAML at line 1"),
-        ("run: a\n---\nrun: b", "task.yaml: 2 YAML documents"),
+        (
+            "run: a\n---\napiVersion: batch/v1\nkind: Job",
+            "task.yaml: 2 YAML documents with a Kubernetes object among them",
+        ),
         ("- run: a", "task.yaml: expected a mapping"),
         ("", "task.yaml: empty file"),
     ],

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from berth_cli.tasks import TaskError, load_managed_job
 from shared.config import ConfigError, load_documents
-from shared.tasks import TaskError, load_managed_job
 from shared.yaml_input import MAX_BYTES, YamlInputError, load_all, read_input
 from tests.conftest import berth
 

@@ -9,7 +9,13 @@ a preemption is counted once, a failed attempt is retried once.
 - a preemption (WorkloadEvicted): RECOVERING, #RECOVERIES + 1, and admission requeues the
   same workload with its original queue time; retried without limit;
 - a failure of the user's program: a new attempt while ``restarts_on_errors`` allows
-  (RECOVERING, #RECOVERIES + 1), else FAILED; a failed setup is FAILED_SETUP;
+  (RECOVERING, #RECOVERIES + 1), else FAILED; a failed setup is FAILED_SETUP; an exit code
+  in ``recover_on_exit_codes`` always makes a new attempt, without counting against
+  ``max_restarts_on_errors`` (SkyPilot's rule);
+- a pipeline (``job.tasks``) runs its tasks in order: a task's success makes the next task's
+  first attempt (PENDING again), each task with its own Job, retries and exit codes; each
+  task's status is the job's while it is the current one, and a job that ends otherwise
+  than SUCCEEDED cancels the tasks after it;
 - a workload that can never fit: FAILED_PRECHECKS; a cancel: CANCELLING, then CANCELLED.
 """
 
@@ -33,7 +39,7 @@ from shared.events import (
     WorkloadRef,
     WorkloadStarted,
 )
-from shared.jobs import Attempt, JobStatus, ManagedJob, Transition
+from shared.jobs import TERMINAL, Attempt, JobStatus, ManagedJob, Transition
 from shared.tasks import SETUP_FAILED_EXIT_CODE
 from shared.workloads import MANAGED_JOB_LABEL
 
@@ -60,6 +66,8 @@ def set_status(job: ManagedJob, status: JobStatus, message: str, now: float) -> 
     job.history.append(Transition(now, status.value, message))
     if job.done and job.ended_at is None:
         job.ended_at = now
+    if job.tasks:
+        _task_status(job, status, now)
     attempt = job.current
     ref = _ref(job, attempt) if attempt else WorkloadRef(job.namespace, job.name, "")
     return [
@@ -75,10 +83,26 @@ def set_status(job: ManagedJob, status: JobStatus, message: str, now: float) -> 
     ]
 
 
+def _task_status(job: ManagedJob, status: JobStatus, now: float) -> None:
+    """A pipeline's current task takes the job's status; an end other than success cancels
+    the tasks after it."""
+    task = job.tasks[job.task_index]
+    task.status = status.value
+    if status == JobStatus.RUNNING and task.started_at is None:
+        task.started_at = now
+    if status in TERMINAL:
+        task.ended_at = task.ended_at or now
+        for later in job.tasks[job.task_index + 1 :]:
+            later.status = JobStatus.CANCELLED.value
+
+
 def new_attempt(job: ManagedJob, now: float) -> CreateWorkload:
-    """The next attempt's workload object, named ``<name>-<id>`` then ``-r1``, ``-r2``..."""
+    """The next attempt's workload object, named ``<name>-<id>`` then ``-r1``, ``-r2``...
+    (a pipeline's later tasks ``<name>-<id>-t1``, ``-t1-r1``...)."""
     number = len(job.attempts)
-    name = f"{job.name}-{job.id}" + (f"-r{number}" if number else "")
+    retry = number - job.task_first_attempt
+    name = f"{job.name}-{job.id}" + (f"-t{job.task_index}" if job.task_index else "")
+    name += f"-r{retry}" if retry else ""
     uid = str(uuid.uuid5(_ATTEMPT_NAMESPACE, f"{job.id}/{number}"))
     job.attempts.append(Attempt(name=name, uid=uid))
     obj = copy.deepcopy(job.template)
@@ -168,10 +192,16 @@ def advance(job: ManagedJob, event: AnyEvent, now: float) -> list[Event]:
                 return []
             _stop_run(job, now)
             if event.succeeded:
+                if job.tasks and job.task_index + 1 < len(job.tasks) and not cancelling:
+                    return _next_task(job, now)
                 return set_status(job, JobStatus.SUCCEEDED, "", now)
             if event.exit_code == SETUP_FAILED_EXIT_CODE:
                 return set_status(job, JobStatus.FAILED_SETUP, "the setup script failed", now)
             message = event.message or f"exit code {event.exit_code}"
+            if not cancelling and event.exit_code in job.recover_on_exit_codes:
+                job.recoveries += 1
+                text = f"{message}; exit code {event.exit_code} always recovers"
+                return [new_attempt(job, now), *set_status(job, JobStatus.RECOVERING, text, now)]
             if cancelling or job.restarts_on_errors >= job.max_restarts_on_errors:
                 return set_status(job, JobStatus.FAILED, message, now)
             job.restarts_on_errors += 1
@@ -194,6 +224,23 @@ def advance(job: ManagedJob, event: AnyEvent, now: float) -> list[Event]:
                 return set_status(job, JobStatus.CANCELLED, "", now)
             return set_status(job, JobStatus.CANCELLED, "its workload was deleted", now)
     return []
+
+
+def _next_task(job: ManagedJob, now: float) -> list[Event]:
+    """A pipeline's task succeeded: the next one becomes the job's (its Job, its retries and
+    exit codes, its resources) and its first attempt is requested."""
+    done = job.tasks[job.task_index]
+    done.status, done.ended_at = JobStatus.SUCCEEDED.value, now
+    job.task_index += 1
+    task = job.tasks[job.task_index]
+    job.template = task.template
+    job.resources = task.resources
+    job.max_restarts_on_errors = task.max_restarts_on_errors
+    job.recover_on_exit_codes = list(task.recover_on_exit_codes)
+    job.restarts_on_errors = 0
+    job.task_first_attempt = len(job.attempts)
+    message = f"task {job.task_index} ({task.name}) waiting for quota"
+    return [new_attempt(job, now), *set_status(job, JobStatus.PENDING, message, now)]
 
 
 def advance_safely(job: ManagedJob, event: AnyEvent, now: float) -> list[Event]:

@@ -45,6 +45,7 @@ from shared.jobs import (
     NEXT_ID_KEY,
     JobStatus,
     ManagedJob,
+    PipelineTask,
     encode_job,
     job_key,
     load_jobs,
@@ -61,6 +62,16 @@ SUBJECTS = ["berth.wl.>", "berth.cq.*.admitted.>", "berth.cq.*.pending.>"]
 AGEING_TICK_SECONDS = 1.0
 
 
+class LaunchTask(msgspec.Struct, rename="camel"):
+    """One task of a pipeline, in order."""
+
+    name: str
+    template: dict[str, Any]
+    resources: str
+    max_restarts_on_errors: int = 0
+    recover_on_exit_codes: list[int] = []
+
+
 class LaunchRequest(msgspec.Struct, rename="camel"):
     name: str
     namespace: str
@@ -68,6 +79,8 @@ class LaunchRequest(msgspec.Struct, rename="camel"):
     resources: str
     queue_name: str = ""
     max_restarts_on_errors: int = 0
+    recover_on_exit_codes: list[int] = []
+    tasks: list[LaunchTask] = []  # a pipeline's tasks (the first is also the fields above)
 
 
 class CancelRequest(msgspec.Struct, rename="camel"):
@@ -295,6 +308,8 @@ class RecoveryService:
                 submitted_at=now,
                 max_restarts_on_errors=request.max_restarts_on_errors,
                 template=request.template,
+                recover_on_exit_codes=request.recover_on_exit_codes,
+                tasks=[PipelineTask(**msgspec.structs.asdict(task)) for task in request.tasks],
             )
             queue = request.queue_name or "default"
             if f"localqueue.{request.namespace}.{queue}" not in self.config:

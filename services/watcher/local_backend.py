@@ -39,6 +39,7 @@ from services.watcher.processes import (
     pod_commands,
     workload_log_dir,
 )
+from services.watcher.run_files import RunSetupError, prepare_run
 from shared.bus import (
     OBJECTS_BUCKET,
     STATUS_BUCKET,
@@ -371,6 +372,14 @@ class LocalBackend:
                 127,
                 "a container has no command; the local backend cannot run an image's entrypoint",
             )
+            return
+        try:  # secrets in the environment, the task's files in its run directory
+            run_dir = Path(self.runtime.data_dir) / "runs" / ref.namespace / ref.name
+            pods = await prepare_run(
+                self.bus, obj, spec.pod_specs, pods, run_dir=run_dir / str(event.generation)
+            )
+        except RunSetupError as error:
+            await self._finish(key, ref, event.generation, 127, str(error))
             return
         images = sorted(
             {c.get("image", "") for p in spec.pod_specs.values() for c in p.get("containers", [])}

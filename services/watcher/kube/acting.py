@@ -29,6 +29,8 @@ from services.watcher.kube.patching import (
     evicted_generation,
 )
 from services.watcher.kube.reading import Report, disruption_reason, owning_workload
+from services.watcher.kube.task_secrets import prepare_cluster
+from shared.bus import Bus
 from shared.deadletter import DeadLetters, dead_letter_subject
 from shared.events import (
     CreateWorkload,
@@ -80,6 +82,7 @@ class KubeActions:
         image: str,
         namespaces: ManagedNamespaces = ALL_NAMESPACES,
         letters: DeadLetters | None = None,
+        bus: Bus | None = None,
     ) -> None:
         self.client = client
         self.tracked = tracked
@@ -87,6 +90,7 @@ class KubeActions:
         self.namespaces = namespaces
         self.letters = letters  # where a create refused for its namespace is kept
         self.gating = Gating(client, tracked.groups)  # pod groups, gated kinds' pods
+        self.bus = bus  # where a managed job's secrets are read (task_secrets.py)
 
     async def admit(self, obj: Obj, event: WorkloadAdmitted) -> list[Report]:
         ref = event.workload
@@ -156,6 +160,7 @@ class KubeActions:
         if outside is not None:
             await self._refuse(command, outside)
             return
+        await prepare_cluster(self.client, self.bus, ref.namespace, command.object)
         body = manifest(command.object, requested_uid=ref.uid, image=self.image)
         queue = body["metadata"]["labels"].get("kueue.x-k8s.io/queue-name")
         if await create_object(self.client, resource, ref, body):

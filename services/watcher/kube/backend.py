@@ -116,7 +116,12 @@ class KubernetesBackend:
         self.tombstones = self.tracked.tombstones
         self.reported = self.tracked.reported
         self.actions = KubeActions(
-            client, self.tracked, image=image, namespaces=namespaces, letters=self.letters
+            client,
+            self.tracked,
+            image=image,
+            namespaces=namespaces,
+            letters=self.letters,
+            bus=self.bus,
         )
         status = status or StatusSettings()
         self.status = KueueStatusWriter(

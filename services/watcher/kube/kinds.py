@@ -54,7 +54,7 @@ Obj = dict[str, Any]
 
 
 def gate_kind(kind: Any) -> bool:
-    return kind in GATED
+    return isinstance(kind, str) and kind in GATED
 
 
 def _suspend_path(obj: Obj) -> tuple[str, ...]:

@@ -71,10 +71,13 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
 def mutations(obj: dict[str, Any]) -> list[dict[str, Any]]:
     """The JSON patch operations for one object being created (empty: leave it alone)."""
     metadata = obj.get("metadata") or {}
-    if not (metadata.get("labels") or {}).get(QUEUE_NAME_LABEL):
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    if not isinstance(labels, dict) or not labels.get(QUEUE_NAME_LABEL):
         return []
     kind = obj.get("kind")
     spec = obj.get("spec") or {}
+    if not isinstance(spec, dict):
+        return []  # the API server would not have let it through
     if kind in ("Job", "RayJob"):
         if spec.get("suspend") is True:
             return []
@@ -92,7 +95,7 @@ def mutations(obj: dict[str, Any]) -> list[dict[str, Any]]:
                 pod_spec = pod_spec[step]
             operations += _gate(pod_spec, "/" + "/".join(_pointer(step) for step in path))
         return operations
-    if kind in OTHER_RESOURCES:  # a kind with a suspend field of its own (kinds.py)
+    if isinstance(kind, str) and kind in OTHER_RESOURCES:  # its own suspend field (kinds.py)
         if is_suspended(obj):
             return []
         patch = suspend_patch(obj, True)
@@ -106,12 +109,12 @@ def mutations(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _gate(pod_spec: dict[str, Any], pointer: str) -> list[dict[str, Any]]:
     """The operation adding Kueue's admission gate to the pod spec at ``pointer``, if needed."""
-    gates = pod_spec.get("schedulingGates")
-    if gates is None:
+    gates = pod_spec.get("schedulingGates") if isinstance(pod_spec, dict) else None
+    if not isinstance(gates, list):
         return [
             {"op": "add", "path": f"{pointer}/schedulingGates", "value": [{"name": ADMISSION_GATE}]}
         ]
-    if any(gate.get("name") == ADMISSION_GATE for gate in gates):
+    if any(isinstance(gate, dict) and gate.get("name") == ADMISSION_GATE for gate in gates):
         return []
     return [
         {"op": "add", "path": f"{pointer}/schedulingGates/-", "value": {"name": ADMISSION_GATE}}
