@@ -112,11 +112,11 @@ FIELD_STATUS: dict[tuple[str, str], tuple[Status, str]] = {
     ("Cohort", "spec.resourceGroups.flavors.resources.nominalQuota"): ("honoured", ""),
     ("Cohort", "spec.resourceGroups.flavors.resources.borrowingLimit"): ("honoured", ""),
     ("Cohort", "spec.resourceGroups.flavors.resources.lendingLimit"): ("honoured", ""),
-    ("Cohort", "spec.fairSharing"): (
-        "warned",
-        "fair sharing weighs ClusterQueues only, not cohorts",
+    ("Cohort", "spec.fairSharing"): ("honoured", ""),
+    ("Cohort", "spec.fairSharing.weight"): (
+        "honoured",
+        "its share where fair-sharing preemption compares cohorts",
     ),
-    ("Cohort", "spec.fairSharing.weight"): ("warned", "see spec.fairSharing"),
     ("LocalQueue", "spec.clusterQueue"): ("honoured", ""),
     ("LocalQueue", "spec.stopPolicy"): ("honoured", "Hold and HoldAndDrain"),
     ("LocalQueue", "spec.fairSharing"): ("warned", "admission fair sharing is not supported"),

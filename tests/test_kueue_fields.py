@@ -63,14 +63,14 @@ ACCEPTED: list[tuple[str, dict[str, Any], list[str]]] = [
         [],
     ),
     (
-        "a Cohort's fair-sharing weight is not used (ClusterQueues' are)",
+        "a Cohort's fair-sharing weight counts in hierarchical fair sharing",
         {
             "apiVersion": "kueue.x-k8s.io/v1beta1",
             "kind": "Cohort",
             "metadata": {"name": "root"},
             "spec": {"fairSharing": {"weight": 2}},
         },
-        ["Cohort root: spec.fairSharing"],
+        [],
     ),
     (
         "a LocalQueue's fair-sharing weight is admission fair sharing's",

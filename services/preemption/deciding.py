@@ -109,6 +109,7 @@ def _search(
             running=cluster.candidates(pending.cluster_queue, reservation=reservation),
             protected=protected,
             fair_sharing=None if configuration is None else configuration.spec.fair_sharing,
+            cohorts={cohort.metadata.name: cohort for cohort in cluster.cohorts},
         )
     finally:
         cluster.reserve_for_in_flight(-1)

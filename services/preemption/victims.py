@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from services.preemption.fair_hierarchical import hierarchical_fair_preemptions
 from services.preemption.fair_sharing import fair_preemptions, weight_of
 from services.preemption.hierarchical import hierarchical_victims
 from services.preemption.model import Preemptor, Running, SearchResult, Victim
 from services.preemption.ordering import Candidates, find_candidates, never
 from services.preemption.simulation import Simulation
-from shared.config import ClusterQueue, ClusterQueuePreemption, FairSharingSettings
+from shared.config import ClusterQueue, ClusterQueuePreemption, Cohort, FairSharingSettings
 from shared.hierarchy import is_hierarchical
+from shared.quantities import parse_quantity
 from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
 __all__ = ["FITS", "Preemptor", "Running", "SearchResult", "Victim", "find_victims"]
@@ -42,6 +44,7 @@ def find_victims(
     running: Iterable[Running],
     protected: Callable[[Running], bool] = never,
     fair_sharing: FairSharingSettings | None = None,
+    cohorts: Mapping[str, Cohort] | None = None,
 ) -> SearchResult:
     """The workloads to evict so that ``preemptor`` fits, each with its Preempted reason.
 
@@ -57,7 +60,8 @@ def find_victims(
     if not contested:
         return SearchResult((), FITS)
     policy = spec.spec.preemption
-    if (fair_sharing is None or not fair_sharing.enable) and is_hierarchical(node):
+    fair = fair_sharing is not None and fair_sharing.enable
+    if not fair and is_hierarchical(node):
         # Cohorts under cohorts: Kueue's hierarchical reclaim (services/preemption/hierarchical.py).
         found = hierarchical_victims(tree, policy, preemptor, running, contested, protected)
         return SearchResult(tuple(found), _summary(found)) if found else SearchResult((), NO_FIT)
@@ -65,10 +69,33 @@ def find_victims(
     if not candidates:
         return SearchResult((), NO_CANDIDATES)
     sim = Simulation(tree, own, preemptor.needs, contested)
-    victims = _search(sim, node, policy, preemptor, candidates, cluster_queues, fair_sharing)
+    if fair and fair_sharing is not None and is_hierarchical(node):
+        # Shares compared at the least common ancestor (services/preemption/fair_hierarchical.py).
+        weight = _weights(cluster_queues, cohorts or {})
+        victims = hierarchical_fair_preemptions(
+            sim, candidates, fair_sharing.preemption_strategies, weight
+        )
+    else:
+        victims = _search(sim, node, policy, preemptor, candidates, cluster_queues, fair_sharing)
     if not victims:
         return SearchResult((), NO_FIT)
     return SearchResult(tuple(victims), _summary(victims))
+
+
+def _weights(
+    cluster_queues: Mapping[str, ClusterQueue], cohorts: Mapping[str, Cohort]
+) -> Callable[[QuotaNode], float]:
+    """fairSharing.weight of a ClusterQueue or a Cohort (1 when unset)."""
+
+    def weight(node: QuotaNode) -> float:
+        if node.is_cluster_queue:
+            return weight_of(cluster_queues.get(node.name)) / 1000
+        cohort = cohorts.get(node.name)
+        if cohort is None or cohort.spec.fair_sharing is None:
+            return 1.0
+        return parse_quantity(cohort.spec.fair_sharing.weight) / 1000
+
+    return weight
 
 
 def _contested(
