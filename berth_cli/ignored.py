@@ -10,9 +10,11 @@ What counts (a field any backend would act on in Kueue, and Berth does not):
   of docs/kueue-fields.md), named with its object, and Kueue's objects Berth has no model for
   (AdmissionCheck, Topology, MultiKueue...), each skipped with one line saying why;
 - workloads: Kueue's topology, elastic-job, fast-admission, retriable-in-group,
-  maximum-execution-time, prebuilt-workload and ProvisioningRequest labels and annotations,
+  prebuilt-workload and ProvisioningRequest labels and annotations,
   on the object or on a pod template, and ``spec.managedBy`` (MultiKueue);
 - managed jobs: the fields listed by the task parser (:attr:`ManagedJobSpec.ignored`).
+
+A kind Berth does not take at all is refused, in one line saying why (:func:`unsupported`).
 """
 
 from __future__ import annotations
@@ -40,12 +42,53 @@ _KUEUE_KEYS = frozenset(
         "kueue.x-k8s.io/elastic-job",
         "kueue.x-k8s.io/pod-group-fast-admission",
         "kueue.x-k8s.io/retriable-in-group",
-        "kueue.x-k8s.io/max-exec-time-seconds",
         "kueue.x-k8s.io/prebuilt-workload-name",
         "kueue.x-k8s.io/admission-gated-by",
     }
 )
 _KUEUE_PREFIXES = ("provreq.kueue.x-k8s.io/",)
+
+_CHECKS = "admission checks (ProvisioningRequests, MultiKueue) are not supported"
+_DRA = "dynamic resource allocation (DRA) is not supported"
+_NOT_QUEUED = "not a kind Berth queues; a workload of Kueue's pod integration: submit its Pods"
+_KUBECTL = "not a workload nor Kueue configuration: create it with kubectl"
+# Kinds Kueue's users write that Berth does not take, and why.
+_UNSUPPORTED = {
+    "AdmissionCheck": _CHECKS,
+    "ProvisioningRequestConfig": _CHECKS,
+    "MultiKueueConfig": _CHECKS,
+    "MultiKueueCluster": _CHECKS,
+    "Topology": "topology-aware scheduling is not supported",
+    "ResourceClaimTemplate": _DRA,
+    "ResourceClaim": _DRA,
+    "DeviceClass": _DRA,
+    "CronJob": "Berth queues Jobs, not the schedule that makes them: submit the Job",
+    "RayService": "a RayService serves without end; Berth queues RayClusters and RayJobs",
+    "SparkApplication": _NOT_QUEUED,
+    "Workflow": _NOT_QUEUED,
+    "PipelineRun": _NOT_QUEUED,
+    "Pipeline": _NOT_QUEUED,
+    "Task": _NOT_QUEUED,
+    "Sandbox": _NOT_QUEUED,
+    "TrainJob": _NOT_QUEUED,
+    "MXJob": "MXJob is retired from Kubeflow's training operator; Berth takes its other jobs",
+    **{
+        kind: _KUBECTL
+        for kind in (
+            "ConfigMap",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+            "PersistentVolumeClaim",
+            "Role",
+            "RoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        )
+    },  # fmt: skip
+}
 
 
 def warn_ignored(source: str, fields: Iterable[str]) -> None:
@@ -61,6 +104,11 @@ def warn_skipped(source: str, documents: list[dict[str, Any]]) -> None:
         if why is not None:
             what = f"{document['kind']} {_name(document)}"
             click.echo(f"berth: warning: {source}: {what}: {why}; the object is ignored", err=True)
+
+
+def unsupported(kind: object) -> str | None:
+    """Why Berth does not take objects of this kind (None: it does, or knows nothing of it)."""
+    return _UNSUPPORTED.get(kind) if isinstance(kind, str) else None
 
 
 def config_ignored(document: dict[str, Any]) -> list[str]:

@@ -24,6 +24,9 @@ from nats.js import JetStreamContext
 from services.admission import metrics, validation
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
+from services.admission.exec_time import MESSAGE as EXEC_MESSAGE
+from services.admission.exec_time import REASON as EXEC_REASON
+from services.admission.exec_time import ExecutionLimits
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
 from services.admission.workload_objects import WorkloadRecord
@@ -69,6 +72,7 @@ class AdmissionService:
         self.preemptor_of: dict[str, WorkloadRef] = {}
         self.released: list[WorkloadRef] = []  # preemptors whose victims have all left
         self.pending_throttle = PendingThrottle(PENDING_MESSAGE_INTERVAL_S)
+        self.limits = ExecutionLimits()  # maximumExecutionTimeSeconds
         self.deciding = False  # this replica leads and its fold has passed its marker
 
     async def run(self) -> None:
@@ -108,6 +112,9 @@ class AdmissionService:
                 await self._decide()  # whatever became admissible while nobody decided
             elif events or self.config.changed.is_set():
                 await self._decide()
+            expired = self._expired(time.time())
+            if expired:
+                await self.bus.publish_many(expired)
             held = self.pending_throttle.due(time.monotonic())
             if held:
                 for pending in held:
@@ -126,10 +133,13 @@ class AdmissionService:
                 self._victim_left(ref.uid)
             if isinstance(event, WorkloadFinished | WorkloadDeleted):
                 self.pending_throttle.forget(ref.uid)  # never pending again
+            if isinstance(event, WorkloadEvicted | WorkloadFinished):
+                self.limits.stopped(ref.uid, event.time.timestamp())
             match event:
                 case WorkloadSubmitted():
                     if record is None:
                         self.records[ref.uid] = WorkloadRecord(submitted=event)
+                        self.limits.submitted(ref.uid, event.annotations)
                         self.scheduler.submit(
                             QueuedWorkload(
                                 ref=ref,
@@ -150,6 +160,7 @@ class AdmissionService:
                         record.admission is None or record.admission.generation < event.generation
                     ):
                         record.on_admitted(event)
+                        self.limits.admitted(ref.uid, event.time.timestamp())
                 case WorkloadFinished():
                     if record is not None and self.scheduler.generation(ref) == event.generation:
                         if not record.finished:
@@ -163,6 +174,8 @@ class AdmissionService:
                         and record.admission.generation == event.generation
                     ):
                         self.scheduler.evict(ref)
+                        if ref.uid in self.limits.exceeded:  # deactivated: never queued again
+                            self.scheduler.delete(ref)
                         if self.deciding:  # counted once, by the leader, never in a replay
                             metrics.evicted(
                                 cluster_queue=record.admission.cluster_queue,
@@ -174,6 +187,8 @@ class AdmissionService:
                 case EvictionRequested():
                     if record is not None:
                         record.on_eviction_requested(event)
+                    if event.reason == EXEC_REASON:  # a replay knows it is deactivated
+                        self.limits.exceeded.add(ref.uid)
                     # A victim that finished before the request frees nothing more and will
                     # never be reported leaving: nominating for it would hold the preemptor's
                     # ClusterQueue blocked (the Kueue benchmark's preemption, running behind,
@@ -185,6 +200,7 @@ class AdmissionService:
                         self.leaving.setdefault(event.preemptor.uid, set()).add(ref.uid)
                         self.preemptor_of[ref.uid] = event.preemptor
                 case WorkloadDeleted():
+                    self.limits.forget(ref.uid)
                     if record is not None:
                         self.scheduler.delete(ref)
                         del self.records[ref.uid]
@@ -243,6 +259,29 @@ class AdmissionService:
             events.append(event)
         return events
 
+    def _expired(self, now: float) -> list[Event]:
+        """Evictions for workloads past their maximumExecutionTimeSeconds (exec_time.py)."""
+        events: list[Event] = []
+        for uid in self.limits.due(now):
+            record = self.records.get(uid)
+            if record is None or record.admission is None or record.finished:
+                continue
+            ref = record.admission.workload
+            generation = self.scheduler.generation(ref)
+            event = EvictionRequested(
+                id=f"maxexec-{uid}-{generation}",
+                source="admission",
+                workload=ref,
+                cluster_queue=record.admission.cluster_queue,
+                generation=generation,
+                reason=EXEC_REASON,
+                message=f"The workload is deactivated for {EXEC_MESSAGE}",
+            )
+            record.on_eviction_requested(event)
+            log.info("evicting", workload=ref.key, queue=event.cluster_queue, reason=EXEC_REASON)
+            events.append(event)
+        return events
+
     def _preempting_priority(self, ref: WorkloadRef) -> int:
         """The priority a pending workload preempts with: its ageing boost only if allowed,
         so that a boosted job never ping-pongs with the job that preempted it."""
@@ -293,6 +332,7 @@ class AdmissionService:
                 )
                 if record is not None:
                     record.on_admitted(event)
+                self.limits.admitted(decision.ref.uid, event.time.timestamp())
                 waited = max(0.0, wall - decision.queue_time)
                 late = None if decision.due is None else max(0.0, wall - decision.due)
                 metrics.admitted(
