@@ -220,7 +220,7 @@ def shown_bounds(events: list[AnyEvent], managed: set[str], config: list[ConfigO
                 cluster_queue=queue_of.get(waiter, ""), priority=0, effective_priority=0,
                 state="pending", queue_time=0.0,
             )  # fmt: skip
-            bound = book.bound(view, policies=policies, queues=queues)
+            bound = book.bound(view, policies=policies, facts=queues.get(view.cluster_queue))
             if bound is not None and bound.at is not None:
                 least = bound.at if least is None else min(least, bound.at)
             waiting[waiter] = (start, least, "" if bound is None else bound.reason)

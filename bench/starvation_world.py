@@ -426,7 +426,7 @@ class World:
             view = WorkloadView(ref=job.ref, local_queue=job.queue, cluster_queue=job.queue,
                                 priority=job.priority, effective_priority=job.priority + job.boost,
                                 state="pending", queue_time=job.created)  # fmt: skip
-            bound = self.book.bound(view, policies=self.policies, queues=self.facts)
+            bound = self.book.bound(view, policies=self.policies, facts=self.facts.get(job.queue))
             if bound is not None and bound.at is not None:
                 if job.least_bound is None or bound.at < job.least_bound:
                     job.least_bound = bound.at

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from nats.aio.subscription import Subscription
 
-from services.admission.bounds import queues_of
 from services.admission.model import WorkloadView
 from services.admission.workload_objects import render_workload
 from shared.bus import API_SUBJECT
 from shared.config import ClusterQueue, ClusterQueuePolicy, LocalQueue, encode_object
 from shared.durations import kube_timestamp
 from shared.logging import get_logger
+from shared.starvation import QueueFacts, queue_facts
 
 if TYPE_CHECKING:
     from services.admission.service import AdmissionService
@@ -51,20 +51,28 @@ _request_decoder = msgspec.json.Decoder(Request)
 
 
 def _bounds(service: AdmissionService) -> Callable[[WorkloadView], dict[str, Any]]:
-    """``runs_by`` / ``runs_by_reason`` of a view: its starvation bound (docs/ageing.md)."""
+    """``runs_by`` / ``runs_by_reason`` of a view: its starvation bound (docs/ageing.md).
+    A ClusterQueue's facts are read once per request, and only for pending workloads' (the
+    watcher asks for single workloads among a thousand ClusterQueues)."""
     policies = service.config.of_kind(ClusterQueuePolicy)
-    queues = queues_of(service.config.of_kind(ClusterQueue))
-    inactive: dict[str, str] = {}
-    for name in queues:
-        [active] = service.scheduler.cluster_queue_status(name)["conditions"]
-        if active["status"] != "True":
-            inactive[name] = f"ClusterQueue {name} is inactive ({active['reason']})"
+    specs = {cq.metadata.name: cq for cq in service.config.of_kind(ClusterQueue)}
+    seen: dict[str, tuple[QueueFacts | None, str]] = {}  # cq -> (facts, why it is inactive)
+
+    def queue(name: str) -> tuple[QueueFacts | None, str]:
+        if name not in seen:
+            spec = specs.get(name)
+            [active] = service.scheduler.cluster_queue_status(name)["conditions"]
+            why = "" if active["status"] == "True" else f"ClusterQueue {name} is inactive"
+            seen[name] = (None if spec is None else queue_facts(spec), why)
+        return seen[name]
 
     def fields(view: WorkloadView) -> dict[str, Any]:
-        blocked = inactive.get(view.cluster_queue, "")
+        if view.state != "pending":
+            return {}
+        facts, blocked = queue(view.cluster_queue)
         if view.reason == "Inadmissible":  # a stopped LocalQueue, an unknown priority class
             blocked = view.message
-        bound = service.bounds.bound(view, policies=policies, queues=queues, blocked=blocked)
+        bound = service.bounds.bound(view, policies=policies, facts=facts, blocked=blocked)
         if bound is None:
             return {}
         return {"runs_by": bound.timestamp, "runs_by_reason": bound.reason}

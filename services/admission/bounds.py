@@ -9,7 +9,7 @@ request, and when an aged workload ended. Every input is an event time, so every
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.admission.model import WorkloadView
@@ -95,16 +95,16 @@ class AgeingBook:
         view: WorkloadView,
         *,
         policies: Iterable[ClusterQueuePolicy],
-        queues: Mapping[str, QueueFacts],
+        facts: QueueFacts | None,
         blocked: str = "",
     ) -> Bound | None:
         """The bound of a pending workload (None for any other): ``shared.starvation.runs_by``
-        with this book's facts; ``blocked`` says why admission cannot admit it at all."""
+        with this book's facts; ``facts`` are its ClusterQueue's (None: unknown), ``blocked``
+        says why admission cannot admit it at all."""
         if view.state != "pending":
             return None
         uid = view.ref.uid
         aged = self.aged.get(uid)
-        facts = queues.get(view.cluster_queue)
         if facts is None:
             facts = QueueFacts(view.cluster_queue, {}, {}, {}, preempts=False)
             blocked = blocked or view.message or "its ClusterQueue is unknown"
