@@ -192,15 +192,16 @@ def job_row(job: ManagedJob, now: float, *, full: bool) -> list[Any]:
 @jobs.command()
 @click.option("-a", "--all", "full", is_flag=True, help="Show every column.")
 @click.option("-o", "--output", type=click.Choice(["json"]), default=None)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="The newest N jobs only.")
 @click.pass_obj
-def queue(nats_url: str, full: bool, output: str | None) -> None:
+def queue(nats_url: str, full: bool, output: str | None, limit: int | None) -> None:
     """Managed jobs with SkyPilot's columns."""
 
     async def fetch() -> list[ManagedJob]:
         async with connect(nats_url) as bus:
             return await read_jobs(bus)
 
-    found = asyncio.run(fetch())
+    found = sorted(asyncio.run(fetch()), key=lambda j: -j.id)[:limit]
     if output == "json":
         click.echo(json.dumps([msgspec.to_builtins(job) for job in found], indent=2))
         return
@@ -265,21 +266,24 @@ def cancel(nats_url: str, job_id: int | None, name: str | None) -> None:
 
 
 @jobs.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", required=False, type=int)
+@click.option("-n", "--name", default=None, help="The newest job with this name.")
 @click.option("--follow/--no-follow", default=False, help="Keep printing until the job ends.")
 @click.pass_obj
-def logs(nats_url: str, job_id: int, follow: bool) -> None:
-    """The job's output across all its attempts and recoveries."""
+def logs(nats_url: str, job_id: int | None, name: str | None, follow: bool) -> None:
+    """The job's output across all its attempts and recoveries, each run after the first
+    under a separator line (``--- run N of ATTEMPT ---``)."""
+    if (job_id is None) == (name is None):
+        raise CliError("give a job ID or -n NAME")
 
     async def stream() -> None:
         async with connect(nats_url) as bus:
             offsets: dict[str, dict[str, int]] = {}
+            shown: list[tuple[str, str]] = []  # (attempt, run) printed last
             while True:
-                job = next((j for j in await read_jobs(bus) if j.id == job_id), None)
-                if job is None:
-                    raise CliError(f"no managed job {job_id}")
+                job = _pick(await read_jobs(bus), job_id, name)
                 for attempt in job.attempts:
-                    await _print_new_output(bus, job.namespace, attempt.name, offsets)
+                    await _print_new_output(bus, job.namespace, attempt.name, offsets, shown)
                 if not follow or job.done:
                     return
                 await asyncio.sleep(0.5)
@@ -287,8 +291,20 @@ def logs(nats_url: str, job_id: int, follow: bool) -> None:
     asyncio.run(stream())
 
 
+def _pick(found: list[ManagedJob], job_id: int | None, name: str | None) -> ManagedJob:
+    """The job by ID, or the newest with ``name``."""
+    matches = [j for j in found if (j.id == job_id if job_id is not None else j.name == name)]
+    if not matches:
+        raise CliError(f"no managed job {job_id if job_id is not None else repr(name)}")
+    return max(matches, key=lambda j: j.id)
+
+
 async def _print_new_output(
-    bus: Bus, namespace: str, name: str, offsets: dict[str, dict[str, int]]
+    bus: Bus,
+    namespace: str,
+    name: str,
+    offsets: dict[str, dict[str, int]],
+    shown: list[tuple[str, str]],
 ) -> None:
     known = offsets.setdefault(name, {})
     payload = msgspec.json.encode({"namespace": namespace, "name": name, "offsets": known})
@@ -301,6 +317,12 @@ async def _print_new_output(
         raise CliError(f"watcher: {body['error']}")
     for item in body["files"]:
         if item["data"]:
+            # Files are "<admission generation>-<pod>.log": a new generation is a new run.
+            run = (name, str(item["file"]).split("-", 1)[0])
+            if shown and shown[-1] != run:
+                sys.stdout.write(f"--- run {run[1]} of {name} ---\n")
+            if not shown or shown[-1] != run:
+                shown.append(run)
             sys.stdout.write(item["data"])
             sys.stdout.flush()
         known[item["file"]] = item["offset"]
