@@ -87,7 +87,7 @@ _UNSUPPORTED = {
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
         )
-    },  # fmt: skip
+    },
 }
 
 

@@ -22,6 +22,7 @@ import msgspec
 import nats.js.errors
 
 from berth_cli.client import CliError, connect, query_all
+from berth_cli.ignored import unsupported
 from berth_cli.kinds import config_names
 from shared.bus import CONFIG_BUCKET, STREAM, Bus
 from shared.config import (
@@ -85,6 +86,8 @@ def parse_config(documents: list[dict[str, Any]], source: str) -> list[ConfigObj
         where = f"{source}: document {index + 1}"
         if document.get("kind") in WORKLOAD_KINDS and not is_config_kind(str(document.get("kind"))):
             raise CliError(f"{where}: {document['kind']} is a workload; use `berth submit -f`")
+        if (why := unsupported(document.get("kind"))) is not None:
+            raise CliError(f"{where}: {document['kind']} is not supported: {why}")
         if unsupported_object(document) is not None:
             continue  # a Kueue object Berth does not model: warned at apply, not refused
         try:
@@ -133,6 +136,8 @@ def prepare_workload(
     kind = obj.get("kind") if isinstance(obj, dict) else None
     if isinstance(kind, str) and kind not in WORKLOAD_KINDS and kind in _BUILT_BY_BERTH:
         raise CliError(f"{where}: {_BUILT_BY_BERTH[kind]}")
+    if (why := unsupported(kind)) is not None:
+        raise CliError(f"{where}: {kind} is not supported: {why}")
     try:
         workload_spec(obj)
         group = pod_group(obj)

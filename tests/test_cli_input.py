@@ -144,8 +144,8 @@ def _job(queue: str | None, *, priority_class: str | None = None, cpu: str = "1"
             "`spec.template.spec.containers[0].resources.requests.cpu`: invalid quantity 'two'",
         ),
         (
-            json.dumps({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "d"}}),
-            "unknown kind 'CronJob'",
+            json.dumps({"apiVersion": "example.com/v1", "kind": "FooJob", "metadata": {"name": "d"}}),
+            "unknown kind 'FooJob'",
         ),
     ],
 )

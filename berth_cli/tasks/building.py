@@ -207,6 +207,8 @@ def from_task(
     task: dict[str, Any], source: str, name: str, overrides: Overrides, ignored: list[str]
 ) -> tuple[TaskSpec, dict[str, str]]:
     """A SkyPilot task as a Job; also the secret values it needs stored (by variable)."""
+    if "pool" in task:
+        raise Fail("pool", "SkyPilot worker pools (sky jobs pool) are not supported")
     for key in task:
         if key not in _TASK_FIELDS:
             raise Fail(key, f"unknown task field (known: {', '.join(sorted(_TASK_FIELDS))})")

@@ -10,7 +10,9 @@ Spellings follow ``sky/utils/schemas.py`` and ``sky/resources.py``:
   entry is a candidate (:func:`accelerator_resource` says which resource it requests);
 - ``any_of`` / ``ordered``: candidate resources, each merged over the task's own;
 - ``job_recovery``: a strategy name, or ``{strategy, max_restarts_on_errors,
-  recover_on_exit_codes}``.
+  recover_on_exit_codes}``;
+- ``image_id``: ``docker:<image>``, or an image name as SkyPilot on Kubernetes takes it; a
+  mapping (an image per region) is a VM image: ignored.
 
 Every candidate is returned, in the order written, each with the reason it cannot run on
 Kubernetes if it cannot (another cloud, a device Berth cannot request); which one runs is
@@ -154,9 +156,10 @@ def _candidates(path: str, merged: dict[str, Any], ignored: list[str]) -> list[C
         recovery = merged.get("spot_recovery")  # the older spelling
     restarts, codes = _job_recovery(recovery)
     image = merged.get("image_id")
-    if image is not None and (
-        not isinstance(image, str) or not image.startswith("docker:") or len(image) == 7
-    ):
+    if isinstance(image, dict):  # an image per region or cloud: a VM image, not a container's
+        ignored.append("resources.image_id")
+        image = None
+    if image is not None and (not isinstance(image, str) or image in ("", "docker:")):
         raise Fail("resources.image_id", f"expected 'docker:<image>', got {show(image)}")
     candidate = Candidate(
         path=path,
@@ -165,7 +168,7 @@ def _candidates(path: str, merged: dict[str, Any], ignored: list[str]) -> list[C
         labels=string_map(merged.get("labels"), "resources.labels"),
         max_restarts=restarts,
         recover_on_exit_codes=codes,
-        image=image[len("docker:") :] if isinstance(image, str) else None,
+        image=image.removeprefix("docker:") if isinstance(image, str) else None,
         refused=refused,
         refused_path=refused_path,
     )
@@ -262,7 +265,11 @@ def _accelerators(value: Any) -> list[tuple[str, int]]:
                 raise Fail(f"{path}[{index}]", f"expected '<name>[:<count>]', got {show(item)}")
             options.append(_accelerator_item(item, f"{path}[{index}]"))
     elif isinstance(value, dict):
-        options = [(str(model), 1 if count is None else count) for model, count in value.items()]
+        for model, count in value.items():
+            if count is None and ":" in str(model):  # YAML reads {L4:8} as {"L4:8": None}
+                options.append(_accelerator_item(str(model), path))
+            else:
+                options.append((str(model), 1 if count is None else count))
     else:
         raise Fail(path, f"invalid value {show(value)}: expected '<name>[:<count>]' or a mapping")
     if not options:
