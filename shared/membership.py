@@ -14,6 +14,7 @@ from datetime import datetime
 
 import msgspec
 import nats.errors
+from nats.js.kv import KeyValue
 
 from shared.bus import BucketWatch, Bus, live_value
 from shared.logging import get_logger
@@ -91,12 +92,14 @@ async def read_members(bus: Bus) -> list[Member]:
 async def keep_record(bus: Bus, record: Callable[[], Member], finish: asyncio.Event) -> None:
     """Write ``record()`` every :data:`HEARTBEAT_S` until ``finish`` is set, then delete it.
     A bus that cannot be reached is waited out (one warning per outage)."""
-    kv = await bus.kv(MEMBERS_BUCKET, ttl=MEMBER_TTL_S)
     first = record()
     key = member_key(first.role, first.replica)
+    kv: KeyValue | None = None
     failing = False
     while not finish.is_set():
         try:
+            # Opened in the loop: in a NATS cluster's first seconds the bucket may not answer.
+            kv = kv or await bus.kv(MEMBERS_BUCKET, ttl=MEMBER_TTL_S)
             await kv.put(key, msgspec.json.encode(record()))
             failing = False
         except (nats.errors.Error, TimeoutError) as error:
@@ -107,6 +110,8 @@ async def keep_record(bus: Bus, record: Callable[[], Member], finish: asyncio.Ev
             await asyncio.wait_for(finish.wait(), HEARTBEAT_S)
         except TimeoutError:
             pass
+    if kv is None:
+        return
     try:
         await asyncio.wait_for(kv.delete(key), HEARTBEAT_S)
     except (nats.errors.Error, TimeoutError):
