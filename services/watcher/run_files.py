@@ -90,7 +90,6 @@ async def _secrets(bus: Bus, pod_specs: dict[str, dict[str, Any]]) -> dict[str, 
 def _stage(annotations: dict[str, str], run_dir: Path) -> Path:
     """Copy the workdir and the file mounts into a fresh, owner-only run directory."""
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(run_dir, 0o700)
     workdir = annotations.get(WORKDIR_ANNOTATION)
     try:
         if workdir:
@@ -102,6 +101,7 @@ def _stage(annotations: dict[str, str], run_dir: Path) -> Path:
                 shutil.copytree(source, destination, symlinks=True, dirs_exist_ok=True)
             else:
                 shutil.copy2(source, destination)
+        os.chmod(run_dir, 0o700)  # copying the workdir copied its mode too
     except (OSError, ValueError, shutil.Error) as error:
         raise RunSetupError(f"cannot copy the task's files into {run_dir}: {error}") from error
     return run_dir
