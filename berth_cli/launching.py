@@ -19,12 +19,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats.js.errors
 
 from berth_cli.client import CliError
 from berth_cli.tasks import Flavor, ManagedJobSpec, TaskError, load_managed_job, queues_named
 from berth_cli.tasks.fields import ENV_NAME
-from shared.config import ClusterQueue, LocalQueue, ResourceFlavor, decode_object
+from shared.config import ClusterQueue, ConfigError, LocalQueue, ResourceFlavor, decode_object
 from shared.quantities import QuantityError, parse_quantity
 from shared.secrets import SECRETS_BUCKET
 
@@ -141,7 +142,10 @@ async def _config(kv: Any, key: str) -> Any:
         entry = await kv.get(key)
     except nats.js.errors.KeyNotFoundError:
         return None
-    return decode_object(entry.value) if entry.value else None
+    try:
+        return decode_object(entry.value) if entry.value else None
+    except (ConfigError, msgspec.DecodeError):
+        return None  # a record that does not decode: as if absent (the services say so)
 
 
 async def store_secrets(bus: Any, name: str, values: dict[str, str]) -> None:

@@ -78,7 +78,8 @@ def envs(value: Any, path: str, *, flag: str = "--env") -> dict[str, str | None]
         if key in RESERVED_ENVS:
             raise Fail(f"{path}.{key}", "is reserved by Berth")
         if item is not None and (isinstance(item, bool) or not isinstance(item, str | int | float)):
-            raise Fail(f"{path}.{key}", f"must be a string, got {show(item)}")
+            shown = "" if flag == "--secret" else f", got {show(item)}"  # never a secret
+            raise Fail(f"{path}.{key}", f"must be a string{shown}")
         result[key] = None if item is None else str(item)
     return result
 

@@ -26,7 +26,7 @@ import nats.js.errors
 
 from shared.bus import Bus
 from shared.logging import get_logger
-from shared.secrets import SECRETS_BUCKET, decode_secret, secret_refs
+from shared.secrets import SECRET_PREFIX, SECRETS_BUCKET, decode_secret, secret_refs
 from shared.tasks import FILE_MOUNTS_ANNOTATION, WORKDIR_ANNOTATION
 
 __all__ = ["RunSetupError", "prepare_run"]
@@ -69,6 +69,7 @@ async def _secrets(bus: Bus, pod_specs: dict[str, dict[str, Any]]) -> dict[str, 
         for container in (pod_spec.get("containers") or [])[:1]
         if isinstance(container, dict)
         for ref in secret_refs(container.get("env"))
+        if ref[1].startswith(SECRET_PREFIX)  # Berth's own; a cluster's Secrets are not here
     ]
     if not refs:
         return {}
