@@ -104,7 +104,20 @@ class Leadership:
         """Campaign until ``stopping`` (a stopping replica never takes the lease), lead,
         renew; release once ``finish`` is set (the service's own tasks have ended)."""
         assert self.bus is not None
-        kv = await self.bus.kv(LEASE_BUCKET, history=1)
+        # Waited out like the campaign waits out the bus: in a NATS cluster's first seconds,
+        # or while a killed node's Raft groups elect new leaders, this lookup can time out;
+        # raising here ended the service (exit 1, fatal to `berth up` while it starts).
+        while True:
+            try:
+                kv = await self.bus.kv(LEASE_BUCKET, history=1)
+                break
+            except (nats.errors.Error, TimeoutError) as error:
+                log.warning("lease_bucket_unreachable", role=self.role, error=repr(error))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), self.settings.poll_every)
+                if stopping.is_set():
+                    self.decided.set()
+                    return
         lease = Lease(
             kv,
             role=self.role,
