@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 
 .PHONY: install up test lint typecheck check bench-admission bench-victims bench-ageing bench-starvation \
 	bench-kueue-baseline bench-kueue-large bench-kueue-yielding bench-kueue-deadlines \
-	bench-console-paint bench-kube-status console clean
+	bench-console-paint bench-failover bench-kube-status console clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -60,6 +60,9 @@ bench-console-paint: install  ## the web console's first paint with 10,000 workl
 
 bench-kube-status: install  ## Kueue status on the Kubernetes backend (kmock): requests/workload, lag at 20/s and 200/s
 	$(PY) bench/kube_status.py
+
+bench-failover: install  ## kill -9 each role's active replica, then a NATS node, under load: takeover times and the event-log audit
+	$(PY) bench/failover.py
 
 console: install        ## the web console (docs/console.md) for the stack BERTH_NATS_URL names
 	$(PY) -m berth_console
