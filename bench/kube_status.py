@@ -53,7 +53,7 @@ from services.watcher.kube.kueue_status import KUEUE_BURST, KUEUE_QPS, StatusSet
 from services.watcher.kube.mirroring import CONFIG_RESOURCES
 from services.watcher.kube.namespaces import ManagedNamespaces
 from services.watcher.kube.watching import WatchSettings
-from shared.bus import Bus
+from shared.bus import STREAM, Bus
 from shared.events import WorkloadAdmitted, WorkloadSubmitted, decode_event
 from shared.logging import configure_logging
 from shared.natsserver import NatsServer
@@ -197,6 +197,7 @@ class Figures:
     limited: int = 0  # requests through the status writer's limiter
     events_sent: int = 0
     events_dropped: int = 0
+    redelivered: int = 0  # decisions the watcher's consumer got again (ack not in time)
 
     @property
     def written(self) -> int:
@@ -265,6 +266,8 @@ async def run(
             except TimeoutError:
                 pass  # reported as fewer written than workloads
             figures.seconds = time.monotonic() - start
+            consumer = await bus.js.consumer_info(STREAM, "watcher")
+            figures.redelivered = consumer.num_redelivered or 0
             runtime.stopping.set()
             await asyncio.wait_for(observing, 30)
             await runtime.cancel_tasks(grace=1)
@@ -310,6 +313,10 @@ def render(figures: Figures) -> str:
         f" (floor at this rate: {figures.limited / figures.qps:.0f} s);"
         f" Events sent {figures.events_sent:,}, dropped {figures.events_dropped:,}"
         " (their own queue and rate, as client-go's recorder)"
+    )
+    lines.append(
+        f"  decisions delivered again to the watcher's consumer: {figures.redelivered:,}"
+        " (each would find its work done: a GET of the Job, no PATCH)"
     )
     lines.append("  API requests            total   per workload")
     for (verb, resource), count in sorted(

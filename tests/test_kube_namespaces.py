@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.backend import KubernetesBackend
 from services.watcher.kube.mirroring import CONFIG_RESOURCES
-from services.watcher.kube.namespaces import ManagedNamespaces, SettingError
+from services.watcher.kube.namespaces import ManagedNamespaces, SettingError, ignored
 from services.watcher.kube.settings import KubeSettings
 from shared.events import CreateWorkload, SubmitWorkload, WorkloadRef, WorkloadSubmitted
 from tests.test_deadletter import dead_letters_in
@@ -237,3 +237,23 @@ async def test_a_create_in_an_unmanaged_namespace_is_refused_and_dead_lettered(
     assert msgspec.json.decode(letter["raw"])["id"] == refused.id
     posts = [r.url.path for r in harness.kmock if r.method == "POST"]
     assert posts == ["/apis/batch/v1/namespaces/batch/jobs"]
+
+
+def test_a_workload_seen_outside_the_managed_namespaces_is_ignored_with_one_line() -> None:
+    """A scoped list-watch never yields one, but a server that ignored the scope might: the
+    object is not tracked, and said once however often it is seen."""
+    seen: set[str] = set()
+    outside = _job("other", "j2", "u2")
+    with capture_logs() as logs:
+        assert ignored(outside, MANAGED, seen) and ignored(outside, MANAGED, seen)
+        assert not ignored(_job("batch", "j1", "u1"), MANAGED, seen)
+        assert not ignored(outside, ManagedNamespaces(), seen)
+    assert logs == [
+        {
+            "component": "watcher.kube",
+            "event": "workload_ignored",
+            "log_level": "info",
+            "workload": "other/j2",
+            "reason": "namespace 'other' is not managed (BERTH_MANAGED_NAMESPACES=batch,team-a)",
+        }
+    ]
