@@ -129,6 +129,7 @@ class Scenario:
     reserve_after: float
     protect_for: float
     share: float
+    max_boost: int | None
     drain_timeout: float
     seed: int
 
@@ -137,7 +138,9 @@ class Scenario:
         return (
             f"{{priorityPerMinute: {self.priority_per_minute},"
             f" reserveAfter: {_duration(self.reserve_after)},"
-            f" protectFor: {_duration(self.protect_for)}, maxReservedShare: {self.share}}}"
+            f" protectFor: {_duration(self.protect_for)}, maxReservedShare: {self.share}"
+            + ("" if self.max_boost is None else f", maxBoost: {self.max_boost}")
+            + "}"
         )
 
     @property
@@ -341,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reserve-after", type=float, help="seconds (default 5; quick 2)")
     parser.add_argument("--protect-for", type=float, default=3.0, help="seconds (default 3)")
     parser.add_argument("--share", type=float, default=0.5, help="maxReservedShare (0.5)")
+    # Below the high class (100 + 800 < 1000): only a reservation takes room from it. A boost
+    # above it gets a job in only to lose the room once protectFor ends (docs/ageing.md).
+    parser.add_argument("--max-boost", type=int, default=800, help="maxBoost (800; -1: none)")
     parser.add_argument("--drain-timeout", type=float, help="seconds (default 120; quick 30)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--mode", choices=("both", "on", "off"), default="both")
@@ -363,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         reserve_after=pick(args.reserve_after, 5.0, 2.0),
         protect_for=args.protect_for,
         share=args.share,
+        max_boost=None if args.max_boost < 0 else args.max_boost,
         drain_timeout=pick(args.drain_timeout, 120.0, 30.0),
         seed=args.seed,
     )

@@ -79,6 +79,7 @@ class Analysis:
     admissions: int  # WorkloadAdmitted, all workloads
     repeated_pairs: int  # (victim, preemptor) pairs seen more than once, extra occurrences
     worst_pair: int  # the most times one pair occurred
+    repeated: list[str]  # "victim <- preemptor xN" for each pair seen more than once
     stream_waits: list[float]  # plain jobs: submitted -> first admitted (censored at the end)
     useful: float  # CPU-seconds of runs that finished / CPU-seconds of quota
     bounds: Bounds
@@ -127,7 +128,9 @@ def analyse(
     evictions = admissions = 0
     finished_cpu_seconds = reserved_peak = 0.0
     pairs: Counter[tuple[str, str]] = Counter()
+    names: dict[str, str] = {}
     for event in events:
+        names[event.workload.uid] = event.workload.name
         uid = event.workload.uid
         managed = owner.get(uid)
         if isinstance(event, EvictionRequested):
@@ -180,6 +183,9 @@ def analyse(
         admissions=admissions,
         repeated_pairs=sum(n - 1 for n in pairs.values()),
         worst_pair=max(pairs.values(), default=0),
+        repeated=[
+            f"{names.get(v, v)} <- {names.get(p, p)} x{n}" for (v, p), n in pairs.items() if n > 1
+        ],
         stream_waits=sorted(stream_waits),
         useful=finished_cpu_seconds / max(1.0, cpus * span),
         bounds=shown_bounds(events, set(owner), config),
@@ -283,7 +289,8 @@ def _rows(result: Result, share: float | None) -> list[tuple[str, str]]:
         ("price: peak quota share of running reservations", f"{found.reserved_peak:.0%}{cap}"),
         (
             "repeated (victim, preemptor) pairs",
-            f"{found.repeated_pairs} (worst pair x{found.worst_pair})",
+            f"{found.repeated_pairs} (worst pair x{found.worst_pair})"
+            + "".join(f"; {pair}" for pair in found.repeated[:2]),
         ),
     ]
 

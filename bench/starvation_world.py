@@ -18,7 +18,8 @@ while it runs, each a list of violations (empty is the claim):
 - ``thrash``: a run preempted before its protection ended;
 - ``over_budget``: a workload preempted by priority more than maxPreemptionsPerHour in an
   hour;
-- ``over_share``: reservations holding more than maxReservedShare of a nominal quota.
+- ``over_share``: reservations holding more than maxReservedShare of a nominal quota;
+- ``repeated``: a preemptor evicting the same workload twice within an hour by priority.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class Report:
     thrash: list[str] = field(default_factory=list)
     over_budget: list[str] = field(default_factory=list)
     over_share: list[str] = field(default_factory=list)
+    repeated: list[str] = field(default_factory=list)
     waits: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     useful_cpu_seconds: float = 0.0
     quota_cpu_seconds: float = 0.0
@@ -131,7 +133,7 @@ class Report:
 
     @property
     def violations(self) -> list[str]:
-        return self.late + self.thrash + self.over_budget + self.over_share
+        return self.late + self.thrash + self.over_budget + self.over_share + self.repeated
 
 
 def _config(p: Params, rng: random.Random) -> tuple[list[ConfigObject], dict[str, int]]:
@@ -201,6 +203,7 @@ class World:
         self.preemptor_of: dict[str, WorkloadRef] = {}
         self.released: list[WorkloadRef] = []
         self.priority_preemptions: dict[str, list[float]] = defaultdict(list)
+        self.pairs: dict[tuple[str, str], float] = {}  # (victim, preemptor) -> last eviction
         self.report = Report(p)
         self.now = 0.0
         self._stamp = (-1.0, datetime.fromtimestamp(0, UTC))
@@ -393,6 +396,11 @@ class World:
         )
         if ran < protection - 1e-9:
             report.thrash.append(f"{job.ref.name}: preempted after {ran:.2f}s (< {protection}s)")
+        if not reservation and preemptor is not None:
+            pair = (job.ref.uid, preemptor.uid)
+            if self.now - self.pairs.get(pair, -HOUR) < HOUR:
+                report.repeated.append(f"{job.ref.name} evicted twice by {preemptor.name}")
+            self.pairs[pair] = self.now
         if not reservation:
             window = [t for t in self.priority_preemptions[job.ref.uid] if t > self.now - HOUR]
             window.append(self.now)

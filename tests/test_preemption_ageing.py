@@ -84,7 +84,7 @@ def asks(name: str, cpus: int, priority: int) -> AnyEvent:
     )
 
 
-def preempted(name: str, generation: int, at: float) -> list[AnyEvent]:
+def preempted(name: str, generation: int, at: float, by: str = "someone") -> list[AnyEvent]:
     return [
         EvictionRequested(
             source="preemption",
@@ -93,7 +93,7 @@ def preempted(name: str, generation: int, at: float) -> list[AnyEvent]:
             cluster_queue="cq",
             generation=generation,
             reason="Preempted",
-            preemptor=_ref("someone"),
+            preemptor=_ref(by),
         ),
         WorkloadEvicted(
             source="watcher", time=_at(at), workload=_ref(name), generation=generation,
@@ -164,3 +164,14 @@ def test_a_boost_shields_a_run_only_while_it_is_protected() -> None:
     fold(cluster, asks("high", 2, 1000))
     assert decide(cluster, "high", 55).retry_at == 60
     assert victims(cluster, "high", 61) == {"back"}
+
+
+def test_a_preemptor_does_not_evict_the_same_workload_twice() -> None:
+    """Made to wait again (a reservation took its room), a preemptor takes another victim,
+    though Kueue's order (then UID) would pick the one it already evicted."""
+    cluster = world()
+    for name, by in (("low", "high"), ("other", "someone")):  # alike but for who evicted it
+        fold(cluster, admitted(name, 2, 1, at=0, generation=1), *preempted(name, 1, 10, by))
+        fold(cluster, admitted(name, 2, 1, at=40, generation=2))
+    fold(cluster, asks("high", 2, 1000))
+    assert victims(cluster, "high", 100) == {"other"}

@@ -23,6 +23,7 @@ class Case:
     aged: bool
     for_reservation: bool
     until: float  # admitted at 1000, asked at NOW
+    last_by_this_preemptor: float | None = None
 
 
 NOW = 5000.0
@@ -68,6 +69,24 @@ CASES: dict[str, Case] = {
         False,
         1000,
     ),
+    "same_preemptor": Case(
+        "A preemptor never evicts the same workload twice within an hour.",
+        Protection(),
+        [],
+        False,
+        False,
+        NOW - 100 + HOUR,
+        last_by_this_preemptor=NOW - 100,
+    ),
+    "same_preemptor_reservation": Case(
+        "A reservation is not held back by an earlier eviction either.",
+        Protection(),
+        [],
+        False,
+        True,
+        1000,
+        last_by_this_preemptor=NOW - 100,
+    ),
     "budget_not_against_reservation": Case(
         "A reservation is not held back by the budget, only by the run's protection.",
         Protection(minimum_run_time=60, per_hour=1),
@@ -90,6 +109,7 @@ def test_case(name: str) -> None:
         aged=case.aged,
         now=NOW,
         for_reservation=case.for_reservation,
+        last_by_this_preemptor=case.last_by_this_preemptor,
     )
     assert until == case.until, case.why
 

@@ -76,6 +76,8 @@ class Cluster:
         self.boosts: dict[str, int] = {}
         # uid -> generation -> when its eviction for a preemption was requested (last hour).
         self.preempted_at: dict[str, dict[int, float]] = {}
+        # victim uid -> preemptor uid -> when it last asked to evict it (last hour).
+        self.preempted_by: dict[str, dict[str, float]] = {}
         self.queue_of: dict[str, str] = {}  # uid -> its ClusterQueue, pending or admitted
         self._protections: dict[str, Protection] = {}
 
@@ -115,10 +117,13 @@ class Cluster:
             self._protections[cluster_queue] = found
         return found
 
-    def protected_until(self, w: Running, now: float, *, for_reservation: bool = False) -> float:
-        """When ``w`` may be a victim (services/preemption/protection.py)."""
+    def protected_until(
+        self, w: Running, now: float, *, for_reservation: bool = False, preemptor: str = ""
+    ) -> float:
+        """When ``w`` may be a victim of ``preemptor`` (services/preemption/protection.py)."""
         uid = w.ref.uid
         return protected_until(
+            last_by_this_preemptor=self.preempted_by.get(uid, {}).get(preemptor),
             admitted_at=w.admitted_at,
             preempted_at=list(self.preempted_at.get(uid, {}).values()),
             protection=self.protection(w.cluster_queue),
@@ -181,6 +186,11 @@ class Cluster:
                     history[event.generation] = at
                     for generation in [g for g, t in history.items() if t <= at - HOUR]:
                         del history[generation]
+                    if event.preemptor is not None:
+                        by = self.preempted_by.setdefault(uid, {})
+                        by[event.preemptor.uid] = at
+                        for gone in [p for p, t in by.items() if t <= at - HOUR]:
+                            del by[gone]
                 if uid in self.running and event.preemptor is not None:
                     preemptor_uid = event.preemptor.uid
                     self.victim_of[uid] = preemptor_uid
@@ -209,7 +219,7 @@ class Cluster:
 
     def _forget(self, uid: str) -> None:
         """The workload is over: nothing of its ageing or history matters any more."""
-        for book in (self.since, self.boosts, self.preempted_at, self.queue_of):
+        for book in (self.since, self.boosts, self.preempted_at, self.preempted_by, self.queue_of):
             book.pop(uid, None)
         self.reserved.discard(uid)
 

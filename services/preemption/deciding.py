@@ -11,7 +11,8 @@ what it checks is what the service does.
   every run of its cohort but those of workloads that started ageing before it, and its
   victims' preemption budgets do not hold it back (docs/ageing.md).
 - Any other preemptor searches Kueue's way at its own priority, among runs that are neither
-  reservations nor protected (services/preemption/protection.py).
+  reservations nor protected, nor evicted by it within the hour
+  (services/preemption/protection.py).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def decide(cluster: Cluster, uid: str, wall: float) -> Decision:
 
     def protected(workload: Running) -> bool:
         nonlocal ever_protected
-        until = cluster.protected_until(workload, wall, for_reservation=reservation is not None)
+        until = cluster.protected_until(
+            workload, wall, for_reservation=reservation is not None, preemptor=uid
+        )
         answer = until > wall
         ever_protected = ever_protected or answer
         return answer
@@ -75,14 +78,16 @@ def decide(cluster: Cluster, uid: str, wall: float) -> Decision:
     budget = False  # whether a preemption budget, not a run's protection, is what holds
     for victim in unprotected.victims:
         w = victim.workload
-        until = cluster.protected_until(w, wall, for_reservation=reservation is not None)
+        until = cluster.protected_until(
+            w, wall, for_reservation=reservation is not None, preemptor=uid
+        )
         if until > wall:
             ends.append(until)
             budget = budget or until > cluster.protected_until(w, wall, for_reservation=True)
     if not ends:
         return Decision(message=result.message)
     until = max(ends)
-    why = "their preemption budget" if budget else "the minimum run time"
+    why = "a preemption budget or an eviction by it this hour" if budget else "the minimum run time"
     message = (
         f"preemption must wait: {len(ends)} candidate workload(s) are protected by {why}"
         f" until {kube_timestamp(until)}"

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["HOUR", "Protection", "budget_until", "protected_until", "recent", "run_until"]
+__all__ = [
+    "HOUR",
+    "Protection",
+    "budget_until",
+    "pair_until",
+    "protected_until",
+    "recent",
+    "run_until",
+]
 
 HOUR = 3600.0
 
@@ -53,6 +61,14 @@ def budget_until(preempted_at: Sequence[float], per_hour: int | None, now: float
     return window[len(window) - per_hour] + HOUR
 
 
+def pair_until(last_by_this_preemptor: float | None) -> float:
+    """A preemptor never evicts the same workload twice within an hour: when reservations
+    make a high-priority workload wait again, it takes other victims, or waits, rather than
+    the one it already cost a run (the ping-pong bench/ageing.py counts as repeated pairs).
+    0 when this preemptor never evicted it."""
+    return 0.0 if last_by_this_preemptor is None else last_by_this_preemptor + HOUR
+
+
 def protected_until(
     *,
     admitted_at: float,
@@ -61,12 +77,18 @@ def protected_until(
     aged: bool,
     now: float,
     for_reservation: bool = False,
+    last_by_this_preemptor: float | None = None,
 ) -> float:
     """When a run stops being protected: its run protection and, against priority
-    preemption, its preemption budget. A reservation is not held back by the budget: the
-    starvation bound needs every run in its way to be preemptible once protected, and each
-    of its victims has run at least its minimum run time (docs/ageing.md)."""
+    preemption, its preemption budget and this preemptor's last eviction of it. A
+    reservation is held back by neither: the starvation bound needs every run in its way to
+    be preemptible once protected, and each of its victims has run at least its minimum run
+    time (docs/ageing.md)."""
     until = run_until(admitted_at, protection, aged=aged)
     if not for_reservation:
-        until = max(until, budget_until(preempted_at, protection.per_hour, now))
+        until = max(
+            until,
+            budget_until(preempted_at, protection.per_hour, now),
+            pair_until(last_by_this_preemptor),
+        )
     return until
