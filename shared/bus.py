@@ -127,7 +127,7 @@ class KeyUpdates:
 
     async def outcomes(self) -> list[int | Exception]:
         """Each update's new revision, or ``KeyWrongLastSequenceError`` (the swap lost),
-        ``AckTimeout`` (unknown: read the key again) or ``BusError``."""
+        ``AckTimeout`` (unknown, or no stream answered: read the key again) or ``BusError``."""
         outcomes: list[int | Exception] = []
         for key, future in zip(self.keys, self.futures, strict=True):
             try:
@@ -135,6 +135,10 @@ class KeyUpdates:
             except PublishRefused as refused:
                 if refused.err_code == WRONG_LAST_SEQUENCE:
                     outcomes.append(nats.js.errors.KeyWrongLastSequenceError(refused.description))
+                elif refused.code == NO_RESPONDERS:
+                    # The bucket's stream has no leader this instant (a NATS cluster electing
+                    # one): not stored, try again, as after a timeout (and as publishes do).
+                    outcomes.append(AckTimeout(f"update of {key}: {refused.description}"))
                 else:
                     outcomes.append(BusError(f"update of {key} refused: {refused.description}"))
             except AckTimeout as timeout:
@@ -338,7 +342,15 @@ class Bus:
                 return await self._acked(subject, payload, headers)
             except (AckTimeout, nats.errors.Error, _NoStream) as error:
                 # Unknown outcome: retry with the same id, the duplicate window dedupes.
-                outage = self._in_outage()
+                # No responders for the stream is an outage too, even on a connection that
+                # stayed up: in a NATS cluster, the stream's leader died and its Raft group
+                # elects another (5-7 s measured). Giving up after PUBLISH_ATTEMPTS (~1.5 s)
+                # failed the watcher's finish round, so the service stopped with Finished
+                # reports unsent while their terminal statuses were stored: no watcher ever
+                # reported them, and their quota stayed held (bench/failover.py).
+                outage = self._in_outage() or (
+                    isinstance(error, _NoStream) and self.rides_out_outages
+                )
                 if not keep_publishing(attempt, outage=outage, stopping=self.stopping):
                     raise BusError(f"publish to {subject} failed: {error!r}") from error
                 log.warning(

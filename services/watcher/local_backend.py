@@ -563,11 +563,16 @@ class LocalBackend:
         if running is None or running.generation != event.generation:
             current = self._current(ref)
             status = self._status(*current) if current else {}
-            if (
-                status.get("phase") == "Evicted"
-                and int(status.get("generation", 0)) == event.generation
-            ):
+            started = int(status.get("generation", 0))
+            if status.get("phase") == "Evicted" and started == event.generation:
                 pass  # redelivered after we evicted: report again, the id dedupes it
+            elif running is None and current is not None and started < event.generation:
+                # Admitted but never started: its admission went to a watcher killed before
+                # it started it (redelivered only after ack_wait). Nothing to stop, but the
+                # eviction must be reported, or admission holds its quota for good (seen in
+                # bench/failover.py); the status written below keeps a redelivered admission
+                # of this generation from starting it.
+                log.info("evict_never_started", workload=ref.key, generation=event.generation)
             else:
                 log.info("evict_not_running", workload=ref.key, generation=event.generation)
                 return
@@ -670,11 +675,27 @@ class LocalBackend:
         for (key, _), outcome in zip(writes.values, outcomes, strict=True):
             if isinstance(outcome, AckTimeout):
                 # Unknown whether it landed: write the newest status (never an older one).
-                newest = self.statuses.get(key)
-                if newest is not None:
-                    await self.status_kv.put(key, msgspec.json.encode(newest))
+                await self._rewrite_status(key)
             elif isinstance(outcome, Exception):
                 raise outcome
+
+    async def _rewrite_status(self, key: str) -> None:
+        """Write a key's newest status until it is stored. Why retry: while a NATS cluster
+        elects the status bucket's leader (a node killed) a write is refused for seconds;
+        raising failed the finish round and stopped the service, and the runs it held were
+        then reported by nobody (bench/failover.py). Stopping ends the retries."""
+        assert self.status_kv is not None
+        delay = 0.1
+        while (newest := self.statuses.get(key)) is not None:
+            try:
+                await self.status_kv.put(key, msgspec.json.encode(newest))
+                return
+            except (nats.errors.Error, TimeoutError) as error:
+                if self.runtime.stopping.is_set():
+                    raise
+                log.warning("status_write_retry", key=key, error=repr(error))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _forget_status(self, key: str) -> None:
         assert self.status_kv is not None
