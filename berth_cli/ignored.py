@@ -48,17 +48,12 @@ _KUEUE_KEYS = frozenset(
 )
 _KUEUE_PREFIXES = ("provreq.kueue.x-k8s.io/",)
 
-_CHECKS = "admission checks (ProvisioningRequests, MultiKueue) are not supported"
 _DRA = "dynamic resource allocation (DRA) is not supported"
 _NOT_QUEUED = "not a kind Berth queues; a workload of Kueue's pod integration: submit its Pods"
 _KUBECTL = "not a workload nor Kueue configuration: create it with kubectl"
-# Kinds Kueue's users write that Berth does not take, and why.
+# Kinds Kueue's users write that Berth does not take, and why (Kueue's own configuration
+# objects Berth has no model for are skipped with a warning instead: warn_skipped).
 _UNSUPPORTED = {
-    "AdmissionCheck": _CHECKS,
-    "ProvisioningRequestConfig": _CHECKS,
-    "MultiKueueConfig": _CHECKS,
-    "MultiKueueCluster": _CHECKS,
-    "Topology": "topology-aware scheduling is not supported",
     "ResourceClaimTemplate": _DRA,
     "ResourceClaim": _DRA,
     "DeviceClass": _DRA,
