@@ -16,7 +16,7 @@ import nats.js.errors
 from berth_cli import launching
 from berth_cli.client import CliError, connect
 from berth_cli.get import print_table
-from berth_cli.ignored import warn_ignored
+from berth_cli.ignored import warn_ignored, workload_ignored
 from berth_cli.tasks import Flavor, ManagedJobSpec
 from berth_cli.writing import check_priority_classes
 from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus
@@ -121,8 +121,9 @@ def launch(
 
 
 def launching_warnings(spec: ManagedJobSpec, source: str) -> None:
-    """One line on stderr per field of the file that Berth accepts and does not act on."""
-    warn_ignored(source, spec.ignored)
+    """One line on stderr per field of the file that Berth accepts and does not act on
+    (the task's, and Kueue's labels and annotations on a Job given as it is)."""
+    warn_ignored(source, [*spec.ignored, *(f for t in spec.tasks for f in workload_ignored(t.job))])
 
 
 # Each attempt's workload is named <name>-<id>, then -r1, -r2...: room for that suffix.
