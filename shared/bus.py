@@ -24,7 +24,7 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import nats.errors
@@ -148,6 +148,34 @@ class KeyUpdates:
 
 class _NoStream(Exception):
     """No stream answered a publish: retried like a timeout (the stream may be starting)."""
+
+
+T = TypeVar("T")
+JETSTREAM_OUTAGE_S = 30.0  # how long setup calls wait out an unanswering JetStream
+
+
+async def _through_jetstream_outage(call: Callable[[], Awaitable[T]], *, what: str) -> T:
+    """Run a setup call (a stream or bucket opened or made), retrying while JetStream does
+    not answer: in a NATS cluster's first seconds, or while a killed node's Raft groups elect
+    new leaders, such calls time out or find no responder, and a service that gave up there
+    exited while starting. An answer that is an error (a refusal) is raised at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + JETSTREAM_OUTAGE_S
+    delay = 0.1
+    while True:
+        try:
+            return await call()
+        except (
+            TimeoutError,
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.js.errors.ServiceUnavailableError,
+        ) as error:
+            if loop.time() + delay > deadline:
+                raise
+            log.warning("jetstream_unanswered", what=what, error=repr(error))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def _refused_credentials(error: BaseException) -> bool:
@@ -295,28 +323,36 @@ class Bus:
             # 3 in a clustered NATS (deploy/), so the history survives losing a server.
             num_replicas=int(os.environ.get("BERTH_STREAM_REPLICAS", "1")),
         )
-        try:
-            await self.js.add_stream(config)
-        except nats.js.errors.BadRequestError:
-            # err 10058: the stream exists with another config; bring it up to date.
-            await self.js.update_stream(config)
+
+        async def ensure() -> None:
+            try:
+                await self.js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                # err 10058: the stream exists with another config; bring it up to date.
+                await self.js.update_stream(config)
+
+        await _through_jetstream_outage(ensure, what=f"stream {STREAM}")
 
     async def kv(self, bucket: str, *, history: int = 1, ttl: float | None = None) -> KeyValue:
         """Open a key-value bucket, creating it on first use (``ttl``: a key not written for
         that many seconds goes away)."""
-        try:
-            return await self.js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
+
+        async def open_bucket() -> KeyValue:
             try:
-                return await self.js.create_key_value(
-                    bucket=bucket,
-                    history=history,
-                    ttl=ttl,
-                    storage=api.StorageType.FILE,
-                    replicas=int(os.environ.get("BERTH_STREAM_REPLICAS", "1")),
-                )
-            except nats.js.errors.BadRequestError:
-                return await self.js.key_value(bucket)  # another service won the race
+                return await self.js.key_value(bucket)
+            except nats.js.errors.BucketNotFoundError:
+                try:
+                    return await self.js.create_key_value(
+                        bucket=bucket,
+                        history=history,
+                        ttl=ttl,
+                        storage=api.StorageType.FILE,
+                        replicas=int(os.environ.get("BERTH_STREAM_REPLICAS", "1")),
+                    )
+                except nats.js.errors.BadRequestError:
+                    return await self.js.key_value(bucket)  # another service won the race
+
+        return await _through_jetstream_outage(open_bucket, what=f"bucket {bucket}")
 
     # --- publishing ------------------------------------------------------------------------
 
