@@ -101,6 +101,7 @@ class Job:
     reserved: bool = False
     waited_from: float | None = None  # the current wait, if it is an aged wait
     least_bound: float | None = None  # the earliest bound shown during the current wait
+    looked: bool = False  # its bound was read during the current wait
     done: bool = False
 
     @property
@@ -204,6 +205,7 @@ class World:
         self.released: list[WorkloadRef] = []
         self.priority_preemptions: dict[str, list[float]] = defaultdict(list)
         self.pairs: dict[tuple[str, str], float] = {}  # (victim, preemptor) -> last eviction
+        self.changed: set[str] = set()  # queues whose bounds may have moved since the last look
         self.report = Report(p)
         self.now = 0.0
         self._stamp = (-1.0, datetime.fromtimestamp(0, UTC))
@@ -259,7 +261,8 @@ class World:
         self._fold(WorkloadFinished(id="", source="watcher", time=self._at(), workload=job.ref,
                                     generation=job.generation, succeeded=True))  # fmt: skip
         self.jobs.pop(job.ref.uid)
-        self.aged.pop(job.ref.uid, None)
+        if self.aged.pop(job.ref.uid, None) is not None:
+            self.changed.add(job.queue)
         self._victim_left(job.ref.uid)
 
     def _stop(self, job: Job) -> None:
@@ -271,7 +274,7 @@ class World:
         if job.managed:
             job.since = job.since if job.since is not None else self.now
             self.aged[job.ref.uid] = job
-            job.waited_from, job.least_bound = self.now, None
+            job.waited_from, job.least_bound, job.looked = self.now, None, False
             self._announce(job)  # recovery announces a new clock at once
         self._victim_left(job.ref.uid)
 
@@ -426,11 +429,18 @@ class World:
     # --- the bound, as shown ----------------------------------------------------------------
 
     def _look(self) -> None:
+        """Read every bound admission would show now. A bound moves only when a wait begins or
+        an aged workload of its ClusterQueue ends (or with the policy, fixed here), so only
+        those queues are read again: reading all every tick was most of the time."""
         held: dict[str, int] = defaultdict(int)
+        changed, self.changed = self.changed, set()
         for job in self.aged.values():
             held[job.queue] += job.cpus if job.reserved else 0
             if job.waited_from is None or job.admitted_at is not None:
                 continue
+            if job.queue not in changed and job.looked:
+                continue
+            job.looked = True
             view = WorkloadView(ref=job.ref, local_queue=job.queue, cluster_queue=job.queue,
                                 priority=job.priority, effective_priority=job.priority + job.boost,
                                 state="pending", queue_time=job.created)  # fmt: skip
