@@ -86,10 +86,10 @@ def parse_config(documents: list[dict[str, Any]], source: str) -> list[ConfigObj
         where = f"{source}: document {index + 1}"
         if document.get("kind") in WORKLOAD_KINDS and not is_config_kind(str(document.get("kind"))):
             raise CliError(f"{where}: {document['kind']} is a workload; use `berth submit -f`")
-        if (why := unsupported(document.get("kind"))) is not None:
-            raise CliError(f"{where}: {document['kind']} is not supported: {why}")
         if unsupported_object(document) is not None:
             continue  # a Kueue object Berth does not model: warned at apply, not refused
+        if (why := unsupported(document.get("kind"))) is not None:
+            raise CliError(f"{where}: {document['kind']} is not supported: {why}")
         try:
             objects.append(parse_object(document, where=where))
         except ConfigError as error:
