@@ -7,13 +7,19 @@ server starts in ~20 ms.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
 from berth_cli.launcher import LiveStack
 from berth_cli.launcher import start_stack as start_live_stack
@@ -88,3 +94,25 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         running.stop()
         CLI_CREDENTIALS.pop(running.url, None)
         os.environ.pop("BERTH_CREDS", None)
+
+
+@contextmanager
+def captured_logs(module: ModuleType) -> Iterator[list[dict[str, Any]]]:
+    """``capture_logs`` for the lines ``module.log`` writes, whatever an in-process CLI run
+    configured before (the CLI keeps only errors, and caches loggers on first use, which
+    ``capture_logs`` alone does not undo): every level, through a fresh logger meanwhile."""
+    before = structlog.get_config()
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        cache_logger_on_first_use=False,
+    )
+    cached, module.log = module.log, structlog.get_logger(**module.log._initial_values)
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        module.log = cached
+        structlog.configure(
+            wrapper_class=before["wrapper_class"],
+            cache_logger_on_first_use=before["cache_logger_on_first_use"],
+        )

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
-from structlog.testing import capture_logs
 
+from services.admission import validation
 from services.admission.scheduler import Admission
 from services.admission.service import AdmissionService
 from services.admission.validation import refusal
@@ -30,6 +30,7 @@ from shared.events import (
     now,
 )
 from shared.service import Runtime
+from tests.conftest import captured_logs
 from tests.test_scheduler import cq, flavor, group, lq
 
 GOOD_REF = WorkloadRef("default", "job", "uid-1")
@@ -65,16 +66,44 @@ def admitted(
 
 CASES: list[tuple[AnyEvent, str | None, str]] = [
     (submitted(), None, "a well-formed fact"),
-    (submitted(queue="not-there-yet"), None, "an unknown LocalQueue is pending (Kueue), not refused"),
+    (
+        submitted(queue="not-there-yet"),
+        None,
+        "an unknown LocalQueue is pending (Kueue), not refused",
+    ),
     (submitted(queue=""), None, "no queue: the namespace's default LocalQueue"),
     (submitted([PodSet("main", 0, {"cpu": 1000})]), "invalid_count", "a pod set of zero pods"),
-    (submitted([PodSet("main", -3, {"cpu": 1000})]), "invalid_count", "a negative count would free quota on admission"),
+    (
+        submitted([PodSet("main", -3, {"cpu": 1000})]),
+        "invalid_count",
+        "a negative count would free quota on admission",
+    ),
     (submitted([PodSet("main", 2, {"cpu": -1000})]), "negative_quantity", "a negative request"),
-    (submitted([PodSet("main", 1, {"cpu": 2**63})]), "quantity_too_large", "beyond Kubernetes' int64"),
-    (submitted([PodSet("main", 1, {"bad name": 1})]), "invalid_resource", "a resource that is no resource name"),
-    (submitted([PodSet("main", 2, {"cpu": 1}, min_count=3)]), "invalid_count", "min_count above count"),
-    (submitted([PodSet("main", 2, {"cpu": 1}, min_count=-1)]), "invalid_count", "a negative min_count"),
-    (submitted([PodSet("a", 1, {}), PodSet("a", 1, {})]), "invalid_pod_set", "duplicate pod set names"),
+    (
+        submitted([PodSet("main", 1, {"cpu": 2**63})]),
+        "quantity_too_large",
+        "beyond Kubernetes' int64",
+    ),
+    (
+        submitted([PodSet("main", 1, {"bad name": 1})]),
+        "invalid_resource",
+        "a resource that is no resource name",
+    ),
+    (
+        submitted([PodSet("main", 2, {"cpu": 1}, min_count=3)]),
+        "invalid_count",
+        "min_count above count",
+    ),
+    (
+        submitted([PodSet("main", 2, {"cpu": 1}, min_count=-1)]),
+        "invalid_count",
+        "a negative min_count",
+    ),
+    (
+        submitted([PodSet("a", 1, {}), PodSet("a", 1, {})]),
+        "invalid_pod_set",
+        "duplicate pod set names",
+    ),
     (submitted([]), "no_pod_sets", "nothing to admit"),
     (submitted(ref=WorkloadRef("default", "/tmp/x", "u")), "invalid_name", "a path as a name"),
     (submitted(ref=WorkloadRef("Team A", "job", "u")), "invalid_name", "an invalid namespace"),
@@ -83,7 +112,11 @@ CASES: list[tuple[AnyEvent, str | None, str]] = [
     (admitted({"cpu": 1000}), None, "an admission that holds 1 cpu"),
     (admitted({"cpu": -1000}), "negative_quantity", "an admission with negative usage"),
     (admitted({"cpu": 1000}, cq="../cq"), "invalid_queue", "an admission to a path"),
-    (WorkloadFinished(source="w", workload=GOOD_REF, generation=-5, succeeded=True), None, "matched by uid, no quantity"),
+    (
+        WorkloadFinished(source="w", workload=GOOD_REF, generation=-5, succeeded=True),
+        None,
+        "matched by uid, no quantity",
+    ),
 ]
 
 
@@ -115,7 +148,7 @@ def test_a_refused_fact_is_logged_once_counted_and_never_folded() -> None:
     service = _service()
     before = _refused_count("negative_quantity")
     bad = submitted([PodSet("main", 2, {"cpu": -1000})])
-    with capture_logs() as logs:
+    with captured_logs(validation) as logs:
         service._apply([bad])
     assert [log for log in logs if log["event"] == "fact_refused"] == [
         {

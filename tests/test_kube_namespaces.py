@@ -11,14 +11,15 @@ from typing import Any
 import kmock as km
 import msgspec
 import pytest
-from structlog.testing import capture_logs
 
+from services.watcher.kube import acting, namespaces
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.backend import KubernetesBackend
 from services.watcher.kube.mirroring import CONFIG_RESOURCES
 from services.watcher.kube.namespaces import ManagedNamespaces, SettingError, ignored
 from services.watcher.kube.settings import KubeSettings
 from shared.events import CreateWorkload, SubmitWorkload, WorkloadRef, WorkloadSubmitted
+from tests.conftest import captured_logs
 from tests.test_deadletter import dead_letters_in
 from tests.test_kube_backend import FAST, JOBS_KEY, Harness, harness, labelled_job
 
@@ -42,7 +43,11 @@ FORBIDDEN = {"kind": "Status", "apiVersion": "v1", "code": 403, "reason": "Forbi
 PARSE_CASES = [
     ("", set(), "unset or empty: every namespace, as with a ClusterRole"),
     ("batch", {"batch"}, "deploy/base/config.yaml's value"),
-    (" batch , team-a ,", {"batch", "team-a"}, "blanks around names and a trailing comma are skipped"),
+    (
+        " batch , team-a ,",
+        {"batch", "team-a"},
+        "blanks around names and a trailing comma are skipped",
+    ),
     (",,", set(), "only separators: none listed, so every namespace"),
 ]
 
@@ -54,9 +59,15 @@ def test_managed_namespaces_parse(value: str, names: set[str], reason: str) -> N
 
 @pytest.mark.parametrize(
     ("value", "reason"),
-    [("Batch", "upper case is no namespace"), ("team_a", "nor is an underscore"), ("a b", "nor a space")],
+    [
+        ("Batch", "upper case is no namespace"),
+        ("team_a", "nor is an underscore"),
+        ("a b", "nor a space"),
+    ],
 )
-def test_a_managed_namespace_that_is_no_namespace_is_refused_at_start(value: str, reason: str) -> None:
+def test_a_managed_namespace_that_is_no_namespace_is_refused_at_start(
+    value: str, reason: str
+) -> None:
     with pytest.raises(SettingError, match="BERTH_MANAGED_NAMESPACES"):
         ManagedNamespaces.parse(value)
 
@@ -64,11 +75,18 @@ def test_a_managed_namespace_that_is_no_namespace_is_refused_at_start(value: str
 REFUSAL_CASES = [
     (ManagedNamespaces(), "anything", None, "none listed: every namespace is managed"),
     (MANAGED, "batch", None, "a listed namespace"),
-    (MANAGED, "default", "namespace 'default' is not managed (BERTH_MANAGED_NAMESPACES=batch,team-a)", "one not listed"),
+    (
+        MANAGED,
+        "default",
+        "namespace 'default' is not managed (BERTH_MANAGED_NAMESPACES=batch,team-a)",
+        "one not listed",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("managed", "namespace", "refusal", "reason"), REFUSAL_CASES, ids=[c[3] for c in REFUSAL_CASES])
+@pytest.mark.parametrize(
+    ("managed", "namespace", "refusal", "reason"), REFUSAL_CASES, ids=[c[3] for c in REFUSAL_CASES]
+)
 def test_what_the_watcher_may_touch(
     managed: ManagedNamespaces, namespace: str, refusal: str | None, reason: str
 ) -> None:
@@ -90,11 +108,15 @@ def test_settings_are_read_from_one_environment_mapping() -> None:
     assert KubeSettings.from_environment({}).namespaces.everywhere
 
 
-async def _start(harness: Harness, managed: ManagedNamespaces) -> tuple[KubernetesBackend, asyncio.Task[None]]:
+async def _start(
+    harness: Harness, managed: ManagedNamespaces
+) -> tuple[KubernetesBackend, asyncio.Task[None]]:
     for path in CLUSTER_WIDE:
         harness.kmock[path] << 403 << FORBIDDEN
     client = KubeClient.for_host(str(harness.kmock.url).rstrip("/"))
-    config = {k: v for k, v in CONFIG_RESOURCES.items() if k != "Namespace"}  # see test_kube_backend
+    config = {
+        k: v for k, v in CONFIG_RESOURCES.items() if k != "Namespace"
+    }  # see test_kube_backend
     backend = KubernetesBackend(
         harness.runtime, client=client, settings=FAST, config_resources=config, namespaces=managed
     )
@@ -114,7 +136,9 @@ async def _start(harness: Harness, managed: ManagedNamespaces) -> tuple[Kubernet
 
 def _gets(harness: Harness) -> set[tuple[str, bool]]:
     """(path, is a watch) of every GET the server received."""
-    return {(r.url.path, r.url.query.get("watch") == "true") for r in harness.kmock if r.method == "GET"}
+    return {
+        (r.url.path, r.url.query.get("watch") == "true") for r in harness.kmock if r.method == "GET"
+    }
 
 
 async def test_the_watcher_lists_and_watches_each_managed_namespace(harness: Harness) -> None:
@@ -175,7 +199,9 @@ async def test_every_namespace_is_one_cluster_wide_list_watch_when_none_is_liste
     grants it): the behaviour before the setting existed."""
     client = KubeClient.for_host(str(harness.kmock.url).rstrip("/"))
     config = {k: v for k, v in CONFIG_RESOURCES.items() if k != "Namespace"}
-    backend = KubernetesBackend(harness.runtime, client=client, settings=FAST, config_resources=config)
+    backend = KubernetesBackend(
+        harness.runtime, client=client, settings=FAST, config_resources=config
+    )
     task = asyncio.create_task(backend.observe())
     async with asyncio.timeout(5):
         await harness.runtime.ready.wait()
@@ -203,14 +229,22 @@ async def test_a_create_in_an_unmanaged_namespace_is_refused_and_dead_lettered(
     harness.kmock.objects[JOBS_KEY, "team-a", "x"] = _job("team-a", "x", "ux")  # Jobs served
     _, task = await _start(harness, MANAGED)
     refused = CreateWorkload(
-        source="recovery", workload=WorkloadRef("other", "j2", "u2"), object=_job("other", "j2", "u2")
+        source="recovery",
+        workload=WorkloadRef("other", "j2", "u2"),
+        object=_job("other", "j2", "u2"),
     )
-    with capture_logs() as logs:
+    with captured_logs(acting) as logs:
         await harness.bus.publish(refused)
         await harness.bus.publish(
-            SubmitWorkload(source="cli", workload=WorkloadRef("batch", "j1", "u1"), object=_job("batch", "j1", "u1"))
+            SubmitWorkload(
+                source="cli",
+                workload=WorkloadRef("batch", "j1", "u1"),
+                object=_job("batch", "j1", "u1"),
+            )
         )
-        await harness.wait_for(lambda e: isinstance(e, WorkloadSubmitted) and e.workload.name == "j1")
+        await harness.wait_for(
+            lambda e: isinstance(e, WorkloadSubmitted) and e.workload.name == "j1"
+        )
         letters = await dead_letters_in(harness.bus)
     harness.runtime.stopping.set()
     async with asyncio.timeout(5):
@@ -244,7 +278,7 @@ def test_a_workload_seen_outside_the_managed_namespaces_is_ignored_with_one_line
     object is not tracked, and said once however often it is seen."""
     seen: set[str] = set()
     outside = _job("other", "j2", "u2")
-    with capture_logs() as logs:
+    with captured_logs(namespaces) as logs:
         assert ignored(outside, MANAGED, seen) and ignored(outside, MANAGED, seen)
         assert not ignored(_job("batch", "j1", "u1"), MANAGED, seen)
         assert not ignored(outside, ManagedNamespaces(), seen)
