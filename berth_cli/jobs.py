@@ -20,6 +20,7 @@ from berth_cli.ignored import warn_ignored, workload_ignored
 from berth_cli.tasks import Flavor, ManagedJobSpec
 from berth_cli.writing import check_priority_classes
 from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus
+from shared.durations import ago, run_time
 from shared.jobs import TERMINAL, JobStatus, ManagedJob, load_jobs
 from shared.names import InvalidName, check_name, check_namespace, show
 from shared.secrets import new_secret_name
@@ -144,27 +145,6 @@ def _check_job_names(name: str, namespace: str, source: str) -> None:
         )
 
 
-def _ago(seconds: float) -> str:
-    if seconds < 60:
-        return f"{int(seconds)} secs ago"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} mins ago"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)} hrs ago"
-    return f"{int(seconds // 86400)} days ago"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes}m {secs}s"
-    if minutes:
-        return f"{minutes}m {secs}s"
-    return f"{secs}s"
-
-
 def job_row(job: ManagedJob, now: float, *, full: bool) -> list[Any]:
     total = (job.ended_at or now) - job.submitted_at
     running = job.job_seconds + (now - job.run_started_at if job.run_started_at else 0.0)
@@ -172,9 +152,9 @@ def job_row(job: ManagedJob, now: float, *, full: bool) -> list[Any]:
         job.id,
         job.name,
         job.resources,
-        _ago(now - job.submitted_at),
-        _duration(total),
-        _duration(running) if job.started_at else "-",
+        ago(now - job.submitted_at),
+        run_time(total),
+        run_time(running) if job.started_at else "-",
         job.recoveries,
         job.status.value,
     ]
@@ -234,7 +214,7 @@ def task_rows(job: ManagedJob, now: float, *, full: bool) -> list[list[Any]]:
     for index, task in enumerate(job.tasks):
         ran = "-"
         if task.started_at is not None:
-            ran = _duration((task.ended_at or now) - task.started_at)
+            ran = run_time((task.ended_at or now) - task.started_at)
         row: list[Any] = [
             "",
             f"↳ {index}: {task.name}",

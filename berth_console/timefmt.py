@@ -6,6 +6,8 @@ import time
 from datetime import UTC, datetime
 
 from berth_console.markup import Markup, render
+from shared.durations import ago
+from shared.durations import run_time as duration
 
 __all__ = ["ago", "clock", "duration", "seconds_since", "short_age", "time_tag"]
 
@@ -20,29 +22,6 @@ def short_age(seconds: float) -> str:
     if seconds < 86400 * 2:
         return f"{seconds // 3600}h"
     return f"{seconds // 86400}d"
-
-
-def ago(seconds: float) -> str:
-    """SkyPilot's SUBMITTED column: ``5 secs ago``, ``3 mins ago``."""
-    if seconds < 60:
-        return f"{max(int(seconds), 0)} secs ago"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} mins ago"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)} hrs ago"
-    return f"{int(seconds // 86400)} days ago"
-
-
-def duration(seconds: float) -> str:
-    """SkyPilot's durations: ``42s``, ``3m 5s``, ``1h 2m 3s``."""
-    seconds = max(int(seconds), 0)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes}m {secs}s"
-    if minutes:
-        return f"{minutes}m {secs}s"
-    return f"{secs}s"
 
 
 def clock(when: datetime | float) -> str:

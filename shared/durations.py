@@ -1,12 +1,13 @@
 """Time as text: durations as people write them in YAML ("200ms", "1.5s", "2m", "1h", "30"
-for seconds), and timestamps as Kubernetes writes them (RFC 3339, whole seconds, UTC)."""
+for seconds), timestamps as Kubernetes writes them (RFC 3339, whole seconds, UTC), and the
+ages and durations SkyPilot's job table shows (the CLI's and the console's alike)."""
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
 
-__all__ = ["kube_timestamp", "parse_duration"]
+__all__ = ["ago", "kube_timestamp", "parse_duration", "run_time"]
 
 
 def kube_timestamp(when: datetime | float) -> str:
@@ -28,3 +29,26 @@ def parse_duration(text: str) -> float:
     if match is None:
         raise ValueError(f"invalid duration {text!r} (use e.g. 200ms, 1.5s, 2m, 1h)")
     return float(match.group(1)) * _UNIT_MS[match.group(2)] / 1000
+
+
+def ago(seconds: float) -> str:
+    """SkyPilot's SUBMITTED column: ``5 secs ago``, ``3 mins ago``, ``2 hrs ago``."""
+    if seconds < 60:
+        return f"{max(int(seconds), 0)} secs ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} mins ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} hrs ago"
+    return f"{int(seconds // 86400)} days ago"
+
+
+def run_time(seconds: float) -> str:
+    """SkyPilot's durations: ``42s``, ``3m 5s``, ``1h 2m 3s``."""
+    seconds = max(int(seconds), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m {secs}s"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"

@@ -3,6 +3,8 @@ publish-retry rule a service follows during a NATS outage, and a cluster node's 
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
 from berth_cli.supervision import Restarts, crash_streak, restart_delay
@@ -21,6 +23,8 @@ DELAY_CASES = [
     (40, 60.0, 1.0, "a minute without crashing starts again from 1 s"),
     (7, 3600.0, 1.0, "so does a crash after an hour's run"),
 ]
+
+ROUTE_PASSWORD = secrets.token_hex(8)  # made per run, as berth up makes its own
 
 
 @pytest.mark.parametrize(
@@ -94,10 +98,10 @@ def test_keep_publishing(
 def test_cluster_node_config_authenticates_routes() -> None:
     """Routes listen on loopback, require the password, and dial the peers with it."""
     config = ClusterSettings(
-        name="berth", port=6001, routes=(6002, 6003), user="route", password="s3cret"
+        name="berth", port=6001, routes=(6002, 6003), user="route", password=ROUTE_PASSWORD
     ).as_config("127.0.0.1")
     assert 'listen: "127.0.0.1:6001"' in config
-    assert 'authorization { user: "route", password: "s3cret" }' in config
-    assert '"nats-route://route:s3cret@127.0.0.1:6002"' in config
-    assert '"nats-route://route:s3cret@127.0.0.1:6003"' in config
+    assert f'authorization {{ user: "route", password: "{ROUTE_PASSWORD}" }}' in config
+    assert f'"nats-route://route:{ROUTE_PASSWORD}@127.0.0.1:6002"' in config
+    assert f'"nats-route://route:{ROUTE_PASSWORD}@127.0.0.1:6003"' in config
     assert "6001@" not in config  # a node does not route to itself
