@@ -13,7 +13,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import msgspec
@@ -165,7 +165,17 @@ def _status(resource: str, **request: Any) -> Callable[[Bus], Awaitable[list[dic
     return fetch
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 _name = click.argument("name", required=False)
+
+
+def _namespaced(command: F) -> F:
+    """``-n NS`` and ``-A``, as kubectl spells them, for a namespaced kind."""
+    command = click.option("-A", "--all-namespaces", is_flag=True)(command)
+    return click.option("-n", "--namespace", default=None)(command)
+
+
 _watch = click.option(
     "-w", "--watch", "watching", is_flag=True, help="Poll every second; print rows that change."
 )
@@ -173,8 +183,7 @@ _watch = click.option(
 
 @get.command("workloads")
 @_name
-@click.option("-n", "--namespace", default=None)
-@click.option("-A", "--all-namespaces", is_flag=True)
+@_namespaced
 @click.option("-o", "--output", type=OUTPUTS, default=None)
 @_watch
 @click.pass_obj
@@ -219,8 +228,7 @@ def get_cluster_queues(nats_url: str, name: str | None, output: str | None, watc
 
 @get.command("localqueues")
 @_name
-@click.option("-n", "--namespace", default=None)
-@click.option("-A", "--all-namespaces", is_flag=True)
+@_namespaced
 @click.option("-o", "--output", type=OUTPUTS, default=None)
 @_watch
 @click.pass_obj
