@@ -1,33 +1,22 @@
 """``berth stop`` and ``berth resume``: kueuectl's commands for a ClusterQueue or LocalQueue.
 
-Admission already honours ``spec.stopPolicy`` (docs/kueue-fields.md), so stopping is a patch
-of the stored object: ``HoldAndDrain`` (nothing new is admitted and what runs is evicted), or
-``Hold`` with ``--keep-already-running`` (what runs finishes); resuming sets ``None``. The
-write is conditional on the revision read, so a concurrent ``berth apply`` is never lost.
+What a stop or resume writes (the queue's ``spec.stopPolicy``) is one rule shared with the
+web console: shared/queue_stop.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
 
 import click
-import msgspec
-import nats.js.errors
 
 from berth_cli.client import CliError, connect
 from shared.bus import CONFIG_BUCKET
-from shared.config import (
-    KIND_PLURALS,
-    ClusterQueue,
-    LocalQueue,
-    decode_object,
-    encode_object,
-)
+from shared.config import KIND_PLURALS
+from shared.queue_stop import QueueBusy, QueueNotFound, StopPolicy, set_stop_policy, stop_policy_for
 
 __all__ = ["resume", "stop"]
 
-StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
 _KINDS = {
     "clusterqueue": "ClusterQueue",
     "clusterqueues": "ClusterQueue",
@@ -38,34 +27,18 @@ _KINDS = {
 }
 
 
-async def set_stop_policy(
-    url: str, kind: str, name: str, namespace: str, policy: StopPolicy
-) -> str:
+async def _set(url: str, kind: str, name: str, namespace: str, policy: StopPolicy) -> str:
     """Write ``policy`` into the stored queue; the kubectl-style line to print."""
-    key = f"{kind.lower()}.{namespace if kind == 'LocalQueue' else '_'}.{name}"
-    where = f"{kind} {name}" + (f" in namespace {namespace}" if kind == "LocalQueue" else "")
     async with connect(url) as bus:
         kv = await bus.kv(CONFIG_BUCKET)
-        for _ in range(5):  # a concurrent write: read again and decide again
-            try:
-                entry = await kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                raise CliError(f"{where} not found") from None
-            if entry.value is None:
-                raise CliError(f"{where} not found")
-            obj = decode_object(entry.value)
-            assert isinstance(obj, ClusterQueue | LocalQueue)
-            resource = f"{KIND_PLURALS[kind]}/{name}"
-            if obj.spec.stop_policy == policy:
-                return f"{resource} unchanged (stopPolicy {policy})"
-            spec = msgspec.structs.replace(obj.spec, stop_policy=policy)
-            value = encode_object(msgspec.structs.replace(obj, spec=spec))
-            try:
-                await kv.update(key, value, last=entry.revision)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue
-            return f"{resource} {'resumed' if policy == 'None' else 'stopped'}"
-    raise CliError(f"{where} kept changing; try again")
+        try:
+            outcome = await set_stop_policy(kv, kind, name, namespace, policy)
+        except (QueueNotFound, QueueBusy) as error:
+            raise CliError(str(error)) from None
+    resource = f"{KIND_PLURALS[kind]}/{name}"
+    if not outcome.changed:
+        return f"{resource} unchanged (stopPolicy {policy})"
+    return f"{resource} {outcome.verb}"
 
 
 def _kind(word: str) -> str:
@@ -88,8 +61,8 @@ def _kind(word: str) -> str:
 def stop(nats_url: str, kind: str, name: str, namespace: str, keep_already_running: bool) -> None:
     """Stop a ClusterQueue or LocalQueue: nothing new is admitted and, unless
     --keep-already-running, its admitted workloads are evicted (stopPolicy HoldAndDrain)."""
-    policy: StopPolicy = "Hold" if keep_already_running else "HoldAndDrain"
-    click.echo(asyncio.run(set_stop_policy(nats_url, _kind(kind), name, namespace, policy)))
+    policy = stop_policy_for(stop=True, keep_already_running=keep_already_running)
+    click.echo(asyncio.run(_set(nats_url, _kind(kind), name, namespace, policy)))
 
 
 @click.command()
@@ -99,4 +72,5 @@ def stop(nats_url: str, kind: str, name: str, namespace: str, keep_already_runni
 @click.pass_obj
 def resume(nats_url: str, kind: str, name: str, namespace: str) -> None:
     """Resume a stopped ClusterQueue or LocalQueue (stopPolicy None)."""
-    click.echo(asyncio.run(set_stop_policy(nats_url, _kind(kind), name, namespace, "None")))
+    policy = stop_policy_for(stop=False)
+    click.echo(asyncio.run(_set(nats_url, _kind(kind), name, namespace, policy)))

@@ -9,6 +9,7 @@ import pytest
 
 from shared.bus import CONFIG_BUCKET, Bus
 from shared.config import ClusterQueue, LocalQueue, decode_object
+from shared.queue_stop import queue_key, stop_policy_for
 from tests.conftest import FIXTURES, berth
 
 
@@ -25,6 +26,31 @@ def _stop_policy(url: str, key: str) -> str:
             await bus.close()
 
     return asyncio.run(read())
+
+
+# (stop, keep already running, the policy written, why)
+POLICY_CASES = [
+    (True, False, "HoldAndDrain", "kueuectl's stop drains: admitted workloads are evicted"),
+    (True, True, "Hold", "--keep-already-running: nothing new, what runs finishes"),
+    (False, False, "None", "resume clears the policy"),
+    (False, True, "None", "resume ignores the flag: there is nothing to keep"),
+]
+
+
+@pytest.mark.parametrize(
+    ("stop", "keep", "policy", "reason"), POLICY_CASES, ids=[c[3] for c in POLICY_CASES]
+)
+def test_stop_policy_rule(stop: bool, keep: bool, policy: str, reason: str) -> None:
+    """The one rule the CLI and the console write (shared/queue_stop.py)."""
+    assert stop_policy_for(stop=stop, keep_already_running=keep) == policy, reason
+
+
+def test_queue_key_refuses_other_kinds() -> None:
+    """Only queues have a stopPolicy; a ClusterQueue's key ignores the namespace."""
+    assert queue_key("ClusterQueue", "cq", "team-a") == "clusterqueue._.cq"
+    assert queue_key("LocalQueue", "lq", "team-a") == "localqueue.team-a.lq"
+    with pytest.raises(ValueError, match="only ClusterQueue or LocalQueue"):
+        queue_key("ResourceFlavor", "f", "")
 
 
 CQ_KEY = "clusterqueue._.cluster-queue"
