@@ -10,6 +10,7 @@ import click
 import msgspec
 import nats.errors
 
+from berth_cli.exit_codes import ExitCode
 from shared.bus import API_SUBJECT, Bus, BusError
 
 __all__ = ["CliError", "connect", "query_all"]
@@ -18,7 +19,9 @@ T = TypeVar("T")
 
 
 class CliError(click.ClickException):
-    """A one-line error for the user; the CLI exits non-zero."""
+    """A one-line error for the user; the CLI exits 1 (:attr:`ExitCode.ERROR`)."""
+
+    exit_code = ExitCode.ERROR
 
 
 @asynccontextmanager

@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from berth_cli.creds import PID_SUFFIX
+from berth_cli.exit_codes import ExitCode
 from berth_cli.nats_cluster import free_port, nats_nodes, port_free, wait_for_jetstream
 from berth_cli.supervision import Restarts, die_with_parent
 from shared.auth import ClientAuth, CredentialStore
@@ -332,7 +333,7 @@ def run_up(*, data_dir: Path, nats_port: int, replicas: int = 1, nats_cluster: i
     busy = [port for port in ports if not port_free(port)]
     if busy:
         console.print(f"[red]error: port {busy[0]} is in use; choose another with --nats-port[/]")
-        return 1
+        return ExitCode.ERROR
     stack = Stack(
         data_dir=data_dir,
         nats_port=nats_port,
@@ -352,7 +353,7 @@ def run_up(*, data_dir: Path, nats_port: int, replicas: int = 1, nats_cluster: i
         if not isinstance(error, KeyboardInterrupt):
             console.print(f"[red]error: {error}[/]")
         stack.stop()
-        return 1
+        return ExitCode.ERROR
     stack.print_listening(console)
     # Whole lines, never wrapped or styled: they are pasted into shells and parsed by tools.
     for name, value in (
@@ -368,4 +369,4 @@ def run_up(*, data_dir: Path, nats_port: int, replicas: int = 1, nats_cluster: i
     console.print("stopping...")
     stack.stop()
     console.print("stopped.")
-    return 0
+    return ExitCode.OK
