@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from shared.config_fairness import AdmissionFairSharingSettings, AdmissionScope, check_fairness
 from shared.durations import parse_duration
 from shared.names import (
     InvalidName,
@@ -198,7 +199,7 @@ class ClusterQueueSpec(_Spec):
     admission_checks_strategy: dict[str, Any] | None = None
     stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
     fair_sharing: FairSharing | None = None
-    admission_scope: dict[str, Any] | None = None
+    admission_scope: AdmissionScope | None = None
     concurrent_admission_policy: dict[str, Any] | None = None  # v1beta2
 
 
@@ -381,6 +382,7 @@ class AdmissionSettings(_Spec):
 class ConfigurationSpec(_Spec):
     fair_sharing: FairSharingSettings = msgspec.field(default_factory=FairSharingSettings)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
+    admission_fair_sharing: AdmissionFairSharingSettings | None = None  # shared/config_fairness
 
 
 class Configuration(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -501,6 +503,10 @@ def parse_object(document: Any, *, where: str = "document") -> ConfigObject:
     except InvalidName as error:
         raise ConfigError(f"{where}: {kind}: {error}") from None
     _check_quantities(obj, where=f"{where}: {kind} {name}")
+    try:
+        check_fairness(obj, where=f"{where}: {kind} {name}")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     if isinstance(obj, ClusterQueuePolicy):
         _check_policy(obj, where=f"{where}: {kind} {name}")
     if isinstance(obj, Configuration):

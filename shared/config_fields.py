@@ -97,6 +97,7 @@ FIELD_STATUS: dict[tuple[str, str], tuple[Status, str]] = {
         "warned",
         "admission fair sharing is not supported",
     ),
+    ("ClusterQueue", "spec.admissionScope.admissionMode"): ("warned", "see spec.admissionScope"),
     ("ClusterQueue", "spec.concurrentAdmissionPolicy"): (
         "warned",
         "concurrent admission is not supported",
