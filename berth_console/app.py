@@ -17,6 +17,7 @@ from urllib.parse import urlencode, urlsplit
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from berth_console.actions import QUEUE_NOTICES, queue_action
 from berth_console.live import FINGERPRINT, fingerprint, stream
 from berth_console.markup import Markup, render
 from berth_console.pages.base import Context, View
@@ -29,6 +30,7 @@ from berth_console.pages.workload import WorkloadView
 from berth_console.pages.workloads import WorkloadsView
 from berth_console.queries import QueryError
 from shared.logging import get_logger
+from shared.queue_stop import QueueNotFound
 
 __all__ = ["CONTEXT", "build_app", "make_view"]
 
@@ -45,6 +47,7 @@ _CSP = (
 )
 _NOTICES = {  # ?notice= values a redirect may carry; never text from the request itself
     "cancel-requested": ("ok", "Cancel requested: recovery is stopping the job."),
+    **QUEUE_NOTICES,
 }
 _ROUTES: list[tuple[re.Pattern[str], Callable[..., View]]] = []
 
@@ -199,7 +202,34 @@ async def _cancel(request: web.Request) -> web.StreamResponse:
 
 @_action
 async def _stop_queue(request: web.Request) -> web.StreamResponse:
-    return _problem(501, "Not supported yet", "Stopping or resuming a queue is not supported yet.")
+    """Stop or resume a ClusterQueue (``/cq/<name>/<verb>``) or a LocalQueue
+    (``/lq/<namespace>/<name>/<verb>``) with the CLI's rule (berth_console/actions.py)."""
+    info = request.match_info
+    kind = "LocalQueue" if "namespace" in info else "ClusterQueue"
+    action = queue_action(
+        kind, info["name"], info.get("namespace", ""), info["verb"], await request.post()
+    )
+    context = request.app[CONTEXT]
+    back = action.back(context.model)
+    if context.queries is None:
+        return _problem(503, "Not connected", "The console has no bus connection.", back=back)
+    try:
+        outcome = await context.queries.set_stop_policy(
+            action.kind, action.name, action.namespace, action.policy
+        )
+    except QueueNotFound as error:
+        return _problem(404, "Not found", f"{error}.", back=back)
+    except QueryError as error:
+        return _problem(409, "Not changed", str(error), back=back)
+    log.info(
+        "queue_stop_policy",
+        queue=action.where,
+        kind=action.kind,
+        policy=action.policy,
+        changed=outcome.changed,
+        reason="operator action in the console",
+    )
+    raise web.HTTPSeeOther(f"{back}?notice={action.notice(outcome)}")
 
 
 async def _healthz(_: web.Request) -> web.Response:
@@ -244,8 +274,8 @@ def build_app(context: Context, *, token: str | None, stopping: asyncio.Event) -
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/stream/{path:.*}", _stream)
     app.router.add_post(r"/jobs/{job_id:\d{1,12}}/cancel", _cancel)
-    app.router.add_post("/cq/{name}/stop", _stop_queue)
-    app.router.add_post("/cq/{name}/resume", _stop_queue)
+    app.router.add_post("/cq/{name}/{verb:stop|resume}", _stop_queue)
+    app.router.add_post("/lq/{namespace}/{name}/{verb:stop|resume}", _stop_queue)
     app.router.add_get("/{path:.*}", _page)
     app.on_shutdown.append(_end_streams)
     return app

@@ -13,10 +13,11 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from shared.bus import API_SUBJECT, STREAM, Bus
+from shared.bus import API_SUBJECT, CONFIG_BUCKET, STREAM, Bus
 from shared.events import AnyEvent, decode_event, subject_token
 from shared.fencing import LEASE_SUBJECTS, Fence, Verdict
 from shared.logging import get_logger
+from shared.queue_stop import QueueBusy, StopOutcome, StopPolicy, set_stop_policy
 
 __all__ = ["Queries", "QueryError"]
 
@@ -78,6 +79,19 @@ class Queries:
 
     async def cancel(self, job_id: int) -> dict[str, Any]:
         return await self.ask("recovery", "cancel", {"id": job_id, "name": None})
+
+    async def set_stop_policy(
+        self, kind: str, name: str, namespace: str, policy: StopPolicy
+    ) -> StopOutcome:
+        """Write a queue's stopPolicy (shared/queue_stop.py, as ``berth stop`` does);
+        :class:`QueueNotFound` for a queue that is not there, QueryError for the bus's refusal."""
+        try:
+            kv = await self.bus.kv(CONFIG_BUCKET)
+            return await set_stop_policy(kv, kind, name, namespace, policy)
+        except QueueBusy as error:
+            raise QueryError(str(error)) from error
+        except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as error:
+            raise QueryError(f"the bus refused the change: {error!r}") from error
 
     async def history(self, namespace: str, name: str) -> list[tuple[int, str, AnyEvent]]:
         """Every stored event about one workload, in stream order, read by subject.

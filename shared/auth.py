@@ -14,9 +14,10 @@ Users and what each may publish (subscribe permissions follow the same lines):
 - ``cli``: config (the ``berth-config`` bucket), workload commands for the watcher
   (``berth.cmd.submit|remove.>``: the active backend carries them out) and the services'
   request APIs, never a fact or a decision (it reads them: ``berth events``);
-- ``console``: the services' request APIs only (the web console's queries, and a cancel
-  behind the operator's token); it reads the event stream and the config, jobs and status
-  buckets;
+- ``console``: the services' request APIs (the web console's queries, and a cancel behind
+  the operator's token) and, behind the same token, the ClusterQueue and LocalQueue keys of
+  the config (a queue's stop or resume); it reads the event stream and the config, jobs and
+  status buckets;
 - ``reader``: nothing at all; it may follow the event stream (external tools);
 - ``admin``: everything (operators' own tools, the tests' audits).
 
@@ -82,9 +83,15 @@ _OWNED: dict[str, tuple[str, ...]] = {
         "berth.cmd.remove.>",
         "berth.api.>",
     ),
-    # The web console: status queries, and a managed job's cancel only with the operator's
-    # token (berth_console checks it); it never writes a decision, a fact or a record.
-    "console": ("berth.api.>",),
+    # The web console: status queries; behind the operator's token (berth_console checks
+    # it), a managed job's cancel and a queue's stop or resume, which is a write of the
+    # queue's object: of the config, only ClusterQueue and LocalQueue keys (shared/config.py
+    # object_key). It never writes a decision, a fact, a record or any other config.
+    "console": (
+        "berth.api.>",
+        "$KV.berth-config.clusterqueue.>",
+        "$KV.berth-config.localqueue.>",
+    ),
     "reader": (),
 }
 

@@ -78,7 +78,14 @@ PUBLISH_CASES = [
     ("console", "berth.cq.cq.admitted.default.job-a", False, "the console never publishes a decision"),
     ("console", "berth.wl.evicted.default.job-a", False, "nor a fact"),
     ("console", "$KV.berth-jobs.job.1", False, "nor writes a managed-job record"),
-    ("console", "$KV.berth-config.ClusterQueue.cq", False, "nor config"),
+    ("console", "$KV.berth-config.clusterqueue._.cq", True, "it stops and resumes a ClusterQueue (behind its token)"),
+    ("console", "$KV.berth-config.localqueue.team-a.lq", True, "and a LocalQueue"),
+    ("console", "$KV.berth-config.resourceflavor._.f", False, "but writes no other config: no flavor"),
+    ("console", "$KV.berth-config.workloadpriorityclass._.high", False, "no priority class"),
+    ("console", "$KV.berth-config.clusterqueuepolicy._.cq", False, "no ageing policy"),
+    ("console", "$KV.berth-secrets.job.1", False, "nor a managed job's secret"),
+    ("console", "berth.cmd.submit.default.job-a", False, "nor submits a workload"),
+    ("console", "$JS.API.STREAM.PURGE.KV_berth-config", False, "nor purges the config"),
     ("console", "$JS.API.STREAM.CREATE.KV_berth-jobs", False, "nor creates a bucket"),
     ("admission", "$KV.berth-leases.admission", True, "a service keeps its own lease"),
     ("admission", "$KV.berth-leases.preemption", False, "and no other role's"),
@@ -115,7 +122,7 @@ async def test_the_server_enforces_the_table(secured_url: str, store: Credential
     clients = {user: await _connect(secured_url, store, user) for user in users}
     refusals: dict[str, list[str]] = {user: [] for user in users}
     for user, client in clients.items():
-        client.nc._error_cb = _recorder(refusals[user])
+        client.on_error = _recorder(refusals[user])
     try:
         for user, subject, allowed, reason in PUBLISH_CASES:
             seen.clear()
@@ -193,10 +200,10 @@ async def test_cli_cannot_store_an_admission_and_reader_follows(
     try:
         await admission.ensure_stream()
         await admission.publish(_admitted(1))
-        cli.nc._error_cb = _quiet  # the violation is expected
+        cli.on_error = _quiet  # the violation is expected
         await cli.nc.publish("berth.cq.cq.admitted.default.job-a", b"{}")
         await cli.nc.flush()
-        reader.nc._error_cb = _quiet
+        reader.on_error = _quiet
         await reader.nc.publish("berth.wl.submitted.default.job-a", b"{}")
         await reader.nc.flush()
         await asyncio.sleep(0.2)

@@ -109,7 +109,7 @@ async def test_actions_need_the_token(
         async with http.post(console + "/jobs/1/cancel", data=data, headers=headers) as response:
             assert response.status == status
         async with http.post(console + "/cq/cq/stop", data=data, headers=headers) as response:
-            assert response.status == (501 if status == 503 else status)
+            assert response.status == status  # 503: no bus to write the queue with
 
 
 async def test_read_only_console_refuses_every_post(model: Model) -> None:

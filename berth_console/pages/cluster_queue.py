@@ -73,6 +73,7 @@ class ClusterQueueView(View):
                 f" within the cohort: {preemption.get('reclaimWithinCohort', 'Never')}",
             ),
             ("LocalQueues", ", ".join(local) or "none"),
+            ("Stop policy", spec.get("stopPolicy") or "None"),
         ]
         return join(render("<dt>$k</dt><dd>$v</dd>", k=key, v=value) for key, value in facts)
 
@@ -152,6 +153,50 @@ class ClusterQueueView(View):
             for row in held
         )
 
+    def _actions(self) -> Markup:
+        """Stop (HoldAndDrain, or Hold keeping what runs) and resume, for the ClusterQueue
+        and each of its LocalQueues: one form, its token typed once; each button posts to
+        its queue's action (berth_console/actions.py)."""
+        locals_ = sorted(
+            (lq["metadata"]["namespace"], lq["metadata"]["name"], lq.get("spec", {}))
+            for lq in self.model.local_queues
+            if lq.get("spec", {}).get("clusterQueue") == self.name
+        )
+        if not self.context.actions_enabled:
+            return render(
+                '<form class="action" aria-label="Queue actions"><button type="button" disabled'
+                ' aria-describedby="ro-note">Stop queue</button><button type="button" disabled'
+                ' aria-describedby="ro-note">Resume queue</button><span id="ro-note"'
+                ' class="muted">This console is read-only: start it with BERTH_CONSOLE_TOKEN to'
+                " allow actions.</span></form>"
+            )
+        cq = path_part(self.name)
+        rows = join(
+            render(
+                '<li>LocalQueue $ns/$lq ($policy) <button type="submit"'
+                ' formaction="/lq/$nsp/$lqp/stop">Stop $lq</button>'
+                '<button type="submit" formaction="/lq/$nsp/$lqp/resume">Resume $lq</button></li>',
+                ns=namespace,
+                lq=name,
+                nsp=path_part(namespace),
+                lqp=path_part(name),
+                policy=f"stopPolicy {spec.get('stopPolicy') or 'None'}",
+            )
+            for namespace, name, spec in locals_
+        )
+        return render(
+            '<form class="action" id="queue-actions" method="post" action="/cq/$cq/stop"'
+            ' aria-label="Queue actions"><label>Operator token <input type="password"'
+            ' name="token" required autocomplete="current-password"></label>'
+            '<label><input type="checkbox" name="keep_already_running"> Keep already running'
+            " (stop admits nothing new but lets admitted workloads finish)</label>"
+            '<button type="submit" id="stop-queue">Stop queue</button>'
+            '<button type="submit" id="resume-queue" formaction="/cq/$cq/resume">Resume queue'
+            '</button><ul class="local-queue-actions">$rows</ul></form>',
+            cq=cq,
+            rows=rows,
+        )
+
     def body(self, snapshot: Snapshot) -> Markup:
         if not snapshot.structure:
             return render(
@@ -163,11 +208,7 @@ class ClusterQueueView(View):
         return render(
             """<h1>ClusterQueue $name</h1>
 <dl class="facts" id="facts">$facts</dl>
-<form class="action" aria-label="Queue actions">
-<button type="button" disabled aria-describedby="stop-note">Stop queue</button>
-<button type="button" disabled aria-describedby="stop-note">Resume queue</button>
-<span id="stop-note" class="muted">Stopping or resuming a queue is not supported yet.</span>
-</form>
+$actions
 <h2>Quota</h2>$legend<div id="quota">$quota</div>
 <h2 id="pending-heading">Pending workloads, in admission order</h2>
 <table aria-labelledby="pending-heading"><thead><tr>
@@ -182,6 +223,7 @@ class ClusterQueueView(View):
 <th scope="col">Status</th><th scope="col">Admitted for</th></tr></thead>
 <tbody id="admitted">$admitted</tbody></table>""",
             name=self.name,
+            actions=self._actions(),
             facts=regions["facts"],
             legend=LEGEND,
             quota=regions["quota"],
