@@ -1,0 +1,118 @@
+"""Admission fair sharing within a ClusterQueue (Kueue's KEP 4136, ``admissionScope``).
+
+When a ClusterQueue sets ``admissionScope.admissionMode: UsageBasedAdmissionFairSharing`` and
+the Configuration sets ``admissionFairSharing``, its pending workloads are ordered across its
+LocalQueues by what each LocalQueue consumed lately: the LocalQueue with the least weighted
+consumption goes first, and within it the usual order holds.
+
+Consumption decays: each resource is an exponential moving average of what the LocalQueue's
+admitted workloads use, with half-life ``usageHalfLifeTime``. Berth folds it whenever the
+LocalQueue's usage changes or its value is read, with the time elapsed since the last fold,
+which is exact for usage that only changes at those moments (Kueue samples every
+``usageSamplingInterval`` instead). An admission also charges Kueue's entry penalty at once:
+its requests times the share one sampling interval would fold in, so a burst of admissions
+from one LocalQueue tilts the order before the next sample.
+
+Amounts are per resource name over every flavor, in units (cores, bytes), as Kueue's
+ResourceLists are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shared.config_fairness import AdmissionFairSharingSettings
+from shared.quota import FlavorResource
+
+__all__ = ["Ledger", "decayed", "per_resource", "weighted_usage"]
+
+Resources = dict[str, float]  # resource name -> amount in units
+
+
+def _alpha(elapsed: float, half_life: float) -> float:
+    """The share of the new value an average takes after ``elapsed`` (1 with no half-life)."""
+    if half_life <= 0:
+        return 1.0
+    return 1.0 - math.pow(0.5, max(elapsed, 0.0) / half_life)
+
+
+def decayed(
+    old: Mapping[str, float], new: Mapping[str, float], elapsed: float, half_life: float
+) -> Resources:
+    """Kueue's CalculateDecayedConsumed: ``old * (1 - a) + new * a``, ``a`` the share
+    ``elapsed`` gives the present (a half-life of 0 forgets the past at once)."""
+    alpha = _alpha(elapsed, half_life)
+    names = set(old) | set(new)
+    return {n: old.get(n, 0.0) * (1 - alpha) + new.get(n, 0.0) * alpha for n in sorted(names)}
+
+
+def weighted_usage(
+    consumed: Mapping[str, float], lq_weight: float, resource_weights: Mapping[str, float]
+) -> float:
+    """The number LocalQueues are ordered by, lowest first (Kueue's CalculateUsage): the sum
+    over resources of ``resourceWeights[r]`` (default 1) times the consumption, divided by the
+    LocalQueue's ``fairSharing.weight``; +inf for a weight of 0, so it goes last."""
+    total = sum(resource_weights.get(name, 1.0) * value for name, value in consumed.items())
+    if lq_weight <= 0:
+        return math.inf
+    return total / lq_weight
+
+
+def per_resource(usage: Mapping[FlavorResource, int]) -> Resources:
+    """Milli-units per (flavor, resource) as units per resource name."""
+    result: Resources = {}
+    for (_, resource), value in usage.items():
+        result[resource] = result.get(resource, 0.0) + value / 1000
+    return result
+
+
+@dataclass
+class _Entry:
+    consumed: Resources = field(default_factory=dict)
+    current: Resources = field(default_factory=dict)  # what its admitted workloads use now
+    since: float | None = None  # last fold
+
+
+class Ledger:
+    """The decayed consumption of every LocalQueue (keyed by (namespace, name))."""
+
+    def __init__(self, settings: AdmissionFairSharingSettings) -> None:
+        self.settings = settings
+        self._half_life = settings.half_life
+        self._penalty_share = _alpha(settings.sampling_interval, self._half_life)
+        self._entries: dict[tuple[str, str], _Entry] = {}
+
+    def _fold(self, lq: tuple[str, str], now: float) -> _Entry:
+        entry = self._entries.setdefault(lq, _Entry())
+        if entry.since is not None:
+            entry.consumed = decayed(
+                entry.consumed, entry.current, now - entry.since, self._half_life
+            )
+        entry.since = now if entry.since is None else max(entry.since, now)
+        return entry
+
+    def admitted(
+        self, lq: tuple[str, str], usage: Mapping[FlavorResource, int], sign: int, now: float
+    ) -> None:
+        """An admission of ``usage`` starts (1) or ends (-1); a start charges the penalty."""
+        entry = self._fold(lq, now)
+        amounts = per_resource(usage)
+        for name, value in amounts.items():
+            entry.current[name] = max(0.0, entry.current.get(name, 0.0) + sign * value)
+            if sign > 0:
+                entry.consumed[name] = entry.consumed.get(name, 0.0) + value * self._penalty_share
+
+    def seed(self, lq: tuple[str, str], consumed: Mapping[str, float], now: float) -> None:
+        """Start a LocalQueue's history from ``consumed`` (Kueue's persisted status)."""
+        entry = self._fold(lq, now)
+        entry.consumed = dict(consumed)
+
+    def consumed(self, lq: tuple[str, str], now: float) -> Resources:
+        """The LocalQueue's decayed consumption now (its status' consumedResources)."""
+        return dict(self._fold(lq, now).consumed)
+
+    def usage(self, lq: tuple[str, str], weight: float, now: float) -> float:
+        """The LocalQueue's weighted usage now (lower goes first)."""
+        return weighted_usage(self.consumed(lq, now), weight, self.settings.resource_weights)

@@ -1,0 +1,167 @@
+"""Admission fair sharing (services.admission.admission_fair_sharing, fair_queues).
+
+The decay and the usage are Kueue's formulas (pkg/util/admissionfairsharing); the ordering
+cases replay Kueue's TestScheduleForAFS (pkg/scheduler/scheduler_afs_test.go, named in the
+ids) on the ClusterQueue's pending queue.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from services.admission.admission_fair_sharing import Ledger, decayed, weighted_usage
+from services.admission.fair_queues import FairShareQueue
+from services.admission.model import QueuedWorkload
+from services.admission.queues import Record, order_key
+from shared.config_fairness import AdmissionFairSharingSettings
+from shared.events import PodSet, WorkloadRef
+
+DECAY = [
+    ("one half-life: half the old, half the new", {"cpu": 8.0}, {"cpu": 0.0}, 10, 10, 4.0),
+    ("two half-lives: a quarter of the old is left", {"cpu": 8.0}, {}, 20, 10, 2.0),
+    ("no time passed: nothing changes", {"cpu": 8.0}, {"cpu": 2.0}, 0, 10, 8.0),
+    ("a half-life of 0 forgets the past at once", {"cpu": 8.0}, {"cpu": 2.0}, 1, 0, 2.0),
+    ("the average moves toward what runs now", {}, {"cpu": 4.0}, 10, 10, 2.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "old", "new", "elapsed", "half_life", "cpu"), DECAY, ids=[d[0] for d in DECAY]
+)
+def test_consumption_decays_with_the_half_life(
+    why: str,
+    old: dict[str, float],
+    new: dict[str, float],
+    elapsed: float,
+    half_life: float,
+    cpu: float,
+) -> None:
+    """Kueue's CalculateDecayedConsumed."""
+    assert decayed(old, new, elapsed, half_life)["cpu"] == pytest.approx(cpu), why
+
+
+USAGE = [
+    ("resources add up with weight 1 each", {"cpu": 2.0, "memory": 3.0}, 1.0, {}, 5.0),
+    ("resourceWeights scale each resource", {"cpu": 2.0, "gpu": 1.0}, 1.0, {"gpu": 10.0}, 12.0),
+    ("the LocalQueue's weight divides the sum", {"cpu": 6.0}, 3.0, {}, 2.0),
+    ("weight 0 goes last even with no usage", {}, 0.0, {}, math.inf),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "consumed", "weight", "resource_weights", "usage"), USAGE, ids=[u[0] for u in USAGE]
+)
+def test_weighted_usage(
+    why: str,
+    consumed: dict[str, float],
+    weight: float,
+    resource_weights: dict[str, float],
+    usage: float,
+) -> None:
+    """Kueue's CalculateUsage, zero weights last (its fix for 0/0 sorting first)."""
+    assert weighted_usage(consumed, weight, resource_weights) == usage, why
+
+
+SETTINGS = AdmissionFairSharingSettings(usage_half_life_time="10s", usage_sampling_interval="1s")
+
+
+def test_an_admission_charges_the_entry_penalty_then_decays_toward_what_runs() -> None:
+    """An admission adds its requests times one sampling interval's share at once; then the
+    average moves toward the admitted usage, and back to 0 once it ends."""
+    ledger = Ledger(SETTINGS)
+    lq = ("team", "lq-a")
+    ledger.admitted(lq, {("default", "cpu"): 8000}, 1, now=100.0)
+    penalty = 8 * (1 - 0.5 ** (1 / 10))
+    assert ledger.consumed(lq, now=100.0)["cpu"] == pytest.approx(penalty)
+    assert ledger.consumed(lq, now=110.0)["cpu"] == pytest.approx(penalty / 2 + 4)
+    ledger.admitted(lq, {("default", "cpu"): 8000}, -1, now=110.0)
+    assert ledger.consumed(lq, now=120.0)["cpu"] == pytest.approx((penalty / 2 + 4) / 2)
+
+
+def _record(name: str, lq: str, t: float) -> Record:
+    wl = QueuedWorkload(
+        ref=WorkloadRef(namespace="default", name=name, uid=f"uid-{name}"),
+        local_queue=lq,
+        pod_sets=[PodSet(name="one", count=1, requests={"cpu": 8000})],
+        queue_time=t,
+    )
+    record = Record(wl)
+    record.key = order_key(0, t, wl.ref.uid)
+    return record
+
+
+ORDER = [
+    (
+        "admits workload from less active localqueue",
+        {"lq-a": {"cpu": 8.0}, "lq-b": {"cpu": 2.0}},
+        {},
+        [("wl-a1", "lq-a", 0.0), ("wl-b1", "lq-b", 1.0)],
+        "wl-b1",
+    ),
+    (
+        "does not prioritize a zero-weight localqueue",
+        {},
+        {"lq-zero": 0.0},
+        [("wl-z1", "lq-zero", 0.0), ("wl-a1", "lq-a", 1.0)],
+        "wl-a1",
+    ),
+    (
+        "schedules normally when queues have equal usage",
+        {"lq-a": {"cpu": 2.0}, "lq-b": {"cpu": 2.0}},
+        {},
+        [("wl-b1", "lq-b", 1.0), ("wl-a1", "lq-a", 0.0)],
+        "wl-a1",
+    ),
+    (
+        "berth: a heavier LocalQueue weight makes its usage count less",
+        {"lq-a": {"cpu": 8.0}, "lq-b": {"cpu": 2.0}},
+        {"lq-a": 8.0},
+        [("wl-a1", "lq-a", 1.0), ("wl-b1", "lq-b", 0.0)],
+        "wl-a1",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "consumed", "weights", "workloads", "head"), ORDER, ids=[o[0] for o in ORDER]
+)
+def test_kueue_admission_fair_sharing_order(
+    name: str,
+    consumed: dict[str, dict[str, float]],
+    weights: dict[str, float],
+    workloads: list[tuple[str, str, float]],
+    head: str,
+) -> None:
+    """The ClusterQueue's head comes from the LocalQueue with the least weighted usage."""
+    ledger = Ledger(SETTINGS)
+    for lq, resources in consumed.items():
+        ledger.seed(("default", lq), resources, now=0.0)
+    records: dict[str, Record] = {}
+    queue = FairShareQueue(
+        False, records, lambda lq: ledger.usage(lq, weights.get(lq[1], 1.0), now=0.0)
+    )
+    for workload, lq, t in workloads:
+        record = _record(workload, lq, t)
+        records[record.wl.ref.uid] = record
+        queue.push(record)
+    found = queue.head()
+    assert found is not None and found.wl.ref.name == head, name
+    assert queue.pending()[0] is found and queue.size == len(workloads)
+
+
+def test_the_head_moves_to_the_other_local_queue_as_usage_grows() -> None:
+    """After lq-b's admission charges its usage, lq-a's workload heads the ClusterQueue."""
+    ledger = Ledger(SETTINGS)
+    records: dict[str, Record] = {}
+    queue = FairShareQueue(False, records, lambda lq: ledger.usage(lq, 1.0, now=0.0))
+    for workload, lq, t in [("b1", "lq-b", 0.0), ("b2", "lq-b", 1.0), ("a1", "lq-a", 2.0)]:
+        record = records[f"uid-{workload}"] = _record(workload, lq, t)
+        queue.push(record)
+    first = queue.head()
+    assert first is not None and first.wl.ref.name == "b1"
+    queue.remove(first)
+    ledger.admitted(("default", "lq-b"), {("default", "cpu"): 8000}, 1, now=0.0)
+    second = queue.head()
+    assert second is not None and second.wl.ref.name == "a1"
