@@ -27,7 +27,14 @@ import pytest
 
 from shared.auth import CredentialStore
 from tests.conftest import FIXTURES, REPO, Stack, berth
-from tests.e2e import eventually, get_json, is_admitted, job_manifest, submit_manifest
+from tests.e2e import (
+    condition,
+    eventually,
+    get_json,
+    is_admitted,
+    job_manifest,
+    submit_manifest,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -338,3 +345,77 @@ def get_status(url: str, job_id: int) -> str:
 
     jobs = json.loads(berth("jobs", "queue", "-o", "json", url=url).stdout)
     return str(next(job["status"] for job in jobs if job["id"] == job_id))
+
+
+def _workload(url: str, name: str) -> dict[str, Any]:
+    return next(item for item in get_json(url, "workloads") if item["metadata"]["name"] == name)
+
+
+def _cluster_queue(url: str) -> dict[str, Any]:
+    return get_json(url, "clusterqueues")[0]
+
+
+def _queue_action(driver: WebDriver, token: str, button: str) -> None:
+    """Type the token into the queue page's form and press ``button`` (#stop-queue or
+    #resume-queue), again if a live update replaced the form meanwhile."""
+    for _ in range(5):
+        try:
+            driver.find_element(By.CSS_SELECTOR, "#queue-actions input[name=token]").send_keys(
+                token
+            )
+            driver.find_element(By.CSS_SELECTOR, button).click()
+            return
+        except StaleElementReferenceException:
+            time.sleep(0.1)
+    raise AssertionError("the queue form kept being replaced")
+
+
+def test_stop_then_resume_a_cluster_queue_from_its_page(
+    stack: Stack, console: Console, browser: WebDriver, tmp_path: Path
+) -> None:
+    """Issue 17: without the token a stop is refused and nothing changes; with it, the
+    ClusterQueue is stopped (HoldAndDrain: its running workload is evicted, a new one waits,
+    `berth get clusterqueues` shows it inactive), then resumed (both are admitted again)."""
+    url = stack.url
+    berth("apply", "-f", str(SETUP), url=url)
+    runner = job_manifest("runner", cpu=3, simulated_runtime="600s")
+    submit_manifest(url, tmp_path, runner)
+    eventually(lambda: is_admitted(_workload(url, "runner")))
+
+    assert _post(f"{console.url}/cq/cluster-queue/stop", {}) == 403
+    assert _post(f"{console.url}/cq/cluster-queue/stop", {"token": "guess"}) == 403
+    assert "stopPolicy" not in _cluster_queue(url)["spec"], "a refused stop wrote nothing"
+
+    browser.get(console.url + "/cq/cluster-queue")
+    live(browser)
+    _queue_action(browser, TOKEN, "#stop-queue")
+    until(browser, lambda d: "Queue stopped (HoldAndDrain)" in "".join(texts(d, "#main .notice")))
+    eventually(lambda: _cluster_queue(url)["spec"].get("stopPolicy") == "HoldAndDrain")
+    active = eventually(
+        lambda: (
+            condition(_cluster_queue(url), "Active")
+            if condition(_cluster_queue(url), "Active")["status"] == "False"  # type: ignore[index]
+            else None
+        )
+    )
+    assert "Stop" in active["reason"] + active["message"], active
+    evicted = eventually(
+        lambda: (
+            condition(_workload(url, "runner"), "Evicted")
+            if not is_admitted(_workload(url, "runner"))
+            else None
+        )
+    )
+    assert evicted is not None and evicted["reason"] == "ClusterQueueStopped", evicted
+    submit_manifest(url, tmp_path, job_manifest("newcomer", cpu=1, simulated_runtime="600s"))
+    waiting = eventually(lambda: condition(_workload(url, "newcomer"), "QuotaReserved"))
+    assert waiting["status"] == "False", waiting
+    until(browser, lambda d: "HoldAndDrain" in "".join(texts(d, "#facts dd")))
+    shoot(browser, tmp_path, "cluster-queue-stopped")
+
+    _queue_action(browser, TOKEN, "#resume-queue")
+    until(browser, lambda d: "Queue resumed" in "".join(texts(d, "#main .notice")))
+    eventually(lambda: is_admitted(_workload(url, "newcomer")))
+    eventually(lambda: is_admitted(_workload(url, "runner")))
+    assert "stopPolicy" not in _cluster_queue(url)["spec"]
+    shoot(browser, tmp_path, "cluster-queue-resumed")

@@ -188,8 +188,9 @@ class ClusterQueueView(View):
             '<form class="action" id="queue-actions" method="post" action="/cq/$cq/stop"'
             ' aria-label="Queue actions"><label>Operator token <input type="password"'
             ' name="token" required autocomplete="current-password"></label>'
-            '<label><input type="checkbox" name="keep_already_running"> Keep already running'
-            " (stop admits nothing new but lets admitted workloads finish)</label>"
+            '<label class="check"><input type="checkbox" name="keep_already_running">'
+            " Keep already running (stop admits nothing new but lets admitted workloads"
+            " finish)</label>"
             '<button type="submit" id="stop-queue">Stop queue</button>'
             '<button type="submit" id="resume-queue" formaction="/cq/$cq/resume">Resume queue'
             '</button><ul class="local-queue-actions">$rows</ul></form>',
