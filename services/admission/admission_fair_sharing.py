@@ -79,10 +79,14 @@ class Ledger:
     """The decayed consumption of every LocalQueue (keyed by (namespace, name))."""
 
     def __init__(self, settings: AdmissionFairSharingSettings) -> None:
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self.configure(settings)
+
+    def configure(self, settings: AdmissionFairSharingSettings) -> None:
+        """Take new settings; the history so far is kept."""
         self.settings = settings
         self._half_life = settings.half_life
         self._penalty_share = _alpha(settings.sampling_interval, self._half_life)
-        self._entries: dict[tuple[str, str], _Entry] = {}
 
     def _fold(self, lq: tuple[str, str], now: float) -> _Entry:
         entry = self._entries.setdefault(lq, _Entry())
@@ -94,14 +98,21 @@ class Ledger:
         return entry
 
     def admitted(
-        self, lq: tuple[str, str], usage: Mapping[FlavorResource, int], sign: int, now: float
+        self,
+        lq: tuple[str, str],
+        usage: Mapping[FlavorResource, int],
+        sign: int,
+        now: float,
+        *,
+        penalty: bool = True,
     ) -> None:
-        """An admission of ``usage`` starts (1) or ends (-1); a start charges the penalty."""
+        """An admission of ``usage`` starts (1) or ends (-1); a new one charges the penalty
+        (not one restored after a restart: it was charged when it was made)."""
         entry = self._fold(lq, now)
         amounts = per_resource(usage)
         for name, value in amounts.items():
             entry.current[name] = max(0.0, entry.current.get(name, 0.0) + sign * value)
-            if sign > 0:
+            if sign > 0 and penalty:
                 entry.consumed[name] = entry.consumed.get(name, 0.0) + value * self._penalty_share
 
     def seed(self, lq: tuple[str, str], consumed: Mapping[str, float], now: float) -> None:

@@ -1,0 +1,105 @@
+"""What the configuration says about fair sharing, and the status fields it adds.
+
+- ``Configuration.spec.fairSharing.enable``: heads of the ClusterQueues of a cohort tree go
+  by dominant resource share (:mod:`services.admission.fair_order`), and every ClusterQueue's
+  status carries ``fairSharing.weightedShare``;
+- ``Configuration.spec.admissionFairSharing`` with a ClusterQueue's ``admissionScope``: its
+  workloads go by their LocalQueue's decayed consumption
+  (:mod:`services.admission.admission_fair_sharing`), and each of its LocalQueues' status
+  carries ``fairSharing.admissionFairSharingStatus``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from services.admission.admission_fair_sharing import Ledger
+from services.admission.fair_order import Weights
+from services.admission.flavors import fmt_quantity
+from services.admission.model import LocalQueueKey
+from shared.config import ClusterQueue, Cohort, ConfigObject, Configuration, LocalQueue
+from shared.config_fairness import AdmissionFairSharingSettings
+from shared.quantities import parse_quantity
+from shared.quota import QuotaTree
+
+__all__ = ["Fairness"]
+
+
+class Fairness:
+    """Fair-sharing settings of one configuration; empty (all off) until built."""
+
+    def __init__(self) -> None:
+        self.enabled = False  # Configuration.spec.fairSharing.enable
+        self.weights = Weights((), ())
+        self.settings: AdmissionFairSharingSettings | None = None
+        self.usage_based: set[str] = set()  # ClusterQueues with admission fair sharing
+        self._lq_weights: dict[LocalQueueKey, float] = {}
+        self._lq_cq: dict[LocalQueueKey, str] = {}
+
+    @classmethod
+    def build(cls, objects: Iterable[ConfigObject]) -> Fairness:
+        objects = list(objects)
+        self = cls()
+        configurations = [o for o in objects if isinstance(o, Configuration)]
+        cluster_queues = [o for o in objects if isinstance(o, ClusterQueue)]
+        spec = configurations[0].spec if configurations else None
+        self.enabled = spec is not None and spec.fair_sharing.enable
+        self.weights = Weights(cluster_queues, [o for o in objects if isinstance(o, Cohort)])
+        self.settings = None if spec is None else spec.admission_fair_sharing
+        if self.settings is not None:
+            self.usage_based = {
+                cq.metadata.name
+                for cq in cluster_queues
+                if cq.spec.admission_scope is not None
+                and cq.spec.admission_scope.admission_mode == "UsageBasedAdmissionFairSharing"
+            }
+        for lq in objects:
+            if isinstance(lq, LocalQueue):
+                key = (lq.metadata.namespace or "default", lq.metadata.name)
+                self._lq_cq[key] = lq.spec.cluster_queue
+                if lq.spec.fair_sharing is not None:
+                    self._lq_weights[key] = parse_quantity(lq.spec.fair_sharing.weight) / 1000
+        return self
+
+    def lq_weight(self, lq: LocalQueueKey) -> float:
+        """A LocalQueue's ``fairSharing.weight`` (1 when unset or unknown, as Kueue)."""
+        return self._lq_weights.get(lq, 1.0)
+
+    def ledger(self, previous: Ledger | None) -> Ledger | None:
+        """The consumption ledger under these settings, keeping ``previous``'s history."""
+        if self.settings is None:
+            return None
+        if previous is None:
+            return Ledger(self.settings)
+        previous.configure(self.settings)
+        return previous
+
+    def cluster_queue_status(self, tree: QuotaTree, name: str) -> dict[str, Any]:
+        """``status.fairSharing`` of a ClusterQueue: its weightedShare, when enabled."""
+        node = tree.cluster_queues.get(name)
+        if not self.enabled or node is None:
+            return {}
+        return {"fairSharing": {"weightedShare": self.weights.share(node).rounded()}}
+
+    def local_queue_status(
+        self, ledger: Ledger | None, lq: LocalQueueKey, now: float
+    ) -> dict[str, Any]:
+        """``status.fairSharing.admissionFairSharingStatus`` of a LocalQueue whose
+        ClusterQueue uses admission fair sharing: consumedResources and lastUpdate."""
+        if ledger is None or self._lq_cq.get(lq) not in self.usage_based:
+            return {}
+        consumed = {
+            resource: fmt_quantity(resource, round(value * 1000))
+            for resource, value in ledger.consumed(lq, now).items()
+        }
+        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {
+            "fairSharing": {
+                "admissionFairSharingStatus": {
+                    "consumedResources": consumed,
+                    "lastUpdate": stamp,
+                },
+            }
+        }
