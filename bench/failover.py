@@ -61,6 +61,7 @@ from bench.eventlog import quota_violations, read_events, signed_in_as
 from berth_cli.launcher import LiveStack, start_stack
 from shared.auth import ClientAuth
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, STREAM, Bus, BusError
+from shared.bus.acks import AckTimeout
 from shared.config import encode_object, object_key, parse_object
 from shared.events import (
     AnyEvent,
@@ -72,7 +73,6 @@ from shared.events import (
 )
 from shared.fencing import fenced_log
 from shared.membership import Member, health_at, read_members
-from shared.publishing import AckTimeout
 from shared.workloads import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,

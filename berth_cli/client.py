@@ -11,7 +11,7 @@ import msgspec
 import nats.errors
 
 from berth_cli.exit_codes import ExitCode
-from shared.bus import API_SUBJECT, Bus, BusError
+from shared.bus import API_SUBJECT, Bus, BusError, BusSettings
 
 __all__ = ["CliError", "connect", "query_all"]
 
@@ -28,8 +28,8 @@ class CliError(click.ClickException):
 async def connect(url: str) -> AsyncIterator[Bus]:
     """A short-lived connection for one command; a clear error if Berth is not running."""
     try:
-        bus = await Bus.connect(url, source="cli", retry=False)
-    except BusError as error:
+        bus = await Bus.connect(url, source="cli", retry=False, settings=BusSettings.from_env())
+    except (BusError, ValueError) as error:
         raise CliError(
             f"{error} (is `berth up` running? set --nats-url or BERTH_NATS_URL)"
         ) from error

@@ -137,7 +137,7 @@ class BusFeed:
     async def _bucket(self, name: str) -> KeyValue | None:
         """The bucket, or None if it does not exist yet (the console never creates one)."""
         try:
-            return await self.bus.js.key_value(name)
+            return await self.bus.existing_kv(name)
         except nats.js.errors.BucketNotFoundError:
             return None
 

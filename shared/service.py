@@ -30,7 +30,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from shared.bus import Bus, nats_url_from_env
+from shared.bus import Bus, BusSettings, nats_url_from_env
 from shared.leadership import Leadership
 from shared.lease import LeaseSettings, replica_id_from_env, rfc3339
 from shared.logging import configure_logging, get_logger
@@ -207,10 +207,11 @@ async def _run(
     try:
         replica = replica_id_from_env(name)
         settings = LeaseSettings.from_env()
+        bus_settings = BusSettings.from_env()
     except ValueError as error:
         log.error("invalid_setting", service=name, reason=str(error))
         return 2
-    bus = await Bus.connect(nats_url, source=name, connect_timeout=30.0)
+    bus = await Bus.connect(nats_url, source=name, connect_timeout=30.0, settings=bus_settings)
     leadership = Leadership(
         bus=bus, role=name, replica=replica, settings=settings, on_lost=_exit_now
     )

@@ -4,15 +4,17 @@ import asyncio
 import time
 from collections.abc import Awaitable
 
+import nats.errors
 import nats.js.errors
 import pytest
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.kv import KeyValue
 
-from shared import bus as bus_module
-from shared.bus import STREAM, Bus
+from shared.bus import STREAM, BucketWatch, Bus, consuming, watching
+from shared.bus.acks import AckTimeout, AckTracker, PublishRefused
 from shared.events import AnyEvent, PodSet, WorkloadRef, WorkloadSubmitted, now
-from shared.publishing import AckTimeout, AckTracker, PublishRefused
+from shared.natsserver import NatsServer
 
 
 def _submitted(index: int) -> WorkloadSubmitted:
@@ -223,7 +225,7 @@ async def test_one_ack_covers_a_batch_and_a_failure_is_never_covered(
 ) -> None:
     """Durable consumers ack all up to a message. An event whose handler keeps failing is
     retried, then dropped with a log line; the events around it are handled, each once."""
-    monkeypatch.setattr(bus_module, "HANDLER_ATTEMPTS", 2)
+    monkeypatch.setattr(consuming, "HANDLER_ATTEMPTS", 2)
     bus = await _bus(nats_url)
     try:
         await bus.publish_many([_submitted(i) for i in range(10)])
@@ -363,21 +365,21 @@ async def test_a_stop_ends_a_bucket_follow_at_once(
     nats_url: str, monkeypatch: pytest.MonkeyPatch, follow: str
 ) -> None:
     """A follow loop ends as soon as its stop flag is set, whatever its idle timeout."""
-    monkeypatch.setattr(bus_module, "WATCH_IDLE_TIMEOUT_S", 30.0)
+    monkeypatch.setattr(watching, "WATCH_IDLE_TIMEOUT_S", 30.0)
     bus = await _bus(nats_url)
     try:
         kv = await bus.kv("follow-test")
         await kv.put("a", b"1")
-        watch, initial = await bus_module.BucketWatch.start(kv)
+        watch, initial = await BucketWatch.start(kv)
         assert [entry.key for entry in initial] == ["a"]
         seen: list[str] = []
         changed = asyncio.Event()
 
-        async def handle_one(entry: bus_module.KeyValue.Entry) -> None:
+        async def handle_one(entry: KeyValue.Entry) -> None:
             seen.append(entry.key)
             changed.set()
 
-        async def handle_many(entries: list[bus_module.KeyValue.Entry]) -> None:
+        async def handle_many(entries: list[KeyValue.Entry]) -> None:
             seen.extend(entry.key for entry in entries)
             changed.set()
 
@@ -387,6 +389,45 @@ async def test_a_stop_ends_a_bucket_follow_at_once(
         await kv.put("b", b"2")
         await asyncio.wait_for(changed.wait(), 5)
         assert seen == ["b"]
+        stopping.set()
+        await asyncio.wait_for(task, 5)
+    finally:
+        await bus.close()
+
+
+async def test_a_bucket_watch_resumes_after_nats_restarts(nats_server: NatsServer) -> None:
+    """A watch whose server restarted (its consumer gone with it) hands over the changes made
+    after the restart, each once: it resumes after the last revision it saw, not from the
+    bucket's current values again."""
+    bus = await _bus(nats_server.url)
+    try:
+        kv = await bus.kv("resume-test")
+        await kv.put("a", b"1")
+        watch, initial = await BucketWatch.start(kv)
+        assert [entry.key for entry in initial] == ["a"]
+        seen: list[str] = []
+        changed = asyncio.Event()
+
+        async def handle(entry: KeyValue.Entry) -> None:
+            seen.append(entry.key)
+            changed.set()
+
+        stopping = asyncio.Event()
+        task = asyncio.create_task(watch.follow(handle, stopping=stopping))
+        await kv.put("b", b"2")
+        await asyncio.wait_for(changed.wait(), 5)
+        changed.clear()
+        nats_server.stop()
+        nats_server.start()
+        for _ in range(100):  # until JetStream is back
+            try:
+                await kv.put("c", b"3")
+                break
+            except (nats.errors.Error, TimeoutError):
+                await asyncio.sleep(0.1)
+        await asyncio.wait_for(changed.wait(), 15)
+        await asyncio.sleep(0.2)  # room for a copy of "a" or "b", which must not come
+        assert seen == ["b", "c"]
         stopping.set()
         await asyncio.wait_for(task, 5)
     finally:

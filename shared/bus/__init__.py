@@ -1,0 +1,58 @@
+"""The message bus: NATS JetStream streams, durable consumers and key-value buckets.
+
+- :mod:`~shared.bus.settings`: the stream's and buckets' names, what a deployment sets;
+- :mod:`~shared.bus.connection`: connecting, riding out outages, opening streams and buckets;
+- :mod:`~shared.bus.publishing` (with :mod:`~shared.bus.acks`): pipelined publishes, retried
+  with the same message id while their outcome is unknown;
+- :mod:`~shared.bus.consuming` (with :mod:`~shared.bus.pulling`): batches handed to a
+  handler and acked once handled;
+- :mod:`~shared.bus.watching` (with :mod:`~shared.bus.keywatch`): buckets as list+watch;
+- :mod:`~shared.bus.errors`: what callers catch.
+
+Import from here: ``from shared.bus import Bus, STREAM``.
+"""
+
+from shared.bus.buckets import Bucket
+from shared.bus.client import Bus
+from shared.bus.consuming import Handler, Settling
+from shared.bus.errors import BusError
+from shared.bus.publishing import PUBLISH_ATTEMPTS, KeyUpdates, SentEvents, keep_publishing
+from shared.bus.pulling import decode_batch
+from shared.bus.settings import (
+    API_SUBJECT,
+    CONFIG_BUCKET,
+    DEFAULT_NATS_URL,
+    JOBS_BUCKET,
+    OBJECTS_BUCKET,
+    STATUS_BUCKET,
+    STREAM,
+    STREAM_SUBJECTS,
+    BusSettings,
+    nats_url_from_env,
+)
+from shared.bus.watching import BucketWatch, live_value
+
+__all__ = [
+    "API_SUBJECT",
+    "CONFIG_BUCKET",
+    "DEFAULT_NATS_URL",
+    "JOBS_BUCKET",
+    "OBJECTS_BUCKET",
+    "PUBLISH_ATTEMPTS",
+    "STATUS_BUCKET",
+    "STREAM",
+    "STREAM_SUBJECTS",
+    "Bucket",
+    "BucketWatch",
+    "Bus",
+    "BusError",
+    "BusSettings",
+    "Handler",
+    "KeyUpdates",
+    "SentEvents",
+    "Settling",
+    "decode_batch",
+    "keep_publishing",
+    "live_value",
+    "nats_url_from_env",
+]

@@ -1,0 +1,155 @@
+"""Pipelined JetStream publishes: many in flight on one connection, each ack matched to its
+publish by the reply subject.
+
+Why not nats-py's own calls: ``js.publish`` awaits one round trip per message, with a timer
+and a ``wait_for`` each; ``js.publish_async`` pipelines, but pays a timer-free future plus a
+semaphore and a random token per message, and its reply handler *raises* on an error reply
+instead of failing the future, so a refused publish (a compare-and-swap that lost) hung until
+the caller's own timeout; and both cost the busiest service much of its CPU. Here a publish
+is a future in a dict; one sweeper task fails the ones whose ack did not come in time (in
+send order, so it stops at the first still in time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from shared.logging import get_logger
+
+__all__ = [
+    "NO_RESPONDERS",
+    "WRONG_LAST_SEQUENCE",
+    "Ack",
+    "AckTimeout",
+    "AckTracker",
+    "PublishRefused",
+]
+
+log = get_logger("bus")
+
+WRONG_LAST_SEQUENCE = 10071  # JetStream's err_code for a failed compare-and-swap
+NO_RESPONDERS = 503  # no stream listens on the subject (yet)
+
+
+class PublishRefused(Exception):
+    """The server answered the publish with an error (``code`` 503: no stream took it)."""
+
+    def __init__(self, code: int, err_code: int, description: str) -> None:
+        super().__init__(f"publish refused: {description} (code {code}, err_code {err_code})")
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+
+
+class AckTimeout(Exception):
+    """No ack came in time: the publish may or may not have been stored."""
+
+
+class _ApiError(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class Ack(msgspec.Struct):
+    """What the stream answered: where the message went, or why not."""
+
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: _ApiError | None = None
+
+
+_decode_ack = msgspec.json.Decoder(Ack).decode
+
+
+class AckTracker:
+    """Owns the reply subscription and the sweeper task of one connection's publishes."""
+
+    def __init__(self, nc: Client, *, timeout: float) -> None:
+        self.nc = nc
+        self.timeout = timeout
+        self.prefix = ""
+        self._tokens = itertools.count()
+        # token -> (future, deadline); insertion order is send order, so deadlines ascend.
+        self._pending: dict[str, tuple[asyncio.Future[Ack], float]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def send(
+        self, subject: str, payload: bytes, headers: dict[str, str]
+    ) -> asyncio.Future[Ack]:
+        """Publish; the returned future holds the ack, or ``PublishRefused`` / ``AckTimeout``."""
+        if self._sweeper is None:
+            await self._start()
+        token = str(next(self._tokens))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Ack] = loop.create_future()
+        self._pending[token] = (future, loop.time() + self.timeout)
+        try:
+            await self.nc.publish(subject, payload, reply=self.prefix + token, headers=headers)
+        except nats.errors.Error:
+            self._pending.pop(token, None)
+            raise
+        return future
+
+    async def _start(self) -> None:
+        self.prefix = self.nc.new_inbox() + "."
+        await self.nc.subscribe(self.prefix + "*", cb=self._on_reply)
+        self._sweeper = asyncio.create_task(self._sweep(), name="bus.ack-sweeper")
+
+    async def _on_reply(self, msg: Msg) -> None:
+        held = self._pending.pop(msg.subject[len(self.prefix) :], None)
+        if held is None or held[0].done():
+            return  # timed out already (the retry carries the same message id)
+        future = held[0]
+        status = (msg.headers or {}).get("Status")
+        if status == str(NO_RESPONDERS):
+            future.set_exception(PublishRefused(NO_RESPONDERS, 0, "no stream for the subject"))
+            return
+        try:
+            ack = _decode_ack(msg.data)
+        except msgspec.DecodeError as error:
+            future.set_exception(PublishRefused(0, 0, f"unreadable ack: {error}"))
+            return
+        if ack.error is not None:
+            future.set_exception(
+                PublishRefused(ack.error.code, ack.error.err_code, ack.error.description)
+            )
+        else:
+            future.set_result(ack)
+
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(0.25, self.timeout / 4))
+            now = loop.time()
+            expired = []
+            for token, (_, deadline) in self._pending.items():
+                if deadline > now:
+                    break
+                expired.append(token)
+            for token in expired:
+                future, _ = self._pending.pop(token)
+                if not future.done():
+                    future.set_exception(AckTimeout(f"no ack within {self.timeout} s"))
+            if expired:
+                log.warning("acks_timed_out", count=len(expired), in_flight=len(self._pending))
+
+    async def close(self) -> None:
+        """Stop the sweeper; publishes still waiting are cancelled (nobody is left to retry)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                pass
+            self._sweeper = None
+        for future, _ in self._pending.values():
+            future.cancel()
+        self._pending.clear()

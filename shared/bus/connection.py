@@ -1,0 +1,263 @@
+"""One NATS connection with its JetStream context: connecting, riding out outages, the event
+stream and the buckets (:class:`Connection`, the base of ``Bus``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Self, TypeVar
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext, api
+from nats.js.kv import KeyValue
+
+from shared.auth import ClientAuth
+from shared.bus.acks import AckTracker
+from shared.bus.buckets import Bucket, Listeners, open_bucket
+from shared.bus.errors import BusError
+from shared.bus.pulling import PullPump
+from shared.bus.settings import STREAM, STREAM_SUBJECTS, BusSettings
+from shared.fencing import Fence
+from shared.logging import get_logger
+
+__all__ = ["DUPLICATE_WINDOW_S", "OUTAGE_SETTLE_S", "Connection", "ErrorCallback"]
+
+log = get_logger("bus")
+
+DUPLICATE_WINDOW_S = 120.0
+PUBLISH_ACK_TIMEOUT_S = 2.0
+# After a reconnect JetStream may take a while (streams recovering, a leader being elected)
+# before publishes are answered: for this long that still counts as the outage.
+OUTAGE_SETTLE_S = 30.0
+JETSTREAM_OUTAGE_S = 30.0  # how long setup calls wait out an unanswering JetStream
+
+T = TypeVar("T")
+ErrorCallback = Callable[[Exception], Awaitable[None]]
+RequestHandler = Callable[[str, bytes], Awaitable[dict[str, Any]]]
+
+
+class Connection:
+    """One NATS connection with its JetStream context, shared by a service's tasks."""
+
+    def __init__(self, *, source: str, settings: BusSettings | None = None) -> None:
+        self.nc = Client()
+        self.js: JetStreamContext = self.nc.jetstream()
+        self.source = source
+        self.settings = settings or BusSettings()
+        self.closing = False  # an intended close is not worth a "disconnected" warning
+        self.stopping = False  # the service is stopping: a publish no longer waits out outages
+        self.rides_out_outages = False  # connected with retry: publishes wait for NATS
+        self._reconnected_at = float("-inf")  # loop time of the last reconnect
+        self._resuming: asyncio.Task[None] | None = None
+        # Told of each asynchronous error nats-py reports (a permissions violation, say);
+        # by default a log line. Tests that expect a refusal set their own.
+        self.on_error: ErrorCallback = _log_error
+        # Told of each event that does not decode (shared.deadletter sets it; else a log line).
+        self.on_malformed: Callable[[Msg, str], None] | None = None
+        self.reconnects: Listeners = set()  # watches of this connection's buckets
+        self._pull_subscriptions: list[JetStreamContext.PullSubscription] = []
+        self._pumps: dict[int, PullPump] = {}  # id(pull subscription) -> its pump
+        self.acks = AckTracker(self.nc, timeout=PUBLISH_ACK_TIMEOUT_S)
+        self._wanted: dict[int, Callable[[str], bool]] = {}  # id(pull subscription) -> filter
+        self._fences: dict[int, Fence] = {}  # id(pull subscription) -> its fence
+        self.term = 0  # the lease term stamped on what this bus publishes (shared/lease.py)
+        # Set while this replica may act (shared/leadership.py): consumers wait while clear.
+        self.acting: asyncio.Event | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        source: str,
+        connect_timeout: float = 5.0,
+        retry: bool = True,
+        auth: ClientAuth | None = None,
+        settings: BusSettings | None = None,
+    ) -> Self:
+        """Connect, retrying the first connection for ``connect_timeout`` seconds.
+
+        ``auth``: the credentials and TLS material; by default those the environment names
+        for the user called ``source`` (:meth:`ClientAuth.from_env`). ``settings``: what the
+        deployment decided (:meth:`BusSettings.from_env`); by default a single-node one."""
+        bus = cls(source=source, settings=settings)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + connect_timeout
+        try:
+            options = (auth or ClientAuth.from_env(source)).connect_options(url)
+        except (OSError, ValueError) as error:
+            raise BusError(f"cannot use the bus credentials: {error}") from error
+        # "nats://a:4222,nats://b:4222": the servers of a cluster; nats-py picks one and fails
+        # over to the others.
+        servers = [server.strip() for server in url.split(",") if server.strip()]
+        bus.rides_out_outages = retry
+        while True:
+            try:
+                await bus.nc.connect(
+                    servers,
+                    **options,
+                    name=f"berth-{source}",
+                    connect_timeout=1,
+                    # A service waits for NATS and rides out outages; a CLI command fails fast
+                    # (nats-py counts -1 as "forever", the initial connection included).
+                    allow_reconnect=retry,
+                    max_reconnect_attempts=-1 if retry else 1,
+                    reconnect_time_wait=1,
+                    error_cb=bus._on_error,
+                    disconnected_cb=bus._on_disconnect,
+                    reconnected_cb=bus._on_reconnect,
+                )
+                bus.js = bus.nc.jetstream()
+                return bus
+            except (OSError, nats.errors.Error, TimeoutError) as error:
+                if _refused_credentials(error):
+                    raise BusError(
+                        f"NATS at {url} refused the credentials ({error}); set BERTH_CREDS"
+                        " to a seed file made by `berth up` or `berth creds init`"
+                    ) from error
+                if not retry or loop.time() >= deadline:
+                    raise BusError(f"cannot reach NATS at {url}: {error}") from error
+                await asyncio.sleep(0.1)
+
+    async def _on_error(self, error: Exception) -> None:
+        await self.on_error(error)
+
+    async def _on_disconnect(self) -> None:
+        if not self.closing:
+            log.warning("nats_disconnected")
+
+    async def _on_reconnect(self) -> None:
+        self._reconnected_at = asyncio.get_running_loop().time()
+        log.info("nats_reconnected")
+        for listener in list(self.reconnects):
+            listener()  # a watch: re-created by its own task
+        # A task: nats-py awaits this callback inside its reconnect loop.
+        self._resuming = asyncio.get_running_loop().create_task(self._resume())
+
+    async def _resume(self) -> None:
+        """Ask again now for the pumps' outstanding pull requests, which a restarted server
+        (or the node a reconnect lands on) never had: left to the pumps' watchdog, a Job
+        submitted just after a NATS restart waited for it to be seen."""
+        for pump in list(self._pumps.values()):
+            await pump.ask_again()
+
+    def _in_outage(self) -> bool:
+        """NATS is away, or came back less than :data:`OUTAGE_SETTLE_S` ago (a service only)."""
+        if not self.rides_out_outages or self.nc.is_closed:
+            return False
+        if not self.nc.is_connected or self.nc.is_reconnecting:
+            return True
+        return asyncio.get_running_loop().time() - self._reconnected_at < OUTAGE_SETTLE_S
+
+    # --- setup -----------------------------------------------------------------------------
+
+    async def ensure_stream(self) -> None:
+        """Create (or update) the event stream; idempotent, every service may call it."""
+        config = api.StreamConfig(
+            name=STREAM,
+            subjects=list(STREAM_SUBJECTS),
+            storage=api.StorageType.FILE,
+            retention=api.RetentionPolicy.LIMITS,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_msg_size=1 << 20,
+            num_replicas=self.settings.stream_replicas,
+        )
+
+        async def ensure() -> None:
+            try:
+                await self.js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                # err 10058: the stream exists with another config; bring it up to date.
+                await self.js.update_stream(config)
+
+        await _through_jetstream_outage(ensure, what=f"stream {STREAM}")
+
+    async def kv(self, bucket: str, *, history: int = 1, ttl: float | None = None) -> KeyValue:
+        """Open a key-value bucket, creating it on first use (``ttl``: a key not written for
+        that many seconds goes away)."""
+
+        async def open_it() -> KeyValue:
+            return await open_bucket(
+                self.nc,
+                self.js,
+                bucket,
+                history=history,
+                ttl=ttl,
+                replicas=self.settings.stream_replicas,
+                reconnects=self.reconnects,
+            )
+
+        return await _through_jetstream_outage(open_it, what=f"bucket {bucket}")
+
+    async def existing_kv(self, bucket: str) -> KeyValue:
+        """Open a key-value bucket that exists, never creating it (a reader such as the
+        console); nats-py's ``BucketNotFoundError`` when it does not exist (yet)."""
+        return await Bucket.existing(self.nc, self.js, bucket, reconnects=self.reconnects)
+
+    async def last_sequence(self) -> int:
+        """The sequence of the newest message in the event stream (0 when empty)."""
+        info = await self.js.stream_info(STREAM)
+        return info.state.last_seq
+
+    async def serve_requests(
+        self, subject: str, answer: RequestHandler, *, queue: str = ""
+    ) -> Subscription:
+        """Answer core request/reply on ``subject`` (wildcards allowed) with JSON.
+
+        ``answer(verb, data)`` gets the subject's last token and the request body. Every
+        request gets a reply, an error included, never a silent timeout for the asker.
+        """
+
+        async def on_request(msg: Msg) -> None:
+            verb = msg.subject.rsplit(".", 1)[-1]
+            try:
+                reply = await answer(verb, msg.data or b"{}")
+            except msgspec.DecodeError as error:
+                reply = {"error": f"bad request: {error}"}
+            except Exception as error:
+                log.exception("request_failed", subject=msg.subject)
+                reply = {"error": f"internal error: {error!r}"}
+            if msg.reply:
+                await msg.respond(msgspec.json.encode(reply))
+
+        # ``queue``: replicas of a service answer as a queue group, one reply per request.
+        return await self.nc.subscribe(subject, queue=queue, cb=on_request)
+
+
+async def _through_jetstream_outage(call: Callable[[], Awaitable[T]], *, what: str) -> T:
+    """Run a setup call (a stream or bucket opened or made), retrying while JetStream does
+    not answer: in a NATS cluster's first seconds, or while a killed node's Raft groups elect
+    new leaders, such calls time out or find no responder, and a service that gave up there
+    exited while starting. An answer that is an error (a refusal) is raised at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + JETSTREAM_OUTAGE_S
+    delay = 0.1
+    while True:
+        try:
+            return await call()
+        except (
+            TimeoutError,
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.js.errors.ServiceUnavailableError,
+        ) as error:
+            if loop.time() + delay > deadline:
+                raise
+            log.warning("jetstream_unanswered", what=what, error=repr(error))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def _refused_credentials(error: BaseException) -> bool:
+    """NATS answered, and said no: retrying with the same credentials cannot help."""
+    text = str(error).lower()
+    return "authorization violation" in text or "authentication" in text
+
+
+async def _log_error(error: Exception) -> None:
+    log.warning("nats_error", error=repr(error))

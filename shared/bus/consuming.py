@@ -1,0 +1,390 @@
+"""Durable and replay consumers: batches handed to a handler, acked once handled
+(:class:`Consuming`, a part of ``Bus``).
+
+Consumers keep pull requests outstanding (:class:`~shared.bus.pulling.PullPump`), hand
+whatever has arrived to the handler as one batch, and ack only after the handler returned:
+one ack for the batch (durable consumers ack all up to a message); a handler that raises gets
+the same batch again here, so a later ack never covers a batch that failed; a malformed
+message is logged and skipped (never redelivered forever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from shared.bus.connection import Connection
+from shared.bus.pulling import PULL_EXPIRES_S, PullPump, decode_batch
+from shared.bus.settings import JS_API_PREFIX, STREAM
+from shared.events import AnyEvent
+from shared.fencing import LEASE_SUBJECTS, MARKER_PREFIX, Fence, fence_before, screen
+from shared.logging import get_logger
+from shared.subjects import subject_matcher
+
+__all__ = ["HANDLER_ATTEMPTS", "Consuming", "Handler", "Settling"]
+
+log = get_logger("bus")
+
+HANDLER_ATTEMPTS = 10  # a batch whose handler keeps raising is retried this often, then split
+
+# What a handler may leave in flight when it returns (see Consuming.consume).
+Settling = Awaitable[None]
+Handler = Callable[[list[AnyEvent]], Awaitable[Settling | None]]
+
+
+class Consuming(Connection):
+    """What ``Bus`` does to consume the event stream."""
+
+    async def durable_subscription(
+        self,
+        durable: str,
+        subjects: Sequence[str],
+        *,
+        max_ack_pending: int = 20_000,
+        most_of_stream: bool = False,
+        keep_subject: Callable[[str], bool] | None = None,
+    ) -> JetStreamContext.PullSubscription:
+        """A durable pull consumer on some subjects: a restarted service resumes where it was.
+
+        ``most_of_stream``: the subjects are most of what the stream carries, so the
+        consumer reads everything and keeps its subjects here (see :meth:`_filtered`);
+        ``keep_subject`` narrows them further, before anything is decoded.
+        """
+        config = api.ConsumerConfig(
+            durable_name=durable,
+            # One ack per batch: acking each message cost the busiest consumer a tenth of its
+            # CPU and nats-server as many ack messages as events.
+            ack_policy=api.AckPolicy.ALL,
+            deliver_policy=api.DeliverPolicy.ALL,
+            # Markers travel with the events they fence (shared/fencing.py).
+            filter_subjects=[] if most_of_stream else [*subjects, LEASE_SUBJECTS],
+            max_ack_pending=max_ack_pending,
+            ack_wait=30.0,
+        )
+        try:
+            await self.js.add_consumer(STREAM, config)
+        except nats.js.errors.APIError:  # 10012, "ack policy can not be updated", or other
+            if not await self._recreated_with_new_ack_policy(config):
+                raise  # some other change to the consumer was refused
+        subscription = await self.js.pull_subscribe_bind(durable, stream=STREAM)
+        # It resumes after its ack floor: its fence starts from the markers stored up to there.
+        floor = (await self.js.consumer_info(STREAM, durable)).ack_floor
+        resume = (floor.stream_seq if floor and floor.stream_seq else 0) + 1
+        self._fences[id(subscription)] = await fence_before(self.js, stream=STREAM, sequence=resume)
+        if not most_of_stream:
+            self._pull_subscriptions.append(subscription)
+            return subscription
+        return self._filtered(subscription, subjects, keep_subject)
+
+    async def _recreated_with_new_ack_policy(self, config: api.ConsumerConfig) -> bool:
+        """A durable consumer made by an older Berth acks each message, and NATS cannot
+        change a consumer's ack policy: recreate it to resume after its ack floor (what was
+        acked beyond the floor comes again; handlers are idempotent)."""
+        assert config.durable_name is not None
+        old = await self.js.consumer_info(STREAM, config.durable_name)
+        if old.config.ack_policy == config.ack_policy:
+            return False
+        resume = (old.ack_floor.stream_seq if old.ack_floor else 0) + 1
+        await self.js.delete_consumer(STREAM, config.durable_name)
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = resume
+        await self.js.add_consumer(STREAM, config)
+        log.info("consumer_recreated", consumer=config.durable_name, resume_at=resume)
+        return True
+
+    async def replay_subscription(
+        self, subjects: Sequence[str]
+    ) -> JetStreamContext.PullSubscription:
+        """An ephemeral consumer reading the whole stream from its first message.
+
+        For a service whose state is the fold of every event (admission): no acks to keep;
+        it wants most of the stream, so its subjects are kept here (see :meth:`_filtered`).
+        """
+        config = api.ConsumerConfig(
+            ack_policy=api.AckPolicy.NONE,
+            deliver_policy=api.DeliverPolicy.ALL,
+            inactive_threshold=60.0,
+        )
+        subscription = await self.js.pull_subscribe("", stream=STREAM, config=config)
+        return self._filtered(subscription, subjects)
+
+    def _filtered(
+        self,
+        subscription: JetStreamContext.PullSubscription,
+        subjects: Sequence[str],
+        keep_subject: Callable[[str], bool] | None = None,
+    ) -> JetStreamContext.PullSubscription:
+        """A consumer that wants most of the stream reads all of it and keeps ``subjects``
+        here, before decoding.
+
+        Why not the server's ``filter_subjects``: with several filters, a consumer that lags
+        makes nats-server find each next message by walking the block's whole index of
+        subjects once subjects repeat in it (``firstMatchingMulti``; every workload has
+        subjects of its own), several times the CPU of reading everything. Unfiltered, the
+        next message is the next sequence.
+        A consumer that wants a small part (the watcher's decisions) keeps the server's
+        filter: receiving and acking the rest would cost it more.
+        """
+        self._pull_subscriptions.append(subscription)
+        matcher = subject_matcher([*subjects, LEASE_SUBJECTS])
+        self._wanted[id(subscription)] = (
+            matcher
+            if keep_subject is None
+            else lambda s: (keep_subject(s) and matcher(s)) or s.startswith(MARKER_PREFIX)
+        )
+        return subscription
+
+    def _decode(
+        self, subscription: JetStreamContext.PullSubscription, messages: Sequence[Msg]
+    ) -> list[AnyEvent]:
+        """The events of a batch, kept to the subjects this consumer filters here, that pass
+        its fence."""
+        events = decode_batch(messages, self._wanted.get(id(subscription)), self.on_malformed)
+        return screen(self.fence(subscription), events)
+
+    def fence(self, subscription: JetStreamContext.PullSubscription) -> Fence:
+        """The fence this consumer's events pass (shared/fencing.py): void events and markers
+        never reach a handler; its ``term(role)`` shows how far the consumer has read."""
+        return self._fences.setdefault(id(subscription), Fence())
+
+    async def consume(
+        self,
+        subscription: JetStreamContext.PullSubscription,
+        handler: Handler,
+        *,
+        stopping: asyncio.Event,
+        batch: int = 512,
+        settling_batches: int = 8,
+    ) -> None:
+        """Fetch batches until ``stopping`` is set, handing each batch to ``handler``; for
+        durable consumers (acks all up to a message).
+
+        A handler may return what it still has in flight (an awaitable: writes sent, acks
+        not in yet). The next batch is handed over at once, and a batch is acked, in order,
+        once its own settling is done; up to ``settling_batches`` batches may be settling.
+        Why: the watcher's bookkeeping round trip per batch held every admission that came
+        meanwhile, leaving quota idle for a round trip per workload.
+
+        What was handed over is always finished (handled, settled and acked) before the
+        loop returns, so a SIGTERM drains in-flight work instead of dropping it.
+        """
+        queue: asyncio.Queue[tuple[Msg, list[AnyEvent], Settling | None] | None] = asyncio.Queue(
+            maxsize=settling_batches
+        )
+        acker = asyncio.create_task(self._ack_in_order(queue, handler, stopping))
+        try:
+            async for messages in self.batches(subscription, stopping=stopping, batch=batch):
+                events = self._decode(subscription, messages)
+                if self.acting is not None and not await _acting_again(self.acting, stopping):
+                    break  # stopped while its lease was suspended: this batch stays unacked
+                handled, settling = await self._handle(events, handler, stopping=stopping)
+                if not handled:
+                    break  # stopped while retrying: this batch stays unacked
+                if not await _hand_over(queue, (messages[-1], events, settling), acker):
+                    if settling is not None:  # finished, though it will not be acked
+                        await asyncio.gather(settling, return_exceptions=True)
+                    break  # acking failed (the connection): nothing more is acked
+            await _hand_over(queue, None, acker)
+            await acker
+        finally:
+            if not acker.done():
+                await _cancelled(acker)
+            # Whatever arrived but was not handled goes back now (not after ack_wait), and no
+            # pull request of ours outlives the loop to take messages nobody will read.
+            for msg in await self._close_pump(subscription):
+                try:
+                    await msg.nak()
+                except nats.errors.Error:
+                    break
+
+    async def _ack_in_order(
+        self,
+        queue: asyncio.Queue[tuple[Msg, list[AnyEvent], Settling | None] | None],
+        handler: Handler,
+        stopping: asyncio.Event,
+    ) -> None:
+        """Ack each handed-over batch once it has settled, in order (an ack covers every
+        earlier message). A batch whose settling failed is handled again, settled within
+        the retries, before its ack."""
+        while (item := await queue.get()) is not None:
+            last, events, settling = item
+            if settling is not None:
+                try:
+                    await settling
+                except Exception:
+                    log.exception("settling_failed", count=len(events))
+                    handled, _ = await self._handle(events, handler, stopping=stopping, settle=True)
+                    if not handled:
+                        return  # stopped: unacked, so it is delivered again after a restart
+            await last.ack()  # and, by the ack policy, all before it
+
+    async def _handle(
+        self,
+        events: list[AnyEvent],
+        handler: Handler,
+        *,
+        stopping: asyncio.Event,
+        settle: bool = False,
+    ) -> tuple[bool, Settling | None]:
+        """Hand one batch to the handler until it succeeds: (False, None) if the service
+        stopped first, else (True, what the handler left settling). With ``settle``, that
+        settling is awaited within each attempt.
+
+        Why here and not by nak and redelivery: an ack covers every earlier message, so the
+        next batch's ack would cover a failed one. A batch that fails ``HANDLER_ATTEMPTS``
+        times is handled one event at a time, and an event that still fails is logged and
+        dropped (what max_deliver used to do), so one poison event cannot stop the service.
+        """
+
+        delay = 0.1
+        for number in range(1, HANDLER_ATTEMPTS + 1):
+            try:
+                if settle:
+                    await _settled(handler(events))
+                    return True, None
+                return True, await handler(events)
+            except Exception:
+                log.exception("handler_failed", count=len(events), attempt=number)
+            if await _stopped_within(stopping, delay):
+                return False, None
+            delay = min(delay * 2, 5.0)
+        for event in events:
+            for _ in range(3):
+                try:
+                    await _settled(handler([event]))  # one at a time, each settled
+                    break
+                except Exception:
+                    if await _stopped_within(stopping, delay):
+                        return False, None
+            else:
+                log.error(
+                    "event_dropped",
+                    event_id=event.id,
+                    workload=event.workload.key,
+                    reason=f"its handler failed {HANDLER_ATTEMPTS + 3} times",
+                )
+        return True, None
+
+    async def replay_to_end(
+        self,
+        subscription: JetStreamContext.PullSubscription,
+        fold: Callable[[list[AnyEvent]], None],
+    ) -> int:
+        """Fold every stored event through ``fold``; returns how many messages there were.
+
+        For services whose state is the fold of the whole stream: they call this at start and
+        decide nothing until it returns. What arrives after the end stays buffered for
+        :meth:`next_batch`.
+        """
+        if (await subscription.consumer_info()).num_pending == 0:
+            await self._pump(subscription)  # live from here on
+            return 0
+        pump = await self._pump(subscription)
+        count = 0
+        while True:
+            # Not interruptible: a replay cut short would leave the service deciding on half
+            # its state; a stop during it waits for the end (or the grace period).
+            messages = await pump.take(2000, wait=PULL_EXPIRES_S, interruptible=False)
+            if not messages:
+                if (await subscription.consumer_info()).num_pending == 0:
+                    return count
+                continue
+            fold(self._decode(subscription, messages))
+            count += len(messages)
+            if messages[-1].metadata.num_pending == 0:
+                return count
+
+    async def next_batch(
+        self, subscription: JetStreamContext.PullSubscription, *, wait: float
+    ) -> list[AnyEvent] | None:
+        """The events that arrived (all of them, returned as soon as there is one), [] when
+        none came within ``wait`` s, None once the connection is closed."""
+        if self.nc.is_closed or self.nc.is_draining:
+            return None
+        pump = await self._pump(subscription)
+        messages = await pump.take(None, wait=wait)
+        return self._decode(subscription, messages)
+
+    async def batches(
+        self,
+        subscription: JetStreamContext.PullSubscription,
+        *,
+        stopping: asyncio.Event,
+        batch: int = 512,
+        idle_timeout: float = 0.5,
+    ) -> AsyncIterator[list[Msg]]:
+        pump = await self._pump(subscription)
+        while not stopping.is_set():
+            if self.nc.is_closed or self.nc.is_draining:
+                return
+            messages = await pump.take(batch, wait=idle_timeout)
+            if messages:
+                yield messages
+
+    async def _pump(self, subscription: JetStreamContext.PullSubscription) -> PullPump:
+        pump = self._pumps.get(id(subscription))
+        if pump is None:
+            info = await subscription.consumer_info()
+            next_subject = f"{JS_API_PREFIX}.CONSUMER.MSG.NEXT.{info.stream_name}.{info.name}"
+            pump = await PullPump.open(self.nc, next_subject)
+            self._pumps[id(subscription)] = pump
+        return pump
+
+    async def _close_pump(self, subscription: JetStreamContext.PullSubscription) -> list[Msg]:
+        pump = self._pumps.pop(id(subscription), None)
+        return [] if pump is None else await pump.close()
+
+
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _hand_over(queue: asyncio.Queue[Any], item: Any, acker: asyncio.Task[None]) -> bool:
+    """Put ``item`` on the acker's queue, waiting for room; False if the acker ended."""
+    if acker.done():
+        return False
+    try:
+        queue.put_nowait(item)
+        return True
+    except asyncio.QueueFull:
+        pass
+    put = asyncio.create_task(queue.put(item))
+    await asyncio.wait({put, acker}, return_when=asyncio.FIRST_COMPLETED)
+    if put.done():
+        return True
+    await _cancelled(put)
+    return False
+
+
+async def _settled(handled: Awaitable[Settling | None]) -> None:
+    settling = await handled
+    if settling is not None:
+        await settling
+
+
+async def _acting_again(acting: asyncio.Event, stopping: asyncio.Event) -> bool:
+    """Whether this replica may act on the batch in hand: at once while its lease is renewed,
+    else once a renewal ends the suspension; False if it stops first."""
+    if acting.is_set():
+        return True
+    waits = [asyncio.create_task(acting.wait()), asyncio.create_task(stopping.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        await _cancelled(wait)
+    return acting.is_set() and not stopping.is_set()
+
+
+async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
+    try:
+        await asyncio.wait_for(stopping.wait(), seconds)
+        return True
+    except TimeoutError:
+        return False

@@ -1,0 +1,191 @@
+"""Publishing events and updating keys, pipelined, with retries of unknown outcomes
+(:class:`Publishing`, a part of ``Bus``).
+
+Every publish carries ``Nats-Msg-Id`` = the event's id, and a publish that times out is
+retried with the *same* id: its outcome was unknown, and the stream's duplicate window drops
+the copy if the first attempt was in fact stored. Hot paths publish in pipelined batches
+(:meth:`Publishing.publish_many`), never one awaited ack at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from shared.bus.acks import NO_RESPONDERS, WRONG_LAST_SEQUENCE, Ack, AckTimeout, PublishRefused
+from shared.bus.buckets import Bucket
+from shared.bus.connection import Connection
+from shared.bus.errors import BusError, NoStream
+from shared.events import Event, encode_event, subject_for
+from shared.logging import get_logger
+
+__all__ = ["PUBLISH_ATTEMPTS", "KeyUpdates", "Publishing", "SentEvents", "keep_publishing"]
+
+log = get_logger("bus")
+
+PUBLISH_ATTEMPTS = 5
+PUBLISH_BACKOFF_CAP_S = 2.0
+
+
+def keep_publishing(attempt: int, *, outage: bool, stopping: bool) -> bool:
+    """Whether a publish whose outcome is still unknown after ``attempt`` tries is tried again.
+
+    A service rides out a NATS outage (the server restarting, a cluster electing a leader):
+    while the connection is down or has just come back, it retries without limit, unless it
+    is stopping (then its unacked batch is redelivered to the next run). Otherwise, and for a
+    client that does not reconnect (the CLI), it gives up after :data:`PUBLISH_ATTEMPTS`.
+    """
+    return attempt < PUBLISH_ATTEMPTS or (outage and not stopping)
+
+
+class SentEvents:
+    """Events sent and not yet acknowledged (:meth:`Publishing.send_many`)."""
+
+    def __init__(
+        self,
+        bus: Publishing,
+        prepared: list[tuple[str, bytes, str]],
+        futures: list[asyncio.Future[Ack]],
+    ) -> None:
+        self.bus = bus
+        self.prepared = prepared  # subject, payload, message id
+        self.futures = futures
+
+    async def settle(self) -> None:
+        """Wait for every ack; publish again (same id) any that failed or went unanswered."""
+        for (subject, payload, msg_id), future in zip(self.prepared, self.futures, strict=True):
+            try:
+                await future
+            except (AckTimeout, PublishRefused):
+                await self.bus.publish_raw(subject, payload, msg_id)
+
+
+class KeyUpdates:
+    """Key updates sent and not yet acknowledged (:meth:`Publishing.send_key_updates`)."""
+
+    def __init__(self, keys: list[str], futures: list[asyncio.Future[Ack]]) -> None:
+        self.keys = keys
+        self.futures = futures
+
+    async def outcomes(self) -> list[int | Exception]:
+        """Each update's new revision, or ``KeyWrongLastSequenceError`` (the swap lost),
+        ``AckTimeout`` (unknown, or no stream answered: read the key again) or ``BusError``."""
+        outcomes: list[int | Exception] = []
+        for key, future in zip(self.keys, self.futures, strict=True):
+            try:
+                outcomes.append((await future).seq)
+            except PublishRefused as refused:
+                if refused.err_code == WRONG_LAST_SEQUENCE:
+                    outcomes.append(nats.js.errors.KeyWrongLastSequenceError(refused.description))
+                elif refused.code == NO_RESPONDERS:
+                    # The bucket's stream has no leader this instant (a NATS cluster electing
+                    # one): not stored, try again, as after a timeout (and as publishes do).
+                    outcomes.append(AckTimeout(f"update of {key}: {refused.description}"))
+                else:
+                    outcomes.append(BusError(f"update of {key} refused: {refused.description}"))
+            except AckTimeout as timeout:
+                outcomes.append(timeout)
+        return outcomes
+
+
+class Publishing(Connection):
+    """What ``Bus`` does to publish: events to the stream, values to buckets."""
+
+    async def publish(self, event: Event) -> Ack:
+        """Publish one event and wait for the stream to store it (retrying on timeout)."""
+        return await self.publish_raw(*self._prepared(event))
+
+    def _prepared(self, event: Event) -> tuple[str, bytes, str]:
+        """Subject, payload and message id of an event, stamped with this bus's lease term:
+        ``term``, and ``-t<term>`` on the id, so that a new leader's decision is never dropped
+        as a copy of a deposed leader's void one (docs/events.md)."""
+        if self.term:
+            event = msgspec.structs.replace(event, term=self.term, id=f"{event.id}-t{self.term}")
+        return subject_for(event), encode_event(event), event.id
+
+    async def publish_raw(self, subject: str, payload: bytes, msg_id: str) -> Ack:
+        """Publish a prepared message until the stream stores it, or give up (BusError)."""
+        headers = {"Nats-Msg-Id": msg_id}
+        delay = 0.1
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._acked(subject, payload, headers)
+            except (AckTimeout, nats.errors.Error, NoStream) as error:
+                # Unknown outcome: retry with the same id, the duplicate window dedupes.
+                # No responders for the stream is an outage too, even on a connection that
+                # stayed up: in a NATS cluster, the stream's leader died and its Raft group
+                # elects another, which takes seconds. Giving up after PUBLISH_ATTEMPTS
+                # failed the watcher's finish round, so the service stopped with Finished
+                # reports unsent while their terminal statuses were stored: no watcher ever
+                # reported them, and their quota stayed held (bench/failover.py).
+                outage = self._in_outage() or (
+                    isinstance(error, NoStream) and self.rides_out_outages
+                )
+                if not keep_publishing(attempt, outage=outage, stopping=self.stopping):
+                    raise BusError(f"publish to {subject} failed: {error!r}") from error
+                log.warning(
+                    "publish_retry",
+                    subject=subject,
+                    attempt=attempt,
+                    outage=outage,
+                    error=repr(error),
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, PUBLISH_BACKOFF_CAP_S)
+
+    async def _acked(self, subject: str, payload: bytes, headers: dict[str, str]) -> Ack:
+        try:
+            return await (await self.acks.send(subject, payload, headers))
+        except PublishRefused as refused:
+            if refused.code == NO_RESPONDERS:
+                raise NoStream(str(refused)) from refused  # the stream may be coming up
+            raise BusError(f"publish to {subject} refused: {refused.description}") from refused
+
+    async def publish_many(self, events: Sequence[Event]) -> None:
+        """Publish a batch pipelined (one round trip for all), then retry any that failed."""
+        await (await self.send_many(events)).settle()
+
+    async def send_many(self, events: Sequence[Event]) -> SentEvents:
+        """Send the batch of :meth:`publish_many` and return at once: the caller may send
+        more (key updates) before it awaits ``settle()``, one round trip for all."""
+        prepared = [self._prepared(e) for e in events]
+        futures = [
+            await self.acks.send(subject, payload, {"Nats-Msg-Id": msg_id})
+            for subject, payload, msg_id in prepared
+        ]
+        return SentEvents(self, prepared, futures)
+
+    async def update_key(self, kv: KeyValue, key: str, value: bytes, *, last: int) -> int:
+        """``kv.update`` (compare-and-swap on the key's last revision), pipelined like a
+        publish; returns the new revision. A lost swap raises
+        ``nats.js.errors.KeyWrongLastSequenceError``, as ``kv.update`` does; an unanswered
+        one raises ``AckTimeout`` (whether it was stored is unknown: read the key again)."""
+        [outcome] = await (await self.send_key_updates(kv, [(key, value, last)])).outcomes()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def send_key_updates(
+        self, kv: KeyValue, updates: Sequence[tuple[str, bytes, int | None]]
+    ) -> KeyUpdates:
+        """Many :meth:`update_key` (key, value, last revision) sent at once; this returns
+        before the acks, so the caller may send more (a publish) before it awaits
+        ``outcomes()``, one round trip for all. A last revision of None is a plain put."""
+        if not isinstance(kv, Bucket):
+            raise TypeError(f"update a bucket opened by Bus.kv, not {type(kv).__name__}")
+        futures = [
+            await self.acks.send(
+                f"{kv.prefix}{key}",
+                value,
+                {} if last is None else {"Nats-Expected-Last-Subject-Sequence": str(last)},
+            )
+            for key, value, last in updates
+        ]
+        return KeyUpdates([key for key, _, _ in updates], futures)

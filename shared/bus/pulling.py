@@ -1,0 +1,159 @@
+"""Pull consumers kept fed (:class:`PullPump`) and the decoding of what they deliver."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from shared.events import AnyEvent, decode_event
+from shared.logging import get_logger
+
+__all__ = ["PULL_EXPIRES_S", "PullPump", "decode_batch"]
+
+log = get_logger("bus")
+
+PULL_EXPIRES_S = 5.0  # an outstanding pull request lives this long, then is renewed
+
+
+class PullPump:
+    """A pull consumer kept fed: pull requests stay outstanding, so the server pushes each
+    message the moment it is stored, and :meth:`take` hands over whatever has arrived.
+
+    Why not nats-py's ``fetch(n, timeout)``: once its first message has come it keeps waiting
+    for ``n`` messages or the whole timeout, so with the services' 0.2-0.5 s timeouts a lone
+    event waited up to that long; and it reads each message through its own task +
+    wait_for. Here messages land in a list from a subscription callback, and one wake-up
+    takes them all.
+
+    Accounting, as nats.go's ``Consume`` does it: ``requested`` is what outstanding requests
+    may still deliver; a delivered message takes one off, a 408/409 status takes off what its
+    request had left (``Nats-Pending-Messages``). Below half a batch, a new request tops it up.
+    """
+
+    BATCH = 512
+
+    def __init__(self, nc: Client, next_subject: str) -> None:
+        self.nc = nc
+        self.next_subject = next_subject
+        self.inbox = nc.new_inbox()
+        self.buffer: list[Msg] = []
+        self.arrived = asyncio.Event()
+        self.requested = 0
+        self.last_request = 0.0
+        self.last_heard = 0.0
+        self.closed = False
+        self.interrupted = False
+        self.subscription: Any = None
+
+    @classmethod
+    async def open(cls, nc: Client, next_subject: str) -> PullPump:
+        pump = cls(nc, next_subject)
+        pump.subscription = await nc.subscribe(pump.inbox, cb=pump._on_message)
+        await pump.top_up()
+        return pump
+
+    async def top_up(self) -> None:
+        """Ask for more if what is outstanding fell below half a batch."""
+        if self.closed or self.requested > self.BATCH // 2:
+            return
+        want = self.BATCH - self.requested
+        self.requested += want
+        self.last_request = time.monotonic()
+        request = {"batch": want, "expires": int(PULL_EXPIRES_S * 1e9)}
+        try:
+            await self.nc.publish(self.next_subject, json.dumps(request).encode(), reply=self.inbox)
+        except nats.errors.Error:
+            self.requested -= want  # closed or reconnecting: the watchdog asks again
+
+    async def ask_again(self) -> None:
+        """Forget what we count as outstanding and ask anew: after a reconnect, a restarted
+        server (or another node) knows nothing of our requests."""
+        self.requested = 0
+        await self.top_up()
+
+    async def _on_message(self, msg: Msg) -> None:
+        self.last_heard = time.monotonic()
+        status = JetStreamContext.is_status_msg(msg)
+        if status is None:
+            self.requested -= 1
+            self.buffer.append(msg)
+            self.arrived.set()
+        elif status != "100":  # not a heartbeat: the request ended (expired, or refused)
+            left = (msg.headers or {}).get("Nats-Pending-Messages")
+            self.requested = self.requested - int(left) if left is not None else 0
+        self.requested = max(self.requested, 0)
+        await self.top_up()
+
+    def interrupt(self) -> None:
+        """The service is stopping: :meth:`take` stops waiting, now and from now on."""
+        self.interrupted = True
+        self.arrived.set()
+
+    async def take(
+        self, limit: int | None, *, wait: float, interruptible: bool = True
+    ) -> list[Msg]:
+        """What has arrived (at most ``limit``), waiting up to ``wait`` s for the first
+        (not at all once interrupted, if ``interruptible``)."""
+        if not self.buffer and not (interruptible and self.interrupted):
+            self.arrived.clear()
+            try:
+                await asyncio.wait_for(self.arrived.wait(), wait)
+            except TimeoutError:
+                await self._watchdog()
+                return []
+        if limit is None or len(self.buffer) <= limit:
+            batch, self.buffer = self.buffer, []
+        else:
+            batch, self.buffer = self.buffer[:limit], self.buffer[limit:]
+        if not self.buffer:
+            self.arrived.clear()
+        return batch
+
+    async def _watchdog(self) -> None:
+        """Quiet for longer than a request lives: whatever we count as outstanding is not
+        (a lost status, a reconnect); ask again rather than wait forever."""
+        now = time.monotonic()
+        if now - max(self.last_request, self.last_heard) > 2 * PULL_EXPIRES_S:
+            await self.ask_again()
+
+    async def close(self) -> list[Msg]:
+        """Stop asking; returns the messages that arrived and were never taken."""
+        self.closed = True
+        if self.subscription is not None:
+            try:
+                await self.subscription.unsubscribe()
+            except (nats.errors.Error, ValueError):
+                pass
+        leftover, self.buffer = self.buffer, []
+        return leftover
+
+
+def decode_batch(
+    messages: Sequence[Msg],
+    wanted: Callable[[str], bool] | None = None,
+    malformed: Callable[[Msg, str], None] | None = None,
+) -> list[AnyEvent]:
+    """Decode a fetched batch into events; messages whose subject ``wanted`` refuses are
+    skipped undecoded, a malformed one is skipped (acking past it drops it) and handed to
+    ``malformed`` (a dead letter), else logged."""
+    events: list[AnyEvent] = []
+    for msg in messages:
+        if wanted is not None and not wanted(msg.subject):
+            continue
+        try:
+            events.append(decode_event(msg.data))
+        except msgspec.DecodeError as error:
+            if malformed is not None:
+                malformed(msg, str(error))
+            else:
+                log.error("malformed_event", subject=msg.subject, error=str(error))
+    return events
