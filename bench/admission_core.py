@@ -112,7 +112,7 @@ def main() -> None:
     decisions = scheduler.schedule()
     first = time.perf_counter() - start
     admitted = [d for d in decisions if isinstance(d, Admission)]
-    attempted = scheduler.decisions
+    attempted = scheduler.tried
 
     # Steady state: finish 1% of admitted workloads, one pass admits what fits again.
     steady_decisions = 0
@@ -121,11 +121,10 @@ def main() -> None:
         batch = admitted[round_ * 50 : (round_ + 1) * 50]
         for admission in batch:
             scheduler.finish(admission.ref)
-        counted = scheduler.decisions
         start = time.perf_counter()
         scheduler.schedule()
         steady_time += time.perf_counter() - start
-        steady_decisions += scheduler.decisions - counted
+        steady_decisions += scheduler.tried
 
     violations = scheduler.quota.violations()
     print(

@@ -1,10 +1,10 @@
 """The opt-in borrowing rule's bookkeeping: who waits for room, at which rank."""
 
-from services.admission.waiting import WaitingForRoom
+from services.admission.waiting import Rank, WaitingForRoom
 
 
-def by_priority(priority: int) -> tuple[float, int]:
-    return (0.0, -priority)  # the rank without wait targets
+def by_priority(priority: int) -> Rank:
+    return Rank(0.0, -priority)  # the rank without wait targets
 
 
 def test_best_waiting_priority_per_root() -> None:
@@ -35,8 +35,8 @@ def test_add_again_moves_a_workload_to_its_new_rank() -> None:
 
 def test_with_deadlines_the_earliest_deadline_is_best_whatever_its_priority() -> None:
     waiting = WaitingForRoom()
-    waiting.add("old-small", "c", (24.0, -50))
-    waiting.add("new-large", "c", (31.0, -200))
+    waiting.add("old-small", "c", Rank(24.0, -50))
+    waiting.add("new-large", "c", Rank(31.0, -200))
     assert waiting.best("c") == (24.0, -50)
     assert waiting.remove("new-large") is None  # not the best: nobody's wait changes
     assert waiting.remove("old-small") == "c"
@@ -44,9 +44,9 @@ def test_with_deadlines_the_earliest_deadline_is_best_whatever_its_priority() ->
 
 def test_stale_entries_do_not_pile_up() -> None:
     waiting = WaitingForRoom()
-    waiting.add("keeper", "c", (0.0, -1))
+    waiting.add("keeper", "c", Rank(0.0, -1))
     for round_ in range(1000):
-        waiting.add(f"w{round_}", "c", (float(round_), 0))
+        waiting.add(f"w{round_}", "c", Rank(float(round_), 0))
         waiting.remove(f"w{round_}")
     assert waiting.best("c") == (0.0, -1)
     assert len(waiting._heaps["c"]) < 200  # rebuilt, not 1001 entries

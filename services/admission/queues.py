@@ -20,10 +20,12 @@ either, so a backlog of a thousand identical jobs costs one try per change, not 
 from __future__ import annotations
 
 import heapq
-from typing import Final
+from enum import Enum
+from typing import NamedTuple
 
 from services.admission.flavors import pod_sets_shape
 from services.admission.model import QueuedWorkload
+from services.admission.waiting import Rank
 from shared.events import FlavorAssignment
 from shared.quota import FlavorResource
 
@@ -34,15 +36,33 @@ __all__ = [
     "ClusterQueueQueue",
     "OrderKey",
     "Record",
+    "State",
     "order_key",
     "standing",
 ]
 
-PENDING, ADMITTED, FINISHED = 0, 1, 2
 
-# (-rank: nominated 2, reserved 1, else 0; deadline; -priority; queue time; uid)
-OrderKey = tuple[int, float, int, float, str]
-_UID: Final = 4  # where the uid sits in an OrderKey
+class State(Enum):
+    """Where a workload is in the core's books."""
+
+    PENDING = "pending"
+    ADMITTED = "admitted"
+    FINISHED = "finished"
+
+
+# The members as module constants: a global is read ~6x faster than an Enum attribute.
+PENDING, ADMITTED, FINISHED = State.PENDING, State.ADMITTED, State.FINISHED
+
+
+class OrderKey(NamedTuple):
+    """A queued workload's place in its ClusterQueue: smaller goes first. The identity of
+    the object is the identity of the record's live heap entry (see the module docstring)."""
+
+    rank: int  # -2 nominated, -1 reserved, 0 anyone else
+    deadline: float  # 0 without wait targets (and for a reservation)
+    minus_priority: int  # -effective priority (0 for a reservation: its clock decides)
+    clock: float  # queue time; a reservation's ageing clock (``since``)
+    uid: str
 
 
 def order_key(
@@ -60,15 +80,15 @@ def order_key(
     (``since``), earliest first, whatever their priorities: the starvation bound counts on
     that order, which never changes (docs/ageing.md)."""
     if reserved and not nominated:
-        return (-1, 0.0, 0, since, uid)
+        return OrderKey(-1, 0.0, 0, since, uid)
     rank = 2 if nominated else 1 if reserved else 0
-    return (-rank, deadline, -priority, queue_time, uid)
+    return OrderKey(-rank, deadline, -priority, queue_time, uid)
 
 
-def standing(key: OrderKey) -> tuple[float, int]:
-    """(deadline, -priority): where a queued workload stands against another, reservations
-    and nominations aside (the deadline is 0 without wait targets)."""
-    return (key[1], key[2])
+def standing(key: OrderKey) -> Rank:
+    """Where a queued workload stands against another, reservations and nominations aside
+    (the deadline is 0 without wait targets)."""
+    return Rank(key.deadline, key.minus_priority)
 
 
 class Record:
@@ -91,7 +111,7 @@ class Record:
 
     def __init__(self, wl: QueuedWorkload) -> None:
         self.wl = wl
-        self.state = PENDING
+        self.state: State = PENDING
         self.cq = ""  # resolved (pending) or admitting (admitted) ClusterQueue
         self.base: int | None = None  # resolved base priority
         self.key: OrderKey | None = None  # live heap entry; None when not queued
@@ -146,7 +166,7 @@ class ClusterQueueQueue:
         self.size = 0  # queued records, parked included
 
     def _live(self, key: OrderKey) -> Record | None:
-        record = self.records.get(key[_UID])
+        record = self.records.get(key.uid)
         if record is None or record.key is not key or record.parked:
             return None
         return record
@@ -197,12 +217,12 @@ class ClusterQueueQueue:
         group = self.parked.get(shape)
         while group:
             key = heapq.heappop(group)
-            record = self.records.get(key[_UID])
+            record = self.records.get(key.uid)
             if record is None or record.key is not key or not record.parked:
                 continue  # removed, re-placed or released since
             record.parked = False
             # A fresh entry: the old one was popped (or is stale) when it was parked.
-            record.key = (key[0], key[1], key[2], key[3], key[_UID])
+            record.key = OrderKey(*key)
             heapq.heappush(self.heap, record.key)
             break
         if group is not None and not group:
@@ -213,9 +233,9 @@ class ClusterQueueQueue:
         found: dict[str, Record] = {}
         for group in self.parked.values():
             for key in group:
-                record = self.records.get(key[_UID])
+                record = self.records.get(key.uid)
                 if record is not None and record.parked and record.key is key:
-                    found[key[_UID]] = record
+                    found[key.uid] = record
         return list(found.values())
 
     def pending(self) -> list[Record]:
@@ -223,16 +243,16 @@ class ClusterQueueQueue:
         seen: set[str] = set()
         result: list[Record] = []
         for key in self.heap:
-            record = self.records.get(key[_UID])
-            if record is not None and record.key is key and key[_UID] not in seen:
-                seen.add(key[_UID])
+            record = self.records.get(key.uid)
+            if record is not None and record.key is key and key.uid not in seen:
+                seen.add(key.uid)
                 result.append(record)
         for group in self.parked.values():
             for key in group:
-                record = self.records.get(key[_UID])
+                record = self.records.get(key.uid)
                 if record is not None and record.parked and record.key is key:
-                    if key[_UID] not in seen:
-                        seen.add(key[_UID])
+                    if key.uid not in seen:
+                        seen.add(key.uid)
                         result.append(record)
         result.sort(key=lambda record: record.key or ())
         return result

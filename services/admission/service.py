@@ -43,7 +43,6 @@ from shared.events import (
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadPending,
-    WorkloadRef,
     WorkloadSubmitted,
 )
 from shared.logging import get_logger
@@ -65,12 +64,7 @@ class AdmissionService:
         self.scheduler = Scheduler()
         self.records: dict[str, WorkloadRecord] = {}  # uid -> display record
         self.config = ConfigMirror()
-        self.boosts: dict[str, PriorityBoosted] = {}  # uid -> recovery's latest ageing boost
         self.bounds = AgeingBook()
-        # Preemptions in flight: preemptor uid -> victims still leaving, and back.
-        self.leaving: dict[str, set[str]] = {}
-        self.preemptor_of: dict[str, WorkloadRef] = {}
-        self.released: list[WorkloadRef] = []  # preemptors whose victims have all left
         self.pending_throttle = PendingThrottle(PENDING_MESSAGE_INTERVAL_S)
         self.limits = ExecutionLimits()  # maximumExecutionTimeSeconds
         self.deciding = False  # this replica leads and its fold has passed its marker
@@ -130,7 +124,7 @@ class AdmissionService:
             ref = event.workload
             record = self.records.get(ref.uid)
             if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):
-                self._victim_left(ref.uid)
+                self.scheduler.left(ref)
             if isinstance(event, WorkloadFinished | WorkloadDeleted):
                 self.pending_throttle.forget(ref.uid)  # never pending again
             if isinstance(event, WorkloadEvicted | WorkloadFinished):
@@ -189,16 +183,7 @@ class AdmissionService:
                         record.on_eviction_requested(event)
                     if event.reason == EXEC_REASON:  # a replay knows it is deactivated
                         self.limits.exceeded.add(ref.uid)
-                    # A victim that finished before the request frees nothing more and will
-                    # never be reported leaving: nominating for it would hold the preemptor's
-                    # ClusterQueue blocked (the Kueue benchmark's preemption, running behind,
-                    # picked thousands of such victims).
-                    if event.preemptor is not None and self.scheduler.holds_quota(
-                        ref, event.generation
-                    ):
-                        self.scheduler.nominate(event.preemptor)
-                        self.leaving.setdefault(event.preemptor.uid, set()).add(ref.uid)
-                        self.preemptor_of[ref.uid] = event.preemptor
+                    self.scheduler.eviction_requested(ref, event.generation, event.preemptor)
                 case WorkloadDeleted():
                     self.limits.forget(ref.uid)
                     if record is not None:
@@ -215,9 +200,12 @@ class AdmissionService:
                     if record is not None:
                         since = 0.0 if event.since is None else event.since.timestamp()
                         self.scheduler.set_boost(
-                            ref, event.boost, reserved=event.reserved, since=since
+                            ref,
+                            event.boost,
+                            reserved=event.reserved,
+                            since=since,
+                            can_preempt=event.can_preempt,
                         )
-                        self.boosts[ref.uid] = event
 
     def _stand_by(self) -> None:
         """Not deciding: keep the scheduler's config in step (the leader drains what a
@@ -225,17 +213,6 @@ class AdmissionService:
         self.deciding = False
         if self.config.take_change():
             self.scheduler.set_config(self.config.values())
-
-    def _victim_left(self, uid: str) -> None:
-        preemptor = self.preemptor_of.pop(uid, None)
-        if preemptor is None:
-            return
-        leaving = self.leaving.get(preemptor.uid)
-        if leaving is not None:
-            leaving.discard(uid)
-            if not leaving:
-                del self.leaving[preemptor.uid]
-                self.released.append(preemptor)
 
     def _drain(self) -> list[Event]:
         """Evictions for what a HoldAndDrain queue has admitted (once per admission)."""
@@ -282,33 +259,18 @@ class AdmissionService:
             events.append(event)
         return events
 
-    def _preempting_priority(self, ref: WorkloadRef) -> int:
-        """The priority a pending workload preempts with: its ageing boost only if allowed,
-        so that a boosted job never ping-pongs with the job that preempted it."""
-        effective = self.scheduler.effective_priority(ref)
-        boost = self.boosts.get(ref.uid)
-        if boost is None or boost.can_preempt:
-            return effective
-        return effective - boost.boost
-
     async def _decide(self) -> None:
         drains: list[Event] = []
         if self.config.take_change():
             self.scheduler.set_config(self.config.values())
             drains = self._drain()
         started = time.perf_counter()
-        tried = self.scheduler.decisions
-        decisions = self.scheduler.schedule()
-        if self.scheduler.decisions > tried:  # a pass that tried a workload: an attempt
+        decisions = self.scheduler.schedule()  # also ends the nominations whose victims left
+        if self.scheduler.tried:  # a pass that tried a workload: an attempt
             metrics.attempt(
                 admitted_any=any(isinstance(d, Admission) for d in decisions),
                 seconds=time.perf_counter() - started,
             )
-        # A nomination ends with its evictions: a preemptor that still does not fit must not
-        # hold its ClusterQueue (preemption looks at it again).
-        for preemptor in self.released:
-            self.scheduler.unnominate(preemptor)
-        self.released.clear()
         if not decisions and not drains:
             return
         outgoing: list[Event] = drains
@@ -360,7 +322,7 @@ class AdmissionService:
                     cluster_queue=decision.cluster_queue or "_",
                     reason=decision.reason,
                     message=decision.message,
-                    priority=self._preempting_priority(decision.ref),
+                    priority=self.scheduler.preempting_priority(decision.ref),
                     preemption_may_help=decision.preemption_may_help,
                     contested=[
                         ContestedResource(f, r, amount) for f, r, amount in decision.contested

@@ -9,10 +9,20 @@ deadline first with them.
 from __future__ import annotations
 
 import heapq
+from typing import NamedTuple
 
 __all__ = ["Rank", "WaitingForRoom"]
 
-Rank = tuple[float, int]
+
+class Rank(NamedTuple):
+    """Where a pending workload stands for yielding: lower is better."""
+
+    deadline: float  # 0 without wait targets
+    minus_priority: int
+
+    @property
+    def priority(self) -> int:
+        return -self.minus_priority
 
 
 class WaitingForRoom:
