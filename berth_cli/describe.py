@@ -42,6 +42,7 @@ _REASONS = {
     "RemoveWorkload": "RemoveRequested",
     "PriorityBoosted": "AgeingBoost",
     "JobStatusChanged": "JobStatus",
+    "WorkloadPodsReady": "PodsReady",
 }
 _WARNINGS = {"WorkloadPending", "EvictionRequested", "WorkloadEvicted"}
 
@@ -145,6 +146,19 @@ def _conditions(obj: dict[str, Any]) -> list[str]:
     return ["  Conditions:", *_table(headers, rows, indent=4)]  # under Status, as kubectl
 
 
+def _admission_checks(obj: dict[str, Any]) -> list[str]:
+    """Kueue's status.admissionChecks as a table under Status (none: nothing)."""
+    checks = obj.get("status", {}).get("admissionChecks", [])
+    if not checks:
+        return []
+    rows = [
+        [c["name"], c["state"], c.get("lastTransitionTime", ""), c.get("message", "")]
+        for c in checks
+    ]
+    headers = ["Name", "State", "Last Transition", "Message"]
+    return ["  Admission Checks:", *_table(headers, rows, indent=4)]
+
+
 def event_rows(bodies: list[dict[str, Any]]) -> list[list[str]]:
     """Events as kubectl lists them: Type (Normal|Warning), Reason, Age, From, Message."""
     rows = []
@@ -191,6 +205,7 @@ async def describe_workload(bus: Bus, name: str, namespace: str) -> list[str]:
         f"{SUBJECT_ROOT}.cq.*.*.{tail}",
         f"{SUBJECT_ROOT}.cmd.*.{tail}",
         f"{SUBJECT_ROOT}.job.boost.{tail}",
+        f"{SUBJECT_ROOT}.check.*.{tail}",  # admission checks' answers
     ]
     uid = workload["metadata"].get("uid")
     # A name may be reused: only this workload's events (a removal names no uid).
@@ -201,9 +216,10 @@ async def describe_workload(bus: Bus, name: str, namespace: str) -> list[str]:
     ]
     status = dict(workload.get("status", {}))
     status.pop("conditions", None)
+    status.pop("admissionChecks", None)
     lines = _header(workload)
     lines += ["Spec:", *fields(workload.get("spec", {}), 2)]
-    lines += ["Status:", *fields(status, 2), *_conditions(workload)]
+    lines += ["Status:", *fields(status, 2), *_conditions(workload), *_admission_checks(workload)]
     return [*lines, *_events(bodies)]
 
 

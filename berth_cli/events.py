@@ -39,6 +39,7 @@ IDLE_WAIT_S = 0.25  # how often a quiet tap looks at its stop flag
 EVENT_TYPES: dict[str, tuple[str, str]] = {
     "WorkloadSubmitted": ("wl", "submitted"),
     "WorkloadStarted": ("wl", "started"),
+    "WorkloadPodsReady": ("wl", "podsready"),
     "WorkloadFinished": ("wl", "finished"),
     "WorkloadEvicted": ("wl", "evicted"),
     "WorkloadDeleted": ("wl", "deleted"),
@@ -51,20 +52,22 @@ EVENT_TYPES: dict[str, tuple[str, str]] = {
     "RemoveWorkload": ("cmd", "remove"),
     "PriorityBoosted": ("job", "boost"),
     "JobStatusChanged": ("job", "status"),
+    # berth.check.<check>.<ns>.<name>: the check's name is where a verb would be.
+    "AdmissionCheckUpdated": ("check", ""),
 }
-_FAMILIES = ("wl", "cq", "cmd", "job")
+_FAMILIES = ("wl", "cq", "cmd", "job", "check")
 
 
 def resolve_types(names: Sequence[str]) -> frozenset[str]:
     """Event types from what a user typed: the type (``WorkloadAdmitted``) or its subject
     verb (``admitted``), in any case."""
     by_word = {name.lower(): name for name in EVENT_TYPES}
-    by_word.update({verb: name for name, (_, verb) in EVENT_TYPES.items()})
+    by_word.update({verb: name for name, (_, verb) in EVENT_TYPES.items() if verb})
     chosen = set()
     for name in names:
         found = by_word.get(name.lower())
         if found is None:
-            known = ", ".join(sorted({verb for _, verb in EVENT_TYPES.values()}))
+            known = ", ".join(sorted({verb for _, verb in EVENT_TYPES.values() if verb}))
             raise CliError(f"unknown event type {name!r}; use a type name or one of: {known}")
         chosen.add(found)
     return frozenset(chosen)
@@ -102,6 +105,8 @@ def subjects_for(wanted: EventFilter) -> list[str]:
     for family, verb in pairs:
         if family == "cq":
             patterns.append(f"{SUBJECT_ROOT}.cq.{cq}.{verb}.{ns}.*")
+        elif family == "check":
+            patterns.append(f"{SUBJECT_ROOT}.check.*.{ns}.*")
         elif family == "job" and verb != "boost":
             # Status subjects end in a job id: ask for them all, filter on the body.
             patterns.append(f"{SUBJECT_ROOT}.job.status.*")
@@ -168,8 +173,15 @@ def detail(body: dict[str, Any]) -> str:
         flavors = sorted(
             {flavor for a in body.get("assignments", []) for flavor in a["flavors"].values()}
         )
-        return f"generation {body.get('generation')}, flavors {', '.join(flavors) or '-'}"
-    if kind == "WorkloadStarted":
+        text = f"generation {body.get('generation')}, flavors {', '.join(flavors) or '-'}"
+        if body.get("reserved_only"):  # quota reserved, waiting for its admission checks
+            text += f", waiting for checks {', '.join(body.get('admission_checks', []))}"
+        return text
+    if kind == "AdmissionCheckUpdated":
+        message = body.get("message") or ""
+        text = f"check {body.get('check')} {body.get('state')}"
+        return text + (f": {message}" if message else "")
+    if kind in ("WorkloadStarted", "WorkloadPodsReady"):
         return f"generation {body.get('generation')}"
     if kind == "WorkloadFinished":
         outcome = "Succeeded" if body.get("succeeded") else "Failed"

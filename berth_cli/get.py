@@ -87,13 +87,19 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+def checks_cell(item: dict[str, Any]) -> str:
+    """A workload's admission checks and their states: ``gpu-check=Pending,quota=Ready``."""
+    checks = item.get("status", {}).get("admissionChecks", [])
+    return ",".join(f"{check['name']}={check['state']}" for check in checks)
+
+
 def workload_rows(
     items: list[dict[str, Any]], *, wide: bool, all_namespaces: bool
 ) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
     if wide:
         headers += ["PRIORITY", "EFFECTIVE", "POSITION IN CQ", "POSITION IN LQ", "RUNS BY"]
-        headers += ["REASON"]
+        headers += ["CHECKS", "REASON"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
     rows = []
@@ -117,12 +123,15 @@ def workload_rows(
             pending_reason = (
                 reserved["message"] if reserved and reserved["status"] == "False" else ""
             )
+            if not pending_reason and admitted and admitted["status"] == "False":
+                pending_reason = admitted["message"]  # reserved, waiting for its checks
             row += [
                 berth.get("basePriority", item["spec"].get("priority", 0)),
                 berth.get("effectivePriority", item["spec"].get("priority", 0)),
                 berth.get("positionInClusterQueue", ""),
                 berth.get("positionInLocalQueue", ""),
                 runs_by(berth),
+                checks_cell(item),
                 "" if finished else pending_reason,
             ]
         if all_namespaces:

@@ -20,6 +20,14 @@ from typing import Any, Literal
 
 import msgspec
 
+from shared.admission_checks import (
+    AdmissionCheckSpec,
+    AdmissionChecksStrategy,
+    WaitForPodsReady,
+    check_cluster_queue_checks,
+    check_controller,
+    check_wait_for_pods_ready,
+)
 from shared.config_fairness import AdmissionFairSharingSettings, AdmissionScope, check_fairness
 from shared.durations import parse_duration
 from shared.names import (
@@ -34,6 +42,7 @@ from shared.yaml_input import YamlInputError, load_all
 
 __all__ = [
     "KIND_PLURALS",
+    "AdmissionCheck",
     "AgeingPolicy",
     "ClusterQueue",
     "ClusterQueuePolicy",
@@ -196,7 +205,7 @@ class ClusterQueueSpec(_Spec):
     flavor_fungibility: FlavorFungibility = msgspec.field(default_factory=FlavorFungibility)
     preemption: ClusterQueuePreemption = msgspec.field(default_factory=ClusterQueuePreemption)
     admission_checks: list[str] = []
-    admission_checks_strategy: dict[str, Any] | None = None
+    admission_checks_strategy: AdmissionChecksStrategy | None = None
     stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
     fair_sharing: FairSharing | None = None
     admission_scope: AdmissionScope | None = None
@@ -234,6 +243,16 @@ class Cohort(msgspec.Struct, rename="camel", omit_defaults=True):
     @property
     def parent_name(self) -> str:
         return self.spec.parent_name or self.spec.parent
+
+
+# --- AdmissionCheck (shared/admission_checks.py) -------------------------------------------
+
+
+class AdmissionCheck(msgspec.Struct, rename="camel", omit_defaults=True):
+    api_version: str
+    metadata: ObjectMeta
+    spec: AdmissionCheckSpec
+    status: dict[str, Any] | None = None
 
 
 # --- LocalQueue -------------------------------------------------------------------------------
@@ -383,6 +402,7 @@ class ConfigurationSpec(_Spec):
     fair_sharing: FairSharingSettings = msgspec.field(default_factory=FairSharingSettings)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     admission_fair_sharing: AdmissionFairSharingSettings | None = None  # shared/config_fairness
+    wait_for_pods_ready: WaitForPodsReady | None = None  # shared/admission_checks.py
 
 
 class Configuration(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -403,6 +423,7 @@ ConfigObject = (
     | Namespace
     | ClusterQueuePolicy
     | Configuration
+    | AdmissionCheck
 )
 
 # kind -> (accepted apiVersions, namespaced, kubectl-style resource name)
@@ -444,6 +465,11 @@ _KINDS: dict[str, tuple[frozenset[str], bool, str]] = {
         "clusterqueuepolicy.berth.dev",
     ),
     "Configuration": (frozenset({"berth.dev/v1alpha1"}), False, "configuration.berth.dev"),
+    "AdmissionCheck": (
+        frozenset({"kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"}),
+        False,
+        "admissioncheck.kueue.x-k8s.io",
+    ),
 }
 KIND_PLURALS = {kind: resource for kind, (_, _, resource) in _KINDS.items()}
 
@@ -457,6 +483,7 @@ _TYPES: dict[str, type[ConfigObject]] = {
     "Namespace": Namespace,
     "ClusterQueuePolicy": ClusterQueuePolicy,
     "Configuration": Configuration,
+    "AdmissionCheck": AdmissionCheck,
 }
 
 
@@ -507,6 +534,16 @@ def parse_object(document: Any, *, where: str = "document") -> ConfigObject:
         check_fairness(obj, where=f"{where}: {kind} {name}")
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    try:  # admission checks and waitForPodsReady (shared/admission_checks.py)
+        if isinstance(obj, AdmissionCheck):
+            check_controller(obj.spec)
+        elif isinstance(obj, ClusterQueue):
+            spec = obj.spec
+            check_cluster_queue_checks(spec.admission_checks, spec.admission_checks_strategy)
+        elif isinstance(obj, Configuration) and obj.spec.wait_for_pods_ready is not None:
+            check_wait_for_pods_ready(obj.spec.wait_for_pods_ready)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {kind} {name}: {error}") from None
     if isinstance(obj, ClusterQueuePolicy):
         _check_policy(obj, where=f"{where}: {kind} {name}")
     if isinstance(obj, Configuration):

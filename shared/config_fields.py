@@ -3,8 +3,8 @@
 Berth accepts Kueue's files unchanged, so a field it does not act on must not vanish silently:
 every field of the config model (:mod:`shared.config`) has one row in :data:`FIELD_STATUS`,
 and ``berth apply`` names each *warned* field a file sets, one line on stderr. Kueue objects
-Berth has no model for (admission checks, topologies, MultiKueue) are accepted and skipped with
-one warning each (:data:`UNSUPPORTED_KINDS`) rather than failing the whole apply.
+Berth has no model for (topologies, MultiKueue, ProvisioningRequestConfig) are accepted and
+skipped with one warning each (:data:`UNSUPPORTED_KINDS`) rather than failing the whole apply.
 
 :func:`field_paths` walks the msgspec Structs, so a field added to the model without a row here
 fails ``tests/test_kueue_fields.py``; :func:`render_markdown` writes ``docs/kueue-fields.md``
@@ -46,9 +46,10 @@ KINDS: dict[str, type[msgspec.Struct]] = {
     "WorkloadPriorityClass": config.WorkloadPriorityClass,
     "PriorityClass": config.PriorityClass,
     "Namespace": config.Namespace,
+    "AdmissionCheck": config.AdmissionCheck,
 }
 
-_CHECKS = "admission checks are not supported yet (a workload is admitted on quota alone)"
+_CHECKS = "a reservation waits for these checks (docs/admission-checks.md)"
 # (kind, field path) -> (status, what Berth does). "warned" fields are named at apply when set;
 # "inert" ones change nothing in Kueue either, so a warning would be noise.
 FIELD_STATUS: dict[tuple[str, str], tuple[Status, str]] = {
@@ -85,8 +86,14 @@ FIELD_STATUS: dict[tuple[str, str], tuple[Status, str]] = {
     ("ClusterQueue", "spec.preemption.borrowWithinCohort.policy"): ("honoured", ""),
     ("ClusterQueue", "spec.preemption.borrowWithinCohort.maxPriorityThreshold"): ("honoured", ""),
     ("ClusterQueue", "spec.preemption.withinClusterQueue"): ("honoured", ""),
-    ("ClusterQueue", "spec.admissionChecks"): ("warned", _CHECKS),
-    ("ClusterQueue", "spec.admissionChecksStrategy"): ("warned", _CHECKS),
+    ("ClusterQueue", "spec.admissionChecks"): ("honoured", _CHECKS),
+    ("ClusterQueue", "spec.admissionChecksStrategy"): ("honoured", ""),
+    ("ClusterQueue", "spec.admissionChecksStrategy.admissionChecks"): ("honoured", _CHECKS),
+    ("ClusterQueue", "spec.admissionChecksStrategy.admissionChecks.name"): ("honoured", ""),
+    ("ClusterQueue", "spec.admissionChecksStrategy.admissionChecks.onFlavors"): (
+        "honoured",
+        "the check applies to workloads assigned one of these flavors",
+    ),
     ("ClusterQueue", "spec.stopPolicy"): ("honoured", "Hold and HoldAndDrain"),
     ("ClusterQueue", "spec.fairSharing"): ("honoured", ""),
     ("ClusterQueue", "spec.fairSharing.weight"): (
@@ -132,6 +139,18 @@ FIELD_STATUS: dict[tuple[str, str], tuple[Status, str]] = {
         "Never is kube-scheduler's; Kueue and Berth preempt by ClusterQueue policy",
     ),
     ("Namespace", "spec"): ("inert", "Kubernetes'; only the labels are read"),
+    ("AdmissionCheck", "spec.controllerName"): (
+        "honoured",
+        "answered on the bus (docs/events.md); a ProvisioningRequest one is refused",
+    ),
+    ("AdmissionCheck", "spec.retryDelayMinutes"): ("inert", "deprecated in Kueue, unused"),
+    ("AdmissionCheck", "spec.parameters"): (
+        "warned",
+        "Berth passes no parameters to the check's controller",
+    ),
+    ("AdmissionCheck", "spec.parameters.apiGroup"): ("warned", "see spec.parameters"),
+    ("AdmissionCheck", "spec.parameters.kind"): ("warned", "see spec.parameters"),
+    ("AdmissionCheck", "spec.parameters.name"): ("warned", "see spec.parameters"),
 }
 # A warned field set to its default changes nothing, so it is not named.
 _QUIET: dict[tuple[str, str], object] = {
@@ -141,29 +160,20 @@ _QUIET: dict[tuple[str, str], object] = {
 # Kueue kinds Berth accepts and does not act on: kind -> (apiVersions, why).
 _KUEUE = frozenset({"kueue.x-k8s.io/v1alpha1", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"})
 UNSUPPORTED_KINDS: dict[str, tuple[frozenset[str], str]] = {
-    "AdmissionCheck": (_KUEUE, "admission checks are not supported yet"),
     "ProvisioningRequestConfig": (_KUEUE, "needs a cluster autoscaler, not supported yet"),
     "Topology": (_KUEUE, "topology-aware scheduling is not supported"),
     "MultiKueueConfig": (_KUEUE, "MultiKueue is not supported"),
     "MultiKueueCluster": (_KUEUE, "MultiKueue is not supported"),
 }
-_PROVISIONING = "kueue.x-k8s.io/provisioning-request"
 
 
 def unsupported_object(document: dict[str, Any]) -> str | None:
     """Why ``document`` is a Kueue object Berth accepts and skips, or None if it is not one.
-
-    A ProvisioningRequest admission check says it needs a cluster autoscaler, since that is
-    what the user would have to run for it to mean anything.
-    """
+    (An AdmissionCheck is a config kind; a ProvisioningRequest one is refused at parse.)"""
     kind = document.get("kind")
     entry = UNSUPPORTED_KINDS.get(kind) if isinstance(kind, str) else None
     if entry is None or document.get("apiVersion") not in entry[0]:
         return None
-    spec = document.get("spec")
-    if kind == "AdmissionCheck" and isinstance(spec, dict):
-        if spec.get("controllerName") == _PROVISIONING:
-            return UNSUPPORTED_KINDS["ProvisioningRequestConfig"][1]
     return entry[1]
 
 
@@ -254,7 +264,7 @@ def render_markdown() -> str:
     lines += [
         "",
         "An AdmissionCheck whose `controllerName` is `kueue.x-k8s.io/provisioning-request`",
-        "(ProvisioningRequest) is warned as needing a cluster autoscaler.",
+        "(ProvisioningRequest) is refused: it needs a cluster autoscaler, not supported yet.",
         "Topology-aware scheduling and MultiKueue are not supported.",
     ]
     return "\n".join(lines) + "\n"

@@ -11,6 +11,8 @@ Subjects (all under ``berth.``, stable and wildcard-friendly; see :func:`subject
   finished, evicted, deleted), emitted by the watcher;
 - ``berth.cq.<clusterqueue>.<event>.<namespace>.<name>``: decisions of admission and
   preemption (admitted, pending, evict);
+- ``berth.check.<check>.<namespace>.<name>``: an admission check's answer for a workload
+  (``AdmissionCheckUpdated``), from the controller behind the check or ``berth admissioncheck``;
 - ``berth.cmd.<verb>.<namespace>.<name>``: commands the watcher carries out in whichever
   backend is active: ``create``/``delete`` from recovery, ``submit``/``remove`` from the CLI;
 - ``berth.job.<event>.<job-id>``: managed-job lifecycle, emitted by recovery;
@@ -35,6 +37,7 @@ import msgspec
 __all__ = [
     "STATE_SUBJECTS",
     "SUBJECT_ROOT",
+    "AdmissionCheckUpdated",
     "ContestedResource",
     "CreateWorkload",
     "DeleteWorkload",
@@ -53,6 +56,7 @@ __all__ = [
     "WorkloadFinished",
     "WorkloadKind",
     "WorkloadPending",
+    "WorkloadPodsReady",
     "WorkloadRef",
     "WorkloadStarted",
     "WorkloadSubmitted",
@@ -202,7 +206,14 @@ class WorkloadPending(Event, frozen=True, kw_only=True, tag="WorkloadPending"):
 
 
 class WorkloadAdmitted(Event, frozen=True, kw_only=True, tag="WorkloadAdmitted"):
-    """Admission reserved quota: the watcher may start the workload on these flavors."""
+    """Admission reserved quota: the watcher may start the workload on these flavors.
+
+    With ``reserved_only`` the quota is reserved but the workload waits for its
+    ``admission_checks`` (Kueue's QuotaReserved without Admitted): it is published on
+    ``berth.cq.<cq>.reserved.<ns>.<name>``, which the watcher does not read. Once every check
+    is Ready, admission publishes the same generation again without ``reserved_only`` on the
+    ``admitted`` subject, and the watcher starts it.
+    """
 
     cluster_queue: str
     local_queue: str
@@ -210,12 +221,37 @@ class WorkloadAdmitted(Event, frozen=True, kw_only=True, tag="WorkloadAdmitted")
     assignments: list[FlavorAssignment]
     # Increases with every admission of the same workload, so each one has its own id.
     generation: int
+    admission_checks: list[str] = []  # the checks this reservation must pass
+    reserved_only: bool = False
 
 
 class WorkloadStarted(Event, frozen=True, kw_only=True, tag="WorkloadStarted"):
     """The watcher started the workload's pods (processes, in the local backend)."""
 
     generation: int
+
+
+class WorkloadPodsReady(Event, frozen=True, kw_only=True, tag="WorkloadPodsReady"):
+    """Every pod of this admission is ready (Kueue's PodsReady condition): the local backend's
+    processes have started and passed their readiness probes (waitForPodsReady)."""
+
+    generation: int
+
+
+class AdmissionCheckUpdated(Event, frozen=True, kw_only=True, tag="AdmissionCheckUpdated"):
+    """An admission check's answer for a workload's quota reservation (Kueue's
+    ``status.admissionChecks[].state``), from the check's controller or the CLI.
+
+    ``generation`` names the reservation answered (the ``WorkloadAdmitted`` it follows);
+    0 means the workload's reservation when admission reads it. ``requeue_after_seconds``
+    (with Retry) is Kueue's ``requeueAfterSeconds``: the least wait before the next try.
+    """
+
+    check: str
+    state: Literal["Pending", "Ready", "Retry", "Rejected"]
+    message: str = ""
+    generation: int = 0
+    requeue_after_seconds: int | None = None
 
 
 class WorkloadFinished(Event, frozen=True, kw_only=True, tag="WorkloadFinished"):
@@ -236,6 +272,10 @@ class EvictionRequested(Event, frozen=True, kw_only=True, tag="EvictionRequested
     detail: str = ""  # Kueue's Preempted reason: InClusterQueue, InCohortReclamation...
     message: str = ""
     preemptor: WorkloadRef | None = None
+    # Not queued again before this time (Kueue's requeueState.requeueAt): a backoff.
+    requeue_at: UtcTime | None = None
+    # Never queued again (Kueue's deactivation: a rejected check, the requeue limit).
+    deactivated: bool = False
 
 
 class WorkloadEvicted(Event, frozen=True, kw_only=True, tag="WorkloadEvicted"):
@@ -311,6 +351,7 @@ AnyEvent = (
     | WorkloadPending
     | WorkloadAdmitted
     | WorkloadStarted
+    | WorkloadPodsReady
     | WorkloadFinished
     | EvictionRequested
     | WorkloadEvicted
@@ -322,6 +363,7 @@ AnyEvent = (
     | PriorityBoosted
     | JobStatusChanged
     | LeaderElected
+    | AdmissionCheckUpdated
 )
 
 _encoder = msgspec.json.Encoder()
@@ -331,6 +373,7 @@ _decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 _SUBJECTS: dict[type[Event], tuple[str, str]] = {
     WorkloadSubmitted: ("wl", "submitted"),
     WorkloadStarted: ("wl", "started"),
+    WorkloadPodsReady: ("wl", "podsready"),
     WorkloadFinished: ("wl", "finished"),
     WorkloadEvicted: ("wl", "evicted"),
     WorkloadDeleted: ("wl", "deleted"),
@@ -344,6 +387,7 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
     PriorityBoosted: ("job", "boost"),
     JobStatusChanged: ("job", "status"),
     LeaderElected: ("lease", ""),
+    AdmissionCheckUpdated: ("check", ""),
 }
 
 
@@ -360,6 +404,10 @@ STATE_SUBJECTS = (
     f"{SUBJECT_ROOT}.cq.*.evict.>",
     f"{SUBJECT_ROOT}.cq.*.pending.>",
     f"{SUBJECT_ROOT}.job.boost.>",
+    # Admission checks and pod readiness (docs/admission-checks.md).
+    f"{SUBJECT_ROOT}.cq.*.reserved.>",
+    f"{SUBJECT_ROOT}.wl.podsready.>",
+    f"{SUBJECT_ROOT}.check.>",
 )
 
 
@@ -374,7 +422,11 @@ def subject_for(event: Event) -> str:
     tail = f"{subject_token(ref.namespace)}.{subject_token(ref.name)}"
     if family == "cq":
         queue = subject_token(getattr(event, "cluster_queue", ""))
+        if isinstance(event, WorkloadAdmitted) and event.reserved_only:
+            verb = "reserved"  # not for the watcher: it waits for its admission checks
         return f"{SUBJECT_ROOT}.cq.{queue}.{verb}.{tail}"
+    if isinstance(event, AdmissionCheckUpdated):
+        return f"{SUBJECT_ROOT}.check.{subject_token(event.check)}.{tail}"
     if isinstance(event, JobStatusChanged):
         return f"{SUBJECT_ROOT}.job.status.{event.job_id}"
     if isinstance(event, LeaderElected):

@@ -47,15 +47,12 @@ ACCEPTED: list[tuple[str, dict[str, Any], list[str]]] = [
         ["ClusterQueue cq: spec.concurrentAdmissionPolicy"],
     ),
     (
-        "v1beta2's admission checks strategy and a fungibility preference",
+        "v1beta2's admission checks strategy is acted on; a fungibility preference is not",
         _cq(
             admissionChecksStrategy={"admissionChecks": [{"name": "prov"}]},
             flavorFungibility={"preference": "BorrowingOverPreemption"},
         ),
-        [
-            "ClusterQueue cq: spec.flavorFungibility.preference",
-            "ClusterQueue cq: spec.admissionChecksStrategy",
-        ],
+        ["ClusterQueue cq: spec.flavorFungibility.preference"],
     ),
     (
         "stopPolicy and fairSharing.weight are acted on, so not named",
@@ -121,16 +118,6 @@ def _object(kind: str, **spec: Any) -> dict[str, Any]:
 
 
 SKIPPED: list[tuple[str, dict[str, Any], str]] = [
-    (
-        "a ProvisioningRequest check needs a cluster autoscaler",
-        _object("AdmissionCheck", controllerName="kueue.x-k8s.io/provisioning-request"),
-        "AdmissionCheck x: needs a cluster autoscaler, not supported yet",
-    ),
-    (
-        "another controller's check",
-        _object("AdmissionCheck", controllerName="example.com/check"),
-        "AdmissionCheck x: admission checks are not supported yet",
-    ),
     (
         "its parameters object",
         _object("ProvisioningRequestConfig", provisioningClassName="x"),

@@ -55,6 +55,11 @@ class WorkloadRecord:
         self.admission = event
         message = f"Quota reserved in ClusterQueue {event.cluster_queue}"
         self._set("QuotaReserved", "True", "QuotaReserved", message, event.time)
+        if event.reserved_only:  # Kueue: QuotaReserved, not Admitted until the checks pass
+            checks = ", ".join(event.admission_checks)
+            waiting = f"The workload has not all checks ready: {checks}"
+            self._set("Admitted", "False", "UnsatisfiedChecks", waiting, event.time)
+            return
         self._set("Admitted", "True", "Admitted", "The workload is admitted", event.time)
         if "Evicted" in self.conditions:
             self._set("Evicted", "False", "Admitted", "The workload is admitted again", event.time)
@@ -138,6 +143,8 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
                 for assignment in record.admission.assignments
             ],
         }
+    if view.get("admission_checks"):  # Kueue's status.admissionChecks
+        status["admissionChecks"] = view["admission_checks"]
     if record.requeue_count:
         status["requeueState"] = {"count": record.requeue_count}
     berth: dict[str, Any] = {
@@ -148,6 +155,10 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
     }
     if view.get("due_at") is not None:
         berth["dueAt"] = view["due_at"]
+    if view.get("reservation_generation") is not None:  # waiting for its admission checks
+        berth["reservationGeneration"] = view["reservation_generation"]
+    if view.get("requeue_at") is not None:  # a backoff before it queues again
+        berth["requeueAt"] = view["requeue_at"]
     if "runs_by_reason" in view:  # pending: its starvation bound, or why it has none
         berth["runsBy"] = view["runs_by"]
         berth["runsByReason"] = view["runs_by_reason"]

@@ -1,0 +1,179 @@
+"""Kueue's waitForPodsReady: a workload whose pods are not all ready within the timeout after
+its admission is evicted (reason ``PodsReadyTimeout``) and requeued after a backoff, up to the
+requeue limit; past it, it is deactivated (KEP-1282, docs/admission-checks.md).
+
+Each rule is one function: :func:`backoff_seconds` (how long a requeued workload waits),
+:func:`after_timeout` (requeue or deactivate). :class:`PodsReadyClock` keeps, from events
+only, when each admitted workload was admitted and whether its pods are ready, so a replay
+after a restart rebuilds the same clocks; its own eviction events count the requeues.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from shared.admission_checks import WaitForPodsReady
+from shared.durations import parse_duration
+from shared.events import (
+    AnyEvent,
+    EvictionRequested,
+    WorkloadAdmitted,
+    WorkloadDeleted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPodsReady,
+    WorkloadRef,
+)
+
+__all__ = [
+    "JITTER",
+    "REASON",
+    "PodsReadyClock",
+    "after_timeout",
+    "backoff_seconds",
+]
+
+REASON = "PodsReadyTimeout"
+LIMIT_REASON = "RequeuingLimitExceeded"
+JITTER = 0.0001  # Kueue's: every wait is stretched by up to this fraction at random
+
+
+def backoff_seconds(count: int, *, base: float, cap: float, draw: float) -> float:
+    """How long the ``count``-th requeue (1, 2, ...) waits: Kueue's ``base * 2^(count-1)``,
+    at most ``cap``, stretched by ``draw`` (in [0, 1)) times :data:`JITTER`.
+
+    Kueue computes it with a Kubernetes ``wait.Backoff`` (factor 2, jitter 0.0001) stepped
+    ``count`` times; the first requeue waits ``base``. A cap of 0 means no cap.
+    """
+    if count < 1:
+        return 0.0
+    wait = base * 2.0 ** min(count - 1, 62)
+    if cap > 0:
+        wait = min(wait, cap)
+    return wait * (1.0 + JITTER * draw)
+
+
+def after_timeout(requeues: int, limit: int | None) -> Literal["requeue", "deactivate"]:
+    """What a pods-ready timeout does to a workload already requeued ``requeues`` times for
+    it: requeue it again, unless that would exceed ``backoffLimitCount`` (None: no limit),
+    then deactivate it (Kueue's ``RequeuingLimitExceeded``)."""
+    if limit is not None and requeues + 1 > limit:
+        return "deactivate"
+    return "requeue"
+
+
+@dataclass(slots=True)
+class _Admitted:
+    ref: WorkloadRef
+    cluster_queue: str
+    generation: int
+    at: float  # when it was admitted (and may start), epoch seconds
+    ready: bool = False
+    timed_out: bool = False  # an eviction for it was decided or seen
+
+
+class PodsReadyClock:
+    """Admitted workloads waiting for their pods to be ready, and their requeue counts."""
+
+    def __init__(self) -> None:
+        self.settings = WaitForPodsReady()
+        self.timeout = parse_duration(self.settings.timeout)
+        self.admitted: dict[str, _Admitted] = {}
+        # uid -> the generations evicted for PodsReadyTimeout with a requeue (a set, so that
+        # a redelivered eviction counts once): its requeue count is their number.
+        self.requeued: dict[str, set[int]] = {}
+        self.random = random.Random()
+
+    def configure(self, settings: WaitForPodsReady | None) -> None:
+        self.settings = settings or WaitForPodsReady()
+        self.timeout = parse_duration(self.settings.timeout)
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.enable
+
+    def apply(self, event: AnyEvent) -> None:
+        """Fold one event; idempotent (a redelivered event finds its work done)."""
+        uid = event.workload.uid
+        current = self.admitted.get(uid)
+        match event:
+            case WorkloadAdmitted() if not event.reserved_only:
+                # Admitted (not only reserved): the pods may start, the clock starts.
+                if current is None or current.generation < event.generation:
+                    self.admitted[uid] = _Admitted(
+                        event.workload,
+                        event.cluster_queue,
+                        event.generation,
+                        event.time.timestamp(),
+                    )
+            case WorkloadPodsReady():
+                if current is not None and current.generation == event.generation:
+                    current.ready = True
+            case EvictionRequested():
+                if current is not None and current.generation == event.generation:
+                    current.timed_out = True
+                if event.reason == REASON and event.requeue_at is not None:
+                    self.requeued.setdefault(uid, set()).add(event.generation)
+            case WorkloadEvicted() | WorkloadFinished():
+                if current is not None and current.generation == event.generation:
+                    del self.admitted[uid]
+            case WorkloadDeleted():
+                self.admitted.pop(uid, None)
+                self.requeued.pop(uid, None)
+
+    def blocking(self) -> bool:
+        """blockAdmission: whether an admitted workload still waits for its pods, so that
+        nothing else may be admitted (Kueue admits one at a time until its pods are ready)."""
+        if not self.enabled or not self.settings.blocks_admission:
+            return False
+        return any(not a.ready and not a.timed_out for a in self.admitted.values())
+
+    def due(self, now: float) -> list[EvictionRequested]:
+        """Evictions for the admitted workloads whose pods are not ready ``timeout`` after
+        their admission, each decided once: requeued after :func:`backoff_seconds`, or
+        deactivated past the limit (:func:`after_timeout`)."""
+        if not self.enabled:
+            return []
+        strategy = self.settings.requeuing_strategy
+        out: list[EvictionRequested] = []
+        for uid, run in sorted(self.admitted.items()):
+            if run.ready or run.timed_out or now - run.at < self.timeout:
+                continue
+            run.timed_out = True
+            requeues = len(self.requeued.get(uid, ()))
+            message = f"Exceeded the PodsReady timeout {self.settings.timeout}"
+            requeue_at: datetime | None = None
+            limit = strategy.backoff_limit_count
+            if after_timeout(requeues, limit) == "deactivate":
+                reason = LIMIT_REASON
+                message = (
+                    "The workload is deactivated due to exceeding the maximum number of"
+                    f" re-queuing retries ({limit})"
+                )
+            else:
+                reason = REASON
+                wait = backoff_seconds(
+                    requeues + 1,
+                    base=strategy.backoff_base_seconds,
+                    cap=strategy.backoff_max_seconds,
+                    draw=self.random.random(),
+                )
+                requeue_at = datetime.fromtimestamp(now + wait, UTC)
+                message += f"; requeued after a {wait:.0f}s backoff (requeue {requeues + 1})"
+            out.append(
+                EvictionRequested(
+                    id=f"podsready-{uid}-{run.generation}",
+                    source="admission",
+                    workload=run.ref,
+                    cluster_queue=run.cluster_queue,
+                    generation=run.generation,
+                    reason=reason,
+                    message=message,
+                    requeue_at=requeue_at,
+                    deactivated=requeue_at is None,
+                )
+            )
+        return out
