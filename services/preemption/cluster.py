@@ -1,8 +1,9 @@
 """What the preemption service knows: the fold of the config and the event stream.
 
-Running workloads with their usage and priority, the quota tree with that usage, the pending
-workloads that asked for room, and the evictions in flight (victim -> preemptor). Pure: no
-I/O; the service feeds it events and asks it questions.
+Running workloads with their usage and priority, the quota tree with that usage and the room
+held by the preemptions in flight (services/preemption/holds.py), the pending workloads that
+asked for room, and the evictions in flight (victim -> preemptor). Pure: no I/O; the service
+feeds it events and asks it questions.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from services.preemption.holds import Hold, Holds, held_room
 from services.preemption.ordering import cohort_members
 from services.preemption.protection import HOUR, Protection, protected_until, recent
 from services.preemption.victims import Preemptor, Running
@@ -62,6 +64,7 @@ class Cluster:
         self.waiting: dict[str, WorkloadPending] = {}  # preemptors that asked for room
         self.in_flight: dict[str, InFlight] = {}  # preemptor uid -> its evictions
         self.victim_of: dict[str, str] = {}  # victim uid -> preemptor uid
+        self.holds = Holds()  # the room each flight holds in ``tree`` (applied incrementally)
         # ClusterQueue -> uid -> admitted workload: a victim search looks at its cohort's
         # queues only (on the Kueue benchmark's 1,000 queues, walking every running workload
         # per search was a third of the service's CPU).
@@ -98,6 +101,9 @@ class Cluster:
         for workload in self.running.values():
             if workload.cluster_queue in self.cluster_queues:
                 self.tree.add_usage(workload.cluster_queue, workload.usage)
+        self.holds.clear()  # the new tree has none: each flight's hold is applied again
+        for preemptor_uid in self.in_flight:
+            self._sync_hold(preemptor_uid)
 
     def minimum_run_time(self, cluster_queue: str) -> float:
         """Seconds a workload in this ClusterQueue runs before it may be preempted (0: off)."""
@@ -165,7 +171,8 @@ class Cluster:
                 if event.cluster_queue in self.cluster_queues:
                     self.tree.add_usage(event.cluster_queue, running.usage)
                 self.waiting.pop(uid, None)
-                self.in_flight.pop(uid, None)  # a preemptor got its room
+                if self.in_flight.pop(uid, None) is not None:  # a preemptor got its room
+                    self._sync_hold(uid)
             case WorkloadEvicted():
                 if self.generations.get(uid) == event.generation:
                     self._release(uid)
@@ -176,7 +183,8 @@ class Cluster:
             case WorkloadDeleted():
                 self._release(uid)
                 self.waiting.pop(uid, None)
-                self.in_flight.pop(uid, None)
+                if self.in_flight.pop(uid, None) is not None:
+                    self._sync_hold(uid)
                 self._forget(uid)
             case EvictionRequested():
                 if event.reason == "Preempted":
@@ -193,6 +201,9 @@ class Cluster:
                             del by[gone]
                 if uid in self.running and event.preemptor is not None:
                     preemptor_uid = event.preemptor.uid
+                    before = self.victim_of.get(uid)
+                    if before is not None and before != preemptor_uid:
+                        self._leave_flight(uid, before)  # a victim holds for one preemptor
                     self.victim_of[uid] = preemptor_uid
                     flight = self.in_flight.get(preemptor_uid)
                     if flight is None:
@@ -200,6 +211,7 @@ class Cluster:
                         flight = InFlight(None if pending is None else self.preemptor(pending))
                         self.in_flight[preemptor_uid] = flight
                     flight.victims.add(uid)
+                    self._sync_hold(preemptor_uid)
             case PriorityBoosted():
                 if event.reserved:
                     self.reserved.add(uid)
@@ -231,11 +243,27 @@ class Cluster:
                 self.tree.remove_usage(running.cluster_queue, running.usage)
         preemptor = self.victim_of.pop(uid, None)
         if preemptor is not None:
-            flight = self.in_flight.get(preemptor)
-            if flight is not None:
-                flight.victims.discard(uid)
-                if not flight.victims:
-                    del self.in_flight[preemptor]  # nothing left to reserve room for
+            self._leave_flight(uid, preemptor)
+
+    def _leave_flight(self, uid: str, preemptor: str) -> None:
+        """The victim ``uid`` no longer leaves for ``preemptor``: its flight shrinks."""
+        flight = self.in_flight.get(preemptor)
+        if flight is not None:
+            flight.victims.discard(uid)
+            if not flight.victims:
+                del self.in_flight[preemptor]  # nothing left to reserve room for
+            self._sync_hold(preemptor)
+
+    def _sync_hold(self, preemptor_uid: str) -> None:
+        """Apply to the tree what the rule (holds.held_room) now asks this preemption to
+        hold: called on each change of its flight, so a search finds every hold in place."""
+        flight = self.in_flight.get(preemptor_uid)
+        wanted = (
+            Hold()
+            if flight is None
+            else held_room(flight.preemptor, flight.victims, self.running, self.cluster_queues)
+        )
+        self.holds.sync(self.tree, preemptor_uid, wanted)
 
     # --- questions --------------------------------------------------------------------------
 
@@ -294,25 +322,6 @@ class Cluster:
             if clock is not None and self.queue_of.get(uid) == cluster_queue:
                 best = clock if best is None else min(best, clock)
         return None if best is None else best[1]
-
-    def reserve_for_in_flight(self, sign: int) -> None:
-        """Apply (sign=1) or undo (sign=-1) the room promised to preemptors whose victims
-        are leaving: their victims' usage goes and their own needs come, so that no second
-        preemptor counts on the same room."""
-        for flight in self.in_flight.values():
-            for victim in flight.victims:
-                running = self.running.get(victim)
-                if running is not None and running.cluster_queue in self.cluster_queues:
-                    if sign > 0:
-                        self.tree.remove_usage(running.cluster_queue, running.usage)
-                    else:
-                        self.tree.add_usage(running.cluster_queue, running.usage)
-            preemptor = flight.preemptor
-            if preemptor is not None and preemptor.cluster_queue in self.cluster_queues:
-                if sign > 0:
-                    self.tree.add_usage(preemptor.cluster_queue, preemptor.needs)
-                else:
-                    self.tree.remove_usage(preemptor.cluster_queue, preemptor.needs)
 
 
 def _seconds(text: str | None) -> float:

@@ -104,17 +104,15 @@ def _search(
     preemptor = cluster.preemptor(pending)
     if reservation is not None:
         preemptor = dataclasses.replace(preemptor, priority=RESERVATION_PRIORITY)
-    cluster.reserve_for_in_flight(+1)
-    try:
-        configuration = cluster.configuration
-        return find_victims(
-            tree=cluster.tree,
-            cluster_queues=cluster.cluster_queues,
-            preemptor=preemptor,
-            running=cluster.candidates(pending.cluster_queue, reservation=reservation),
-            protected=protected,
-            fair_sharing=None if configuration is None else configuration.spec.fair_sharing,
-            cohorts={cohort.metadata.name: cohort for cohort in cluster.cohorts},
-        )
-    finally:
-        cluster.reserve_for_in_flight(-1)
+    configuration = cluster.configuration
+    # The tree already holds the room promised to the preemptions in flight
+    # (services/preemption/holds.py): no second preemptor counts on it.
+    return find_victims(
+        tree=cluster.tree,
+        cluster_queues=cluster.cluster_queues,
+        preemptor=preemptor,
+        running=cluster.candidates(pending.cluster_queue, reservation=reservation),
+        protected=protected,
+        fair_sharing=None if configuration is None else configuration.spec.fair_sharing,
+        cohorts={cohort.metadata.name: cohort for cohort in cluster.cohorts},
+    )
