@@ -46,6 +46,7 @@ import kmock as km
 import msgspec
 from nats.aio.msg import Msg
 
+from berth_cli.natsserver import NatsServer
 from services.admission.workload_objects import WorkloadRecord, render_workload
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.backend import KubernetesBackend
@@ -56,7 +57,6 @@ from services.watcher.kube.watching import WatchSettings
 from shared.bus import STREAM, Bus
 from shared.events import WorkloadAdmitted, WorkloadSubmitted, decode_event
 from shared.logging import configure_logging
-from shared.natsserver import NatsServer
 from shared.service import Runtime
 
 NAMESPACE = "batch"

@@ -20,9 +20,9 @@ from pathlib import Path
 import nats.errors
 from nats.js import JetStreamContext, api
 
+from berth_cli.natsserver import ClusterSettings, NatsServer
 from shared.auth import ClientAuth
 from shared.bus import Bus, BusError
-from shared.natsserver import ClusterSettings, NatsServer
 
 __all__ = [
     "CLUSTER_NAME",

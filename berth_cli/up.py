@@ -35,10 +35,10 @@ from rich.table import Table
 from berth_cli.creds import PID_SUFFIX
 from berth_cli.exit_codes import ExitCode
 from berth_cli.nats_cluster import free_port, nats_nodes, port_free, wait_for_jetstream
+from berth_cli.natsserver import NatsServer, NatsServerError
 from berth_cli.supervision import Restarts, die_with_parent
 from shared.auth import ClientAuth, CredentialStore
 from shared.bus import BusError
-from shared.natsserver import NatsServer, NatsServerError
 from shared.service import DEFAULT_PORTS
 
 __all__ = ["SERVICES", "ServiceProcess", "Stack", "run_up"]

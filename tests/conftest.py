@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 
 from berth_cli.launcher import LiveStack
 from berth_cli.launcher import start_stack as start_live_stack
-from shared.natsserver import NatsServer
+from berth_cli.natsserver import NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = REPO.parent / "shared" / "seeds"

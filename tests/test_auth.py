@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from berth_cli.natsserver import NatsServer
 from shared.auth import (
     SERVICE_USERS,
     USERS,
@@ -20,7 +21,6 @@ from shared.auth import (
 )
 from shared.bus import STREAM, Bus, BusError
 from shared.events import WorkloadAdmitted, WorkloadRef
-from shared.natsserver import NatsServer
 from shared.subjects import subject_matcher
 
 

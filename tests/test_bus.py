@@ -11,10 +11,10 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.kv import KeyValue
 
+from berth_cli.natsserver import NatsServer
 from shared.bus import STREAM, BucketWatch, Bus, consuming, watching
 from shared.bus.acks import AckTimeout, AckTracker, PublishRefused
 from shared.events import AnyEvent, PodSet, WorkloadRef, WorkloadSubmitted, now
-from shared.natsserver import NatsServer
 
 
 def _submitted(index: int) -> WorkloadSubmitted:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from aiohttp import ClientSession, web
 
+from berth_cli.natsserver import NatsServer
 from berth_console.app import build_app
 from berth_console.model import Model
 from berth_console.pages.base import Context
@@ -31,7 +32,6 @@ from shared.config import (
     object_key,
     parse_object,
 )
-from shared.natsserver import NatsServer
 
 TOKEN = "queue-operator-token"
 CQ_KEY = "clusterqueue._.cq"

@@ -13,6 +13,7 @@ import nats.errors
 import pytest
 from nats.js.kv import KeyValue
 
+from berth_cli.natsserver import NatsServer
 from shared.bus import STREAM, Bus
 from shared.events import AnyEvent, LeaderElected, WorkloadEvicted, WorkloadRef, decode_event
 from shared.leadership import Leadership
@@ -24,7 +25,6 @@ from shared.lease import (
     LeaseSettings,
     replica_id_from_env,
 )
-from shared.natsserver import NatsServer
 
 FAST = LeaseSettings.scaled(0.6)
 

@@ -7,9 +7,9 @@ import secrets
 
 import pytest
 
+from berth_cli.natsserver import ClusterSettings
 from berth_cli.supervision import Restarts, crash_streak, restart_delay
 from shared.bus import PUBLISH_ATTEMPTS, keep_publishing
-from shared.natsserver import ClusterSettings
 
 # (crashes in a row so far, seconds the last run lasted, expected delay, why)
 DELAY_CASES = [
