@@ -51,7 +51,8 @@ VARIABLES = (
     ),
     Variable(
         "BERTH_NATS_CA",
-        "A CA bundle (PEM) to verify NATS's TLS certificate with; set, the connection uses TLS.",
+        "A CA bundle (PEM) to verify NATS's TLS certificate with; set (or with a `tls://`"
+        " URL), the connection uses TLS.",
         "unset: no TLS",
         _CLIENTS,
     ),

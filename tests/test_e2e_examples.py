@@ -6,6 +6,7 @@ from __future__ import annotations
 import filecmp
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import yaml
 from shared.events import WorkloadAdmitted, WorkloadStarted
 from tests.conftest import CLI_CREDENTIALS, FIXTURES, REPO, Stack, berth, start_stack
 from tests.e2e import condition, event_log, eventually, get_json, is_admitted
+from tests.readme import Step, created_names, matches, walkthroughs
 
 EXAMPLES = REPO / "examples"
 KINDS = EXAMPLES / "kinds"
@@ -68,6 +70,74 @@ def test_readme_session(stack: Stack) -> None:
     eventually(one_admitted)
     table = berth("get", "clusterqueues", url=url).stdout
     assert table.split("\n")[1].split() == ["cluster-queue", "2", "1"]
+
+
+README = REPO / "README.md"
+
+
+def test_readme_names_only_files_that_exist() -> None:
+    """Every relative link of README.md and every `examples/...` or `docs/...` path it names
+    exists (the walkthroughs' files among them)."""
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text)
+    paths = re.findall(r"(?<![\w/.])((?:examples|docs|deploy)/[\w./-]*[\w/])", text)
+    assert "examples/gpu-job.yaml" in paths and "docs/README.md" in links
+    missing = sorted({p for p in [*links, *paths] if not (REPO / p).exists()})
+    assert not missing, missing
+
+
+def test_readme_walkthroughs_are_found() -> None:
+    """The parser sees both walkthroughs, the second on a fresh stack, every command of
+    theirs with the output the README shows."""
+    found = walkthroughs(README.read_text())
+    assert [(w.section, w.fresh_stack) for w in found] == [
+        ("A session", True),
+        ("Managed jobs", True),
+    ]
+    session, jobs = found
+    assert [s.args[0] for s in session.steps].count("submit") == 3
+    assert all(step.expected for w in found for step in w.steps), "a step shows no output"
+    assert [s.args[:2] for s in jobs.steps if not s.read_only] == [
+        ("apply", "-f"),
+        ("apply", "-f"),
+        ("jobs", "launch"),
+        ("jobs", "launch"),
+    ]
+
+
+def _run_step(step: Step, url: str, names: dict[str, str]) -> list[str]:
+    """Run one step; its output must be the README's (generated names mapped as `submit`
+    printed them)."""
+    actual = berth(*step.args, url=url).stdout.splitlines()
+    names.update(zip(created_names(step.expected), created_names(actual), strict=True))
+    assert matches(step.expected, actual, names), (step.line, step.expected, actual)
+    return actual
+
+
+def test_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
+    """Each README walkthrough's commands, in order, as README.md shows them, print what it
+    shows: a step that changes something runs once; one that reads runs until the state it
+    shows is reached. `berth up` in a walkthrough is a fresh stack (`start_stack`)."""
+    running: Stack | None = None
+    try:
+        for index, walkthrough in enumerate(walkthroughs(README.read_text())):
+            if running is None or walkthrough.fresh_stack:
+                if running is not None:
+                    running.stop()
+                    CLI_CREDENTIALS.pop(running.url, None)
+                running = start_stack(tmp_path / f"berth-{index}")
+            names: dict[str, str] = {}
+            for step in walkthrough.steps:
+                url = running.url
+                if step.read_only:
+                    eventually(lambda: _run_step(step, url, names), timeout=60)  # noqa: B023
+                else:
+                    _run_step(step, url, names)
+    finally:
+        if running is not None:
+            running.stop()
+            CLI_CREDENTIALS.pop(running.url, None)
+        os.environ.pop("BERTH_CREDS", None)
 
 
 def test_managed_jobs_examples_are_the_files_seed_001_runs() -> None:

@@ -5,6 +5,7 @@ documented one. Rewrite the pages with `.venv/bin/python -m berth_cli.reference`
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,13 @@ def test_every_exit_code_is_documented() -> None:
     page = (DOCS / "cli.md").read_text()
     for code in ExitCode:
         assert f"| {int(code)} | `{code.name}` |" in page, code.name
+
+
+def test_the_docs_index_links_every_page() -> None:
+    """docs/README.md links every page of docs/ (a new page must be indexed), and every
+    relative link it has resolves to a file."""
+    index = DOCS / "README.md"
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", index.read_text())
+    pages = {path.name for path in DOCS.glob("*.md")} - {"README.md"}
+    assert pages <= set(links), sorted(pages - set(links))
+    assert not [link for link in links if not (DOCS / link).exists()]
