@@ -40,14 +40,13 @@ import yaml
 from rich.console import Console
 
 from bench.ageing_report import Result, analyse, print_results
-from bench.eventlog import signed_in_as
+from bench.eventlog import read_events, signed_in_as
 from berth_cli.launcher import start_stack
 from berth_cli.main import cli
 from berth_cli.writing import submit_workloads
 from shared.auth import ClientAuth
 from shared.bus import JOBS_BUCKET, Bus
 from shared.config import load_documents, parse_object
-from shared.eventlog import read_events
 from shared.events import AnyEvent
 from shared.jobs import TERMINAL, ManagedJob, decode_job, job_key
 

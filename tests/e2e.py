@@ -10,8 +10,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from bench.eventlog import read_events, usage_changes
 from shared.bus import Bus
-from shared.eventlog import read_events, usage_changes
 from shared.events import AnyEvent
 from tests.conftest import Stack, berth
 

@@ -24,8 +24,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from bench.eventlog import read_events
 from shared.bus import Bus
-from shared.eventlog import read_events
 from shared.events import (
     AnyEvent,
     FlavorAssignment,
