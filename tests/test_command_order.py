@@ -17,7 +17,7 @@ import pytest
 from services.watcher.command_order import create_stands, create_verdict
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.backend import KubernetesBackend
-from services.watcher.local_backend import LocalBackend
+from services.watcher.local.backend import LocalBackend
 from shared.bus import OBJECTS_BUCKET, Bus
 from shared.deadletter import dead_letters
 from shared.events import (

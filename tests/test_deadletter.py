@@ -18,7 +18,7 @@ import msgspec
 import pytest
 from prometheus_client import REGISTRY
 
-from services.watcher.local_backend import LocalBackend
+from services.watcher.local.backend import LocalBackend
 from shared.bus import CONFIG_BUCKET, JOBS_BUCKET, OBJECTS_BUCKET, STATUS_BUCKET, Bus
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import (

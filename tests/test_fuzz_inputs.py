@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from berth_cli.client import CliError
 from berth_cli.tasks import TaskError, load_managed_job
 from berth_cli.writing import prepare_workload
-from services.watcher.objects import read_object, read_status
+from services.watcher.local.objects import read_object, read_status
 from shared.config import ConfigError, decode_object, load_documents, parse_object
 from shared.events import (
     FlavorAssignment,

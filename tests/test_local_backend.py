@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import cast
-
-from services.watcher.local_backend import LocalBackend
-from shared.service import Runtime
+from services.watcher.local.statuses import StatusStore
 
 
 def test_the_status_of_an_older_object_of_the_same_name_is_not_this_ones() -> None:
     """A workload deleted and submitted again under its name is a new object: what ran
     under the old uid (phase, generation) must not stop the new one from starting."""
-    backend = LocalBackend(cast(Runtime, SimpleNamespace(bus=None, data_dir="/tmp")), stop_grace=1)
-    backend.statuses["ns/job"] = {"uid": "old", "phase": "Running", "generation": 3}
-    assert backend._status("ns/job", {"metadata": {"uid": "new"}}) == {}
-    assert backend._status("ns/job", {"metadata": {"uid": "old"}})["generation"] == 3
+    store = StatusStore({})
+    store.statuses["ns/job"] = {"uid": "old", "phase": "Running", "generation": 3}
+    assert store.of("ns/job", {"metadata": {"uid": "new"}}) == {}
+    assert store.of("ns/job", {"metadata": {"uid": "old"}})["generation"] == 3

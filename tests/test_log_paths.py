@@ -1,4 +1,4 @@
-"""Workload log paths (services/watcher/processes.py): inside the data dir, or refused."""
+"""Workload log paths (services/watcher/local/processes.py): inside the data dir, or refused."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from services.watcher.local.processes import workload_log_dir
 from services.watcher.logs_api import LogsRequest, read_logs
-from services.watcher.processes import workload_log_dir
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""What a task's processes get before they start (services/watcher/run_files.py) and what a
+"""What a task's processes get before they start (services/watcher/local/run_files.py) and what a
 cluster gets for its secrets (services/watcher/kube/task_secrets.py): a real nats-server."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.task_secrets import prepare_cluster
-from services.watcher.run_files import RunSetupError, _inside, prepare_run
+from services.watcher.local.run_files import RunSetupError, _inside, prepare_run
 from shared.bus import Bus
 from shared.secrets import SECRETS_BUCKET
 

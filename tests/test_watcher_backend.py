@@ -8,7 +8,7 @@ import pytest
 
 from services.watcher.backend import carry_out
 from services.watcher.kube.backend import KubernetesBackend
-from services.watcher.local_backend import LocalBackend
+from services.watcher.local.backend import LocalBackend
 from shared.events import (
     AnyEvent,
     CreateWorkload,

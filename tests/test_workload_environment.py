@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from services.watcher.processes import workload_environment
+from services.watcher.local.processes import workload_environment
 
 # (watcher's environment, container env, expected subset, absent, why)
 CASES = [

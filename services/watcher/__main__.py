@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from services.watcher.backend import Backend
-from services.watcher.local_backend import LocalBackend, stop_grace_from_env
+from services.watcher.local.backend import LocalBackend, stop_grace_from_env
 from shared.metrics import sample_consumer_lag
 from shared.service import Runtime, run_service
 

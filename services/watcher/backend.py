@@ -1,7 +1,7 @@
 """What every watcher backend does, whichever "cluster" it drives.
 
 Two backends satisfy :class:`Backend`: the embedded local one
-(:mod:`services.watcher.local_backend`) and the Kubernetes one
+(:mod:`services.watcher.local.backend`) and the Kubernetes one
 (:mod:`services.watcher.kube.backend`). The watcher consumes one set of subjects
 (:data:`COMMAND_SUBJECTS`) whichever is active, and :func:`carry_out` is the single rule
 that routes a decision or command to the verb that carries it out. So a command sent on the

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from nats.aio.subscription import Subscription
 
-from services.watcher.processes import workload_log_dir
+from services.watcher.local.processes import workload_log_dir
 from shared.bus import API_SUBJECT, Bus
 from shared.logging import get_logger
 from shared.names import name_problem

@@ -1,5 +1,6 @@
 """What the local backend accepts from its buckets: a workload object or a status record,
-or the reason it is malformed (then it is dead-lettered and skipped, never retried)."""
+or the reason it is malformed (then it is dead-lettered and skipped, never retried); and which
+object a decision names."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Any
 
 import msgspec
 
+from shared.events import WorkloadRef
 from shared.workloads import WorkloadError, check_identity, workload_key, workload_spec
 
-__all__ = ["read_object", "read_status"]
+__all__ = ["find_object", "read_object", "read_status"]
 
 
 def read_object(key: str, value: bytes) -> dict[str, Any] | str:
@@ -57,3 +59,15 @@ def read_status(value: bytes) -> dict[str, Any] | str:
     if not isinstance(status.get("phase", ""), str):
         return "`phase` must be a string"
     return status
+
+
+def find_object(
+    objects: dict[str, dict[str, Any]], ref: WorkloadRef, *, any_uid: bool = False
+) -> tuple[str, dict[str, Any]] | None:
+    """The bucket key and object a decision names, or None: deleted, or replaced by another
+    object of the same name (``any_uid``: the CLI's remove names no uid, any will do)."""
+    key = workload_key(ref.namespace, ref.name)
+    obj = objects.get(key)
+    if obj is None or (obj["metadata"]["uid"] != ref.uid and not any_uid):
+        return None
+    return key, obj

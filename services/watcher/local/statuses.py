@@ -1,0 +1,113 @@
+"""The local backend's status records: the ``berth-status`` bucket.
+
+What runs is recorded there (phase, generation, pids; under the object's key, with its
+uid), so a restarted watcher knows what its predecessor started. Status lives apart from the
+objects, like Kubernetes' status subresource: writing it rewrites no object, and the objects'
+watch does not echo it back. Only the active watcher writes it, so no compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import nats.errors
+from nats.js.kv import KeyValue
+
+from shared.bus import Bus, KeyUpdates
+from shared.logging import get_logger
+from shared.publishing import AckTimeout
+
+__all__ = ["StatusStore", "StatusWrites"]
+
+log = get_logger("watcher.local")
+
+
+class StatusWrites:
+    """Status writes in flight: (key, encoded status) and their acks to come."""
+
+    def __init__(self) -> None:
+        self.values: list[tuple[str, bytes]] = []
+        self.sent: KeyUpdates | None = None
+
+
+class StatusStore:
+    """Each object's newest status, in memory and in the bucket.
+
+    ``objects`` is the backend's own map of bucket key -> object (read, never written here):
+    a status is written only for an object that still exists, stamped with its uid.
+    """
+
+    def __init__(self, objects: dict[str, dict[str, Any]]) -> None:
+        self.objects = objects
+        self.statuses: dict[str, dict[str, Any]] = {}  # bucket key -> status (with "uid")
+        self.kv: KeyValue | None = None
+        self.bus: Bus | None = None
+        self.stopping = asyncio.Event()  # replaced by the runtime's in :meth:`open`
+
+    def open(self, bus: Bus, kv: KeyValue, stopping: asyncio.Event) -> None:
+        self.bus, self.kv, self.stopping = bus, kv, stopping
+
+    def of(self, key: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """The recorded status of this object (not of an older one of the same name)."""
+        status = self.statuses.get(key)
+        return status if status is not None and status.get("uid") == obj["metadata"]["uid"] else {}
+
+    async def set(self, key: str, status: dict[str, Any]) -> None:
+        await self.settle(await self.send([(key, status)]))
+
+    async def send(self, updates: list[tuple[str, dict[str, Any]]]) -> StatusWrites:
+        """Record statuses, all in flight at once; :meth:`settle` awaits them.
+
+        Only this process writes them, so no compare-and-swap: an object deleted meanwhile
+        gets none (a write that races its deletion is dropped at the next start).
+        """
+        assert self.bus is not None and self.kv is not None
+        writes = StatusWrites()
+        for key, change in updates:
+            obj = self.objects.get(key)
+            if obj is None:
+                continue
+            status = {**self.of(key, obj), **change}
+            status["uid"] = obj["metadata"]["uid"]
+            status["updated"] = datetime.now(UTC).isoformat()
+            self.statuses[key] = status
+            writes.values.append((key, msgspec.json.encode(status)))
+        writes.sent = await self.bus.send_key_updates(
+            self.kv, [(key, value, None) for key, value in writes.values]
+        )
+        return writes
+
+    async def settle(self, writes: StatusWrites) -> None:
+        outcomes = [] if writes.sent is None else await writes.sent.outcomes()
+        for (key, _), outcome in zip(writes.values, outcomes, strict=True):
+            if isinstance(outcome, AckTimeout):
+                # Unknown whether it landed: write the newest status (never an older one).
+                await self._rewrite(key)
+            elif isinstance(outcome, Exception):
+                raise outcome
+
+    async def _rewrite(self, key: str) -> None:
+        """Write a key's newest status until it is stored. Why retry: while a NATS cluster
+        elects the status bucket's leader (a node killed) a write is refused for seconds;
+        raising failed the finish round and stopped the service, and the runs it held were
+        then reported by nobody (bench/failover.py). Stopping ends the retries."""
+        assert self.kv is not None
+        delay = 0.1
+        while (newest := self.statuses.get(key)) is not None:
+            try:
+                await self.kv.put(key, msgspec.json.encode(newest))
+                return
+            except (nats.errors.Error, TimeoutError) as error:
+                if self.stopping.is_set():
+                    raise
+                log.warning("status_write_retry", key=key, error=repr(error))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def forget(self, key: str) -> None:
+        assert self.kv is not None
+        if self.statuses.pop(key, None) is not None:
+            await self.kv.delete(key)
