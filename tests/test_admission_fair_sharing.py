@@ -73,6 +73,7 @@ def test_an_admission_charges_the_entry_penalty_then_decays_toward_what_runs() -
     ledger = Ledger(SETTINGS)
     lq = ("team", "lq-a")
     ledger.admitted(lq, {("default", "cpu"): 8000}, 1, now=100.0)
+    ledger.penalize(lq, {("default", "cpu"): 8000}, now=100.0)
     penalty = 8 * (1 - 0.5 ** (1 / 10))
     assert ledger.consumed(lq, now=100.0)["cpu"] == pytest.approx(penalty)
     assert ledger.consumed(lq, now=110.0)["cpu"] == pytest.approx(penalty / 2 + 4)
@@ -162,6 +163,6 @@ def test_the_head_moves_to_the_other_local_queue_as_usage_grows() -> None:
     first = queue.head()
     assert first is not None and first.wl.ref.name == "b1"
     queue.remove(first)
-    ledger.admitted(("default", "lq-b"), {("default", "cpu"): 8000}, 1, now=0.0)
+    ledger.penalize(("default", "lq-b"), {("default", "cpu"): 8000}, now=0.0)
     second = queue.head()
     assert second is not None and second.wl.ref.name == "a1"

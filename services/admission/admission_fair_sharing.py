@@ -98,22 +98,27 @@ class Ledger:
         return entry
 
     def admitted(
-        self,
-        lq: tuple[str, str],
-        usage: Mapping[FlavorResource, int],
-        sign: int,
-        now: float,
-        *,
-        penalty: bool = True,
+        self, lq: tuple[str, str], usage: Mapping[FlavorResource, int], sign: int, now: float
     ) -> None:
-        """An admission of ``usage`` starts (1) or ends (-1); a new one charges the penalty
-        (not one restored after a restart: it was charged when it was made)."""
+        """An admission of ``usage`` through the LocalQueue starts (1) or ends (-1)."""
         entry = self._fold(lq, now)
-        amounts = per_resource(usage)
-        for name, value in amounts.items():
+        for name, value in per_resource(usage).items():
             entry.current[name] = max(0.0, entry.current.get(name, 0.0) + sign * value)
-            if sign > 0 and penalty:
-                entry.consumed[name] = entry.consumed.get(name, 0.0) + value * self._penalty_share
+
+    def penalize(
+        self, lq: tuple[str, str], usage: Mapping[FlavorResource, int], now: float
+    ) -> None:
+        """Kueue's entry penalty for a new admission: its requests times the share one
+        sampling interval folds in, added at once (not for an admission restored after a
+        restart: it was charged when it was made)."""
+        entry = self._fold(lq, now)
+        for name, value in per_resource(usage).items():
+            entry.consumed[name] = entry.consumed.get(name, 0.0) + value * self._penalty_share
+
+    def running(self, lq: tuple[str, str], usage: Mapping[FlavorResource, int], now: float) -> None:
+        """What the LocalQueue's admitted workloads use now, as the books say (after a
+        configuration change, which may have just turned admission fair sharing on)."""
+        self._fold(lq, now).current = per_resource(usage)
 
     def seed(self, lq: tuple[str, str], consumed: Mapping[str, float], now: float) -> None:
         """Start a LocalQueue's history from ``consumed`` (Kueue's persisted status)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from shared.config import ClusterQueue, Cohort
 from shared.fair_share import Share, node_share
@@ -19,7 +19,7 @@ from shared.hierarchy import path_to_root
 from shared.quantities import parse_quantity
 from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
-__all__ = ["Head", "Weights", "tournament"]
+__all__ = ["Assigned", "Head", "Weights", "fair_round", "tournament"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,3 +115,63 @@ def tournament(
         return min(candidates, key=lambda head: standing(head, cohort.name))
 
     return play(root)
+
+
+class Assigned(Protocol):
+    """What the pass needs of a flavor assignment (services.admission.flavors.AssignResult)."""
+
+    @property
+    def fits(self) -> bool: ...
+
+    @property
+    def usage(self) -> Mapping[FlavorResource, int]: ...
+
+
+R = TypeVar("R")  # a queued record (it has an order ``key``)
+A = TypeVar("A", bound=Assigned)
+
+
+def fair_round(
+    tree: QuotaTree,
+    root: QuotaNode,
+    names: Iterable[str],
+    weight: Callable[[QuotaNode], float],
+    *,
+    head_of: Callable[[str], tuple[R, tuple[Any, ...]] | None],
+    assign: Callable[[str, R], A],
+    decide: Callable[[str, R, A], None],
+) -> int:
+    """The pass over the ClusterQueues ``names`` of one cohort tree; how many heads it tried.
+
+    Until no head is left: every head gets a flavor assignment against the usage now; a head
+    that does not fit is decided at once (held: noted, parked or blocking its queue); of those
+    that fit, the :func:`tournament` winner is decided (admitted, or held when it must yield),
+    and the shares are compared again with the usage it added. ``head_of`` gives a
+    ClusterQueue's head and its order key (None when it has none or is blocked); ``decide``
+    must take the head out of the way, so the round always moves on.
+    """
+    tried = 0
+    active = sorted(set(names))
+    while active:
+        heads: dict[str, Head] = {}
+        fitting: dict[str, tuple[R, A]] = {}
+        for name in list(active):
+            found = head_of(name)
+            if found is None:
+                active.remove(name)
+                continue
+            record, key = found
+            result = assign(name, record)
+            tried += 1
+            if not result.fits:
+                decide(name, record, result)
+                continue
+            heads[name] = Head(name, result.usage, key)
+            fitting[name] = (record, result)
+        if not heads:
+            continue  # every head that did not fit was held: look at the next ones
+        winner = tournament(tree, root, heads, weight)
+        assert winner is not None  # heads of this tree that fit
+        record, result = fitting[winner.cluster_queue]
+        decide(winner.cluster_queue, record, result)
+    return tried

@@ -22,10 +22,11 @@ def _local_queue(record: Record) -> LocalQueueKey:
     return (record.wl.ref.namespace, record.lq_name)
 
 
-class FairShareQueue:
-    """A ClusterQueue's pending workloads, ordered across LocalQueues by ``usage``."""
+class FairShareQueue(ClusterQueueQueue):
+    """A ClusterQueue's pending workloads, ordered across LocalQueues by ``usage`` (the
+    inherited heap stays empty: the LocalQueues' queues hold the records)."""
 
-    __slots__ = ("_by_lq", "_usage", "blocked", "records", "strict")
+    __slots__ = ("_by_lq", "_usage")
 
     def __init__(
         self,
@@ -33,11 +34,9 @@ class FairShareQueue:
         records: dict[str, Record],
         usage: Callable[[LocalQueueKey], float],
     ) -> None:
-        self.strict = strict
-        self.records = records
+        super().__init__(strict, records)
         self._usage = usage  # a LocalQueue's weighted consumption now; lower goes first
         self._by_lq: dict[LocalQueueKey, ClusterQueueQueue] = {}
-        self.blocked = False
 
     def _of(self, record: Record) -> ClusterQueueQueue:
         key = _local_queue(record)
@@ -46,18 +45,17 @@ class FairShareQueue:
             queue = self._by_lq[key] = ClusterQueueQueue(False, self.records)
         return queue
 
-    @property
-    def size(self) -> int:
-        return sum(queue.size for queue in self._by_lq.values())
-
     def push(self, record: Record) -> None:
         self._of(record).push(record)
+        self.size += 1
         if self.blocked and self.head() is record:
             self.blocked = False
 
     def remove(self, record: Record) -> None:
         if self.blocked and record.key is not None and self.head() is record:
             self.blocked = False  # the blocking head is gone: the next one deserves a try
+        if record.key is not None:
+            self.size -= 1
         self._of(record).remove(record)
 
     def head(self) -> Record | None:

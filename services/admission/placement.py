@@ -10,9 +10,12 @@ again, and adding or releasing an admission's quota. The facts and the pass that
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
+from services.admission.admission_fair_sharing import Ledger
 from services.admission.books import QueueBooks
+from services.admission.fair_queues import FairShareQueue
 from services.admission.model import Decision, Inadmissible
 from services.admission.nominations import Nominations
 from services.admission.priorities import UnknownPriorityClass
@@ -37,6 +40,8 @@ class Placement:
         self._records: dict[str, Record] = {}
         self._config = Topology()
         self._queues: dict[str, ClusterQueueQueue] = {}
+        self._ledger: Ledger | None = None  # LocalQueues' consumption (admission fair sharing)
+        self.clock: Callable[[], float] = time.time  # the ledger's time
         # Bumped whenever usage changes under a root cohort: a failed assignment computed at
         # one version holds for every same-shaped workload of that ClusterQueue until then.
         self._usage_version: dict[str, int] = {}
@@ -60,9 +65,12 @@ class Placement:
             if record.state == ADMITTED and record.usage:
                 config.tree.add_usage(record.cq, record.usage)
         # Rebuild every pending queue: priorities, LocalQueues and selectors may have changed.
+        self._ledger = ledger = config.fairness.ledger(self._ledger)
+        if ledger is not None:
+            for lq, usage in self._books.lq_usage.items():
+                ledger.running(lq, usage, self.clock())
         self._queues = {
-            name: ClusterQueueQueue(info.strict_fifo, self._records)
-            for name, info in config.cqs.items()
+            name: self._new_queue(name, info.strict_fifo) for name, info in config.cqs.items()
         }
         self._books.lq_pending = {}
         for record in self._records.values():
@@ -72,6 +80,17 @@ class Placement:
                 self._place(record)
         self._ready = set(self._queues)
         self._dirty = set()
+
+    def _new_queue(self, name: str, strict: bool) -> ClusterQueueQueue:
+        """A pending queue; ordered across LocalQueues under admission fair sharing."""
+        ledger, fairness = self._ledger, self._config.fairness
+        if ledger is None or name not in fairness.usage_based:
+            return ClusterQueueQueue(strict, self._records)
+        return FairShareQueue(
+            strict,
+            self._records,
+            lambda lq: ledger.usage(lq, fairness.lq_weight(lq), self.clock()),
+        )
 
     # --- placing a pending workload --------------------------------------------------------
 
@@ -187,6 +206,8 @@ class Placement:
         self._config.tree.add_usage(cq_name, usage)
         self._bump_usage_version(cq_name)
         self._books.admitted(cq_name, (record.wl.ref.namespace, record.lq_name), usage, 1)
+        if self._ledger is not None:
+            self._ledger.admitted((record.wl.ref.namespace, record.lq_name), usage, 1, self.clock())
 
     def _release(self, record: Record) -> None:
         usage = record.usage or {}
@@ -194,6 +215,9 @@ class Placement:
         self._config.tree.remove_usage(cq_name, usage)
         self._bump_usage_version(cq_name)
         self._books.admitted(cq_name, (record.wl.ref.namespace, record.lq_name), usage, -1)
+        if self._ledger is not None:
+            lq = (record.wl.ref.namespace, record.lq_name)
+            self._ledger.admitted(lq, usage, -1, self.clock())
         record.usage = None
         # Freed quota may help anyone sharing the cohort tree: retry their parked workloads.
         root = self._config.root_of.get(cq_name)

@@ -9,6 +9,8 @@ that fits: ClusterQueue heads are merged in a global heap ordered like Kueue ord
 of a cycle (not borrowing first, then priority, then queue time); after each admission the
 usage is updated and that queue's next head joins the heap. A pass only touches queues where
 something happened since the last one (new workload, freed quota in the cohort, config).
+With fair sharing on, the heads of ClusterQueues in a cohort go by dominant resource share
+instead (services/admission/fair_order.py: fair_round).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import heapq
 from typing import Any, NamedTuple
 
 from services.admission import partial, status
+from services.admission.fair_order import fair_round
 from services.admission.flavors import AssignResult
 from services.admission.model import (
     Admission,
@@ -63,14 +66,17 @@ class Scheduler(Placement):
 
     # --- workload facts --------------------------------------------------------------------
 
-    def submit(self, wl: QueuedWorkload) -> None:
-        """A new pending workload; a duplicate (same uid) changes nothing."""
+    def submit(self, wl: QueuedWorkload, *, generation: int = 0) -> None:
+        """A new pending workload; a duplicate (same uid) changes nothing. ``generation``:
+        the admissions it already had (one queued again after it was inactive), so the
+        next admission's number, and its event id, are new."""
         record = self._records.get(wl.ref.uid)
         if record is not None:
             if record.placeholder:  # the admission was restored before the submit was seen
                 self._swap_workload(record, wl)
             return
         record = Record(wl)
+        record.generation = generation
         self._records[wl.ref.uid] = record
         self._place(record)
 
@@ -292,12 +298,28 @@ class Scheduler(Placement):
             if head is not None and head.key is not None:
                 heads.append(_Head(0, head.key, name))
         self._ready = set()
+        fair_roots: dict[str, list[str]] = {}  # fair sharing: cohort heads by tournament
+        if config.fairness.enabled:
+            for entry in heads:
+                if config.tree.cluster_queues[entry.cq].parent is not None:
+                    fair_roots.setdefault(config.root(entry.cq), []).append(entry.cq)
+            heads = [entry for entry in heads if config.root(entry.cq) not in fair_roots]
         heapq.heapify(heads)
         # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
         # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
         # backlog of identical workloads then costs a dict lookup each, not a flavor search.
         failed: dict[tuple[str, bytes], tuple[int, AssignResult]] = {}
         tried = 0
+        for root, names in fair_roots.items():
+            tried += fair_round(
+                config.tree,
+                config.tree.cohorts[root],
+                names,
+                config.fairness.weights,
+                head_of=self._fair_head,
+                assign=lambda name, record: self._assign(name, record, failed),
+                decide=self._decide,
+            )
         while heads:
             borrowing, key, name = heapq.heappop(heads)
             queue = self._queues[name]
@@ -308,58 +330,17 @@ class Scheduler(Placement):
                 if record.key is not None:
                     heapq.heappush(heads, _Head(0, record.key, name))
                 continue
-            shape = (name, record.shape)
-            version = self._usage_version.get(config.root(name), 0)
-            cached = failed.get(shape)
-            if cached is not None and cached[0] == version:
-                result = cached[1]
-            else:
-                pod_sets = record.wl.pod_sets
-                result = partial.assign(
-                    config.cqs[name],
-                    config.flavors,
-                    config.tree,
-                    pod_sets,
-                    victims_possible=record.wl.ref.uid not in self._no_victims,
-                )
-                if not result.fits:
-                    failed[shape] = (version, result)
+            result = self._assign(name, record, failed)
             tried += 1
-            yields_to: Rank | None = None
             if result.fits and result.borrows:
                 if not borrowing and not config.borrowing_yields:
                     # Kueue admits heads that need no borrowing first. (Yielding goes by
                     # order: a borrower goes before non-borrowers that come after it.)
                     heapq.heappush(heads, _Head(1, key, name))
                     continue
-                yields_to = self._yields_to(name, record)
-            if result.fits and yields_to is None:
-                self._admit(record, name, result)
-                queue.release_one(record.shape)  # the next of its shape may fit too
-            else:
-                if yields_to is not None:
-                    due = " due earlier" if config.wait_targets.enabled else ""
-                    message = (
-                        f"couldn't borrow: a workload of priority {yields_to.priority}{due} waits"
-                        f" for quota in cohort {config.root(name)}"
-                    )
-                    self._note(record, name, PENDING_REASON, message)
-                else:
-                    self._note(
-                        record,
-                        name,
-                        PENDING_REASON,
-                        result.message,
-                        result.preemption_may_help,
-                        result.preempt_flavors,
-                        result.contested,
-                    )
-                    self._track_waiting(record, name, result.waits_for_room)
-                if queue.strict or record.wl.reserved or record.wl.nominated:
-                    # StrictFIFO, or a reservation: nothing behind it may pass.
-                    queue.blocked = True
-                    continue
-                queue.park(record)
+            self._decide(name, record, result)
+            if queue.blocked:
+                continue
             following = queue.head()
             if following is not None and following.key is not None:
                 heapq.heappush(heads, _Head(0, following.key, name))
@@ -371,6 +352,68 @@ class Scheduler(Placement):
         for preemptor in self._nominations.take_released():
             self.unnominate(preemptor)
         return out
+
+    def _assign(
+        self, name: str, record: Record, failed: dict[tuple[str, bytes], tuple[int, AssignResult]]
+    ) -> AssignResult:
+        """The head's flavor assignment against the usage now (a failure is remembered for
+        its shape until the usage of its cohort tree changes)."""
+        config = self._config
+        shape = (name, record.shape)
+        version = self._usage_version.get(config.root(name), 0)
+        cached = failed.get(shape)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        result = partial.assign(
+            config.cqs[name],
+            config.flavors,
+            config.tree,
+            record.wl.pod_sets,
+            victims_possible=record.wl.ref.uid not in self._no_victims,
+        )
+        if not result.fits:
+            failed[shape] = (version, result)
+        return result
+
+    def _decide(self, name: str, record: Record, result: AssignResult) -> None:
+        """Admit the head, or note why not and set it aside (park it, or block its queue)."""
+        config = self._config
+        queue = self._queues[name]
+        yields_to = self._yields_to(name, record) if result.fits and result.borrows else None
+        if result.fits and yields_to is None:
+            self._admit(record, name, result)
+            queue.release_one(record.shape)  # the next of its shape may fit too
+            return
+        if yields_to is not None:
+            due = " due earlier" if config.wait_targets.enabled else ""
+            message = (
+                f"couldn't borrow: a workload of priority {yields_to.priority}{due} waits"
+                f" for quota in cohort {config.root(name)}"
+            )
+            self._note(record, name, PENDING_REASON, message)
+        else:
+            self._note(
+                record,
+                name,
+                PENDING_REASON,
+                result.message,
+                result.preemption_may_help,
+                result.preempt_flavors,
+                result.contested,
+            )
+            self._track_waiting(record, name, result.waits_for_room)
+        if queue.strict or record.wl.reserved or record.wl.nominated:
+            queue.blocked = True  # StrictFIFO, or a reservation: nothing behind it may pass
+        else:
+            queue.park(record)
+
+    def _fair_head(self, name: str) -> tuple[Record, OrderKey] | None:
+        """A ClusterQueue's head for a fair-sharing round (None: none, blocked, inactive)."""
+        queue = self._queues[name]
+        if queue.blocked or name in self._config.inactive:
+            return None
+        record = queue.head()
+        return None if record is None or record.key is None else (record, record.key)
 
     @staticmethod
     def _rank(record: Record) -> Rank:
@@ -399,6 +442,10 @@ class Scheduler(Placement):
         self._unqueue(record)
         record.wl.nominated = False  # it got its room
         self._apply_admission(record, cq_name, result.assignments, result.usage)
+        if self._ledger is not None:  # admission fair sharing's entry penalty
+            self._ledger.penalize(
+                (record.wl.ref.namespace, record.lq_name), result.usage, self.clock()
+            )
         record.generation += 1
         self._out.append(
             Admission(
@@ -416,11 +463,16 @@ class Scheduler(Placement):
 
     def cluster_queue_status(self, name: str) -> dict[str, Any]:
         """Kueue-shaped ClusterQueue status."""
-        return status.cluster_queue_status(name, self._config, self._books, self._queues.get(name))
+        result = status.cluster_queue_status(
+            name, self._config, self._books, self._queues.get(name)
+        )
+        return result | self._config.fairness.cluster_queue_status(self._config.tree, name)
 
     def local_queue_status(self, namespace: str, name: str) -> dict[str, Any]:
         """Kueue-shaped LocalQueue status."""
-        return status.local_queue_status(namespace, name, self._config, self._books)
+        result = status.local_queue_status(namespace, name, self._config, self._books)
+        fairness = self._config.fairness
+        return result | fairness.local_queue_status(self._ledger, (namespace, name), self.clock())
 
     def queue_stats(self) -> QueueStats:
         """Counts and usage per queue for the metrics; O(parked workloads), not O(all)."""

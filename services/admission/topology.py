@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from services.admission.deadlines import WaitTargets
+from services.admission.fairness import Fairness
 from services.admission.flavors import ClusterQueueInfo, FlavorInfo
 from services.admission.model import LocalQueueKey
 from services.admission.priorities import PriorityTable
@@ -50,6 +51,7 @@ class Topology:
         self.borrowing_yields = False
         # Configuration.spec.admission.waitTargets: deadline order when set.
         self.wait_targets = WaitTargets()
+        self.fairness = Fairness()  # fairSharing, admissionFairSharing (services/admission)
         self._ns_match: dict[tuple[str, str], bool] = {}
 
     @classmethod
@@ -63,6 +65,7 @@ class Topology:
             admission.borrowing_yields_to_higher_priority
         )
         self.wait_targets = WaitTargets(admission.wait_targets if admission else ())
+        self.fairness = Fairness.build(objects)
         cohorts = [o for o in objects if isinstance(o, Cohort)]
         self.flavors = {
             o.metadata.name: FlavorInfo.from_config(o)
