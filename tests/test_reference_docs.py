@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -103,3 +104,48 @@ def test_the_docs_index_links_every_page() -> None:
     pages = {path.name for path in DOCS.glob("*.md")} - {"README.md"}
     assert pages <= set(links), sorted(pages - set(links))
     assert not [link for link in links if not (DOCS / link).exists()]
+
+
+def _readme_command_cells() -> list[str]:
+    """The `berth ...` code spans of the first column of the README's command table."""
+    text = (DOCS.parent / "README.md").read_text()
+    table = text.split("## Commands", 1)[1].split("\n\n", 2)[1]
+    cells = [line.split(" | ", 1)[0] for line in table.splitlines() if line.startswith("| `")]
+    return [span for cell in cells for span in re.findall(r"`(berth [^`]+)`", cell)]
+
+
+def _resolve(words: list[str]) -> list[click.Command]:
+    """The chain of commands a span names (`get workloads\\|cq` takes the first word)."""
+    chain: list[click.Command] = [cli]
+    context = click.Context(cli, info_name="berth")
+    for word in words:
+        command = chain[-1]
+        if not isinstance(command, click.Group):
+            break
+        child = command.get_command(context, word.split("|")[0].replace("\\", ""))
+        if child is None:
+            break
+        chain.append(child)
+        context = click.Context(child, info_name=word, parent=context)
+    return chain
+
+
+def test_readme_command_table_names_real_commands_and_options() -> None:
+    """Every command the README's table shows exists, every option it shows is one of that
+    command's (or its parents'), and every top-level command has a row."""
+    spans = _readme_command_cells()
+    assert len(spans) >= 15
+    shown_top = set()
+    for span in spans:
+        words = span.split()[1:]
+        chain = _resolve(words)
+        names = {opt for c in chain for p in c.params for opt in [*p.opts, *p.secondary_opts]}
+        names |= {"-h", "--help"}
+        if len(chain) > 1:
+            shown_top.add(chain[1].name)
+        options = re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", span.replace("\\|", " "))
+        unknown = [option for option in options if option not in names]
+        assert not unknown, (span, unknown)
+        assert len(chain) > 1 or options == ["--version"], span
+    context = click.Context(cli, info_name="berth")
+    assert set(cli.list_commands(context)) <= shown_top, set(cli.list_commands(context)) - shown_top
