@@ -6,7 +6,7 @@ is one line on stderr, ``berth: warning: <file>: <field> is not supported and is
 
 What counts (a field any backend would act on in Kueue, and Berth does not):
 
-- configuration: every field :data:`shared.config_fields.FIELD_STATUS` marks warned (the table
+- configuration: every field :data:`berth_cli.config_fields.FIELD_STATUS` marks warned (the table
   of docs/kueue-fields.md), named with its object, and Kueue's objects Berth has no model for
   (AdmissionCheck, Topology, MultiKueue...), each skipped with one line saying why;
 - workloads: Kueue's topology, elastic-job, fast-admission, retriable-in-group,
@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from shared.config_fields import unsupported_object, warned_fields
+from berth_cli.config_fields import unsupported_object, warned_fields
 from shared.workload_fields import path_text
 from shared.workloads import WorkloadError, workload_spec
 

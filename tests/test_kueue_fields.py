@@ -1,4 +1,4 @@
-"""Every field of Kueue's config objects is honoured, warned or inert (shared/config_fields.py),
+"""Every field of Kueue's config objects is honoured, warned or inert (berth_cli/config_fields.py),
 docs/kueue-fields.md is that table, and Kueue's objects Berth does not model are skipped with
 one warning instead of failing the apply."""
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from berth_cli.config_fields import FIELD_STATUS, KINDS, field_paths, render_markdown
 from berth_cli.ignored import config_ignored, warn_skipped
 from berth_cli.writing import parse_config
 from shared.config import ConfigError, parse_object
-from shared.config_fields import FIELD_STATUS, KINDS, field_paths, render_markdown
 
 _DOC = Path(__file__).resolve().parent.parent / "docs" / "kueue-fields.md"
 
@@ -27,7 +27,7 @@ def test_every_field_has_a_status() -> None:
 def test_the_page_is_the_table() -> None:
     """docs/kueue-fields.md is regenerated when the model or the table changes."""
     assert _DOC.read_text() == render_markdown(), (
-        "docs/kueue-fields.md drifted: python -m shared.config_fields > docs/kueue-fields.md"
+        "docs/kueue-fields.md drifted: python -m berth_cli.config_fields > docs/kueue-fields.md"
     )
 
 

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from berth_cli.client import CliError
+from berth_cli.config_fields import unsupported_object
 from berth_cli.tasks import TaskError, load_managed_job
 from berth_cli.writing import check_pod_groups, parse_config, prepare_workload
 from shared.config import is_config_kind, load_documents
-from shared.config_fields import unsupported_object
 from shared.events import WorkloadAdmitted
 from shared.workloads import workload_spec
 from tests.conftest import FIXTURES, Stack, berth
