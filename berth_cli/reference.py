@@ -55,8 +55,16 @@ def _text(help_text: str | None) -> str:
     return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
 
 
+def _markdown(text: str) -> str:
+    """``<`` outside code spans escaped: ``<role>`` would otherwise be taken for HTML."""
+    parts = text.split("`")
+    parts[::2] = [part.replace("<", "&lt;") for part in parts[::2]]
+    return "`".join(parts)
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n\n", "<br>")
+    """Text for a table cell: pipes escaped, paragraphs as line breaks."""
+    return _markdown(text.replace("|", "\\|")).replace("\n\n", "<br>")
 
 
 def _value(option: click.Option) -> str:
@@ -67,9 +75,12 @@ def _value(option: click.Option) -> str:
     if isinstance(kind, click.Choice):
         return "|".join(str(choice) for choice in kind.choices)
     if isinstance(kind, click.IntRange):
+        if kind.max is None:
+            return f"INTEGER >= {kind.min}"
         return f"INTEGER {kind.min}..{kind.max}"
     name = option.metavar or kind.name.upper()
-    return f"{name} (repeatable)" if option.multiple else name
+    name = f"{name} (repeatable)" if option.multiple else name
+    return f"{name}, required" if option.required else name
 
 
 def _default(option: click.Option) -> str:
@@ -104,7 +115,8 @@ def _usage(entry: Entry) -> str:
 
 
 def _section(entry: Entry) -> list[str]:
-    lines = [f"## `{entry.path}`", "", f"`{_usage(entry)}`", "", _text(entry.command.help), ""]
+    help_text = _markdown(_text(entry.command.help))
+    lines = [f"## `{entry.path}`", "", f"`{_usage(entry)}`", "", help_text, ""]
     arguments = [p for p in entry.command.params if isinstance(p, click.Argument)]
     options = [p for p in entry.command.params if isinstance(p, click.Option) and not p.hidden]
     if arguments:
