@@ -8,6 +8,7 @@ ids) on the ClusterQueue's pending queue.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,11 @@ from services.admission.admission_fair_sharing import Ledger, decayed, weighted_
 from services.admission.fair_queues import FairShareQueue
 from services.admission.model import QueuedWorkload
 from services.admission.queues import Record, order_key
+from services.admission.scheduler import Scheduler
 from shared.config_fairness import AdmissionFairSharingSettings
 from shared.events import PodSet, WorkloadRef
+from tests.test_scheduler import admitted, config, cq, flavor, group, wl
+from tests.test_scheduler import lq as local_queue
 
 DECAY = [
     ("one half-life: half the old, half the new", {"cpu": 8.0}, {"cpu": 0.0}, 10, 10, 4.0),
@@ -166,3 +170,62 @@ def test_the_head_moves_to_the_other_local_queue_as_usage_grows() -> None:
     ledger.penalize(("default", "lq-b"), {("default", "cpu"): 8000}, now=0.0)
     second = queue.head()
     assert second is not None and second.wl.ref.name == "a1"
+
+
+def _afs_scheduler(enable: bool) -> Scheduler:
+    """Kueue's TestScheduleForAFS setup: cq1 with 8 CPUs, lq-a and lq-b, half-life 10s."""
+    spec: dict[str, Any] = {}
+    if enable:
+        spec = {"admissionFairSharing": {"usageHalfLifeTime": "10s", "usageSamplingInterval": "1s"}}
+    s = Scheduler()
+    s.clock = lambda: 1000.0
+    s.set_config(
+        config(
+            flavor("default"),
+            cq(
+                "cq1",
+                group(["cpu"], ("default", {"cpu": 8})),
+                admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"},
+            ),
+            local_queue("lq-a", "cq1"),
+            local_queue("lq-b", "cq1"),
+            {
+                "apiVersion": "berth.dev/v1alpha1",
+                "kind": "Configuration",
+                "metadata": {"name": "berth"},
+                "spec": spec,
+            },
+        )
+    )
+    for name, queue, t in (
+        ("wl-a1", "lq-a", 0),
+        ("wl-a2", "lq-a", 1),
+        ("wl-b1", "lq-b", 2),
+        ("wl-b2", "lq-b", 3),
+    ):
+        s.submit(wl(name, queue, t=t, cpu="4"))
+    return s
+
+
+def test_admits_one_workload_from_each_localqueue_when_quota_is_limited() -> None:
+    """Kueue's case of that name: after wl-a1, lq-a has consumed more than lq-b, so wl-b1
+    goes before the older wl-a2; without admission fair sharing wl-a2 would."""
+    assert admitted(_afs_scheduler(True).schedule()) == ["wl-a1", "wl-b1"]
+    assert admitted(_afs_scheduler(False).schedule()) == ["wl-a1", "wl-a2"]
+
+
+def test_the_local_queue_status_shows_its_decayed_consumption() -> None:
+    """status.fairSharing.admissionFairSharingStatus: the entry penalty at once, then half
+    way to what runs after one half-life; absent without admission fair sharing."""
+    s = _afs_scheduler(True)
+    s.schedule()
+    fair = s.local_queue_status("default", "lq-a")["fairSharing"]
+    penalty = 4 * (1 - 0.5 ** (1 / 10))
+    assert fair["admissionFairSharingStatus"]["consumedResources"] == {
+        "cpu": f"{round(penalty * 1000)}m"
+    }
+    s.clock = lambda: 1010.0
+    later = s.local_queue_status("default", "lq-a")["fairSharing"]["admissionFairSharingStatus"]
+    assert later["consumedResources"] == {"cpu": f"{round((penalty / 2 + 2) * 1000)}m"}
+    assert later["lastUpdate"] == "1970-01-01T00:16:50Z"
+    assert "fairSharing" not in _afs_scheduler(False).local_queue_status("default", "lq-a")
