@@ -162,7 +162,8 @@ VARIABLES = (
     ),
     Variable(
         "BERTH_DEFAULT_IMAGE",
-        "Kubernetes backend: the image of a managed task that names none (`image_id`).",
+        "Kubernetes backend: the image of a container created without one (a managed task that"
+        " names no `image_id`, a Job whose container has no image).",
         "`ubuntu:24.04`",
         "the watcher (Kubernetes backend)",
     ),
