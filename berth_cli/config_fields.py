@@ -98,13 +98,17 @@ FIELD_STATUS: dict[tuple[str, str], tuple[Status, str]] = {
     ("ClusterQueue", "spec.fairSharing"): ("honoured", ""),
     ("ClusterQueue", "spec.fairSharing.weight"): (
         "honoured",
-        "fair-sharing preemption, when the Configuration enables it",
+        "fair sharing (admission order and preemption), when the Configuration enables it",
     ),
     ("ClusterQueue", "spec.admissionScope"): (
-        "warned",
-        "admission fair sharing is not supported",
+        "honoured",
+        "admission fair sharing across its LocalQueues, when the Configuration sets"
+        " admissionFairSharing",
     ),
-    ("ClusterQueue", "spec.admissionScope.admissionMode"): ("warned", "see spec.admissionScope"),
+    ("ClusterQueue", "spec.admissionScope.admissionMode"): (
+        "honoured",
+        "UsageBasedAdmissionFairSharing or NoAdmissionFairSharing",
+    ),
     ("ClusterQueue", "spec.concurrentAdmissionPolicy"): (
         "warned",
         "concurrent admission is not supported",
@@ -123,12 +127,15 @@ FIELD_STATUS: dict[tuple[str, str], tuple[Status, str]] = {
     ("Cohort", "spec.fairSharing"): ("honoured", ""),
     ("Cohort", "spec.fairSharing.weight"): (
         "honoured",
-        "its share where fair-sharing preemption compares cohorts",
+        "its share where fair sharing compares cohorts (admission order and preemption)",
     ),
     ("LocalQueue", "spec.clusterQueue"): ("honoured", ""),
     ("LocalQueue", "spec.stopPolicy"): ("honoured", "Hold and HoldAndDrain"),
-    ("LocalQueue", "spec.fairSharing"): ("warned", "admission fair sharing is not supported"),
-    ("LocalQueue", "spec.fairSharing.weight"): ("warned", "see spec.fairSharing"),
+    ("LocalQueue", "spec.fairSharing"): ("honoured", "admission fair sharing"),
+    ("LocalQueue", "spec.fairSharing.weight"): (
+        "honoured",
+        "divides its consumed usage where admission fair sharing orders LocalQueues",
+    ),
     ("WorkloadPriorityClass", "value"): ("honoured", "the workload's priority"),
     ("WorkloadPriorityClass", "description"): ("inert", "descriptive"),
     ("PriorityClass", "value"): ("honoured", "the workload's priority"),

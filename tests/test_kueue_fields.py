@@ -70,14 +70,19 @@ ACCEPTED: list[tuple[str, dict[str, Any], list[str]]] = [
         [],
     ),
     (
-        "a LocalQueue's fair-sharing weight is admission fair sharing's",
+        "a LocalQueue's fair-sharing weight counts in admission fair sharing, so not named",
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "LocalQueue",
             "metadata": {"name": "lq", "namespace": "ns"},
             "spec": {"clusterQueue": "cq", "fairSharing": {"weight": 2}},
         },
-        ["LocalQueue lq: spec.fairSharing"],
+        [],
+    ),
+    (
+        "admissionScope is acted on (admission fair sharing), so not named",
+        _cq(admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"}),
+        [],
     ),
     (
         "preemptionPolicy at its default changes nothing and is not named",
