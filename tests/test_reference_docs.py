@@ -149,3 +149,22 @@ def test_readme_command_table_names_real_commands_and_options() -> None:
         assert len(chain) > 1 or options == ["--version"], span
     context = click.Context(cli, info_name="berth")
     assert set(cli.list_commands(context)) <= shown_top, set(cli.list_commands(context)) - shown_top
+
+
+def test_every_relative_link_resolves() -> None:
+    """A relative link in any page of the documentation (README, CONTRIBUTING, CHANGELOG,
+    docs/, examples/, deploy/) points at a file or folder that exists."""
+    root = DOCS.parent
+    pages = [root / "README.md", root / "CONTRIBUTING.md", root / "CHANGELOG.md"]
+    pages += [
+        *DOCS.glob("*.md"),
+        *(root / "examples").glob("*.md"),
+        *(root / "deploy").glob("*.md"),
+    ]
+    broken = [
+        f"{page.relative_to(root)}: {link}"
+        for page in pages
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text())
+        if not (page.parent / link).exists()
+    ]
+    assert len(pages) > 15 and not broken, broken
