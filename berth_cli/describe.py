@@ -249,6 +249,12 @@ def _quota_rows(queue: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def _weighted_share(status: dict[str, Any]) -> list[str]:
+    """Kueue's status.fairSharing.weightedShare, when fair sharing is on."""
+    fair = status.get("fairSharing")
+    return [] if fair is None else [f"  Weighted Share:       {fair.get('weightedShare', 0)}"]
+
+
 async def describe_cluster_queue(bus: Bus, name: str) -> list[str]:
     queue = await _one(bus, "clusterqueues", name)
     pending = await query_all(bus, "pending", clusterQueue=name)
@@ -272,6 +278,7 @@ async def describe_cluster_queue(bus: Bus, name: str) -> list[str]:
         f"  Pending Workloads:    {status.get('pendingWorkloads', 0)}",
         f"  Reserving Workloads:  {status.get('reservingWorkloads', 0)}",
         f"  Admitted Workloads:   {status.get('admittedWorkloads', 0)}",
+        *_weighted_share(status),
         *_conditions(queue),
     ]
     rows = [

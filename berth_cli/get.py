@@ -145,7 +145,7 @@ def cluster_queue_rows(
 ) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "COHORT", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
     if wide:
-        headers += ["STRATEGY", "RESERVING WORKLOADS", "ACTIVE"]
+        headers += ["STRATEGY", "RESERVING WORKLOADS", "ACTIVE", "WEIGHTED SHARE"]
     rows = []
     for item in items:
         spec = item.get("spec", {})
@@ -162,6 +162,8 @@ def cluster_queue_rows(
                 spec.get("queueingStrategy", "BestEffortFIFO"),
                 status.get("reservingWorkloads", 0),
                 active["status"] if active else "",
+                # Kueue's status.fairSharing.weightedShare ("-": fair sharing is off)
+                status.get("fairSharing", {}).get("weightedShare", "-"),
             ]
         rows.append(row)
     return headers, rows
