@@ -58,6 +58,8 @@ __all__ = [
     "WaitTarget",
     "WorkloadPriorityClass",
     "ageing_for",
+    "config_key",
+    "config_key_prefix",
     "decode_object",
     "load_documents",
     "object_key",
@@ -659,10 +661,20 @@ def _check_one(value: Quantity, where: str) -> int:
         raise ConfigError(f"{where}: {error}") from error
 
 
+def config_key(kind: str, name: str, namespace: str | None = None) -> str:
+    """The config bucket's key of an object: ``<kind>.<namespace or _>.<name>``, the kind
+    (``ClusterQueue``) in lower case; ``_`` stands for no namespace (a cluster-scoped kind)."""
+    return f"{config_key_prefix(kind, namespace or '_')}{name}"
+
+
+def config_key_prefix(kind: str, namespace: str | None = None) -> str:
+    """What every key of ``kind`` (in ``namespace``, when given) starts with."""
+    return f"{kind.lower()}.{namespace}." if namespace else f"{kind.lower()}."
+
+
 def object_key(obj: ConfigObject) -> str:
-    """The key-value bucket key: ``<kind>.<namespace or _>.<name>``, kind in lower case."""
-    kind = type(obj).__name__.lower()
-    return f"{kind}.{obj.metadata.namespace or '_'}.{obj.metadata.name}"
+    """The config bucket's key of ``obj`` (see :func:`config_key`)."""
+    return config_key(type(obj).__name__, obj.metadata.name, obj.metadata.namespace)
 
 
 _encoder = msgspec.json.Encoder()

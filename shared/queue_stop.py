@@ -22,7 +22,7 @@ import msgspec
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from shared.config import ClusterQueue, LocalQueue, decode_object, encode_object
+from shared.config import ClusterQueue, LocalQueue, config_key, decode_object, encode_object
 
 __all__ = [
     "QUEUE_KINDS",
@@ -76,11 +76,11 @@ def stop_policy_for(*, stop: bool, keep_already_running: bool = False) -> StopPo
 
 
 def queue_key(kind: str, name: str, namespace: str) -> str:
-    """The config bucket's key of a queue (shared/config.py ``object_key``): a ClusterQueue
+    """The config bucket's key of a queue (shared/config.py ``config_key``): a ClusterQueue
     is cluster-scoped (``_``), a LocalQueue lives in ``namespace``."""
     if kind not in QUEUE_KINDS:
         raise ValueError(f"{kind!r} cannot be stopped: only {' or '.join(QUEUE_KINDS)}")
-    return f"{kind.lower()}.{namespace if kind == 'LocalQueue' else '_'}.{name}"
+    return config_key(kind, name, namespace if kind == "LocalQueue" else None)
 
 
 def describe_queue(kind: str, name: str, namespace: str) -> str:
