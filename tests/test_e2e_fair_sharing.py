@@ -1,0 +1,131 @@
+"""On `berth up`: fair sharing orders admission across the ClusterQueues of a cohort."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import Stack, berth
+from tests.e2e import eventually, get_json, is_admitted, job_manifest, submit_manifest
+
+V1 = "kueue.x-k8s.io/v1beta1"
+
+
+def _setup(fair: bool) -> list[dict[str, Any]]:
+    """alpha and beta own no quota and borrow everything from lender's 6 CPUs."""
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "default"}},
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Configuration",
+            "metadata": {"name": "berth"},
+            "spec": {"fairSharing": {"enable": fair}},
+        },
+    ]
+    for name, cpu in (("alpha", 0), ("beta", 0), ("lender", 6)):
+        objects.append(
+            {
+                "apiVersion": V1,
+                "kind": "ClusterQueue",
+                "metadata": {"name": name},
+                "spec": {
+                    "cohort": "shared",
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu"],
+                            "flavors": [
+                                {
+                                    "name": "default",
+                                    "resources": [{"name": "cpu", "nominalQuota": cpu}],
+                                }
+                            ],
+                        }
+                    ],
+                },
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": V1,
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"clusterQueue": name},
+            }
+        )
+    return objects
+
+
+def _workloads(url: str) -> dict[str, dict[str, Any]]:
+    return {w["metadata"]["name"]: w for w in get_json(url, "workloads")}
+
+
+def test_the_cluster_queue_with_the_lower_share_admits_first(stack: Stack, tmp_path: Path) -> None:
+    """alpha already borrows 2 of the cohort's 6 CPUs; when 4 free up, beta's newer head is
+    admitted before alpha's older one (alpha would borrow 6/6, beta 4/6), and
+    `get clusterqueues -o wide` shows each weightedShare."""
+    url = stack.url
+    (tmp_path / "setup.yaml").write_text(
+        "\n---\n".join(json.dumps(document) for document in _setup(fair=True))
+    )
+    berth("apply", "-f", str(tmp_path / "setup.yaml"), url=url)
+    submit_manifest(url, tmp_path, job_manifest("a1", cpu=2, queue="alpha"))
+    eventually(lambda: is_admitted(_workloads(url)["a1"]))
+    go = tmp_path / "go"
+    filler = job_manifest(
+        "filler",
+        cpu=4,
+        queue="lender",
+        command=["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done"],
+    )
+    submit_manifest(url, tmp_path, filler)
+    eventually(lambda: is_admitted(_workloads(url)["filler"]))
+    submit_manifest(url, tmp_path, job_manifest("a2", cpu=4, queue="alpha"))
+    submit_manifest(url, tmp_path, job_manifest("b1", cpu=4, queue="beta"))
+
+    def both_pending() -> bool:
+        rows = {p["name"] for p in get_json(url, "pending", "alpha")}
+        rows |= {p["name"] for p in get_json(url, "pending", "beta")}
+        return rows == {"a2", "b1"}
+
+    eventually(both_pending)
+    go.touch()  # the filler ends: 4 CPUs free, room for one of the two
+
+    def one_admitted() -> dict[str, dict[str, Any]]:
+        workloads = _workloads(url)
+        admitted = {name for name in ("a2", "b1") if is_admitted(workloads[name])}
+        assert admitted, "neither admitted yet"
+        return workloads
+
+    workloads = eventually(one_admitted)
+    assert is_admitted(workloads["b1"]) and not is_admitted(workloads["a2"])
+
+    shares = {
+        q["metadata"]["name"]: q["status"]["fairSharing"]["weightedShare"]
+        for q in get_json(url, "clusterqueues")
+    }
+    # alpha borrows 2 of 6 (333.3, rounded up), beta 4 of 6, lender nothing.
+    assert shares == {"alpha": 334, "beta": 667, "lender": 0}
+    wide = berth("get", "clusterqueues", "-o", "wide", url=url).stdout.splitlines()
+    assert "WEIGHTED SHARE" in wide[0]
+    rows = {line.split()[0]: line.split() for line in wide[1:]}
+    assert rows["alpha"][-1] == "334" and rows["beta"][-1] == "667"
+    described = berth("describe", "clusterqueue", "beta", url=url).stdout
+    assert "Weighted Share:       667" in described
+
+
+def test_a_negative_local_queue_weight_is_refused_at_apply(stack: Stack, tmp_path: Path) -> None:
+    """berth apply refuses a negative fairSharing.weight, naming the field, and stores nothing."""
+    url = stack.url
+    bad = {
+        "apiVersion": V1,
+        "kind": "LocalQueue",
+        "metadata": {"name": "heavy", "namespace": "default"},
+        "spec": {"clusterQueue": "alpha", "fairSharing": {"weight": "-1"}},
+    }
+    (tmp_path / "bad.yaml").write_text(json.dumps(bad))
+    result = berth("apply", "-f", str(tmp_path / "bad.yaml"), url=url, check=False)
+    assert result.returncode != 0
+    assert "`spec.fairSharing.weight`: quantity '-1' is negative" in result.stderr
+    assert [q["metadata"]["name"] for q in get_json(url, "localqueues")] == []
