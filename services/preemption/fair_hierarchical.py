@@ -18,65 +18,20 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 
 from services.preemption.model import Running, Victim
 from services.preemption.ordering import Candidates, sort_key
 from services.preemption.simulation import Simulation
 from shared.config import FairSharingStrategy
-from shared.hierarchy import path_to_root, potential_available
-from shared.quota import FlavorResource, QuotaNode
+from shared.fair_share import Share, node_share
+from shared.hierarchy import path_to_root
+from shared.quota import QuotaNode
 
 __all__ = ["hierarchical_fair_preemptions"]
 
 
-@dataclass(frozen=True, slots=True)
-class Share:
-    """Kueue's DRS: an unweighted ratio (per mille) and the node's weight."""
-
-    borrowing: bool
-    ratio: float
-    weight: float
-
-    @property
-    def value(self) -> float:
-        """PreciseWeightedShare: +inf for a zero weight that borrows."""
-        if self.ratio == 0:
-            return 0.0
-        return math.inf if self.weight == 0 else self.ratio / self.weight
-
-    def key(self) -> tuple[int, float]:
-        """CompareDRS as a sort key: zero weights that borrow above all, by ratio."""
-        if self.weight == 0 and self.ratio != 0:
-            return (1, self.ratio)
-        return (0, self.value)
-
-
-_NEGATIVE = Share(False, -1.0, 1.0).key()
-
-
-def node_share(node: QuotaNode, weight: float, delta: Mapping[FlavorResource, int] = {}) -> Share:
-    """dominantResourceShare of a ClusterQueue or Cohort, with ``delta`` more usage."""
-    parent = node.parent
-    if parent is None:
-        return Share(False, 0.0, weight)
-    borrowed: dict[str, int] = {}
-    for fr, quota in node.subtree.items():
-        extra = delta.get(fr, 0) + node.usage.get(fr, 0) - quota
-        if extra > 0:
-            borrowed[fr[1]] = borrowed.get(fr[1], 0) + extra
-    if not borrowed:
-        return Share(False, 0.0, weight)
-    lendable: dict[str, int] = {}
-    for fr in node.root().subtree:
-        lendable[fr[1]] = lendable.get(fr[1], 0) + potential_available(parent, fr)
-    ratio = 0.0
-    for resource, amount in borrowed.items():
-        total = lendable.get(resource, 0)
-        if total > 0:
-            ratio = max(ratio, amount * 1000.0 / total)
-    return Share(True, ratio, weight)
+_NEGATIVE = Share(-1.0, 1.0).key()
 
 
 class _Ordering:
@@ -239,7 +194,7 @@ def hierarchical_fair_preemptions(
             ordering = _Ordering(own, retry, weight)
             for target in ordering.targets():
                 mine, theirs = ordering.almost_lcas(target)
-                passed = rules[1](ordering.share(mine), ordering.share(theirs), Share(False, 0, 1))
+                passed = rules[1](ordering.share(mine), ordering.share(theirs), Share(0.0, 1.0))
                 w = retry[target.name].popleft()
                 if passed:
                     sim.remove(w)
