@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from berth_cli.exit_codes import ExitCode, meaning
-from berth_cli.kinds import RESOURCES
+from berth_cli.kinds import RESOURCES, WORKLOAD_OBJECT_WORDS
 from berth_cli.main import cli
 
 __all__ = ["DOCS", "Entry", "commands", "main", "render"]
@@ -170,8 +170,9 @@ def render() -> str:
         "## Kinds",
         "",
         "`get`, `describe` and `delete` take a kind by any of its words, in any case",
-        "(`berth_cli/kinds.py`); `delete` also takes `job`, `pod` and `rayjob` for the workload",
-        "of that object.",
+        "(`berth_cli/kinds.py`); `delete` also takes "
+        + ", ".join(f"`{word}`" for word in WORKLOAD_OBJECT_WORDS)
+        + " for the workload of that object.",
         "",
         *_kind_words(),
         "",
