@@ -25,7 +25,14 @@ import nats.js.errors
 from berth_cli.client import CliError
 from berth_cli.tasks import Flavor, ManagedJobSpec, TaskError, load_managed_job, queues_named
 from berth_cli.tasks.fields import ENV_NAME
-from shared.config import ClusterQueue, ConfigError, LocalQueue, ResourceFlavor, decode_object
+from shared.config import (
+    ClusterQueue,
+    ConfigError,
+    LocalQueue,
+    ResourceFlavor,
+    config_key,
+    decode_object,
+)
 from shared.quantities import QuantityError, parse_quantity
 from shared.secrets import SECRETS_BUCKET
 
@@ -108,16 +115,16 @@ async def queue_flavors(kv: Any, namespace: str, text: str, source: str) -> dict
     queue that is not there: the launch is then refused or fails its prechecks as before)."""
     found: dict[str, list[Flavor]] = {}
     for queue in queues_named(text, source=source):
-        local = await _config(kv, f"localqueue.{namespace}.{queue or 'default'}")
+        local = await _config(kv, config_key("LocalQueue", queue or "default", namespace))
         if not isinstance(local, LocalQueue):
             continue
-        cluster = await _config(kv, f"clusterqueue._.{local.spec.cluster_queue}")
+        cluster = await _config(kv, config_key("ClusterQueue", local.spec.cluster_queue))
         if not isinstance(cluster, ClusterQueue):
             continue
         flavors = []
         for group in cluster.spec.resource_groups:
             for quota in group.flavors:
-                flavor = await _config(kv, f"resourceflavor._.{quota.name}")
+                flavor = await _config(kv, config_key("ResourceFlavor", quota.name))
                 labels = flavor.spec.node_labels if isinstance(flavor, ResourceFlavor) else {}
                 flavors.append(Flavor(quota.name, dict(labels), _quotas(quota.resources)))
         found[queue] = flavors

@@ -30,6 +30,7 @@ from shared.config import (
     KIND_PLURALS,
     ConfigError,
     ConfigObject,
+    config_key,
     encode_object,
     is_config_kind,
     load_documents,
@@ -205,12 +206,12 @@ async def check_references(kv: Any, obj: dict[str, Any], where: str) -> None:
     labels = metadata.get("labels") or {}
     queue = labels.get(QUEUE_NAME_LABEL) or ""
     if queue:
-        if not await _exists(kv, f"localqueue.{namespace}.{queue}"):
+        if not await _exists(kv, config_key("LocalQueue", queue, namespace)):
             raise CliError(
                 f"{where}: label {QUEUE_NAME_LABEL}: LocalQueue {queue!r} not found in"
                 f" namespace {namespace!r}"
             )
-    elif not await _exists(kv, f"localqueue.{namespace}.default"):
+    elif not await _exists(kv, config_key("LocalQueue", "default", namespace)):
         raise CliError(
             f"{where}: no queue: set label {QUEUE_NAME_LABEL}, or create a LocalQueue named"
             f" 'default' in namespace {namespace!r}"
@@ -222,13 +223,17 @@ async def check_priority_classes(kv: Any, obj: dict[str, Any], where: str) -> No
     """The WorkloadPriorityClass label and the pods' PriorityClass must exist."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     priority_class = labels.get(PRIORITY_CLASS_LABEL)
-    if priority_class and not await _exists(kv, f"workloadpriorityclass._.{priority_class}"):
+    if priority_class and not await _exists(
+        kv, config_key("WorkloadPriorityClass", priority_class)
+    ):
         raise CliError(
             f"{where}: label {PRIORITY_CLASS_LABEL}: WorkloadPriorityClass {priority_class!r}"
             " not found"
         )
     priority_class_name = workload_spec(obj).priority_class_name
-    if priority_class_name and not await _exists(kv, f"priorityclass._.{priority_class_name}"):
+    if priority_class_name and not await _exists(
+        kv, config_key("PriorityClass", priority_class_name)
+    ):
         raise CliError(
             f"{where}: priorityClassName: PriorityClass {priority_class_name!r} not found"
         )
@@ -355,7 +360,7 @@ async def delete_config(url: str, kind: str, name: str, namespace: str) -> str:
     _check_names("", lambda: check_name(name, "name"))
     if namespaced:
         _check_names("", lambda: check_namespace(namespace, "namespace"))
-    key = f"{kind.lower()}.{namespace if namespaced else '_'}.{name}"
+    key = config_key(kind, name, namespace if namespaced else None)
     resource = f"{KIND_PLURALS[kind]}/{name}"
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)

@@ -29,7 +29,7 @@ from services.recovery import lifecycle, metrics
 from services.recovery.ageing import boost_at
 from services.recovery.reserving import Reservations
 from shared.bus import API_SUBJECT, JOBS_BUCKET
-from shared.config import ClusterQueue, ClusterQueuePolicy, ageing_for
+from shared.config import ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import dead_letters
 from shared.events import (
@@ -312,7 +312,7 @@ class RecoveryService:
                 tasks=[PipelineTask(**msgspec.structs.asdict(task)) for task in request.tasks],
             )
             queue = request.queue_name or "default"
-            if f"localqueue.{request.namespace}.{queue}" not in self.config:
+            if config_key("LocalQueue", queue, request.namespace) not in self.config:
                 message = f"LocalQueue {queue!r} not found in namespace {request.namespace!r}"
                 events = lifecycle.set_status(job, JobStatus.FAILED_PRECHECKS, message, now)
             else:

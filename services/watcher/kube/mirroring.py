@@ -28,7 +28,14 @@ from services.watcher.kube.watching import (
     watch_objects,
 )
 from shared.bus import BucketWatch, live_value
-from shared.config import ConfigError, encode_object, object_key, parse_object
+from shared.config import (
+    ConfigError,
+    config_key,
+    config_key_prefix,
+    encode_object,
+    object_key,
+    parse_object,
+)
 from shared.logging import get_logger
 
 __all__ = ["CONFIG_RESOURCES", "SOURCE_ANNOTATION", "ConfigMirror", "follow_config"]
@@ -67,7 +74,7 @@ _VOLATILE_METADATA = ("resourceVersion", "managedFields", "generation", "selfLin
 def key_for(kind: str, obj: dict[str, Any]) -> str:
     """The bucket key, without parsing (for deletions of objects that may be invalid)."""
     metadata = obj.get("metadata") or {}
-    return f"{kind.lower()}.{metadata.get('namespace') or '_'}.{metadata.get('name')}"
+    return config_key(kind, str(metadata.get("name")), metadata.get("namespace"))
 
 
 class ConfigMirror:
@@ -110,7 +117,7 @@ class ConfigMirror:
         for obj in objects:
             await self.apply(kind, obj)
         present = {key_for(kind, obj) for obj in objects}
-        prefix = f"{kind.lower()}.{namespace}." if namespace else f"{kind.lower()}."
+        prefix = config_key_prefix(kind, namespace)
         # The bucket's entries with their values, in one pass: kv.keys() can end early
         # while keys change (a `berth apply` meanwhile), and a get per key was one more trip.
         for entry in await BucketWatch.snapshot(self.kv):
