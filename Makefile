@@ -44,6 +44,22 @@ bench-kueue-baseline: install   ## Kueue's scheduler perf scenario on the live s
 bench-kueue-large: install      ## the same, large-scale (50,000 workloads, 1,000 ClusterQueues)
 	$(PY) bench/kueue_scheduler.py --config large-scale
 
+.PHONY: bench-kueue-client-limit bench-scaling bench-throughput bench-million bench-preemption-holds
+bench-kueue-client-limit: install  ## baseline at 0.2 scale with Kueue's client limit, 50 creations/s (like for like with its 351 s)
+	$(PY) bench/kueue_scheduler.py --config baseline --scale 0.2 --creations-per-s 50
+
+bench-scaling: install  ## large-scale at 4 sizes: wall, CPU and bus messages per workload, CPU ratio at 4x (SIZES=0.5,1,2,4 for the full run)
+	$(PY) bench/scaling.py $(if $(SIZES),--sizes $(SIZES),)
+
+bench-throughput: install  ## highest arrival rate held with p99 submit-to-admit < 500 ms (DURATION=60 for the full run)
+	$(PY) bench/throughput.py $(if $(DURATION),--duration $(DURATION),)
+
+bench-million: install  ## 1,000,000 pending in 10,000 ClusterQueues through the admission service's fold and decision step
+	$(PY) bench/million_pending.py
+
+bench-preemption-holds: install  ## preemption's search and fold with 200 preemptions in flight
+	$(PY) bench/preemption_holds.py
+
 bench-kueue-yielding: install   ## baseline without preemption, borrowing yields to waiting priorities
 	$(PY) bench/kueue_scheduler.py --config baseline --no-preemption --borrowing-yields
 

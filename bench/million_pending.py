@@ -1,0 +1,250 @@
+"""A million pending: the admission service's state and its core's passes at that size.
+
+``--workloads`` pending workloads (default 1,000,000) in ``--cluster-queues`` ClusterQueues
+(default 10,000; 100 per cohort), each given to the admission service as the watcher's
+``WorkloadSubmitted`` (JSON bytes decoded as the bus does, folded by the service's own
+``_apply``), then the service's own decision step (``_decide``: the core's pass, then the
+admission and pending events, the pending throttle, the display records), with a bus that
+drops what it is given. Prints:
+
+- the first pass: the core's ``schedule()`` alone (target <= 10 s) and the whole step;
+- a steady pass: 1% of what was admitted finishes (50 workloads) and the service decides
+  again, 20 times: the core's pass mean and max (target <= 100 ms);
+- memory: process RSS at the end and its peak (target <= 1 GB), and bytes per workload held
+  from the RSS growth while folding and deciding: every structure of the service that holds
+  a workload (its records with the submitted event and its last pending report, the core's
+  queues and records, the throttle, ageing and limits books), not only the scheduler's.
+
+    .venv/bin/python bench/million_pending.py                                   # 1,000,000
+    .venv/bin/python bench/million_pending.py --workloads 100000 --cluster-queues 1000
+
+Caveat printed with the figures: the bus and the metrics endpoint are not running (no
+network buffers); logs are off (one line per decision at a million would be the cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import random
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+if __package__ in (None, ""):  # run as a script: make `services`, `shared` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import msgspec
+import structlog
+
+from services.admission.scheduler import Admission
+from services.admission.service import AdmissionService
+from shared.config import ConfigObject, parse_object
+from shared.events import Event, PodSet, WorkloadFinished, WorkloadRef, WorkloadSubmitted
+from shared.service import Runtime
+
+V1 = "kueue.x-k8s.io/v1beta1"
+PER_COHORT = 100
+CHUNK = 10_000
+FIRST_PASS_GOAL_S, STEADY_GOAL_MS, RSS_GOAL = 10.0, 100.0, 1 << 30
+ENCODER = msgspec.json.Encoder()
+
+
+def build_config(cluster_queues: int) -> list[ConfigObject]:
+    """Like bench/admission_core.py: two flavors of cpu and memory, StrictFIFO and
+    BestEffortFIFO alternating, 100 ClusterQueues per cohort, a LocalQueue each."""
+    documents: list[dict[str, Any]] = [
+        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
+        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "spot"}},
+    ]
+    for index in range(cluster_queues):
+        documents.append(
+            {
+                "apiVersion": V1,
+                "kind": "ClusterQueue",
+                "metadata": {"name": f"cq-{index}"},
+                "spec": {
+                    "cohort": f"cohort-{index // PER_COHORT}",
+                    "namespaceSelector": {},
+                    "queueingStrategy": "StrictFIFO" if index % 2 else "BestEffortFIFO",
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu", "memory"],
+                            "flavors": [
+                                {
+                                    "name": flavor,
+                                    "resources": [
+                                        {"name": "cpu", "nominalQuota": 20},
+                                        {"name": "memory", "nominalQuota": "64Gi"},
+                                    ],
+                                }
+                                for flavor in ("default-flavor", "spot")
+                            ],
+                        }
+                    ],
+                },
+            }
+        )
+        documents.append(
+            {
+                "apiVersion": V1,
+                "kind": "LocalQueue",
+                "metadata": {"name": f"lq-{index}", "namespace": f"ns-{index % 100}"},
+                "spec": {"clusterQueue": f"cq-{index}"},
+            }
+        )
+    return [parse_object(document) for document in documents]
+
+
+def submitted(i: int, queue: int, rng: random.Random) -> bytes:
+    """The watcher's event for a Job, as JSON on the bus."""
+    count, cpu = rng.choice((1, 2, 4)), rng.choice((1, 2))
+    return ENCODER.encode(
+        WorkloadSubmitted(
+            source="watcher",
+            workload=WorkloadRef(f"ns-{queue % 100}", f"job-{i}", f"uid-{i:07d}"),
+            kind="Job",
+            queue_name=f"lq-{queue}",
+            pod_sets=[PodSet("main", count, {"cpu": cpu * 1000, "memory": (2 << 30) * 1000})],
+            created=datetime.fromtimestamp(1_700_000_000.0 + i, UTC),
+            priority=rng.randrange(4) * 100,
+            labels={"kueue.x-k8s.io/queue-name": f"lq-{queue}"},
+        )
+    )
+
+
+def rss() -> tuple[int, int]:
+    """(VmRSS, VmHWM) of this process in bytes."""
+    found = {"VmRSS:": 0, "VmHWM:": 0}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, *rest = line.split()
+        if key in found:
+            found[key] = int(rest[0]) * 1024
+    return found["VmRSS:"], found["VmHWM:"]
+
+
+class _DroppingBus:
+    """The service publishes its decisions here; they are counted and dropped."""
+
+    def __init__(self) -> None:
+        self.published = 0
+
+    async def publish_many(self, events: list[Event]) -> None:
+        self.published += len(events)
+
+
+class _Timed:
+    """Wraps the core's ``schedule`` to time each pass the service makes."""
+
+    def __init__(self, schedule: Any) -> None:
+        self.schedule = schedule
+        self.last = 0.0
+        self.decisions: list[Any] = []
+
+    def __call__(self) -> Any:
+        started = time.perf_counter()
+        self.decisions = self.schedule()
+        self.last = time.perf_counter() - started
+        return self.decisions
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", type=int, default=1_000_000)
+    parser.add_argument("--cluster-queues", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    if args.workloads < 1 or args.cluster_queues < 1:
+        parser.error("--workloads and --cluster-queues must be at least 1")
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    rng = random.Random(7)
+    bus = _DroppingBus()
+    service = AdmissionService(cast(Runtime, SimpleNamespace(bus=bus)))
+    config = build_config(args.cluster_queues)
+    service.scheduler.set_config(config)
+    service.gates.set_config(config)
+    timed = _Timed(service.scheduler.schedule)
+    service.scheduler.schedule = timed  # type: ignore[method-assign]
+    decoder = msgspec.json.Decoder(WorkloadSubmitted)
+
+    gc.collect()
+    rss_before, _ = rss()
+    started = time.perf_counter()
+    for base in range(0, args.workloads, CHUNK):
+        wire = [
+            submitted(i, rng.randrange(args.cluster_queues), rng)
+            for i in range(base, min(args.workloads, base + CHUNK))
+        ]
+        service._apply([decoder.decode(data) for data in wire])
+    fold_s = time.perf_counter() - started
+    gc.collect()
+    rss_folded, _ = rss()
+
+    started = time.perf_counter()
+    asyncio.run(service._decide())
+    step_s = time.perf_counter() - started
+    first_s = timed.last
+    first_decisions = len(timed.decisions)
+    admitted = [d for d in timed.decisions if isinstance(d, Admission)]
+    gc.collect()
+    rss_decided, _ = rss()
+
+    steady: list[float] = []
+    for round_ in range(20):
+        finishes = [
+            WorkloadFinished(
+                source="watcher",
+                workload=admission.ref,
+                generation=service.scheduler.generation(admission.ref),
+                succeeded=True,
+            )
+            for admission in admitted[round_ * 50 : (round_ + 1) * 50]
+        ]
+        service._apply(finishes)
+        asyncio.run(service._decide())
+        steady.append(timed.last * 1000)
+    rss_end, rss_peak = rss()
+    per_folded = (rss_folded - rss_before) / args.workloads
+    per_held = (rss_decided - rss_before) / args.workloads
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    steady_mean = sum(steady) / len(steady)
+    print(
+        f"{args.workloads:,} workloads in {args.cluster_queues:,} ClusterQueues"
+        f" ({PER_COHORT} per cohort), through the admission service's fold and decision step"
+    )
+    print(f"fold of the submitted events:   {fold_s:.1f} s (decode and _apply)")
+    print(
+        f"first pass, core schedule():    {first_s:.2f} s, {first_decisions:,} decisions,"
+        f" {len(admitted):,} admitted (target <= {FIRST_PASS_GOAL_S:g} s:"
+        f" {verdict(first_s <= FIRST_PASS_GOAL_S)})"
+    )
+    print(f"first decision step, whole:     {step_s:.2f} s ({bus.published:,} events published)")
+    print(
+        f"steady pass (50 finish), core:  mean {steady_mean:.0f} ms, max {max(steady):.0f} ms"
+        f" over 20 (target <= {STEADY_GOAL_MS:g} ms: {verdict(steady_mean <= STEADY_GOAL_MS)})"
+    )
+    print(
+        f"process RSS: end {rss_end / 2**20:,.0f} MiB, peak {rss_peak / 2**20:,.0f} MiB"
+        f" (target <= 1 GiB: {verdict(rss_peak <= RSS_GOAL)})"
+    )
+    print(
+        f"bytes per workload held:        {per_held:,.0f} after the first step (submitted event,"
+        f" display record with its pending report, core, throttle, books); {per_folded:,.0f}"
+        " after the fold alone"
+    )
+    print(
+        "caveats: in-process, no bus or metrics endpoint running; logs off; RSS growth"
+        " includes the allocator's free lists"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
