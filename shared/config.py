@@ -11,24 +11,68 @@ Objects are decoded with msgspec into typed Structs; spec fields are strict (a t
 error that names its path), metadata is lenient (Kubernetes adds many fields there). Every
 quantity is checked here, so a bad one is refused at ``berth apply`` time and never reaches a
 service. Objects travel as JSON in the config key-value bucket, keyed by :func:`object_key`.
+
+This module parses and checks; the model is in shared/config_kueue.py (Kueue's and
+Kubernetes' kinds), shared/config_berth.py (Berth's own) and shared/config_base.py (what they
+share), all re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from shared.admission_checks import (
-    AdmissionCheckSpec,
-    AdmissionChecksStrategy,
-    WaitForPodsReady,
     check_cluster_queue_checks,
     check_controller,
     check_wait_for_pods_ready,
 )
-from shared.config_fairness import AdmissionFairSharingSettings, AdmissionScope, check_fairness
+from shared.config_base import (
+    ConfigError,
+    ObjectMeta,
+    Quantity,
+    Spec,
+)
+from shared.config_berth import (
+    AdmissionSettings,
+    AgeingPolicy,
+    ClusterQueuePolicy,
+    ClusterQueuePolicySpec,
+    Configuration,
+    ConfigurationSpec,
+    FairSharingSettings,
+    FairSharingStrategy,
+    WaitTarget,
+    ageing_for,
+    policy_for,
+)
+from shared.config_fairness import check_fairness
+from shared.config_kueue import (
+    AdmissionCheck,
+    BorrowWithinCohort,
+    ClusterQueue,
+    ClusterQueuePreemption,
+    ClusterQueueSpec,
+    Cohort,
+    CohortSpec,
+    FairSharing,
+    FlavorFungibility,
+    FlavorQuotas,
+    LabelSelector,
+    LabelSelectorRequirement,
+    LocalQueue,
+    LocalQueueSpec,
+    Namespace,
+    PriorityClass,
+    ResourceFlavor,
+    ResourceFlavorSpec,
+    ResourceGroup,
+    ResourceQuota,
+    Taint,
+    Toleration,
+    WorkloadPriorityClass,
+)
 from shared.durations import parse_duration
 from shared.names import (
     InvalidName,
@@ -40,379 +84,58 @@ from shared.names import (
 from shared.quantities import QuantityError, parse_quantity
 from shared.yaml_input import YamlInputError, load_all
 
+# The model lives in shared/config_base.py, shared/config_kueue.py and shared/config_berth.py;
+# everything is re-exported here, so `from shared.config import ClusterQueue` keeps working.
 __all__ = [
     "KIND_PLURALS",
     "AdmissionCheck",
+    "AdmissionSettings",
     "AgeingPolicy",
+    "BorrowWithinCohort",
     "ClusterQueue",
     "ClusterQueuePolicy",
+    "ClusterQueuePolicySpec",
+    "ClusterQueuePreemption",
+    "ClusterQueueSpec",
     "Cohort",
+    "CohortSpec",
     "ConfigError",
     "ConfigObject",
     "Configuration",
+    "ConfigurationSpec",
+    "FairSharing",
+    "FairSharingSettings",
+    "FairSharingStrategy",
+    "FlavorFungibility",
+    "FlavorQuotas",
+    "LabelSelector",
+    "LabelSelectorRequirement",
     "LocalQueue",
+    "LocalQueueSpec",
     "Namespace",
     "ObjectMeta",
     "PriorityClass",
+    "Quantity",
     "ResourceFlavor",
+    "ResourceFlavorSpec",
+    "ResourceGroup",
+    "ResourceQuota",
+    "Spec",
+    "Taint",
+    "Toleration",
     "WaitTarget",
     "WorkloadPriorityClass",
     "ageing_for",
     "config_key",
     "config_key_prefix",
     "decode_object",
+    "encode_object",
+    "is_config_kind",
     "load_documents",
     "object_key",
     "parse_object",
     "policy_for",
 ]
-
-
-class ConfigError(ValueError):
-    """An object that Berth cannot accept; the message names the document and the field."""
-
-
-class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True):
-    name: str = ""
-    generate_name: str = ""
-    namespace: str = ""
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    uid: str = ""
-    resource_version: str = ""
-    creation_timestamp: str | None = None
-    deletion_timestamp: str | None = None
-    generation: int = 0
-
-
-class _Spec(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
-    """Base of every spec: strict, so that a misspelt field is refused rather than ignored."""
-
-
-# A YAML number is a quantity like its quoted form (parse_quantity): 4, 0.5, "500m".
-Quantity = str | int | float
-
-
-class LabelSelectorRequirement(_Spec):
-    key: str
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = []
-
-
-class LabelSelector(_Spec):
-    match_labels: dict[str, str] = {}
-    match_expressions: list[LabelSelectorRequirement] = []
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        """Kubernetes label-selector semantics; an empty selector matches everything."""
-        for key, value in self.match_labels.items():
-            if labels.get(key) != value:
-                return False
-        for requirement in self.match_expressions:
-            present = requirement.key in labels
-            if requirement.operator == "In":
-                if not present or labels[requirement.key] not in requirement.values:
-                    return False
-            elif requirement.operator == "NotIn":
-                if present and labels[requirement.key] in requirement.values:
-                    return False
-            elif requirement.operator == "Exists":
-                if not present:
-                    return False
-            elif present:  # DoesNotExist
-                return False
-        return True
-
-
-class Toleration(_Spec):
-    key: str = ""
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str = ""
-    effect: str = ""
-    toleration_seconds: int | None = None
-
-
-class Taint(_Spec):
-    key: str
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-    value: str = ""
-    time_added: str | None = None
-
-
-# --- ResourceFlavor ---------------------------------------------------------------------------
-
-
-class ResourceFlavorSpec(_Spec):
-    node_labels: dict[str, str] = {}
-    node_taints: list[Taint] = []
-    tolerations: list[Toleration] = []
-    topology_name: str | None = None
-
-
-class ResourceFlavor(msgspec.Struct, rename="camel", omit_defaults=True):
-    api_version: str
-    metadata: ObjectMeta
-    spec: ResourceFlavorSpec = msgspec.field(default_factory=ResourceFlavorSpec)
-    status: dict[str, Any] | None = None
-
-
-# --- ClusterQueue -----------------------------------------------------------------------------
-
-
-class ResourceQuota(_Spec):
-    name: str
-    nominal_quota: Quantity = 0
-    borrowing_limit: Quantity | None = None
-    lending_limit: Quantity | None = None
-
-
-class FlavorQuotas(_Spec):
-    name: str
-    resources: list[ResourceQuota]
-
-
-class ResourceGroup(_Spec):
-    covered_resources: list[str]
-    flavors: list[FlavorQuotas]
-
-
-class FlavorFungibility(_Spec):
-    when_can_borrow: Literal["MayStopSearch", "TryNextFlavor", "Borrow"] = "MayStopSearch"
-    when_can_preempt: Literal["MayStopSearch", "TryNextFlavor", "Preempt"] = "TryNextFlavor"
-    preference: Literal["BorrowingOverPreemption", "PreemptionOverBorrowing"] | None = None
-
-
-class BorrowWithinCohort(_Spec):
-    policy: Literal["Never", "LowerPriority"] = "Never"
-    max_priority_threshold: int | None = None
-
-
-class ClusterQueuePreemption(_Spec):
-    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Never"
-    borrow_within_cohort: BorrowWithinCohort = msgspec.field(default_factory=BorrowWithinCohort)
-    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
-
-
-class FairSharing(_Spec):
-    weight: Quantity = 1
-
-
-class ClusterQueueSpec(_Spec):
-    resource_groups: list[ResourceGroup] = []
-    cohort: str = ""  # v1beta1
-    cohort_name: str = ""  # v1beta2
-    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
-    # None is Kueue's "nothing" selector: no namespace may use this queue.
-    namespace_selector: LabelSelector | None = None
-    flavor_fungibility: FlavorFungibility = msgspec.field(default_factory=FlavorFungibility)
-    preemption: ClusterQueuePreemption = msgspec.field(default_factory=ClusterQueuePreemption)
-    admission_checks: list[str] = []
-    admission_checks_strategy: AdmissionChecksStrategy | None = None
-    stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
-    fair_sharing: FairSharing | None = None
-    admission_scope: AdmissionScope | None = None
-    concurrent_admission_policy: dict[str, Any] | None = None  # v1beta2
-
-
-class ClusterQueue(msgspec.Struct, rename="camel", omit_defaults=True):
-    api_version: str
-    metadata: ObjectMeta
-    spec: ClusterQueueSpec = msgspec.field(default_factory=ClusterQueueSpec)
-    status: dict[str, Any] | None = None
-
-    @property
-    def cohort_name(self) -> str:
-        """The cohort, whichever API version named it."""
-        return self.spec.cohort_name or self.spec.cohort
-
-
-# --- Cohort (hierarchical) --------------------------------------------------------------------
-
-
-class CohortSpec(_Spec):
-    parent: str = ""  # v1alpha1
-    parent_name: str = ""  # v1beta1 / v1beta2
-    resource_groups: list[ResourceGroup] = []
-    fair_sharing: FairSharing | None = None
-
-
-class Cohort(msgspec.Struct, rename="camel", omit_defaults=True):
-    api_version: str
-    metadata: ObjectMeta
-    spec: CohortSpec = msgspec.field(default_factory=CohortSpec)
-    status: dict[str, Any] | None = None
-
-    @property
-    def parent_name(self) -> str:
-        return self.spec.parent_name or self.spec.parent
-
-
-# --- AdmissionCheck (shared/admission_checks.py) -------------------------------------------
-
-
-class AdmissionCheck(msgspec.Struct, rename="camel", omit_defaults=True):
-    api_version: str
-    metadata: ObjectMeta
-    spec: AdmissionCheckSpec
-    status: dict[str, Any] | None = None
-
-
-# --- LocalQueue -------------------------------------------------------------------------------
-
-
-class LocalQueueSpec(_Spec):
-    cluster_queue: str
-    stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
-    fair_sharing: FairSharing | None = None
-
-
-class LocalQueue(msgspec.Struct, rename="camel", omit_defaults=True):
-    api_version: str
-    metadata: ObjectMeta
-    spec: LocalQueueSpec
-    status: dict[str, Any] | None = None
-
-
-# --- priorities -------------------------------------------------------------------------------
-
-
-class WorkloadPriorityClass(msgspec.Struct, rename="camel", omit_defaults=True):
-    api_version: str
-    metadata: ObjectMeta
-    value: int
-    description: str = ""
-
-
-class PriorityClass(msgspec.Struct, rename="camel", omit_defaults=True):
-    api_version: str
-    metadata: ObjectMeta
-    value: int
-    global_default: bool = False
-    description: str = ""
-    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
-
-
-# --- Namespace --------------------------------------------------------------------------------
-
-
-class Namespace(msgspec.Struct, rename="camel", omit_defaults=True):
-    api_version: str
-    metadata: ObjectMeta
-    spec: dict[str, Any] | None = None
-    status: dict[str, Any] | None = None
-
-    @property
-    def labels(self) -> dict[str, str]:
-        """Labels as namespaceSelector sees them, with the implicit metadata.name label."""
-        return {**self.metadata.labels, "kubernetes.io/metadata.name": self.metadata.name}
-
-
-# --- Berth's own objects (berth.dev/v1alpha1) ------------------------------------------------
-
-
-class AgeingPolicy(_Spec):
-    """How a preempted managed job's effective priority grows while it waits (see docs)."""
-
-    # Priority points gained per minute since the job was first preempted; 0 turns ageing off.
-    priority_per_minute: int = 10
-    # The boost never exceeds this; None means no cap.
-    max_boost: int | None = None
-    # Whether a boosted job may preempt with its boost (off: no ping-pong with its preemptor).
-    boost_can_preempt: bool = False
-    # After waiting this long, the job gets a reservation: nothing new is admitted ahead of it
-    # (null turns it off). This is what bounds the wait; see docs/ageing.md.
-    reserve_after: str | None = "10m"
-    # A workload ageing brought back is not a victim for this long after its admission
-    # (spec.minimumRunTime if that is longer); after it, its boost no longer shields it.
-    protect_for: str | None = "2m"
-    # The price of ageing: reservations together hold at most this share of a
-    # ClusterQueue's nominal quota (per resource); higher classes keep the rest.
-    max_reserved_share: float = 0.5
-
-
-class ClusterQueuePolicySpec(_Spec):
-    # The ClusterQueues this policy applies to; empty: the default for every ClusterQueue.
-    cluster_queues: list[str] = []
-    # A workload that has run less than this may not be preempted (PreemptExemptTime).
-    minimum_run_time: str | None = None
-    # A workload preempted this often in the last hour is not a victim of priority
-    # preemption until the hour has passed (null: no limit); docs/preemption.md.
-    max_preemptions_per_hour: int | None = 10
-    # How long a victim may take to stop (Kubernetes' terminationGracePeriodSeconds); the
-    # starvation bound counts it (docs/ageing.md).
-    eviction_grace_period: str = "30s"
-    ageing: AgeingPolicy | None = None
-
-
-class ClusterQueuePolicy(msgspec.Struct, rename="camel", omit_defaults=True):
-    api_version: str
-    metadata: ObjectMeta
-    spec: ClusterQueuePolicySpec = msgspec.field(default_factory=ClusterQueuePolicySpec)
-
-
-def policy_for(policies: Iterable[ClusterQueuePolicy], cluster_queue: str) -> ClusterQueuePolicy:
-    """The policy of a ClusterQueue: the one that names it, else the default (no names), else
-    the built-in defaults (ageing on, no minimum run time)."""
-    default: ClusterQueuePolicy | None = None
-    for policy in policies:
-        if cluster_queue in policy.spec.cluster_queues:
-            return policy
-        if not policy.spec.cluster_queues and default is None:
-            default = policy
-    return default or ClusterQueuePolicy(
-        api_version="berth.dev/v1alpha1", metadata=ObjectMeta(name="built-in")
-    )
-
-
-def ageing_for(policies: Iterable[ClusterQueuePolicy], cluster_queue: str) -> AgeingPolicy:
-    return policy_for(policies, cluster_queue).spec.ageing or AgeingPolicy()
-
-
-FairSharingStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
-
-
-def _default_strategies() -> list[FairSharingStrategy]:
-    return ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]  # Kueue's default
-
-
-class FairSharingSettings(_Spec):
-    enable: bool = False
-    preemption_strategies: list[FairSharingStrategy] = msgspec.field(
-        default_factory=_default_strategies
-    )
-
-
-class WaitTarget(_Spec):
-    """Workloads of at least ``min_priority`` (every workload, without it) should be admitted
-    within ``wait`` of their creation."""
-
-    wait: str
-    min_priority: int | None = None
-
-
-class AdmissionSettings(_Spec):
-    # While a workload waits for quota, lower-priority workloads of its cohort may still use
-    # their own ClusterQueue's nominal quota but do not borrow the room it waits for. Off:
-    # Kueue's BestEffortFIFO, where whatever fits is admitted.
-    borrowing_yields_to_higher_priority: bool = False
-    # Set: pending workloads are ordered by deadline (creation + the target of their
-    # priority), earliest first, instead of by priority. Empty: Kueue's priority order.
-    wait_targets: list[WaitTarget] = []
-
-
-class ConfigurationSpec(_Spec):
-    fair_sharing: FairSharingSettings = msgspec.field(default_factory=FairSharingSettings)
-    admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
-    admission_fair_sharing: AdmissionFairSharingSettings | None = None  # shared/config_fairness
-    wait_for_pods_ready: WaitForPodsReady | None = None  # shared/admission_checks.py
-
-
-class Configuration(msgspec.Struct, rename="camel", omit_defaults=True):
-    """Berth-wide settings (Kueue keeps these in its controller's Configuration)."""
-
-    api_version: str
-    metadata: ObjectMeta
-    spec: ConfigurationSpec = msgspec.field(default_factory=ConfigurationSpec)
 
 
 ConfigObject = (

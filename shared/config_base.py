@@ -1,0 +1,33 @@
+"""What every configuration object is made of: its metadata, the strict base of every spec,
+the quantity type, and the error every refused object raises (see :mod:`shared.config`)."""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["ConfigError", "ObjectMeta", "Quantity", "Spec"]
+
+
+class ConfigError(ValueError):
+    """An object that Berth cannot accept; the message names the document and the field."""
+
+
+class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True):
+    name: str = ""
+    generate_name: str = ""
+    namespace: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    uid: str = ""
+    resource_version: str = ""
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    generation: int = 0
+
+
+class Spec(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
+    """Base of every spec: strict, so that a misspelt field is refused rather than ignored."""
+
+
+# A YAML number is a quantity like its quoted form (parse_quantity): 4, 0.5, "500m".
+Quantity = str | int | float
