@@ -50,6 +50,7 @@ EVENT_TYPES: dict[str, tuple[str, str]] = {
     "DeleteWorkload": ("cmd", "delete"),
     "SubmitWorkload": ("cmd", "submit"),
     "RemoveWorkload": ("cmd", "remove"),
+    "SetWorkloadActive": ("cmd", "active"),
     "PriorityBoosted": ("job", "boost"),
     "JobStatusChanged": ("job", "status"),
     # berth.check.<check>.<ns>.<name>: the check's name is where a verb would be.

@@ -1,7 +1,10 @@
-"""``berth stop`` and ``berth resume``: kueuectl's commands for a ClusterQueue or LocalQueue.
+"""``berth stop`` and ``berth resume``: kueuectl's commands for a ClusterQueue, a LocalQueue
+or a single workload.
 
-What a stop or resume writes (the queue's ``spec.stopPolicy``) is one rule shared with the
-web console: shared/queue_stop.py.
+What a queue's stop or resume writes (its ``spec.stopPolicy``) is one rule shared with the
+web console: shared/queue_stop.py. A workload's is Kueue's ``spec.active``: the CLI names
+the workload (its uid, asked of admission, so a later one of the same name is not touched)
+in a ``SetWorkloadActive`` command, which admission folds (services/admission/activation.py).
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ import asyncio
 
 import click
 
-from berth_cli.client import CliError, connect
+from berth_cli.client import CliError, connect, query_all
 from shared.bus import CONFIG_BUCKET
 from shared.config import KIND_PLURALS
+from shared.events import SetWorkloadActive, WorkloadRef
 from shared.queue_stop import QueueBusy, QueueNotFound, StopPolicy, set_stop_policy, stop_policy_for
 
 __all__ = ["resume", "stop"]
@@ -24,7 +28,34 @@ _KINDS = {
     "localqueue": "LocalQueue",
     "localqueues": "LocalQueue",
     "lq": "LocalQueue",
+    "workload": "Workload",
+    "workloads": "Workload",
+    "wl": "Workload",
 }
+WORKLOAD_RESOURCE = "workload.kueue.x-k8s.io"
+
+
+async def _set_active(url: str, name: str, namespace: str, active: bool) -> str:
+    """Publish the workload's ``spec.active``; the kubectl-style line to print."""
+    async with connect(url) as bus:
+        found = await query_all(
+            bus, "workloads", namespace=namespace, names=[f"{namespace}/{name}"]
+        )
+        if not found:
+            raise CliError(f"workload {name} not found in namespace {namespace}")
+        workload = found[0]
+        resource = f"{WORKLOAD_RESOURCE}/{name}"
+        conditions = {c["type"]: c for c in workload.get("status", {}).get("conditions", [])}
+        if "Finished" in conditions:
+            raise CliError(
+                f"workload {name} in namespace {namespace} has finished: nothing to"
+                f" {'resume' if active else 'stop'}"
+            )
+        if workload["spec"].get("active", True) == active:
+            return f"{resource} unchanged (already {'active' if active else 'inactive'})"
+        ref = WorkloadRef(namespace, name, workload["metadata"]["uid"])
+        await bus.publish(SetWorkloadActive(source="cli", workload=ref, active=active))
+    return f"{resource} {'resumed' if active else 'stopped'}"
 
 
 async def _set(url: str, kind: str, name: str, namespace: str, policy: StopPolicy) -> str:
@@ -44,14 +75,18 @@ async def _set(url: str, kind: str, name: str, namespace: str, policy: StopPolic
 def _kind(word: str) -> str:
     kind = _KINDS.get(word.lower())
     if kind is None:
-        raise CliError(f"cannot stop a {word!r}: give clusterqueue (cq) or localqueue (lq)")
+        raise CliError(
+            f"cannot stop a {word!r}: give clusterqueue (cq), localqueue (lq) or workload (wl)"
+        )
     return kind
 
 
 @click.command()
 @click.argument("kind")
 @click.argument("name")
-@click.option("-n", "--namespace", default="default", help="A LocalQueue's namespace.")
+@click.option(
+    "-n", "--namespace", default="default", help="A LocalQueue's or workload's namespace."
+)
 @click.option(
     "--keep-already-running",
     is_flag=True,
@@ -60,17 +95,34 @@ def _kind(word: str) -> str:
 @click.pass_obj
 def stop(nats_url: str, kind: str, name: str, namespace: str, keep_already_running: bool) -> None:
     """Stop a ClusterQueue or LocalQueue: nothing new is admitted and, unless
-    --keep-already-running, its admitted workloads are evicted (stopPolicy HoldAndDrain)."""
+    --keep-already-running, its admitted workloads are evicted (stopPolicy HoldAndDrain).
+    Stop a workload (KIND workload): it is evicted if admitted and not admitted again until
+    resumed (Kueue's spec.active: false)."""
+    resolved = _kind(kind)
+    if resolved == "Workload":
+        if keep_already_running:
+            raise CliError(
+                "--keep-already-running applies to queues; a stopped workload is evicted"
+            )
+        click.echo(asyncio.run(_set_active(nats_url, name, namespace, active=False)))
+        return
     policy = stop_policy_for(stop=True, keep_already_running=keep_already_running)
-    click.echo(asyncio.run(_set(nats_url, _kind(kind), name, namespace, policy)))
+    click.echo(asyncio.run(_set(nats_url, resolved, name, namespace, policy)))
 
 
 @click.command()
 @click.argument("kind")
 @click.argument("name")
-@click.option("-n", "--namespace", default="default", help="A LocalQueue's namespace.")
+@click.option(
+    "-n", "--namespace", default="default", help="A LocalQueue's or workload's namespace."
+)
 @click.pass_obj
 def resume(nats_url: str, kind: str, name: str, namespace: str) -> None:
-    """Resume a stopped ClusterQueue or LocalQueue (stopPolicy None)."""
+    """Resume a stopped ClusterQueue or LocalQueue (stopPolicy None), or a stopped workload
+    (spec.active: true; it is queued again)."""
+    resolved = _kind(kind)
+    if resolved == "Workload":
+        click.echo(asyncio.run(_set_active(nats_url, name, namespace, active=True)))
+        return
     policy = stop_policy_for(stop=False)
-    click.echo(asyncio.run(_set(nats_url, _kind(kind), name, namespace, policy)))
+    click.echo(asyncio.run(_set(nats_url, resolved, name, namespace, policy)))

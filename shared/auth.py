@@ -12,8 +12,9 @@ Users and what each may publish (subscribe permissions follow the same lines):
   recovery's commands and managed-job records (``berth.cmd.create|delete.>``,
   ``berth.job.>``);
 - ``cli``: config (the ``berth-config`` bucket), workload commands for the watcher
-  (``berth.cmd.submit|remove.>``: the active backend carries them out) and the services'
-  request APIs, never a fact or a decision (it reads them: ``berth events``);
+  (``berth.cmd.submit|remove.>``: the active backend carries them out), a workload's
+  ``spec.active`` for admission (``berth.cmd.active.>``) and the services' request APIs,
+  never a fact or a decision (it reads them: ``berth events``);
 - ``console``: the services' request APIs (the web console's queries, and a cancel behind
   the operator's token) and, behind the same token, the ClusterQueue and LocalQueue keys of
   the config (a queue's stop or resume); it reads the event stream and the config, jobs and
@@ -81,6 +82,7 @@ _OWNED: dict[str, tuple[str, ...]] = {
         "$KV.berth-secrets.>",  # managed jobs' secrets (shared/secrets.py)
         "berth.cmd.submit.>",
         "berth.cmd.remove.>",
+        "berth.cmd.active.>",  # berth stop|resume workload (Kueue's spec.active)
         "berth.api.>",
     ),
     # The web console: status queries; behind the operator's token (berth_console checks

@@ -15,6 +15,7 @@ Subjects (all under ``berth.``, stable and wildcard-friendly; see :func:`subject
   (``AdmissionCheckUpdated``), from the controller behind the check or ``berth admissioncheck``;
 - ``berth.cmd.<verb>.<namespace>.<name>``: commands the watcher carries out in whichever
   backend is active: ``create``/``delete`` from recovery, ``submit``/``remove`` from the CLI;
+  and ``active`` from the CLI (``berth stop|resume workload``), which admission folds;
 - ``berth.job.<event>.<job-id>``: managed-job lifecycle, emitted by recovery;
 - ``berth.lease.<role>``: a new leader of a role took over (``LeaderElected``; see
   shared/fencing.py: every event carries its leader's ``term``).
@@ -49,6 +50,7 @@ __all__ = [
     "PodSet",
     "PriorityBoosted",
     "RemoveWorkload",
+    "SetWorkloadActive",
     "SubmitWorkload",
     "WorkloadAdmitted",
     "WorkloadDeleted",
@@ -317,6 +319,17 @@ class RemoveWorkload(Event, frozen=True, kw_only=True, tag="RemoveWorkload"):
     """
 
 
+class SetWorkloadActive(Event, frozen=True, kw_only=True, tag="SetWorkloadActive"):
+    """``berth stop|resume workload`` sets Kueue's ``spec.active`` (source ``cli``).
+
+    Not a command for the watcher: admission folds it (an inactive workload is evicted,
+    reason ``Deactivated``, and never admitted until it is active again). ``workload.uid``
+    names the workload the CLI found, so a later one of the same name is not affected.
+    """
+
+    active: bool
+
+
 class PriorityBoosted(Event, frozen=True, kw_only=True, tag="PriorityBoosted"):
     """Recovery's ageing boost for a preempted managed job's workload (see docs/ageing.md)."""
 
@@ -360,6 +373,7 @@ AnyEvent = (
     | DeleteWorkload
     | SubmitWorkload
     | RemoveWorkload
+    | SetWorkloadActive
     | PriorityBoosted
     | JobStatusChanged
     | LeaderElected
@@ -384,6 +398,7 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
     DeleteWorkload: ("cmd", "delete"),
     SubmitWorkload: ("cmd", "submit"),
     RemoveWorkload: ("cmd", "remove"),
+    SetWorkloadActive: ("cmd", "active"),
     PriorityBoosted: ("job", "boost"),
     JobStatusChanged: ("job", "status"),
     LeaderElected: ("lease", ""),

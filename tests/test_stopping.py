@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from shared.bus import CONFIG_BUCKET, Bus
 from shared.config import ClusterQueue, LocalQueue, decode_object
 from shared.queue_stop import queue_key, stop_policy_for
-from tests.conftest import FIXTURES, berth
+from tests.conftest import FIXTURES, Stack, berth
+from tests.e2e import condition, eventually, get_json, is_admitted, job_manifest, submit_manifest
 
 
 def _stop_policy(url: str, key: str) -> str:
@@ -108,7 +112,7 @@ def test_stop_and_resume_patch_the_stop_policy(nats_url: str) -> None:
     [
         (["stop", "cq", "missing"], "ClusterQueue missing not found"),
         (["stop", "lq", "user-queue", "-n", "other"], "LocalQueue user-queue in namespace other"),
-        (["stop", "workload", "w"], "give clusterqueue (cq) or localqueue (lq)"),
+        (["stop", "pod", "w"], "give clusterqueue (cq), localqueue (lq) or workload (wl)"),
     ],
     ids=["an unknown queue", "a LocalQueue of another namespace", "not a queue"],
 )
@@ -118,3 +122,96 @@ def test_stop_refuses_what_it_cannot_stop(nats_url: str, args: list[str], messag
     result = berth(*args, url=nats_url, check=False)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+
+
+SETUP = FIXTURES / "seed002-single-clusterqueue-setup.yaml"  # 9 CPUs, one LocalQueue
+
+
+def soon(check: Callable[[], Any]) -> Any:
+    """``eventually`` with room for a loaded machine (a stack's first workload)."""
+    return eventually(check, timeout=60)
+
+
+def _workload(url: str, name: str) -> dict[str, Any]:
+    return next(item for item in get_json(url, "workloads") if item["metadata"]["name"] == name)
+
+
+def _reason(item: dict[str, Any], kind: str) -> str:
+    found = condition(item, kind)
+    return "" if found is None else f"{found['status']}/{found['reason']}"
+
+
+def test_stop_and_resume_a_workload(stack: Stack, tmp_path: Path) -> None:
+    """Kueue's spec.active (issue 18): a stopped running workload is evicted (Deactivated),
+    its quota goes to another, and it is not admitted while inactive even with room for it;
+    resumed, it is admitted again."""
+    url = stack.url
+    berth("apply", "-f", str(SETUP), url=url)
+    submit_manifest(url, tmp_path, job_manifest("first", cpu=6, simulated_runtime="600s"))
+    soon(lambda: is_admitted(_workload(url, "first")))
+    submit_manifest(url, tmp_path, job_manifest("second", cpu=6, simulated_runtime="600s"))
+    soon(lambda: _reason(_workload(url, "second"), "QuotaReserved").startswith("False"))
+
+    result = berth("stop", "workload", "first", url=url)
+    assert result.stdout.strip() == "workload.kueue.x-k8s.io/first stopped"
+    soon(lambda: is_admitted(_workload(url, "second")))  # the freed quota
+    first = soon(
+        lambda: (
+            w
+            if _reason(w := _workload(url, "first"), "QuotaReserved") == "False/Inactive"
+            else None
+        )
+    )
+    assert _reason(first, "Evicted") == "True/Deactivated", first["status"]
+    assert first["spec"]["active"] is False
+    wide = berth("get", "workloads", "-o", "wide", url=url).stdout
+    assert "inactive (spec.active: false)" in wide, wide
+    again = berth("stop", "wl", "first", url=url)
+    assert again.stdout.strip() == "workload.kueue.x-k8s.io/first unchanged (already inactive)"
+
+    # Room for it, and a later workload admitted in the same pass: it stays out.
+    berth("delete", "workload", "second", url=url)
+    submit_manifest(url, tmp_path, job_manifest("third", cpu=1, simulated_runtime="600s"))
+    soon(lambda: is_admitted(_workload(url, "third")))
+    assert not is_admitted(_workload(url, "first")), "an inactive workload was admitted"
+
+    result = berth("resume", "workload", "first", url=url)
+    assert result.stdout.strip() == "workload.kueue.x-k8s.io/first resumed"
+    first = soon(lambda: w if is_admitted(w := _workload(url, "first")) else None)
+    assert first["spec"].get("active", True) is True
+    assert _reason(first, "Evicted") == "False/Admitted"
+
+
+# (command, what its one line must say, why)
+BAD_WORKLOAD_INPUTS = [
+    (
+        ["stop", "workload", "missing"],
+        "workload missing not found in namespace default",
+        "an unknown workload",
+    ),
+    (
+        ["resume", "wl", "runner", "-n", "other"],
+        "workload runner not found in namespace other",
+        "a workload of that name in another namespace only",
+    ),
+    (
+        ["stop", "workload", "runner", "--keep-already-running"],
+        "--keep-already-running applies to queues",
+        "a queue's flag: a stopped workload is always evicted",
+    ),
+]
+
+
+def test_stop_workload_refuses_bad_inputs(stack: Stack, tmp_path: Path) -> None:
+    """Each bad input (see the reasons) exits 1 with one line naming the problem; the
+    running workload is untouched."""
+    url = stack.url
+    berth("apply", "-f", str(SETUP), url=url)
+    submit_manifest(url, tmp_path, job_manifest("runner", cpu=1, simulated_runtime="600s"))
+    soon(lambda: is_admitted(_workload(url, "runner")))
+    for args, message, reason in BAD_WORKLOAD_INPUTS:
+        result = berth(*args, url=url, check=False)
+        assert result.returncode == 1, (reason, result)
+        assert message in result.stderr, (reason, result.stderr)
+    runner = _workload(url, "runner")
+    assert is_admitted(runner) and runner["spec"].get("active", True) is True

@@ -124,7 +124,10 @@ def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
     for record in page["items"]:
         view = views.get(record.submitted.workload.uid)
         fields = {} if view is None else {**view_fields(view), **bounds(view)}
-        items.append(render_workload(record, fields))
+        item = render_workload(record, fields)
+        if service.activity.is_inactive(record.submitted.workload.uid):
+            item["spec"]["active"] = False  # Kueue's spec.active (berth stop workload)
+        items.append(item)
     page["items"] = items
     return page
 

@@ -22,14 +22,17 @@ from collections.abc import Iterable
 from nats.js import JetStreamContext
 
 from services.admission import metrics, validation
+from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
+from services.admission.activation import Activity, queued
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
 from services.admission.exec_time import MESSAGE as EXEC_MESSAGE
 from services.admission.exec_time import REASON as EXEC_REASON
 from services.admission.exec_time import ExecutionLimits
 from services.admission.pending_throttle import PendingThrottle
-from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
+from services.admission.scheduler import Admission, Inadmissible, Scheduler
 from services.admission.workload_objects import WorkloadRecord
+from shared.config import LocalQueue
 from shared.config_mirror import ConfigMirror
 from shared.events import (
     STATE_SUBJECTS,
@@ -38,6 +41,7 @@ from shared.events import (
     Event,
     EvictionRequested,
     PriorityBoosted,
+    SetWorkloadActive,
     WorkloadAdmitted,
     WorkloadDeleted,
     WorkloadEvicted,
@@ -67,6 +71,7 @@ class AdmissionService:
         self.bounds = AgeingBook()
         self.pending_throttle = PendingThrottle(PENDING_MESSAGE_INTERVAL_S)
         self.limits = ExecutionLimits()  # maximumExecutionTimeSeconds
+        self.activity = Activity()  # spec.active: stopped workloads (activation.py)
         self.deciding = False  # this replica leads and its fold has passed its marker
 
     async def run(self) -> None:
@@ -74,7 +79,7 @@ class AdmissionService:
         self.config.take_change()
         self.scheduler.set_config(self.config.values())
 
-        subscription = await self.bus.replay_subscription(STATE_SUBJECTS)
+        subscription = await self.bus.replay_subscription((*STATE_SUBJECTS, *ACTIVITY_SUBJECTS))
         started = time.monotonic()
         replayed = await self.bus.replay_to_end(subscription, self._apply)
         log.info("state_rebuilt", events=replayed, seconds=round(time.monotonic() - started, 3))
@@ -123,6 +128,7 @@ class AdmissionService:
             self.bounds.apply(event)  # each waiting workload's starvation bound
             ref = event.workload
             record = self.records.get(ref.uid)
+            self.activity.echoed(event)
             if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):
                 self.scheduler.left(ref)
             if isinstance(event, WorkloadFinished | WorkloadDeleted):
@@ -134,17 +140,7 @@ class AdmissionService:
                     if record is None:
                         self.records[ref.uid] = WorkloadRecord(submitted=event)
                         self.limits.submitted(ref.uid, event.annotations)
-                        self.scheduler.submit(
-                            QueuedWorkload(
-                                ref=ref,
-                                local_queue=event.queue_name,
-                                pod_sets=event.pod_sets,
-                                queue_time=event.created.timestamp(),
-                                priority_class=event.priority_class,
-                                priority_class_name=event.priority_class_name,
-                                priority=event.priority,
-                            )
-                        )
+                        self.scheduler.submit(queued(event))
                 case WorkloadAdmitted():
                     if record is not None and self.scheduler.generation(ref) < event.generation:
                         self.scheduler.restore_admission(
@@ -170,6 +166,9 @@ class AdmissionService:
                         self.scheduler.evict(ref)
                         if ref.uid in self.limits.exceeded:  # deactivated: never queued again
                             self.scheduler.delete(ref)
+                        self.activity.evicted(
+                            ref, event.generation, self.scheduler, record.admission.cluster_queue
+                        )
                         if self.deciding:  # counted once, by the leader, never in a replay
                             metrics.evicted(
                                 cluster_queue=record.admission.cluster_queue,
@@ -184,8 +183,12 @@ class AdmissionService:
                     if event.reason == EXEC_REASON:  # a replay knows it is deactivated
                         self.limits.exceeded.add(ref.uid)
                     self.scheduler.eviction_requested(ref, event.generation, event.preemptor)
+                case SetWorkloadActive():
+                    self.pending_throttle.forget(ref.uid)  # no stale pending message after it
+                    self.activity.apply(event, record, self.scheduler, self._queue_of(record))
                 case WorkloadDeleted():
                     self.limits.forget(ref.uid)
+                    self.activity.forget(ref.uid)
                     if record is not None:
                         self.scheduler.delete(ref)
                         del self.records[ref.uid]
@@ -206,6 +209,19 @@ class AdmissionService:
                             since=since,
                             can_preempt=event.can_preempt,
                         )
+
+    def _queue_of(self, record: WorkloadRecord | None) -> str:
+        """The ClusterQueue a workload is admitted in or queued for, "" if unknown."""
+        if record is None:
+            return ""
+        if record.admission is not None:
+            return record.admission.cluster_queue
+        ref = record.submitted.workload
+        lq = record.submitted.queue_name or "default"
+        for local in self.config.of_kind(LocalQueue):
+            if (local.metadata.namespace, local.metadata.name) == (ref.namespace, lq):
+                return local.spec.cluster_queue
+        return ""
 
     def _stand_by(self) -> None:
         """Not deciding: keep the scheduler's config in step (the leader drains what a
@@ -271,6 +287,7 @@ class AdmissionService:
                 admitted_any=any(isinstance(d, Admission) for d in decisions),
                 seconds=time.perf_counter() - started,
             )
+        drains += self.activity.due(self.records, self.scheduler)
         if not decisions and not drains:
             return
         outgoing: list[Event] = drains
