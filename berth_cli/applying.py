@@ -17,7 +17,6 @@ from typing import Any
 
 import click
 import msgspec
-import nats.js.errors
 import yaml
 
 from berth_cli.client import CliError, connect
@@ -32,7 +31,7 @@ from berth_cli.writing import (
     submit_workloads,
     workload_exists,
 )
-from shared.bus import CONFIG_BUCKET
+from shared.bus import CONFIG_BUCKET, KeyNotFound
 from shared.config import KIND_PLURALS, encode_object, is_config_kind, object_key
 from shared.workloads import WORKLOAD_KINDS, resource_name
 
@@ -86,7 +85,7 @@ async def _dry_run_apply(url: str, files: list[tuple[list[dict[str, Any]], str]]
                 value = encode_object(obj)
                 try:
                     before = (await kv.get(object_key(obj))).value
-                except nats.js.errors.KeyNotFoundError:
+                except KeyNotFound:
                     before = None
                 resource = f"{KIND_PLURALS[type(obj).__name__]}/{obj.metadata.name}"
                 if before == value:

@@ -8,10 +8,9 @@ from typing import Any, TypeVar
 
 import click
 import msgspec
-import nats.errors
 
 from berth_cli.exit_codes import ExitCode
-from shared.bus import API_SUBJECT, Bus, BusError, BusSettings
+from shared.bus import API_SUBJECT, Bus, BusError, BusSettings, BusTimeout, NoResponders
 
 __all__ = ["CliError", "connect", "query_all"]
 
@@ -47,12 +46,10 @@ async def query_all(bus: Bus, resource: str, **request: Any) -> list[dict[str, A
     while offset is not None:
         payload = msgspec.json.encode({**request, "offset": offset})
         try:
-            reply = await bus.nc.request(
-                f"{API_SUBJECT}.admission.{resource}", payload, timeout=5.0
-            )
-        except nats.errors.NoRespondersError as error:
+            reply = await bus.request(f"{API_SUBJECT}.admission.{resource}", payload, wait=5.0)
+        except NoResponders as error:
             raise CliError("the admission service is not running (no responder)") from error
-        except nats.errors.TimeoutError as error:
+        except BusTimeout as error:
             raise CliError("the admission service did not answer within 5s") from error
         body = msgspec.json.decode(reply.data)
         if "error" in body:

@@ -20,13 +20,12 @@ from typing import Any
 
 import click
 import msgspec
-import nats.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
 from berth_cli.client import CliError, connect
 from berth_cli.watching import until_stopped
-from shared.bus import STREAM, Bus
+from shared.bus import STREAM, Bus, BusError, bus_call
 from shared.durations import parse_duration
 from shared.events import SUBJECT_ROOT, decode_event, subject_token
 
@@ -259,10 +258,10 @@ async def messages(
         config.deliver_policy = api.DeliverPolicy.BY_START_TIME
         config.opt_start_time = datetime.now(UTC) - timedelta(seconds=since)
     try:
-        subscription = await bus.js.subscribe(
-            subjects[0], stream=STREAM, ordered_consumer=True, config=config
+        subscription = await bus_call(
+            bus.js.subscribe(subjects[0], stream=STREAM, ordered_consumer=True, config=config)
         )
-    except nats.errors.Error as error:
+    except BusError as error:
         raise CliError(f"cannot follow the event stream: {error}") from error
     try:
         if not follow:
@@ -273,7 +272,7 @@ async def messages(
         while stop is None or not stop.is_set():
             try:
                 msg: Msg = await subscription.next_msg(timeout=IDLE_WAIT_S)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats-py's is one too
                 continue
             yield msg
             if not follow and msg.metadata.num_pending == 0:

@@ -10,8 +10,6 @@ from typing import Any
 
 import click
 import msgspec
-import nats.errors
-import nats.js.errors
 
 from berth_cli import launching
 from berth_cli.client import CliError, connect
@@ -19,7 +17,7 @@ from berth_cli.get import print_table
 from berth_cli.ignored import warn_ignored, workload_ignored
 from berth_cli.tasks import Flavor, ManagedJobSpec
 from berth_cli.writing import check_priority_classes
-from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus
+from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus, BusTimeout, NoResponders
 from shared.durations import ago, run_time
 from shared.jobs import TERMINAL, JobStatus, ManagedJob, load_jobs
 from shared.names import InvalidName, check_name, check_namespace, show
@@ -31,12 +29,12 @@ __all__ = ["jobs"]
 
 async def _ask(bus: Bus, verb: str, payload: dict[str, Any]) -> dict[str, Any]:
     try:
-        reply = await bus.nc.request(
-            f"{API_SUBJECT}.recovery.{verb}", msgspec.json.encode(payload), timeout=10.0
+        reply = await bus.request(
+            f"{API_SUBJECT}.recovery.{verb}", msgspec.json.encode(payload), wait=10.0
         )
-    except nats.errors.NoRespondersError as error:
+    except NoResponders as error:
         raise CliError("the recovery service is not running (no responder)") from error
-    except nats.errors.TimeoutError as error:
+    except BusTimeout as error:
         raise CliError("the recovery service did not answer within 10s") from error
     body: dict[str, Any] = msgspec.json.decode(reply.data)
     if "error" in body:
@@ -290,8 +288,8 @@ async def _print_new_output(
     known = offsets.setdefault(name, {})
     payload = msgspec.json.encode({"namespace": namespace, "name": name, "offsets": known})
     try:
-        reply = await bus.nc.request(f"{API_SUBJECT}.watcher.logs", payload, timeout=5.0)
-    except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as error:
+        reply = await bus.request(f"{API_SUBJECT}.watcher.logs", payload, wait=5.0)
+    except (NoResponders, BusTimeout) as error:
         raise CliError("the watcher did not answer for logs") from error
     body = msgspec.json.decode(reply.data)
     if "error" in body:

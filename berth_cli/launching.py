@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats.js.errors
 
 from berth_cli.client import CliError
 from berth_cli.tasks import Flavor, ManagedJobSpec, TaskError, load_managed_job, queues_named
 from berth_cli.tasks.fields import ENV_NAME
+from shared.bus import KeyNotFound
 from shared.config import (
     ClusterQueue,
     ConfigError,
@@ -147,7 +147,7 @@ def _quotas(resources: list[Any]) -> dict[str, int]:
 async def _config(kv: Any, key: str) -> Any:
     try:
         entry = await kv.get(key)
-    except nats.js.errors.KeyNotFoundError:
+    except KeyNotFound:
         return None
     try:
         return decode_object(entry.value) if entry.value else None

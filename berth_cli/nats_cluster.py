@@ -17,12 +17,11 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import nats.errors
 from nats.js import JetStreamContext, api
 
 from berth_cli.natsserver import ClusterSettings, NatsServer
 from shared.auth import ClientAuth
-from shared.bus import Bus, BusError
+from shared.bus import Bus, BusError, bus_call
 
 __all__ = [
     "CLUSTER_NAME",
@@ -148,9 +147,9 @@ async def _until(
     try:
         while True:
             try:
-                await check(js)
+                await bus_call(check(js))
                 return
-            except (nats.errors.Error, TimeoutError) as error:
+            except BusError as error:
                 if time.monotonic() > deadline:
                     raise BusError(f"JetStream not ready at {url}: {error!r}") from error
                 await asyncio.sleep(0.1)

@@ -19,13 +19,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-import nats.js.errors
 
 from berth_cli.client import CliError, connect, query_all
 from berth_cli.config_fields import unsupported_object
 from berth_cli.ignored import unsupported
 from berth_cli.kinds import config_names
-from shared.bus import CONFIG_BUCKET, STREAM, Bus
+from shared.bus import CONFIG_BUCKET, STREAM, Bus, KeyNotFound, NotFound, bus_call
 from shared.config import (
     KIND_PLURALS,
     ConfigError,
@@ -110,7 +109,7 @@ async def apply_config(url: str, documents: list[dict[str, Any]], source: str) -
             try:
                 existing = await kv.get(key)
                 before = existing.value
-            except nats.js.errors.KeyNotFoundError:
+            except KeyNotFound:
                 before = None
             resource = f"{KIND_PLURALS[type(obj).__name__]}/{obj.metadata.name}"
             if before == value:
@@ -242,7 +241,7 @@ async def check_priority_classes(kv: Any, obj: dict[str, Any], where: str) -> No
 async def _exists(kv: Any, key: str) -> bool:
     try:
         entry = await kv.get(key)
-    except nats.js.errors.KeyNotFoundError:
+    except KeyNotFound:
         return False
     return entry.value is not None
 
@@ -294,8 +293,8 @@ async def submit_workloads(
 async def _require_stream(bus: Bus) -> None:
     """The event stream exists once a service has started: without it nothing would act."""
     try:
-        await bus.js.stream_info(STREAM)
-    except nats.js.errors.NotFoundError as error:
+        await bus_call(bus.js.stream_info(STREAM))
+    except NotFound as error:
         raise CliError(
             "Berth's event stream does not exist: no service has started (is `berth up` running?)"
         ) from error
@@ -316,8 +315,8 @@ async def workload_exists(bus: Bus, namespace: str, name: str) -> bool:
         sequences = [0]
         for verb in verbs:
             try:
-                message = await bus.js.get_last_msg(STREAM, f"berth.{verb}.{tail}")
-            except nats.js.errors.NotFoundError:
+                message = await bus_call(bus.js.get_last_msg(STREAM, f"berth.{verb}.{tail}"))
+            except NotFound:
                 continue
             sequences.append(int(message.seq or 0))
         return max(sequences)

@@ -17,15 +17,24 @@ import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
-import nats.errors
-import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.kv import KeyValue
 
 from berth_console.model import SAMPLE_EVERY_S, Model
 from berth_console.queries import Queries, QueryError
-from shared.bus import CONFIG_BUCKET, JOBS_BUCKET, STREAM, BucketWatch, Bus, live_value
+from shared.bus import (
+    CONFIG_BUCKET,
+    JOBS_BUCKET,
+    STREAM,
+    BucketNotFound,
+    BucketWatch,
+    Bus,
+    BusError,
+    NotFound,
+    bus_call,
+    live_value,
+)
 from shared.events import decode_event
 from shared.jobs import decode_job
 from shared.logging import get_logger
@@ -68,8 +77,8 @@ class BusFeed:
         # what is stale (admission's answer, the reading of the stream), the loop tries again.
         while not self.stopping.is_set():
             try:
-                await loop()
-            except (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError) as error:
+                await bus_call(loop())
+            except (BusError, OSError, TimeoutError) as error:
                 log.warning("feed_retry", loop=name, error=repr(error))
             except Exception:
                 log.exception("feed_failed", loop=name)
@@ -83,8 +92,8 @@ class BusFeed:
 
     async def _follow_events(self) -> None:
         try:
-            last = (await self.bus.js.stream_info(STREAM)).state.last_seq
-        except nats.js.errors.NotFoundError:
+            last = (await bus_call(self.bus.js.stream_info(STREAM))).state.last_seq
+        except NotFound:
             if not self._waiting_logged:  # the services create it; said once, not each second
                 log.info("waiting_for_stream", stream=STREAM)
                 self._waiting_logged = True
@@ -106,8 +115,8 @@ class BusFeed:
         try:
             await self.stopping.wait()
         finally:
-            with contextlib.suppress(nats.errors.Error, ValueError):
-                await subscription.unsubscribe()
+            with contextlib.suppress(BusError, ValueError):
+                await bus_call(subscription.unsubscribe())
 
     async def _on_event(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
@@ -138,7 +147,7 @@ class BusFeed:
         """The bucket, or None if it does not exist yet (the console never creates one)."""
         try:
             return await self.bus.existing_kv(name)
-        except nats.js.errors.BucketNotFoundError:
+        except BucketNotFound:
             return None
 
     async def _follow_jobs(self) -> None:

@@ -9,11 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import nats.errors
-import nats.js.errors
 from nats.js import api
 
-from shared.bus import API_SUBJECT, CONFIG_BUCKET, STREAM, Bus
+from shared.bus import (
+    API_SUBJECT,
+    CONFIG_BUCKET,
+    STREAM,
+    Bus,
+    BusError,
+    BusTimeout,
+    NoResponders,
+    bus_call,
+)
 from shared.events import AnyEvent, decode_event, subject_token
 from shared.fencing import LEASE_SUBJECTS, Fence, Verdict
 from shared.logging import get_logger
@@ -36,14 +43,14 @@ class Queries:
 
     async def ask(self, service: str, verb: str, request: dict[str, Any]) -> dict[str, Any]:
         try:
-            reply = await self.bus.nc.request(
-                f"{API_SUBJECT}.{service}.{verb}", msgspec.json.encode(request), timeout=TIMEOUT_S
+            reply = await self.bus.request(
+                f"{API_SUBJECT}.{service}.{verb}", msgspec.json.encode(request), wait=TIMEOUT_S
             )
-        except nats.errors.NoRespondersError as error:
+        except NoResponders as error:
             raise QueryError(f"the {service} service is not running (no responder)") from error
-        except nats.errors.TimeoutError as error:
+        except BusTimeout as error:
             raise QueryError(f"the {service} service did not answer within 5s") from error
-        except nats.errors.Error as error:
+        except BusError as error:
             raise QueryError(f"the bus refused the request: {error}") from error
         body: dict[str, Any] = msgspec.json.decode(reply.data)
         if "error" in body:
@@ -90,7 +97,7 @@ class Queries:
             return await set_stop_policy(kv, kind, name, namespace, policy)
         except QueueBusy as error:
             raise QueryError(str(error)) from error
-        except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as error:
+        except (TimeoutError, BusError) as error:
             raise QueryError(f"the bus refused the change: {error!r}") from error
 
     async def history(self, namespace: str, name: str) -> list[tuple[int, str, AnyEvent]]:
@@ -110,15 +117,19 @@ class Queries:
             mem_storage=True,
         )
         try:
-            subscription = await self.bus.js.pull_subscribe("", stream=STREAM, config=config)
-        except (nats.errors.Error, nats.js.errors.Error) as error:
+            subscription = await bus_call(
+                self.bus.js.pull_subscribe("", stream=STREAM, config=config)
+            )
+        except BusError as error:
             raise QueryError(f"cannot read the event stream: {error}") from error
         found: list[tuple[int, str, AnyEvent]] = []
         fence = Fence()
         try:
-            remaining = (await subscription.consumer_info()).num_pending or 0
+            remaining = (await bus_call(subscription.consumer_info())).num_pending or 0
             while remaining > 0:
-                messages = await subscription.fetch(min(remaining, 256), timeout=TIMEOUT_S)
+                messages = await bus_call(
+                    subscription.fetch(min(remaining, 256), timeout=TIMEOUT_S)
+                )
                 remaining -= len(messages)
                 for msg in messages:
                     try:
@@ -127,11 +138,12 @@ class Queries:
                         continue
                     if fence.judge(event) is Verdict.KEEP:
                         found.append((msg.metadata.sequence.stream, msg.subject, event))
-        except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as error:
+        except (TimeoutError, BusError) as error:
             raise QueryError(f"reading the event stream failed: {error!r}") from error
         finally:
             try:
-                await subscription.unsubscribe()  # a pull subscription left open hangs drain()
-            except (nats.errors.Error, ValueError):
+                # a pull subscription left open hangs drain()
+                await bus_call(subscription.unsubscribe())
+            except (BusError, ValueError):
                 pass
         return found

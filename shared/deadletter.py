@@ -30,12 +30,11 @@ import weakref
 from typing import Any, Literal, Protocol
 
 import msgspec
-import nats.errors
-import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from prometheus_client import Counter
 
+from shared.bus import BusError, Refused, bus_call, translated
 from shared.events import UtcTime, now, subject_token
 from shared.logging import get_logger
 
@@ -122,9 +121,9 @@ async def ensure_dead_letter_stream(js: JetStreamContext) -> None:
         num_replicas=int(os.environ.get("BERTH_STREAM_REPLICAS", "1")),
     )
     try:
-        await js.add_stream(config)
-    except nats.js.errors.BadRequestError:
-        await js.update_stream(config)  # it exists with another config
+        await bus_call(js.add_stream(config))
+    except Refused:
+        await bus_call(js.update_stream(config))  # it exists with another config
 
 
 class _HasJetStream(Protocol):
@@ -198,10 +197,12 @@ class DeadLetters:
             if not self._stream_ready:
                 await ensure_dead_letter_stream(self.bus.js)
                 self._stream_ready = True
-            await self.bus.js.publish(
-                subject, payload, timeout=PUBLISH_TIMEOUT_S, headers={"Nats-Msg-Id": msg_id}
+            await bus_call(
+                self.bus.js.publish(
+                    subject, payload, timeout=PUBLISH_TIMEOUT_S, headers={"Nats-Msg-Id": msg_id}
+                )
             )
-        except (nats.errors.Error, TimeoutError, OSError) as error:
+        except (BusError, TimeoutError, OSError) as error:
             # The log line and the count stand; a dead letter must never wedge its sender.
             log.warning("dead_letter_unsent", source=body.source, error=repr(error))
 
@@ -209,8 +210,9 @@ class DeadLetters:
 def _stream_position(msg: Msg) -> str | None:
     """``<stream>:<sequence>`` of a JetStream message (None for a core NATS one)."""
     try:
-        metadata = msg.metadata
-    except (nats.errors.Error, ValueError, IndexError):  # no JetStream reply subject
+        with translated():
+            metadata = msg.metadata
+    except (BusError, ValueError, IndexError):  # no JetStream reply subject
         return None
     return f"{metadata.stream}:{metadata.sequence.stream}"
 

@@ -13,17 +13,12 @@ sees a void event or a marker.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from collections.abc import Iterable, Mapping
 
-import msgspec
-import nats.js.errors
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from prometheus_client import Counter
 
-from shared.events import SUBJECT_ROOT, AnyEvent, LeaderElected, decode_event
+from shared.events import SUBJECT_ROOT, AnyEvent, LeaderElected
 from shared.logging import get_logger
 
 __all__ = [
@@ -33,7 +28,6 @@ __all__ = [
     "MARKER_PREFIX",
     "Fence",
     "Verdict",
-    "fence_before",
     "fenced_log",
     "screen",
 ]
@@ -74,8 +68,8 @@ class Fence:
     watcher, admission, preemption and recovery reach the same verdict on the same event.
 
     A reader that starts mid-stream (a durable consumer resuming after its ack floor) starts
-    from the markers stored before its resume point (:func:`fence_before`), the same state it
-    would have reached by reading from the start. Pure: no I/O.
+    from the markers stored before its resume point (``shared.bus.fences.fence_before``), the
+    same state it would have reached by reading from the start. Pure: no I/O.
     """
 
     def __init__(self, terms: Mapping[str, int] | None = None) -> None:
@@ -122,50 +116,3 @@ def fenced_log(events: Iterable[AnyEvent]) -> list[AnyEvent]:
     left out, silently (for audits of a run: the tests, the benchmarks)."""
     fence = Fence()
     return [event for event in events if fence.judge(event) is Verdict.KEEP]
-
-
-async def fence_before(js: JetStreamContext, *, stream: str, sequence: int) -> Fence:
-    """The fence of a reader whose first message is at stream ``sequence``: every marker
-    stored before it, read in order by a short-lived ordered consumer on ``berth.lease.>``.
-
-    Why every marker and not the last one per role: the last marker may lie after the resume
-    point, and the one before it is not necessarily the highest term (a slow candidate's
-    marker can land after its successor's). Markers are few (one per change of leader), and
-    the consumer gets them all in one stream of messages, not one request each.
-    """
-    fence = Fence()
-    if sequence <= 1:
-        return fence
-    try:  # any marker at all before the resume point? (a consumer on none would wait)
-        first = await js.get_msg(stream, seq=1, subject=LEASE_SUBJECTS, next=True)
-    except nats.js.errors.NotFoundError:
-        return fence
-    if first.seq is None or first.seq >= sequence:
-        return fence
-    done = asyncio.Event()
-
-    async def on_marker(message: Msg) -> None:
-        if done.is_set():
-            return
-        metadata = message.metadata
-        if metadata.sequence.stream >= sequence:
-            done.set()
-            return
-        try:
-            fence.judge(decode_event(message.data))
-        except msgspec.DecodeError:
-            pass
-        if metadata.num_pending == 0:
-            done.set()
-
-    subscription = await js.subscribe(
-        LEASE_SUBJECTS, stream=stream, cb=on_marker, ordered_consumer=True
-    )
-    try:
-        await asyncio.wait_for(done.wait(), MARKER_READ_TIMEOUT_S)
-    finally:
-        await subscription.unsubscribe()
-    return fence
-
-
-MARKER_READ_TIMEOUT_S = 30.0

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
 import msgspec
-import nats.js.errors
 from nats.js.kv import KeyValue
 
+from shared.bus import KeyNotFound
 from shared.logging import get_logger
 
 __all__ = [
@@ -157,7 +157,7 @@ async def load_jobs(kv: KeyValue, *, malformed: Malformed | None = None) -> list
     """
     try:
         entry = await kv.get(NEXT_ID_KEY)
-    except nats.js.errors.KeyNotFoundError:
+    except KeyNotFound:
         return []
     last = int(entry.value or b"1") - 1
     entries = await asyncio.gather(
@@ -165,7 +165,7 @@ async def load_jobs(kv: KeyValue, *, malformed: Malformed | None = None) -> list
     )
     jobs = []
     for job_entry in entries:
-        if isinstance(job_entry, nats.js.errors.KeyNotFoundError):
+        if isinstance(job_entry, KeyNotFound):
             continue
         if isinstance(job_entry, BaseException):
             raise job_entry
@@ -173,7 +173,7 @@ async def load_jobs(kv: KeyValue, *, malformed: Malformed | None = None) -> list
             try:
                 jobs.append(decode_job(job_entry.value))
             except msgspec.DecodeError as error:  # no poison pill: the other jobs load
-                source = f"{kv._name}/{job_entry.key}"
+                source = f"{job_entry.bucket}/{job_entry.key}"
                 if malformed is None:
                     log.error("malformed_object", source=source, reason=str(error))
                 else:

@@ -25,10 +25,8 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import msgspec
-import nats.errors
-import nats.js.errors
 
-from shared.bus import STREAM, Bus
+from shared.bus import STREAM, Bus, BusError, NotFound, bus_call
 from shared.events import LeaderElected, decode_event
 from shared.fencing import MARKER_PREFIX, Fence
 from shared.lease import LEASE_BUCKET, Lease, LeaseLost, LeaseSettings
@@ -111,7 +109,7 @@ class Leadership:
             try:
                 kv = await self.bus.kv(LEASE_BUCKET, history=1)
                 break
-            except (nats.errors.Error, TimeoutError) as error:
+            except (BusError, TimeoutError) as error:
                 log.warning("lease_bucket_unreachable", role=self.role, error=repr(error))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), self.settings.poll_every)
@@ -127,7 +125,7 @@ class Leadership:
         )
         try:
             first = not stopping.is_set() and await lease.try_acquire()
-        except (nats.errors.Error, TimeoutError):
+        except (BusError, TimeoutError):
             first = False  # the campaign waits the bus out
         if not first:
             self.decided.set()
@@ -234,11 +232,13 @@ class Leadership:
         if the lease bucket was lost (a new leader's term must pass every marker's)."""
         assert self.bus is not None
         try:
-            message = await self.bus.js.get_last_msg(STREAM, f"{MARKER_PREFIX}{self.role}")
+            message = await bus_call(
+                self.bus.js.get_last_msg(STREAM, f"{MARKER_PREFIX}{self.role}")
+            )
             event = decode_event(message.data or b"")
-        except (nats.js.errors.NotFoundError, msgspec.DecodeError):
+        except (NotFound, msgspec.DecodeError):
             return 0
-        except (nats.errors.Error, TimeoutError) as error:
+        except (BusError, TimeoutError) as error:
             log.warning("marker_unreadable", role=self.role, error=repr(error))
             return 0
         return event.term if isinstance(event, LeaderElected) else 0

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import msgspec
-import nats.errors
-import nats.js.errors
 from nats.js.kv import KeyValue
 
+from shared.bus import BusError, KeyExists, KeyNotFound
 from shared.logging import get_logger
 
 __all__ = [
@@ -168,7 +167,7 @@ class Lease:
         try:
             # Bounded (not the client's 5 s): a look stuck in an outage would delay a takeover.
             entry = await asyncio.wait_for(self.kv.get(self.role), self.settings.renew_every)
-        except nats.js.errors.KeyNotFoundError:  # never held (or deleted): create it
+        except KeyNotFound:  # never held (or deleted): create it
             return await self._write(term=self.floor + 1, last=None)
         assert entry.revision is not None
         record = _decoded(entry.value)
@@ -189,7 +188,7 @@ class Lease:
         try:
             # A write that times out may have landed: the next look finds our own id on it.
             revision = await asyncio.wait_for(writing, self.settings.renew_every)
-        except nats.js.errors.KeyWrongLastSequenceError:
+        except KeyExists:
             return False  # another replica wrote first: it holds the lease
         self.held, self.term, self.revision = True, term, revision
         self.acquired, self.confirmed = moment, sent
@@ -206,7 +205,7 @@ class Lease:
                 if await self.try_acquire():
                     return True
                 unreachable = False
-            except (nats.errors.Error, TimeoutError) as error:
+            except (BusError, TimeoutError) as error:
                 if not unreachable:
                     log.warning("lease_unreachable", role=self.role, error=repr(error))
                 unreachable = True
@@ -234,12 +233,12 @@ class Lease:
             revision = await asyncio.wait_for(
                 self.kv.update(self.role, value, last=self.revision), self.settings.renew_every
             )
-        except nats.js.errors.KeyWrongLastSequenceError as error:
+        except KeyExists as error:
             if await self._our_write_landed():
                 return False  # the revision is ours again; the next renewal confirms it
             self.held = False
             raise LeaseLost("another replica took the lease") from error
-        except (nats.errors.Error, TimeoutError) as error:
+        except (BusError, TimeoutError) as error:
             log.warning("lease_renew_failed", role=self.role, error=repr(error))
             return False
         self.revision, self.confirmed = revision, sent
@@ -257,7 +256,7 @@ class Lease:
         came (a timeout) but which was stored? Then the key still names us with our term."""
         try:
             entry = await asyncio.wait_for(self.kv.get(self.role), self.settings.renew_every)
-        except (nats.errors.Error, TimeoutError):
+        except (BusError, TimeoutError):
             return False
         record = _decoded(entry.value)
         if record is None or (record.holder, record.term) != (self.replica, self.term):
@@ -291,7 +290,7 @@ class Lease:
                 self.kv.update(self.role, value, last=self.revision), self.settings.renew_every
             )
             log.info("lease_released", role=self.role, replica=self.replica, term=self.term)
-        except (nats.errors.Error, nats.js.errors.KeyWrongLastSequenceError, TimeoutError) as e:
+        except (BusError, TimeoutError) as e:  # KeyExists is a BusError
             log.warning("lease_release_failed", role=self.role, error=repr(e))
 
 

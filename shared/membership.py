@@ -13,10 +13,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 import msgspec
-import nats.errors
 from nats.js.kv import KeyValue
 
-from shared.bus import BucketWatch, Bus, live_value
+from shared.bus import BucketWatch, Bus, BusError, live_value
 from shared.logging import get_logger
 
 __all__ = [
@@ -102,7 +101,7 @@ async def keep_record(bus: Bus, record: Callable[[], Member], finish: asyncio.Ev
             kv = kv or await bus.kv(MEMBERS_BUCKET, ttl=MEMBER_TTL_S)
             await kv.put(key, msgspec.json.encode(record()))
             failing = False
-        except (nats.errors.Error, TimeoutError) as error:
+        except (BusError, TimeoutError) as error:
             if not failing:
                 log.warning("membership_unwritten", key=key, error=repr(error))
             failing = True
@@ -114,5 +113,5 @@ async def keep_record(bus: Bus, record: Callable[[], Member], finish: asyncio.Ev
         return
     try:
         await asyncio.wait_for(kv.delete(key), HEARTBEAT_S)
-    except (nats.errors.Error, TimeoutError):
+    except (BusError, TimeoutError):
         pass  # it shows as lost, then the TTL removes it

@@ -13,14 +13,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import nats.errors
-import nats.js.errors
 from nats.js import JetStreamContext
 from prometheus_client import REGISTRY, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from shared.bus import STREAM
+from shared.bus import STREAM, BusError, bus_call
 from shared.logging import get_logger
 
 if TYPE_CHECKING:
@@ -111,10 +109,10 @@ async def sample_consumer_lag(
     while not runtime.stopping.is_set():
         try:
             if subscription is not None:
-                info = await subscription.consumer_info()
+                info = await bus_call(subscription.consumer_info())
             else:
-                info = await runtime.bus.js.consumer_info(STREAM, consumer)
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as error:
+                info = await bus_call(runtime.bus.js.consumer_info(STREAM, consumer))
+        except (BusError, TimeoutError) as error:
             log.debug("consumer_lag_unknown", consumer=consumer, error=repr(error))
         else:
             CONSUMER_PENDING.labels(consumer=consumer).set(info.num_pending or 0)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
-import nats.js.errors
 from nats.js.kv import KeyValue
 
+from shared.bus import KeyExists, KeyNotFound
 from shared.config import ClusterQueue, LocalQueue, config_key, decode_object, encode_object
 
 __all__ = [
@@ -99,7 +99,7 @@ async def set_stop_policy(
     for _ in range(ATTEMPTS):
         try:
             entry = await kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
+        except KeyNotFound:
             raise QueueNotFound(f"{where} not found") from None
         if entry.value is None:
             raise QueueNotFound(f"{where} not found")
@@ -112,7 +112,7 @@ async def set_stop_policy(
         value = encode_object(msgspec.structs.replace(obj, spec=spec))
         try:
             await kv.update(key, value, last=entry.revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
+        except KeyExists:
             continue  # a concurrent write: read again and decide again
         return StopOutcome(kind, name, namespace, policy, changed=True)
     raise QueueBusy(f"{where} kept changing; try again")

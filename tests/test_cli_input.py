@@ -8,11 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import nats.errors
-import nats.js.errors
 import pytest
 
 from berth_cli.get import due
-from shared.bus import CONFIG_BUCKET, Bus
+from shared.bus import CONFIG_BUCKET, Bus, KeyNotFound
 from tests.conftest import FIXTURES, berth
 
 GOOD_QUEUE = """
@@ -34,7 +33,7 @@ def _keys(url: str, bucket: str) -> list[str]:
             kv = await bus.kv(bucket)
             try:
                 return sorted(await kv.keys())
-            except nats.js.errors.NoKeysError:
+            except KeyNotFound:  # no key at all
                 return []
         finally:
             await bus.close()

@@ -11,14 +11,13 @@ from typing import Any
 
 import kmock
 import kmock as km
-import nats.js.errors
 import pytest
 
 from services.watcher.command_order import create_stands, create_verdict
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.backend import KubernetesBackend
 from services.watcher.local.backend import LocalBackend
-from shared.bus import OBJECTS_BUCKET, Bus
+from shared.bus import OBJECTS_BUCKET, Bus, KeyNotFound
 from shared.deadletter import dead_letters
 from shared.events import (
     AnyEvent,
@@ -134,7 +133,7 @@ async def _local(bus: Bus, api: kmock.KubernetesEmulator, tmp_path: Path) -> tup
     async def exists() -> bool:
         try:
             entry = await kv.get(workload_key(REF.namespace, REF.name))
-        except nats.js.errors.KeyNotFoundError:
+        except KeyNotFound:
             return False
         return bool(entry.value)
 

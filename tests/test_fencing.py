@@ -9,6 +9,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from shared.bus import STREAM, Bus
+from shared.bus.fences import fence_before
 from shared.events import (
     AnyEvent,
     LeaderElected,
@@ -18,7 +19,7 @@ from shared.events import (
     decode_event,
     now,
 )
-from shared.fencing import FENCED, Fence, Verdict, fence_before, fenced_log
+from shared.fencing import FENCED, Fence, Verdict, fenced_log
 
 KEEP, MARKER, VOID = Verdict.KEEP, Verdict.MARKER, Verdict.VOID
 

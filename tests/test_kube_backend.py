@@ -12,14 +12,13 @@ import kmock
 import kmock as km
 import msgspec
 import nats.errors
-import nats.js.errors
 import pytest
 
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.backend import KubernetesBackend
 from services.watcher.kube.mirroring import CONFIG_RESOURCES, SOURCE_ANNOTATION
 from services.watcher.kube.watching import WatchSettings
-from shared.bus import CONFIG_BUCKET, Bus
+from shared.bus import CONFIG_BUCKET, Bus, KeyNotFound
 from shared.events import (
     AnyEvent,
     EvictionRequested,
@@ -266,7 +265,7 @@ async def test_config_objects_are_mirrored(harness: Harness) -> None:
     kv = await harness.bus.kv(CONFIG_BUCKET)
     queue = msgspec.json.decode((await kv.get("localqueue.team-a.default")).value or b"")
     assert queue["spec"] == {"clusterQueue": "cq"} and "status" not in queue
-    with pytest.raises(nats.js.errors.KeyNotFoundError):
+    with pytest.raises(KeyNotFound):
         await kv.get("localqueue.team-a.bad")
     await stop(harness, task)
 
@@ -295,7 +294,7 @@ async def test_a_relist_removes_only_the_mirrored_objects_the_cluster_no_longer_
         while True:
             try:
                 await kv.get("localqueue.team-a.mirrored")
-            except nats.js.errors.KeyNotFoundError:
+            except KeyNotFound:
                 return
             await asyncio.sleep(0.05)
 

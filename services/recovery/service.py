@@ -21,14 +21,13 @@ from functools import partial
 from typing import Any
 
 import msgspec
-import nats.js.errors
 from nats.aio.subscription import Subscription
 from nats.js.kv import KeyValue
 
 from services.recovery import lifecycle, metrics
 from services.recovery.ageing import boost_at
 from services.recovery.reserving import Reservations
-from shared.bus import API_SUBJECT, JOBS_BUCKET
+from shared.bus import API_SUBJECT, JOBS_BUCKET, KeyExists, KeyNotFound
 from shared.config import ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import dead_letters
@@ -161,13 +160,13 @@ class RecoveryService:
                 current = int(entry.value or b"1")
                 await self.kv.update(NEXT_ID_KEY, str(current + 1).encode(), last=entry.revision)
                 return current
-            except nats.js.errors.KeyNotFoundError:
+            except KeyNotFound:
                 try:
                     await self.kv.create(NEXT_ID_KEY, b"2")
                     return 1
-                except nats.js.errors.KeyWrongLastSequenceError:
+                except KeyExists:
                     continue
-            except nats.js.errors.KeyWrongLastSequenceError:
+            except KeyExists:
                 continue
 
     # --- events ---------------------------------------------------------------------------

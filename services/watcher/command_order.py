@@ -12,10 +12,9 @@ create: the newest ``berth.cmd.*.<namespace>.<name>``) and apply :func:`create_v
 from __future__ import annotations
 
 import msgspec
-import nats.js.errors
 from nats.js import JetStreamContext
 
-from shared.bus import STREAM
+from shared.bus import STREAM, NotFound, bus_call
 from shared.events import (
     SUBJECT_ROOT,
     AnyEvent,
@@ -68,8 +67,8 @@ async def newest_command(js: JetStreamContext, namespace: str, name: str) -> Any
     """The newest create, submit, delete or remove command stored for a workload name."""
     subject = f"{SUBJECT_ROOT}.cmd.*.{subject_token(namespace)}.{subject_token(name)}"
     try:
-        message = await js.get_last_msg(STREAM, subject)
-    except nats.js.errors.NotFoundError:
+        message = await bus_call(js.get_last_msg(STREAM, subject))
+    except NotFound:
         return None
     try:
         return decode_event(message.data or b"")

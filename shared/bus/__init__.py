@@ -7,15 +7,29 @@
 - :mod:`~shared.bus.consuming` (with :mod:`~shared.bus.pulling`): batches handed to a
   handler and acked once handled;
 - :mod:`~shared.bus.watching` (with :mod:`~shared.bus.keywatch`): buckets as list+watch;
-- :mod:`~shared.bus.errors`: what callers catch.
+- :mod:`~shared.bus.errors`: what callers catch (nats-py's errors never leave the package:
+  buckets raise these, and :func:`bus_call` / :func:`translated` wrap any other call on a
+  nats-py object).
 
 Import from here: ``from shared.bus import Bus, STREAM``.
 """
 
+from shared.bus.acks import AckTimeout
 from shared.bus.buckets import Bucket
 from shared.bus.client import Bus
 from shared.bus.consuming import Handler, Settling
-from shared.bus.errors import BusError
+from shared.bus.errors import (
+    BucketNotFound,
+    BusError,
+    BusTimeout,
+    KeyExists,
+    KeyNotFound,
+    NoResponders,
+    NotFound,
+    Refused,
+    bus_call,
+    translated,
+)
 from shared.bus.publishing import PUBLISH_ATTEMPTS, KeyUpdates, SentEvents, keep_publishing
 from shared.bus.pulling import decode_batch
 from shared.bus.settings import (
@@ -42,17 +56,27 @@ __all__ = [
     "STATUS_BUCKET",
     "STREAM",
     "STREAM_SUBJECTS",
+    "AckTimeout",
     "Bucket",
+    "BucketNotFound",
     "BucketWatch",
     "Bus",
     "BusError",
     "BusSettings",
+    "BusTimeout",
     "Handler",
+    "KeyExists",
+    "KeyNotFound",
     "KeyUpdates",
+    "NoResponders",
+    "NotFound",
+    "Refused",
     "SentEvents",
     "Settling",
+    "bus_call",
     "decode_batch",
     "keep_publishing",
     "live_value",
     "nats_url_from_env",
+    "translated",
 ]

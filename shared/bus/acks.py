@@ -20,6 +20,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from shared.bus.errors import BusTimeout, Refused
 from shared.logging import get_logger
 
 __all__ = [
@@ -37,7 +38,7 @@ WRONG_LAST_SEQUENCE = 10071  # JetStream's err_code for a failed compare-and-swa
 NO_RESPONDERS = 503  # no stream listens on the subject (yet)
 
 
-class PublishRefused(Exception):
+class PublishRefused(Refused):
     """The server answered the publish with an error (``code`` 503: no stream took it)."""
 
     def __init__(self, code: int, err_code: int, description: str) -> None:
@@ -47,7 +48,7 @@ class PublishRefused(Exception):
         self.description = description
 
 
-class AckTimeout(Exception):
+class AckTimeout(BusTimeout):
     """No ack came in time: the publish may or may not have been stored."""
 
 

@@ -19,7 +19,7 @@ from nats.js.kv import KeyValue
 from shared.auth import ClientAuth
 from shared.bus.acks import AckTracker
 from shared.bus.buckets import Bucket, Listeners, open_bucket
-from shared.bus.errors import BusError
+from shared.bus.errors import BusError, NoResponders, translated
 from shared.bus.pulling import PullPump
 from shared.bus.settings import STREAM, STREAM_SUBJECTS, BusSettings
 from shared.fencing import Fence
@@ -175,7 +175,8 @@ class Connection:
                 # err 10058: the stream exists with another config; bring it up to date.
                 await self.js.update_stream(config)
 
-        await _through_jetstream_outage(ensure, what=f"stream {STREAM}")
+        with translated():
+            await _through_jetstream_outage(ensure, what=f"stream {STREAM}")
 
     async def kv(self, bucket: str, *, history: int = 1, ttl: float | None = None) -> KeyValue:
         """Open a key-value bucket, creating it on first use (``ttl``: a key not written for
@@ -192,17 +193,25 @@ class Connection:
                 reconnects=self.reconnects,
             )
 
-        return await _through_jetstream_outage(open_it, what=f"bucket {bucket}")
+        with translated():
+            return await _through_jetstream_outage(open_it, what=f"bucket {bucket}")
 
     async def existing_kv(self, bucket: str) -> KeyValue:
         """Open a key-value bucket that exists, never creating it (a reader such as the
-        console); nats-py's ``BucketNotFoundError`` when it does not exist (yet)."""
+        console); ``BucketNotFound`` when it does not exist (yet)."""
         return await Bucket.existing(self.nc, self.js, bucket, reconnects=self.reconnects)
 
     async def last_sequence(self) -> int:
         """The sequence of the newest message in the event stream (0 when empty)."""
-        info = await self.js.stream_info(STREAM)
+        with translated():
+            info = await self.js.stream_info(STREAM)
         return info.state.last_seq
+
+    async def request(self, subject: str, payload: bytes, *, wait: float) -> Msg:
+        """Core request/reply: the reply; ``NoResponders`` when nobody serves ``subject``,
+        ``BusTimeout`` when nobody answered within ``wait`` s."""
+        with translated():
+            return await self.nc.request(subject, payload, timeout=wait)
 
     async def serve_requests(
         self, subject: str, answer: RequestHandler, *, queue: str = ""
@@ -226,7 +235,8 @@ class Connection:
                 await msg.respond(msgspec.json.encode(reply))
 
         # ``queue``: replicas of a service answer as a queue group, one reply per request.
-        return await self.nc.subscribe(subject, queue=queue, cb=on_request)
+        with translated():
+            return await self.nc.subscribe(subject, queue=queue, cb=on_request)
 
 
 async def _through_jetstream_outage(call: Callable[[], Awaitable[T]], *, what: str) -> T:
@@ -245,6 +255,7 @@ async def _through_jetstream_outage(call: Callable[[], Awaitable[T]], *, what: s
             nats.errors.TimeoutError,
             nats.errors.NoRespondersError,
             nats.js.errors.ServiceUnavailableError,
+            NoResponders,
         ) as error:
             if loop.time() + delay > deadline:
                 raise

@@ -20,10 +20,12 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from shared.bus.connection import Connection
+from shared.bus.errors import bus_call, translated
+from shared.bus.fences import fence_before
 from shared.bus.pulling import PULL_EXPIRES_S, PullPump, decode_batch
 from shared.bus.settings import JS_API_PREFIX, STREAM
 from shared.events import AnyEvent
-from shared.fencing import LEASE_SUBJECTS, MARKER_PREFIX, Fence, fence_before, screen
+from shared.fencing import LEASE_SUBJECTS, MARKER_PREFIX, Fence, screen
 from shared.logging import get_logger
 from shared.subjects import subject_matcher
 
@@ -56,6 +58,24 @@ class Consuming(Connection):
         consumer reads everything and keeps its subjects here (see :meth:`_filtered`);
         ``keep_subject`` narrows them further, before anything is decoded.
         """
+        with translated():
+            return await self._durable_subscription(
+                durable,
+                subjects,
+                max_ack_pending=max_ack_pending,
+                most_of_stream=most_of_stream,
+                keep_subject=keep_subject,
+            )
+
+    async def _durable_subscription(
+        self,
+        durable: str,
+        subjects: Sequence[str],
+        *,
+        max_ack_pending: int,
+        most_of_stream: bool,
+        keep_subject: Callable[[str], bool] | None,
+    ) -> JetStreamContext.PullSubscription:
         config = api.ConsumerConfig(
             durable_name=durable,
             # One ack per batch: acking each message cost the busiest consumer a tenth of its
@@ -111,7 +131,8 @@ class Consuming(Connection):
             deliver_policy=api.DeliverPolicy.ALL,
             inactive_threshold=60.0,
         )
-        subscription = await self.js.pull_subscribe("", stream=STREAM, config=config)
+        with translated():
+            subscription = await self.js.pull_subscribe("", stream=STREAM, config=config)
         return self._filtered(subscription, subjects)
 
     def _filtered(
@@ -222,7 +243,8 @@ class Consuming(Connection):
                     handled, _ = await self._handle(events, handler, stopping=stopping, settle=True)
                     if not handled:
                         return  # stopped: unacked, so it is delivered again after a restart
-            await last.ack()  # and, by the ack policy, all before it
+            with translated():
+                await last.ack()  # and, by the ack policy, all before it
 
     async def _handle(
         self,
@@ -282,7 +304,7 @@ class Consuming(Connection):
         decide nothing until it returns. What arrives after the end stays buffered for
         :meth:`next_batch`.
         """
-        if (await subscription.consumer_info()).num_pending == 0:
+        if (await bus_call(subscription.consumer_info())).num_pending == 0:
             await self._pump(subscription)  # live from here on
             return 0
         pump = await self._pump(subscription)
@@ -292,7 +314,7 @@ class Consuming(Connection):
             # its state; a stop during it waits for the end (or the grace period).
             messages = await pump.take(2000, wait=PULL_EXPIRES_S, interruptible=False)
             if not messages:
-                if (await subscription.consumer_info()).num_pending == 0:
+                if (await bus_call(subscription.consumer_info())).num_pending == 0:
                     return count
                 continue
             fold(self._decode(subscription, messages))
@@ -330,9 +352,10 @@ class Consuming(Connection):
     async def _pump(self, subscription: JetStreamContext.PullSubscription) -> PullPump:
         pump = self._pumps.get(id(subscription))
         if pump is None:
-            info = await subscription.consumer_info()
-            next_subject = f"{JS_API_PREFIX}.CONSUMER.MSG.NEXT.{info.stream_name}.{info.name}"
-            pump = await PullPump.open(self.nc, next_subject)
+            with translated():
+                info = await subscription.consumer_info()
+                subject = f"{JS_API_PREFIX}.CONSUMER.MSG.NEXT.{info.stream_name}.{info.name}"
+                pump = await PullPump.open(self.nc, subject)
             self._pumps[id(subscription)] = pump
         return pump
 

@@ -14,13 +14,12 @@ from collections.abc import Sequence
 
 import msgspec
 import nats.errors
-import nats.js.errors
 from nats.js.kv import KeyValue
 
 from shared.bus.acks import NO_RESPONDERS, WRONG_LAST_SEQUENCE, Ack, AckTimeout, PublishRefused
 from shared.bus.buckets import Bucket
 from shared.bus.connection import Connection
-from shared.bus.errors import BusError, NoStream
+from shared.bus.errors import BusError, KeyExists, NoStream
 from shared.events import Event, encode_event, subject_for
 from shared.logging import get_logger
 
@@ -73,7 +72,7 @@ class KeyUpdates:
         self.futures = futures
 
     async def outcomes(self) -> list[int | Exception]:
-        """Each update's new revision, or ``KeyWrongLastSequenceError`` (the swap lost),
+        """Each update's new revision, or ``KeyExists`` (the swap lost),
         ``AckTimeout`` (unknown, or no stream answered: read the key again) or ``BusError``."""
         outcomes: list[int | Exception] = []
         for key, future in zip(self.keys, self.futures, strict=True):
@@ -81,7 +80,7 @@ class KeyUpdates:
                 outcomes.append((await future).seq)
             except PublishRefused as refused:
                 if refused.err_code == WRONG_LAST_SEQUENCE:
-                    outcomes.append(nats.js.errors.KeyWrongLastSequenceError(refused.description))
+                    outcomes.append(KeyExists(f"update of {key}: {refused.description}"))
                 elif refused.code == NO_RESPONDERS:
                     # The bucket's stream has no leader this instant (a NATS cluster electing
                     # one): not stored, try again, as after a timeout (and as publishes do).
@@ -164,9 +163,9 @@ class Publishing(Connection):
 
     async def update_key(self, kv: KeyValue, key: str, value: bytes, *, last: int) -> int:
         """``kv.update`` (compare-and-swap on the key's last revision), pipelined like a
-        publish; returns the new revision. A lost swap raises
-        ``nats.js.errors.KeyWrongLastSequenceError``, as ``kv.update`` does; an unanswered
-        one raises ``AckTimeout`` (whether it was stored is unknown: read the key again)."""
+        publish; returns the new revision. A lost swap raises ``KeyExists``, as ``kv.update``
+        does; an unanswered one raises ``AckTimeout`` (whether it was stored is unknown: read
+        the key again)."""
         [outcome] = await (await self.send_key_updates(kv, [(key, value, last)])).outcomes()
         if isinstance(outcome, BaseException):
             raise outcome

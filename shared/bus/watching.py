@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from nats.js.kv import KeyValue
 
 from shared.bus.buckets import Bucket
+from shared.bus.errors import translated
 from shared.bus.keywatch import KeyWatch
 
 __all__ = ["WATCH_BATCH", "WATCH_IDLE_TIMEOUT_S", "BucketWatch", "live_value"]
@@ -38,7 +39,8 @@ class BucketWatch:
         if not isinstance(kv, Bucket):
             raise TypeError(f"watch a bucket opened by Bus.kv, not {type(kv).__name__}")
         watcher = KeyWatch(kv)
-        await watcher.start()
+        with translated():
+            await watcher.start()
         initial: list[KeyValue.Entry] = []
         try:
             while (entry := await watcher.queue.get()) is not None:  # None: initial ones done

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import nats.errors
 from nats.js.kv import KeyValue
 
 __all__ = ["DefaultQueues"]
@@ -40,7 +39,7 @@ class DefaultQueues:
         while True:
             try:
                 entry = await queues.updates(timeout=5.0)
-            except (TimeoutError, nats.errors.TimeoutError):
+            except TimeoutError:  # nats-py's is one too
                 continue
             if entry is None:
                 continue

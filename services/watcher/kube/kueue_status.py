@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import nats.errors
 from nats.aio.msg import Msg
 
 from services.watcher.kube.api import KubeClient, Resource
@@ -48,7 +47,7 @@ from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces
 from services.watcher.kube.patching import pod_templates
 from services.watcher.kube.preemptors import Preemptors
 from services.watcher.kube.recorder import EventRecorder, TokenBucket
-from shared.bus import API_SUBJECT, Bus
+from shared.bus import API_SUBJECT, Bus, BusError, BusTimeout, NoResponders, bus_call
 from shared.events import EvictionRequested, decode_event
 from shared.logging import get_logger
 
@@ -276,8 +275,8 @@ class KueueStatusWriter:
             recorder.cancel()
             for sub in (subscription, facts):
                 try:
-                    await sub.unsubscribe()
-                except nats.errors.Error:
+                    await bus_call(sub.unsubscribe())
+                except BusError:
                     pass  # the connection is closing: nothing left to undo
 
     async def _on_trigger(self, msg: Msg) -> None:
@@ -310,10 +309,10 @@ class KueueStatusWriter:
         while offset is not None:
             payload = msgspec.json.encode({**request, "offset": offset})
             try:
-                reply = await self.bus.nc.request(
-                    f"{API_SUBJECT}.admission.{resource}", payload, timeout=5.0
+                reply = await self.bus.request(
+                    f"{API_SUBJECT}.admission.{resource}", payload, wait=5.0
                 )
-            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            except (NoResponders, BusTimeout):
                 log.warning("status_source_unavailable", resource=resource, reason="no answer")
                 return items
             body = msgspec.json.decode(reply.data)

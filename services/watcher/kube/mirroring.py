@@ -16,7 +16,6 @@ from contextlib import aclosing
 from typing import Any
 
 import msgspec
-import nats.js.errors
 from nats.js.kv import KeyValue
 
 from services.watcher.kube.api import KubeClient, Resource
@@ -27,7 +26,7 @@ from services.watcher.kube.watching import (
     WatchSettings,
     watch_objects,
 )
-from shared.bus import BucketWatch, live_value
+from shared.bus import BucketWatch, KeyNotFound, live_value
 from shared.config import (
     ConfigError,
     config_key,
@@ -134,7 +133,7 @@ class ConfigMirror:
         if key not in self._stored:
             try:
                 entry = await self.kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
+            except KeyNotFound:
                 return None
             if entry.value is None:
                 return None

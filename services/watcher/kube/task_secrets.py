@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import nats.js.errors
-
 from services.watcher.kube.api import KubeClient, Resource
 from services.watcher.kube.errors import KubeConflict
 from services.watcher.kube.patching import pod_templates
-from shared.bus import Bus
+from shared.bus import Bus, KeyNotFound
 from shared.logging import get_logger
 from shared.secrets import SECRET_PREFIX, SECRETS_BUCKET, decode_secret, secret_refs
 from shared.tasks import FILE_MOUNTS_ANNOTATION, WORKDIR_ANNOTATION
@@ -55,7 +53,7 @@ async def prepare_cluster(
     for name in sorted(names):
         try:
             values = decode_secret((await kv.get(name)).value)
-        except nats.js.errors.KeyNotFoundError:
+        except KeyNotFound:
             log.error("secret_missing", namespace=namespace, secret=name)
             continue
         body = {

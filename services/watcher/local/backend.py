@@ -20,7 +20,6 @@ import os
 from typing import Any
 
 import msgspec
-import nats.js.errors
 from nats.js.kv import KeyValue
 
 from services.watcher import reporting
@@ -32,13 +31,7 @@ from services.watcher.local.runs import Runs
 from services.watcher.local.simulated import Simulated
 from services.watcher.local.statuses import StatusStore
 from services.watcher.logs_api import serve_logs
-from shared.bus import (
-    OBJECTS_BUCKET,
-    STATUS_BUCKET,
-    BucketWatch,
-    Settling,
-    live_value,
-)
+from shared.bus import OBJECTS_BUCKET, STATUS_BUCKET, BucketWatch, KeyExists, Settling, live_value
 from shared.deadletter import dead_letters
 from shared.events import (
     AnyEvent,
@@ -268,7 +261,7 @@ class LocalBackend:
             return  # cancelled (or superseded) after it was sent: see command_order.py
         try:
             await self.kv.create(key, value)
-        except nats.js.errors.KeyWrongLastSequenceError:
+        except KeyExists:
             if find_object(self.objects, ref) is None:  # a different object holds the name
                 log.error("create_conflict", workload=ref.key, reason="name taken")
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import nats.js.errors
 from nats.js.kv import KeyValue
 
+from shared.bus import KeyExists
 from shared.logging import get_logger
 from shared.pod_groups import POD_GROUP_KIND, group_object, pod_group
 from shared.workload_fields import WorkloadError
@@ -66,7 +66,7 @@ class PodGroups:
         body = group_object(namespace, group, chosen)
         try:
             await kv.create(workload_key(namespace, group), msgspec.json.encode(body))
-        except nats.js.errors.KeyWrongLastSequenceError:
+        except KeyExists:
             return  # formed already (seen again after a restart), or the name is taken
         log.info("pod_group_formed", workload=f"{namespace}/{group}", pods=total)
 

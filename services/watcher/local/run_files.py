@@ -22,9 +22,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import nats.js.errors
-
-from shared.bus import Bus
+from shared.bus import Bus, KeyNotFound
 from shared.logging import get_logger
 from shared.secrets import SECRET_PREFIX, SECRETS_BUCKET, decode_secret, secret_refs
 from shared.tasks import FILE_MOUNTS_ANNOTATION, WORKDIR_ANNOTATION
@@ -80,7 +78,7 @@ async def _secrets(bus: Bus, pod_specs: dict[str, dict[str, Any]]) -> dict[str, 
         if name not in stored:
             try:
                 stored[name] = decode_secret((await kv.get(name)).value)
-            except nats.js.errors.KeyNotFoundError:
+            except KeyNotFound:
                 stored[name] = {}
         if key not in stored[name]:
             raise RunSetupError(f"secret {name} has no key {key} (for {variable})")

@@ -13,12 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-import nats.errors
 from nats.js.kv import KeyValue
 
-from shared.bus import Bus, KeyUpdates
+from shared.bus import AckTimeout, Bus, BusError, KeyUpdates
 from shared.logging import get_logger
-from shared.publishing import AckTimeout
 
 __all__ = ["StatusStore", "StatusWrites"]
 
@@ -100,7 +98,7 @@ class StatusStore:
             try:
                 await self.kv.put(key, msgspec.json.encode(newest))
                 return
-            except (nats.errors.Error, TimeoutError) as error:
+            except (BusError, TimeoutError) as error:
                 if self.stopping.is_set():
                     raise
                 log.warning("status_write_retry", key=key, error=repr(error))
