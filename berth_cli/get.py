@@ -12,6 +12,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from shared.durations import short_age
+
 __all__ = ["age", "print_objects", "print_table"]
 
 
@@ -19,7 +21,7 @@ def age(timestamp: str | None, *, now: datetime | None = None) -> str:
     """kubectl's short age: 45s, 5m, 3h, 2d."""
     if not timestamp:
         return ""
-    return _short(max(_seconds_since(timestamp, now), 0))
+    return short_age(_seconds_since(timestamp, now))
 
 
 def due(timestamp: str | None, *, now: datetime | None = None) -> str:
@@ -29,7 +31,7 @@ def due(timestamp: str | None, *, now: datetime | None = None) -> str:
     seconds = _seconds_since(timestamp, now)
     if seconds == 0:
         return "now"
-    return f"{_short(seconds)} late" if seconds > 0 else f"in {_short(-seconds)}"
+    return f"{short_age(seconds)} late" if seconds > 0 else f"in {short_age(-seconds)}"
 
 
 def runs_by(item: dict[str, Any], *, now: datetime | None = None) -> str:
@@ -43,16 +45,6 @@ def runs_by(item: dict[str, Any], *, now: datetime | None = None) -> str:
 def _seconds_since(timestamp: str, now: datetime | None) -> int:
     then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     return int(((now or datetime.now(UTC)) - then).total_seconds())
-
-
-def _short(seconds: int) -> str:
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 3600 * 2:
-        return f"{seconds // 60}m"
-    if seconds < 86400 * 2:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str) -> None:

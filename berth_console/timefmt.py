@@ -6,22 +6,10 @@ import time
 from datetime import UTC, datetime
 
 from berth_console.markup import Markup, render
-from shared.durations import ago
+from shared.durations import ago, short_age
 from shared.durations import run_time as duration
 
 __all__ = ["ago", "clock", "duration", "seconds_since", "short_age", "time_tag"]
-
-
-def short_age(seconds: float) -> str:
-    """kubectl's short age: 45s, 5m, 3h, 2d."""
-    seconds = max(int(seconds), 0)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 3600 * 2:
-        return f"{seconds // 60}m"
-    if seconds < 86400 * 2:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
 
 
 def clock(when: datetime | float) -> str:

@@ -1,13 +1,13 @@
 """Time as text: durations as people write them in YAML ("200ms", "1.5s", "2m", "1h", "30"
 for seconds), timestamps as Kubernetes writes them (RFC 3339, whole seconds, UTC), and the
-ages and durations SkyPilot's job table shows (the CLI's and the console's alike)."""
+ages and durations SkyPilot's job table and kubectl show (the CLI's and the console's alike)."""
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
 
-__all__ = ["ago", "kube_timestamp", "parse_duration", "run_time"]
+__all__ = ["ago", "kube_timestamp", "parse_duration", "run_time", "short_age"]
 
 
 def kube_timestamp(when: datetime | float) -> str:
@@ -40,6 +40,18 @@ def ago(seconds: float) -> str:
     if seconds < 86400:
         return f"{int(seconds // 3600)} hrs ago"
     return f"{int(seconds // 86400)} days ago"
+
+
+def short_age(seconds: float) -> str:
+    """kubectl's short age: ``45s``, ``5m``, ``3h``, ``2d`` (a negative one is ``0s``)."""
+    seconds = max(int(seconds), 0)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 3600 * 2:
+        return f"{seconds // 60}m"
+    if seconds < 86400 * 2:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
 
 
 def run_time(seconds: float) -> str:
