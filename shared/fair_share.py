@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from shared.hierarchy import potential_available
 from shared.quota import FlavorResource, QuotaNode
 
-__all__ = ["Share", "node_share"]
+__all__ = ["Share", "lendable", "node_share"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +62,23 @@ class Share:
         return any(requested.get(fr, 0) > 0 for fr in self.borrowed)
 
 
-def node_share(node: QuotaNode, weight: float, delta: Mapping[FlavorResource, int] = {}) -> Share:
-    """The DRS of a ClusterQueue or Cohort with ``delta`` more usage (0 for a root)."""
+def lendable(parent: QuotaNode) -> dict[str, int]:
+    """Per resource name, what ``parent`` could ever lend its children (its potential
+    available over every flavor of the tree); it depends on quotas only, not on usage."""
+    result: dict[str, int] = {}
+    for fr in parent.root().subtree:
+        result[fr[1]] = result.get(fr[1], 0) + potential_available(parent, fr)
+    return result
+
+
+def node_share(
+    node: QuotaNode,
+    weight: float,
+    delta: Mapping[FlavorResource, int] = {},
+    lendable_by_parent: Mapping[str, int] | None = None,
+) -> Share:
+    """The DRS of a ClusterQueue or Cohort with ``delta`` more usage (0 for a root);
+    ``lendable_by_parent`` is :func:`lendable` of its parent, when the caller keeps it."""
     parent = node.parent
     if parent is None:
         return Share(0.0, weight)
@@ -76,12 +91,10 @@ def node_share(node: QuotaNode, weight: float, delta: Mapping[FlavorResource, in
             frs.append(fr)
     if not borrowed:
         return Share(0.0, weight)
-    lendable: dict[str, int] = {}
-    for fr in node.root().subtree:
-        lendable[fr[1]] = lendable.get(fr[1], 0) + potential_available(parent, fr)
+    totals = lendable(parent) if lendable_by_parent is None else lendable_by_parent
     ratio = 0.0
     for resource, amount in borrowed.items():
-        total = lendable.get(resource, 0)
+        total = totals.get(resource, 0)
         if total > 0:
             ratio = max(ratio, amount * 1000.0 / total)
     return Share(ratio, weight, frozenset(frs))

@@ -8,12 +8,13 @@ and which head the tournament puts first.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from services.admission.fair_order import Head, Weights, tournament
+from services.admission.fair_order import Head, Weights, _flat_round, _tree_round, tournament
 from shared.config import ClusterQueue, Cohort, parse_object
 from shared.quota import QuotaTree
 
@@ -224,3 +225,69 @@ def test_no_heads_under_the_root() -> None:
         [o for o in TWO_EMPTY if isinstance(o, Cohort)],
     )
     assert tournament(tree, tree.cohorts["a"], {}, lambda node: 1.0) is None
+
+
+@dataclass
+class _Job:
+    name: str
+    cpu: int
+    priority: int
+    t: float
+
+    def __post_init__(self) -> None:
+        self.key = (0, 0.0, -self.priority, self.t, self.name)  # one object, as Record.key
+
+
+@dataclass
+class _Fit:
+    fits: bool
+    usage: dict[tuple[str, str], int]
+
+
+def _play(round_: Any, seed: int) -> list[str]:
+    """Admit random jobs of random flat worlds through one round; the admission order."""
+    rng = random.Random(seed)
+    names = [f"q{i}" for i in range(rng.randint(2, 6))]
+    objects = [cohort("a", cpu=rng.randint(4, 30))] + [
+        cq(n, "a", {OD: (rng.choice((0, 0, 2, 5)), None)}, rng.choice((None, 1, 2, 0.5)))
+        for n in names
+    ]
+    cluster_queues = [o for o in objects if isinstance(o, ClusterQueue)]
+    tree = QuotaTree.build(cluster_queues, [o for o in objects if isinstance(o, Cohort)])
+    queues = {
+        n: sorted(
+            (
+                _Job(f"{n}-{j}", rng.randint(1, 5), rng.choice((0, 10)), rng.random())
+                for j in range(5)
+            ),
+            key=lambda job: (-job.priority, job.t),
+        )
+        for n in names
+    }
+    order: list[str] = []
+
+    def head_of(name: str) -> tuple[_Job, tuple[Any, ...]] | None:
+        if not queues[name]:
+            return None
+        job = queues[name][0]
+        return job, job.key
+
+    def assign(name: str, job: _Job) -> _Fit:
+        usage = {(OD, "cpu"): job.cpu * 1000}
+        return _Fit(tree.fits(name, usage), usage)
+
+    def decide(name: str, job: _Job, result: _Fit) -> None:
+        queues[name].pop(0)
+        if result.fits:
+            tree.add_usage(name, result.usage)
+            order.append(job.name)
+
+    round_(tree, tree.cohorts["a"], names, Weights(cluster_queues, []), head_of, assign, decide)
+    return order
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_flat_shortcut_admits_in_the_tournament_order(seed: int) -> None:
+    """A cohort of ClusterQueues only takes a heap instead of a tournament per admission;
+    on random worlds both admit the same workloads in the same order."""
+    assert _play(_flat_round, seed) == _play(_tree_round, seed)

@@ -9,12 +9,13 @@ the classical order; they share nothing.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from shared.config import ClusterQueue, Cohort
-from shared.fair_share import Share, node_share
+from shared.fair_share import Share, lendable, node_share
 from shared.hierarchy import path_to_root
 from shared.quantities import parse_quantity
 from shared.quota import FlavorResource, QuotaNode, QuotaTree
@@ -64,6 +65,7 @@ def tournament(
     root: QuotaNode,
     heads: Mapping[str, Head],
     weight: Callable[[QuotaNode], float],
+    memo: dict[str, tuple[Head, Share]] | None = None,
 ) -> Head | None:
     """The head of the cohort tree under ``root`` to consider next (None when there is none).
 
@@ -81,25 +83,43 @@ def tournament(
     4. the rest of the queue order: earliest deadline (with wait targets), higher effective
        priority, earlier queue time, then uid, so the outcome never depends on dict order.
 
-    ``tree`` is borrowed for the computation and left as it was.
+    ``tree`` is borrowed for the computation and left as it was. ``memo`` (ClusterQueue ->
+    head and share) saves recomputing the share of a ClusterQueue directly under ``root``
+    whose head is the same: it depends on that ClusterQueue's usage only, so the caller must
+    drop a ClusterQueue's entry when its usage changes.
     """
     shares: dict[tuple[str, str], Share] = {}
+    lendables: dict[int, dict[str, int]] = {}  # quotas only: the same for every head
+
+    def share_of(node: QuotaNode, delta: Mapping[FlavorResource, int] = {}) -> Share:
+        assert node.parent is not None
+        totals = lendables.get(id(node.parent))
+        if totals is None:
+            totals = lendables[id(node.parent)] = lendable(node.parent)
+        return node_share(node, weight(node), delta, totals)
+
     for name, head in heads.items():
         node = tree.cluster_queues.get(name)
         if node is None or node.root() is not root:
             continue
+        if node.parent is root and memo is not None:
+            known = memo.get(name)
+            if known is None or known[0] is not head:
+                known = memo[name] = (head, share_of(node, head.usage))
+            shares[(root.name, name)] = known[1]
+            continue
         tree.add_usage(name, head.usage)
         try:
-            share = node_share(node, weight(node))
+            share = share_of(node)
             for ancestor in path_to_root(node):
                 shares[(ancestor.name, name)] = share
-                share = node_share(ancestor, weight(ancestor))
+                if ancestor.parent is not None:
+                    share = share_of(ancestor)
         finally:
             tree.remove_usage(name, head.usage)
 
     def standing(head: Head, cohort: str) -> tuple[Any, ...]:
-        share = shares[(cohort, head.cluster_queue)]
-        return (head.order[0], share.borrows_any(head.usage), share.key(), *head.order[1:])
+        return _standing(head, shares[(cohort, head.cluster_queue)])
 
     def play(cohort: QuotaNode) -> Head | None:
         candidates: list[Head] = []
@@ -115,6 +135,11 @@ def tournament(
         return min(candidates, key=lambda head: standing(head, cohort.name))
 
     return play(root)
+
+
+def _standing(head: Head, share: Share) -> tuple[Any, ...]:
+    """Where a head stands in a Cohort's choice, lowest first (see :func:`tournament`)."""
+    return (head.order[0], share.borrows_any(head.usage), share.key(), *head.order[1:])
 
 
 class Assigned(Protocol):
@@ -150,28 +175,102 @@ def fair_round(
     ClusterQueue's head and its order key (None when it has none or is blocked); ``decide``
     must take the head out of the way, so the round always moves on.
     """
+    if all(child.is_cluster_queue for child in root.children):
+        return _flat_round(tree, root, names, weight, head_of, assign, decide)
+    return _tree_round(tree, root, names, weight, head_of, assign, decide)
+
+
+def _tree_round(
+    tree: QuotaTree,
+    root: QuotaNode,
+    names: Iterable[str],
+    weight: Callable[[QuotaNode], float],
+    head_of: Callable[[str], tuple[R, tuple[Any, ...]] | None],
+    assign: Callable[[str, R], A],
+    decide: Callable[[str, R, A], None],
+) -> int:
+    """:func:`fair_round` for any cohort tree: a tournament for every admission."""
     tried = 0
     active = sorted(set(names))
+    # A head's assignment is made once, when it becomes its queue's head, as Kueue nominates
+    # once per cycle; only the winner's is made again, against the usage now, before it is
+    # decided. Usage only grows within a pass, so a head that did not fit still does not.
+    nominated: dict[str, tuple[tuple[Any, ...], Head, R, A]] = {}
+    memo: dict[str, tuple[Head, Share]] = {}
     while active:
         heads: dict[str, Head] = {}
-        fitting: dict[str, tuple[R, A]] = {}
         for name in list(active):
-            found = head_of(name)
-            if found is None:
+            while (found := head_of(name)) is not None:
+                record, key = found
+                known = nominated.get(name)
+                if known is None or known[0] is not key:
+                    result = assign(name, record)
+                    tried += 1
+                    if not result.fits:
+                        decide(name, record, result)  # held: its queue's next head comes up
+                        continue
+                    known = nominated[name] = (key, Head(name, result.usage, key), record, result)
+                heads[name] = known[1]
+                break
+            else:
                 active.remove(name)
-                continue
+        if not heads:
+            break
+        winner = tournament(tree, root, heads, weight, memo)
+        assert winner is not None  # heads of this tree that fit
+        name = winner.cluster_queue
+        _, _, record, _ = nominated.pop(name)
+        memo.pop(name, None)  # its usage is about to change
+        result = assign(name, record)
+        tried += 1
+        decide(name, record, result)
+    return tried
+
+
+def _flat_round(
+    tree: QuotaTree,
+    root: QuotaNode,
+    names: Iterable[str],
+    weight: Callable[[QuotaNode], float],
+    head_of: Callable[[str], tuple[R, tuple[Any, ...]] | None],
+    assign: Callable[[str, R], A],
+    decide: Callable[[str, R, A], None],
+) -> int:
+    """:func:`fair_round` for a cohort of ClusterQueues only: a ClusterQueue's share depends
+    on its own usage alone, so a head's standing holds until its queue is decided, and a heap
+    gives the tournament's winner in O(log n) instead of comparing every head each time."""
+    totals = lendable(root)
+    tried = 0
+    heap: list[tuple[tuple[Any, ...], str]] = []
+    nominated: dict[str, tuple[tuple[Any, ...], R]] = {}  # name -> (its standing, record)
+
+    def nominate(name: str) -> None:
+        nonlocal tried
+        nominated.pop(name, None)
+        while (found := head_of(name)) is not None:
             record, key = found
             result = assign(name, record)
             tried += 1
             if not result.fits:
-                decide(name, record, result)
+                decide(name, record, result)  # held: its queue's next head comes up
                 continue
-            heads[name] = Head(name, result.usage, key)
-            fitting[name] = (record, result)
-        if not heads:
-            continue  # every head that did not fit was held: look at the next ones
-        winner = tournament(tree, root, heads, weight)
-        assert winner is not None  # heads of this tree that fit
-        record, result = fitting[winner.cluster_queue]
-        decide(winner.cluster_queue, record, result)
+            node = tree.cluster_queues[name]
+            share = node_share(node, weight(node), result.usage, totals)
+            standing = _standing(Head(name, result.usage, key), share)
+            nominated[name] = (standing, record)
+            heapq.heappush(heap, (standing, name))
+            return
+
+    for name in sorted(set(names)):
+        nominate(name)
+    while heap:
+        standing, name = heapq.heappop(heap)
+        entry = nominated.get(name)
+        if entry is None or entry[0] is not standing:
+            continue  # a stale entry: that queue was decided since
+        record = entry[1]
+        result = assign(name, record)  # against the usage now: it may no longer fit
+        tried += 1
+        decide(name, record, result)
+        nominate(name)
     return tried
