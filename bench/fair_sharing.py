@@ -102,7 +102,7 @@ def run(queues: int, cohorts: int, workloads: int, fair: bool) -> None:
 
 
 def main() -> None:
-    queues, cohorts, workloads = (int(a) for a in (sys.argv[1:] + ["100", "10", "10000"])[:3])
+    queues, cohorts, workloads = (int(a) for a in [*sys.argv[1:], "100", "10", "10000"][:3])
     print(f"{workloads:,} pending in {queues} ClusterQueues, {cohorts} cohorts (all borrowing)")
     for fair in (False, True):
         run(queues, cohorts, workloads, fair)
