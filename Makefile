@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install up test lint typecheck check bench-admission bench-victims bench-ageing bench-starvation \
+.PHONY: install up test lint typecheck check bench-admission bench-fair-sharing bench-victims bench-ageing bench-starvation \
 	bench-kueue-baseline bench-kueue-large bench-kueue-yielding bench-kueue-deadlines \
 	bench-console-paint bench-failover bench-kube-status console clean
 
@@ -28,6 +28,9 @@ check: lint typecheck test
 
 bench-admission: install   ## decisions/s and bytes per pending workload of the admission core
 	$(PY) bench/admission_core.py
+
+bench-fair-sharing: install  ## the admission core's pass with fair sharing off and on
+	$(PY) bench/fair_sharing.py 1000 10 100000
 
 bench-victims: install     ## victim search time with 10,000 admitted workloads in one cohort
 	$(PY) bench/victim_search.py
