@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
 
-from shared.quota import FlavorResource, QuotaNode
+from shared.quota import FlavorResource, QuotaNode, potential_available
 
 __all__ = [
     "borrowing_with",
@@ -75,15 +75,3 @@ def is_hierarchical(node: QuotaNode) -> bool:
     """The ClusterQueue's cohort tree has more than one level of cohorts."""
     root = node.root()
     return any(not child.is_cluster_queue for child in root.children)
-
-
-def potential_available(node: QuotaNode, fr: FlavorResource) -> int:
-    """The most of ``fr`` the node could ever use, were all usage gone (Kueue's
-    potentialAvailable, for a Cohort as for a ClusterQueue)."""
-    if node.parent is None:
-        return node.subtree.get(fr, 0)
-    result = node.guaranteed(fr) + potential_available(node.parent, fr)
-    quota = node.quotas.get(fr)
-    if quota is not None and quota.borrowing_limit is not None:
-        result = min(node.subtree.get(fr, 0) + quota.borrowing_limit, result)
-    return result

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from shared.config import ClusterQueue, Cohort, ResourceGroup
 from shared.quantities import parse_quantity
 
-__all__ = ["FlavorResource", "QuotaNode", "QuotaTree", "ResourceQuota", "quotas_of"]
+__all__ = [
+    "FlavorResource",
+    "QuotaNode",
+    "QuotaTree",
+    "ResourceQuota",
+    "potential_available",
+    "quotas_of",
+]
 
 FlavorResource = tuple[str, str]  # (flavor, resource)
 
@@ -171,7 +178,7 @@ class QuotaTree:
     def potential_available(self, cluster_queue: str, flavor: str, resource: str) -> int:
         """The most the ClusterQueue could ever use of (flavor, resource), were all usage gone."""
         node = self.cluster_queues.get(cluster_queue)
-        return 0 if node is None else _potential_available(node, (flavor, resource))
+        return 0 if node is None else potential_available(node, (flavor, resource))
 
     def nominal(self, cluster_queue: str, flavor: str, resource: str) -> int:
         node = self.cluster_queues.get(cluster_queue)
@@ -275,10 +282,12 @@ def _available(node: QuotaNode, fr: FlavorResource) -> int:
     return node.local_available(fr) + parent_available
 
 
-def _potential_available(node: QuotaNode, fr: FlavorResource) -> int:
+def potential_available(node: QuotaNode, fr: FlavorResource) -> int:
+    """The most of ``fr`` the node could ever use, were all usage gone (Kueue's
+    potentialAvailable, for a Cohort as for a ClusterQueue)."""
     if node.parent is None:
         return node.subtree.get(fr, 0)
-    result = node.guaranteed(fr) + _potential_available(node.parent, fr)
+    result = node.guaranteed(fr) + potential_available(node.parent, fr)
     quota = node.quotas.get(fr)
     if quota is not None and quota.borrowing_limit is not None:
         result = min(node.subtree.get(fr, 0) + quota.borrowing_limit, result)
