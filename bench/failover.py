@@ -53,15 +53,12 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import msgspec
-import nats.errors
-import nats.js.errors
 from nats.js.kv import KeyValue
 
 from bench.eventlog import quota_violations, read_events, signed_in_as
 from berth_cli.launcher import LiveStack, start_stack
 from shared.auth import ClientAuth
-from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, STREAM, Bus, BusError
-from shared.bus.acks import AckTimeout
+from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, STREAM, Bus, BusError, KeyExists, bus_call
 from shared.config import encode_object, object_key, parse_object
 from shared.events import (
     AnyEvent,
@@ -282,9 +279,9 @@ class _Generator:
             try:
                 await self.bus.update_key(objects, key, value, last=0)
                 break
-            except nats.js.errors.KeyWrongLastSequenceError:
+            except KeyExists:
                 break
-            except (nats.errors.Error, TimeoutError, OSError, AckTimeout, BusError):
+            except (BusError, TimeoutError, OSError):  # AckTimeout is a BusError
                 # Unanswered, or "no stream for the subject" while the bucket's stream
                 # elects a new leader (then nothing was stored).
                 self.failed_creates += 1
@@ -322,7 +319,7 @@ async def _poll(check: Callable[[], Any], *, within: float, what: str, every: fl
             value = await check()
             if value:
                 return value
-        except (nats.errors.Error, TimeoutError, OSError, BusError):  # a NATS node away
+        except (BusError, TimeoutError, OSError):  # a NATS node away
             pass
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {within:.0f}s")
@@ -389,7 +386,7 @@ async def _kill_nats(
     to it reconnect to another), or its leader (the group must elect a new one first)."""
 
     async def placement() -> tuple[str, list[str]] | None:
-        info = await bus.js.stream_info(STREAM)
+        info = await bus_call(bus.js.stream_info(STREAM))
         cluster = info.cluster
         if cluster is None or not cluster.leader:
             return None
@@ -412,7 +409,7 @@ async def _kill_nats(
         # node, had every JetStream API request time out for a minute while the services went on.
         fresh = await Bus.connect(stack.url, source="bench", auth=bus_auth(stack), retry=False)
         try:
-            info = await asyncio.wait_for(fresh.js.stream_info(STREAM), 1.0)
+            info = await asyncio.wait_for(bus_call(fresh.js.stream_info(STREAM)), 1.0)
         finally:
             await fresh.close()
         now = (info.cluster.leader or "") if info.cluster else ""
