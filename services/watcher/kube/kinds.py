@@ -38,6 +38,7 @@ __all__ = [
     "suspend_patch",
     "templates",
     "templates_patch",
+    "update_pod_spec",
 ]
 
 _OWN_CODE = ("Job", "Pod", "RayJob")  # patching.py and reading.py handle these themselves
@@ -119,16 +120,21 @@ def templates_patch(obj: Obj, specs: dict[str, Obj]) -> Obj:
     after = copy.deepcopy(before)
     wrapper = {"spec": after}
     for name, path in templates(obj):
-        pod_spec = _at(wrapper, path)
-        for key, value in specs.get(name, {}).items():
-            if value is None:
-                pod_spec.pop(key, None)
-            elif isinstance(value, dict):
-                merged = {**(pod_spec.get(key) or {}), **value}
-                pod_spec[key] = {k: v for k, v in merged.items() if v is not None}
-            else:
-                pod_spec[key] = value
+        update_pod_spec(_at(wrapper, path), specs.get(name, {}))
     return _difference(before, after)
+
+
+def update_pod_spec(pod_spec: Obj, fields: Obj) -> None:
+    """Give ``pod_spec`` the ``fields``, in place: a None value removes the field, a mapping is
+    merged into the field's (a None in it removes that key), anything else replaces it."""
+    for key, value in fields.items():
+        if value is None:
+            pod_spec.pop(key, None)
+        elif isinstance(value, dict):
+            merged = {**(pod_spec.get(key) or {}), **value}
+            pod_spec[key] = {k: v for k, v in merged.items() if v is not None}
+        else:
+            pod_spec[key] = value
 
 
 def _difference(before: Obj, after: Obj) -> Obj:

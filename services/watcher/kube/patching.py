@@ -35,6 +35,7 @@ from services.watcher.kube.kinds import (
     suspend_patch,
     templates,
     templates_patch,
+    update_pod_spec,
 )
 from shared.events import FlavorAssignment, WorkloadRef
 
@@ -253,15 +254,7 @@ def _templates_patch(obj: Obj, specs: dict[str, Obj]) -> Obj:
     groups = copy.deepcopy(cluster.get("workerGroupSpecs") or [])
     for index, group in enumerate(groups):
         name = str(group.get("groupName") or f"workers-{index}")
-        pod_spec = group.setdefault("template", {}).setdefault("spec", {})
-        for key, value in specs[name].items():
-            if value is None:
-                pod_spec.pop(key, None)
-            elif isinstance(value, dict):
-                merged = {**(pod_spec.get(key) or {}), **value}
-                pod_spec[key] = {k: v for k, v in merged.items() if v is not None}
-            else:
-                pod_spec[key] = value
+        update_pod_spec(group.setdefault("template", {}).setdefault("spec", {}), specs[name])
     patch: Obj = {"headGroupSpec": {"template": {"spec": specs["head"]}}}
     if groups:
         patch["workerGroupSpecs"] = groups
