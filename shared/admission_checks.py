@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from shared.config_base import Spec
 from shared.durations import parse_duration
 
 __all__ = [
@@ -38,33 +39,29 @@ CHECK_STATES: tuple[CheckState, ...] = ("Pending", "Ready", "Retry", "Rejected")
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
 
 
-class _Strict(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
-    """Strict like every spec of shared.config: a misspelt field is refused, not ignored."""
-
-
-class AdmissionCheckParameters(_Strict):
+class AdmissionCheckParameters(Spec):
     api_group: str
     kind: str
     name: str
 
 
-class AdmissionCheckSpec(_Strict):
+class AdmissionCheckSpec(Spec):
     controller_name: str
     retry_delay_minutes: int | None = None  # deprecated in Kueue; unused there too
     parameters: AdmissionCheckParameters | None = None
 
 
-class AdmissionCheckStrategyRule(_Strict):
+class AdmissionCheckStrategyRule(Spec):
     name: str
     # The check applies only to workloads assigned one of these flavors; empty: to all.
     on_flavors: list[str] = []
 
 
-class AdmissionChecksStrategy(_Strict):
+class AdmissionChecksStrategy(Spec):
     admission_checks: list[AdmissionCheckStrategyRule] = []
 
 
-class RequeuingStrategy(_Strict):
+class RequeuingStrategy(Spec):
     # Eviction: a requeued workload queues by its eviction time; Creation: by its creation.
     timestamp: Literal["Eviction", "Creation"] = "Eviction"
     backoff_limit_count: int | None = None  # None: requeued without limit
@@ -72,7 +69,7 @@ class RequeuingStrategy(_Strict):
     backoff_max_seconds: int = 3600
 
 
-class WaitForPodsReady(_Strict):
+class WaitForPodsReady(Spec):
     enable: bool = False
     timeout: str = "5m"
     # None: Kueue's default, which is ``enable``.

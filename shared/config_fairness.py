@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import msgspec
-
+from shared.config_base import Spec
 from shared.durations import parse_duration
 from shared.quantities import QuantityError, parse_quantity
 
@@ -30,15 +29,11 @@ __all__ = [
 AdmissionMode = Literal["UsageBasedAdmissionFairSharing", "NoAdmissionFairSharing"]
 
 
-class _Spec(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
-    """Strict, like every spec in shared/config.py: a misspelt field is refused."""
-
-
-class AdmissionScope(_Spec):
+class AdmissionScope(Spec):
     admission_mode: AdmissionMode
 
 
-class AdmissionFairSharingSettings(_Spec):
+class AdmissionFairSharingSettings(Spec):
     usage_half_life_time: str
     usage_sampling_interval: str = "5m"
     resource_weights: dict[str, float] = {}
