@@ -38,11 +38,6 @@ def chaos_stack(tmp_path: Path) -> Iterator[LiveStack]:
 
 
 @pytest.mark.timeout(240)  # a loaded machine; ~45 s when idle
-@pytest.mark.xfail(
-    strict=False,
-    reason="known gap (issue 15): a watcher killed between its Finished reports and its status"
-    " writes can leave a Job holding quota; seen in 1 of 4 clean CI runs",
-)
 def test_kill_every_active_replica_and_a_nats_node_under_load(chaos_stack: LiveStack) -> None:
     started = time.monotonic()
     result = run_failover(chaos_stack, SCENARIO)

@@ -25,6 +25,7 @@ from nats.js.kv import KeyValue
 from services.watcher import reporting
 from services.watcher.backend import COMMAND_SUBJECTS
 from services.watcher.command_order import create_stands
+from services.watcher.local.finishes import TERMINAL_PHASES, unreported_finish
 from services.watcher.local.grouping import PodGroups
 from services.watcher.local.objects import find_object, read_object, read_status
 from services.watcher.local.runs import Runs
@@ -52,8 +53,6 @@ __all__ = ["LocalBackend", "stop_grace_from_env"]
 
 log = get_logger("watcher.local")
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-
 
 class LocalBackend:
     def __init__(self, runtime: Runtime, *, stop_grace: float) -> None:
@@ -67,6 +66,8 @@ class LocalBackend:
         self.announcing: set[str] = set()  # uids of the batch's announcements not yet flushed
         self.kv: KeyValue | None = None
         self.groups = PodGroups()  # pod groups' members, until each is one PodGroup object
+        # Finished runs found at start whose report may be missing (finishes.py).
+        self.unreported: list[tuple[str, dict[str, Any]]] = []
 
     # --- the list-watch of the objects bucket --------------------------------------------
 
@@ -86,6 +87,9 @@ class LocalBackend:
         watch, initial = await BucketWatch.start(self.kv)
         for entry in initial:
             await self._observe(entry, initial=True)
+        # Before anything new is reported or decided: a lost finish holds quota until then.
+        await self.runs.finishes.report_again(self.unreported)
+        self.unreported.clear()
         for key in set(self.store.statuses) - set(self.objects):  # written after a deletion
             await self.store.forget(key)
         subscription = await self.bus.durable_subscription("watcher", COMMAND_SUBJECTS)
@@ -142,7 +146,10 @@ class LocalBackend:
             await self.groups.pod_seen(self.kv, entry.key, obj)
             return
         uid = obj["metadata"]["uid"]
-        phase = self.store.of(entry.key, obj).get("phase", "")
+        status = self.store.of(entry.key, obj)
+        phase = status.get("phase", "")
+        if initial and unreported_finish(status):
+            self.unreported.append((entry.key, obj))
         if phase in TERMINAL_PHASES or uid in self.announced:
             return
         if initial and phase == "Running" and uid not in self.runs.running:

@@ -1,7 +1,10 @@
 """Reporting the local backend's finished runs: ``WorkloadFinished`` and the terminal status.
 
-A finish is two writes: the report (it frees the quota) and the status record. Simulated
-runs whose time is up are reported in pipelined rounds, many at once.
+A finish is two writes: the report (it frees the quota) and the status record, in that
+order, the second only once the first is stored (:meth:`Finishes.send`): a terminal status
+says its report is on the stream, and says so (``reported``). A terminal status without the
+mark is reported again when a watcher starts (:func:`unreported_finish`). Simulated runs
+whose time is up are reported in pipelined rounds, many at once.
 """
 
 from __future__ import annotations
@@ -13,13 +16,20 @@ from typing import Any
 from services.watcher import metrics, reporting
 from services.watcher.local.processes import RunningPods
 from services.watcher.local.simulated import Simulated
-from services.watcher.local.statuses import StatusStore, StatusWrites
+from services.watcher.local.statuses import StatusStore
 from shared.bus import SentEvents
-from shared.events import WorkloadRef
+from shared.events import Event, WorkloadRef
 from shared.logging import get_logger
 from shared.service import Runtime
 
-__all__ = ["FINISH_ROUNDS_IN_FLIGHT", "Finish", "Finishes", "phase_of"]
+__all__ = [
+    "FINISH_ROUNDS_IN_FLIGHT",
+    "TERMINAL_PHASES",
+    "Finish",
+    "Finishes",
+    "phase_of",
+    "unreported_finish",
+]
 
 log = get_logger("watcher.local")
 
@@ -28,9 +38,34 @@ FINISH_ROUNDS_IN_FLIGHT = 8
 
 Finish = tuple[str, WorkloadRef, int, int, str]  # key, workload, generation, exit code, message
 
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
 
 def phase_of(exit_code: int) -> str:
     return "Succeeded" if exit_code == 0 else "Failed"
+
+
+def unreported_finish(status: dict[str, Any]) -> bool:
+    """A status record whose finish may never have reached the stream: terminal (Succeeded
+    or Failed) without ``reported: true``. The mark is written with the terminal status
+    only after the ``WorkloadFinished`` report was stored, so a status without it was
+    written by a watcher before that order (issue 15: killed between a status write that
+    landed and a report that did not, its Job held quota for good). Such a finish is
+    reported again at start: facts carry ids, and every consumer ignores a second finish of
+    a generation, so a report twice is harmless; never is not."""
+    return status.get("phase") in TERMINAL_PHASES and status.get("reported") is not True
+
+
+def _terminal_status(generation: int, code: int, message: str) -> dict[str, Any]:
+    """What a reported finish leaves in the status bucket."""
+    return {
+        "phase": phase_of(code),
+        "generation": generation,
+        "exitCode": code,
+        "message": message,
+        "pids": [],
+        "reported": True,
+    }
 
 
 class Finishes:
@@ -90,10 +125,14 @@ class Finishes:
         await (await self.send([(key, ref, generation, code, message)]))
 
     async def send(self, finishes: list[Finish]) -> Coroutine[Any, Any, None]:
-        """Send finished runs' reports first (they free the quota), their statuses right
-        behind them, one round trip for all; returns what awaits the acks. Should we die
-        between the two, the next watcher reports the run as evicted by the restart; every
-        consumer ignores an eviction of a generation that has finished."""
+        """Send finished runs' reports (they free the quota); returns what awaits their acks
+        and only then writes the terminal statuses, marked ``reported``.
+
+        Why this order (issue 15): a terminal status stored before its report left, after a
+        kill in between, a Job that every later watcher took for reported, and its quota was
+        held forever. Now a kill before the status write leaves the run Running in the
+        bucket: the next watcher reports it evicted by the restart, which every consumer
+        ignores for a generation that finished."""
         for _, ref, _, _, _ in finishes:
             self.running.pop(ref.uid, None)
         reported = await self.runtime.bus.send_many(
@@ -102,18 +141,13 @@ class Finishes:
                 for _, ref, gen, code, text in finishes
             ]
         )
-        writes = await self.store.send(
-            [
-                (key, {"phase": phase_of(code), "generation": gen, "exitCode": code, "pids": []})
-                for key, _, gen, code, _ in finishes
-            ]
-        )
-        return self._settle(finishes, reported, writes)
+        return self._settle(finishes, reported)
 
-    async def _settle(
-        self, finishes: list[Finish], reported: SentEvents, writes: StatusWrites
-    ) -> None:
+    async def _settle(self, finishes: list[Finish], reported: SentEvents) -> None:
         await reported.settle()
+        writes = await self.store.send(
+            [(key, _terminal_status(gen, code, text)) for key, _, gen, code, text in finishes]
+        )
         await self.store.settle(writes)
         for _, ref, gen, code, _ in finishes:
             metrics.FINISHED.labels(result=phase_of(code)).inc()
@@ -124,3 +158,41 @@ class Finishes:
                 exit_code=code,
                 generation=gen,
             )
+
+    async def report_again(self, left: list[tuple[str, dict[str, Any]]]) -> None:
+        """At start: report the finishes of these objects (key, object) whose terminal
+        status is not marked reported (:func:`unreported_finish`), all in one pipelined
+        round, then mark their statuses."""
+        if not left:
+            return
+        reports: list[Event] = []
+        marks: list[tuple[str, dict[str, Any]]] = []
+        for key, obj in left:
+            status = self.store.of(key, obj)
+            generation = int(status.get("generation", 0))
+            code = status.get("exitCode")
+            code = code if isinstance(code, int) and not isinstance(code, bool) else None
+            message = str(status.get("message") or "")
+            succeeded = status.get("phase") == "Succeeded"
+            ref = reporting.ref_of(obj)
+            reports.append(
+                reporting.finished(
+                    ref, generation, succeeded=succeeded, exit_code=code, message=message
+                )
+            )
+            marks.append((key, {"reported": True}))
+            log.info(
+                "finish_reported_again",
+                workload=ref.key,
+                queue=_queue_of(obj),
+                generation=generation,
+                phase=status.get("phase"),
+                reason="terminal status without a stored report (a watcher killed in between)",
+            )
+        await self.runtime.bus.publish_many(reports)
+        await self.store.settle(await self.store.send(marks))
+
+
+def _queue_of(obj: dict[str, Any]) -> str:
+    labels = obj["metadata"].get("labels") or {}
+    return str(labels.get("kueue.x-k8s.io/queue-name") or "")

@@ -238,11 +238,14 @@ class Runs:
         )
 
     async def orphaned(self, key: str, obj: dict[str, Any]) -> None:
-        """A workload a previous watcher ran: stop what is left of it and report it evicted."""
+        """A workload a previous watcher ran: stop what is left of it and report it evicted.
+
+        The report before the status, as for a finish (finishes.py): an Evicted status
+        stored first, then a kill, left a workload no later watcher reported, its quota
+        held. A kill in between now reports the eviction again (same fact: ignored)."""
         status = self.store.of(key, obj)
         generation = int(status.get("generation", 0))
         kill_leftover([int(pid) for pid in status.get("pids") or []])
-        await self.store.set(key, {"phase": "Evicted", "reason": "WatcherRestarted"})
         await self.runtime.bus.publish(
             reporting.evicted(
                 reporting.ref_of(obj),
@@ -251,6 +254,7 @@ class Runs:
                 message="the watcher restarted while the workload ran; it is queued again",
             )
         )
+        await self.store.set(key, {"phase": "Evicted", "reason": "WatcherRestarted"})
 
     async def deleted(self, ref: WorkloadRef) -> bool:
         """The object is gone: stop what runs of it. True if something ran."""
