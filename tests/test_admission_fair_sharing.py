@@ -229,3 +229,15 @@ def test_the_local_queue_status_shows_its_decayed_consumption() -> None:
     assert later["consumedResources"] == {"cpu": f"{round((penalty / 2 + 2) * 1000)}m"}
     assert later["lastUpdate"] == "1970-01-01T00:16:50Z"
     assert "fairSharing" not in _afs_scheduler(False).local_queue_status("default", "lq-a")
+
+
+def test_the_local_queue_usage_gauge() -> None:
+    """berth_local_queue_admission_fair_sharing_usage (Kueue's
+    kueue_local_queue_admission_fair_sharing_usage): the weighted consumption per LocalQueue
+    of a ClusterQueue with admission fair sharing."""
+    s = _afs_scheduler(True)
+    s.schedule()
+    usage = dict(s.queue_stats().lq_fair_usage)
+    penalty = 4 * (1 - 0.5 ** (1 / 10))
+    assert usage == pytest.approx({("default", "lq-a"): penalty, ("default", "lq-b"): penalty})
+    assert _afs_scheduler(False).queue_stats().lq_fair_usage == {}

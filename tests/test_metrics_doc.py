@@ -53,6 +53,8 @@ KUEUE: dict[str, tuple[str, ...]] = {
     "local_queue_status": ("name", "namespace", "active"),
     "local_queue_resource_reservation": _LQ_RESOURCE,
     "local_queue_resource_usage": _LQ_RESOURCE,
+    "cluster_queue_weighted_share": ("cluster_queue", "cohort"),
+    "local_queue_admission_fair_sharing_usage": ("name", "namespace", "cluster_queue"),
 }
 # Kueue's metrics Berth does not serve, and why.
 NOT_SERVED = {

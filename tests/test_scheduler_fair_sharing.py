@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from services.admission.metrics import queue_samples
 from services.admission.scheduler import Admission, QueuedWorkload, Scheduler
+from shared.config import ClusterQueue
 from shared.events import FlavorAssignment
 from tests.test_scheduler import V1, admitted, config, cq, flavor, group, lq, pending, ref, wl
 
@@ -255,3 +257,22 @@ def test_the_tournament_does_not_admit_past_quota() -> None:
     assert set(pending(decisions)) == {"b3"}
     assert s.quota.violations() == []
     assert all(isinstance(d, Admission) for d in decisions if d.ref.name != "b3")
+
+
+def test_weighted_share_and_fair_usage_gauges() -> None:
+    """berth_cluster_queue_weighted_share (Kueue's kueue_cluster_queue_weighted_share) carries
+    each ClusterQueue's share with its cohort; none with fair sharing off."""
+    case = CASES["fair sharing schedule workload with lowest drf after admission"]
+    objects = config(flavor(OD), *case.documents, configuration(True))
+    s = Scheduler()
+    s.set_config(objects)
+    s.submit(wl("b1", "b", cpu="30"))
+    s.schedule()
+    queues = [o for o in objects if isinstance(o, ClusterQueue)]
+    samples = queue_samples(s.queue_stats(), queues, [])
+    assert sorted(samples["berth_cluster_queue_weighted_share"]) == [
+        (("b", "a"), 300),
+        (("c", "a"), 0),
+    ]
+    s.set_config(config(flavor(OD), *case.documents, configuration(False)))
+    assert queue_samples(s.queue_stats(), queues, [])["berth_cluster_queue_weighted_share"] == []

@@ -83,6 +83,24 @@ class Fairness:
             return {}
         return {"fairSharing": {"weightedShare": self.weights.share(node).rounded()}}
 
+    def gauges(
+        self, tree: QuotaTree, ledger: Ledger | None, now: float
+    ) -> tuple[dict[str, int], dict[LocalQueueKey, float]]:
+        """What the metrics show: every ClusterQueue's weightedShare (fair sharing on), and
+        the weighted consumption of the LocalQueues of admission fair sharing."""
+        shares: dict[str, int] = {}
+        if self.enabled:
+            shares = {
+                name: self.weights.share(node).rounded()
+                for name, node in tree.cluster_queues.items()
+            }
+        usage: dict[LocalQueueKey, float] = {}
+        if ledger is not None:
+            for lq, cq in self._lq_cq.items():
+                if cq in self.usage_based:
+                    usage[lq] = ledger.usage(lq, self.lq_weight(lq), now)
+        return shares, usage
+
     def local_queue_status(
         self, ledger: Ledger | None, lq: LocalQueueKey, now: float
     ) -> dict[str, Any]:

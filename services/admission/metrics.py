@@ -145,6 +145,12 @@ QUEUES = StateGauges(
         _RESOURCE,
     ),
     GaugeSpec(
+        "berth_cluster_queue_weighted_share",
+        "With fair sharing on: the ClusterQueue's dominant resource share (its largest"
+        " borrowed-to-lendable ratio, per mille, over its fairSharing.weight, rounded up).",
+        ("cluster_queue", "cohort"),
+    ),
+    GaugeSpec(
         "berth_local_queue_pending_workloads",
         "Pending workloads per LocalQueue; status active or inadmissible.",
         ("name", "namespace", "status"),
@@ -173,6 +179,12 @@ QUEUES = StateGauges(
         "berth_local_queue_resource_usage",
         "Quota used by the LocalQueue's admitted workloads, per flavor and resource.",
         _LQ_RESOURCE,
+    ),
+    GaugeSpec(
+        "berth_local_queue_admission_fair_sharing_usage",
+        "With admission fair sharing: the LocalQueue's decayed consumption, weighted by"
+        " resourceWeights and divided by its fairSharing.weight (lower is admitted first).",
+        ("name", "namespace", "cluster_queue"),
     ),
 )
 
@@ -282,6 +294,7 @@ def queue_samples(
                         "berth_cluster_queue_borrowing_limit", labels, _quota(quota.borrowing_limit)
                     )
                     add("berth_cluster_queue_lending_limit", labels, _quota(quota.lending_limit))
+        add("berth_cluster_queue_weighted_share", (name, cohort), stats.weighted_share.get(name))
     for local in local_queues:
         key = (local.metadata.namespace or "default", local.metadata.name)
         lq = (key[1], key[0])  # Kueue's label order: name, namespace
@@ -291,6 +304,11 @@ def queue_samples(
         reserving = stats.lq_reserving.get(key, 0)
         add("berth_local_queue_reserving_active_workloads", lq, reserving)
         add("berth_local_queue_admitted_active_workloads", lq, reserving)
+        add(
+            "berth_local_queue_admission_fair_sharing_usage",
+            (*lq, local.spec.cluster_queue),
+            stats.lq_fair_usage.get(key),
+        )
         can_submit = local.spec.stop_policy == "None" and stats.active.get(
             local.spec.cluster_queue, False
         )

@@ -107,3 +107,7 @@ class QueueStats:
     lq_pending: dict[LocalQueueKey, tuple[int, int]]
     lq_reserving: dict[LocalQueueKey, int]
     lq_usage: dict[LocalQueueKey, dict[FlavorResource, int]]
+    # Fair sharing: each ClusterQueue's weightedShare; admission fair sharing: each
+    # LocalQueue's weighted consumption (services/admission/fairness.py).
+    weighted_share: dict[str, int] = field(default_factory=dict)
+    lq_fair_usage: dict[LocalQueueKey, float] = field(default_factory=dict)

@@ -16,6 +16,7 @@ instead (services/admission/fair_order.py: fair_round).
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from services.admission import partial, status
@@ -476,7 +477,9 @@ class Scheduler(Placement):
 
     def queue_stats(self) -> QueueStats:
         """Counts and usage per queue for the metrics; O(parked workloads), not O(all)."""
-        return status.queue_stats(self._queues, self._config, self._books)
+        stats = status.queue_stats(self._queues, self._config, self._books)
+        shares, usage = self._config.fairness.gauges(self._config.tree, self._ledger, self.clock())
+        return replace(stats, weighted_share=shares, lq_fair_usage=usage)
 
     def workload_views(self) -> list[WorkloadView]:
         """Every known workload, with queue positions for the queued pending ones."""
