@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from berth_cli.admissionchecks import admissioncheck
 from berth_cli.applying import apply, submit
 from berth_cli.client import CliError
 from berth_cli.creds import creds
@@ -105,6 +106,7 @@ def delete(nats_url: str, kind: str, name: str, namespace: str) -> None:
 
 
 cli.add_command(apply)
+cli.add_command(admissioncheck)
 cli.add_command(submit)
 cli.add_command(get)
 cli.add_command(describe)

@@ -19,6 +19,8 @@ Users and what each may publish (subscribe permissions follow the same lines):
   the operator's token) and, behind the same token, the ClusterQueue and LocalQueue keys of
   the config (a queue's stop or resume); it reads the event stream and the config, jobs and
   status buckets;
+- ``checker``: an admission check's answers (``berth.check.>``) and admission's read API;
+  it follows the event stream for the reservations it answers;
 - ``reader``: nothing at all; it may follow the event stream (external tools);
 - ``admin``: everything (operators' own tools, the tests' audits).
 
@@ -55,7 +57,7 @@ __all__ = [
 ]
 
 SERVICE_USERS = ("watcher", "admission", "preemption", "recovery")
-USERS = (*SERVICE_USERS, "cli", "console", "reader", "admin")
+USERS = (*SERVICE_USERS, "cli", "console", "checker", "reader", "admin")
 SEED_SUFFIX = ".nk"
 AUTH_CONF = "auth.conf"
 
@@ -74,6 +76,7 @@ _OWNED: dict[str, tuple[str, ...]] = {
         "berth.cq.*.admitted.>",
         "berth.cq.*.pending.>",
         "berth.cq.*.evict.>",  # a HoldAndDrain queue's evictions
+        "berth.cq.*.reserved.>",  # quota reserved, waiting for admission checks
     ),
     "preemption": ("berth.cq.*.evict.>", "berth.cq.*.pending.>"),
     "recovery": ("berth.cmd.create.>", "berth.cmd.delete.>", "berth.job.>", "$KV.berth-jobs.>"),
@@ -82,6 +85,7 @@ _OWNED: dict[str, tuple[str, ...]] = {
         "$KV.berth-secrets.>",  # managed jobs' secrets (shared/secrets.py)
         "berth.cmd.submit.>",
         "berth.cmd.remove.>",
+        "berth.check.>",  # berth admissioncheck set (an operator answers a check)
         "berth.cmd.active.>",  # berth stop|resume workload (Kueue's spec.active)
         "berth.api.>",
     ),
@@ -94,6 +98,9 @@ _OWNED: dict[str, tuple[str, ...]] = {
         "$KV.berth-config.clusterqueue.>",
         "$KV.berth-config.localqueue.>",
     ),
+    # An admission check's controller: its answers (docs/admission-checks.md), and
+    # admission's read API to find the reservation it answers.
+    "checker": ("berth.check.>", "berth.api.admission.>"),
     "reader": (),
 }
 
@@ -105,6 +112,7 @@ _BUCKETS_READ: dict[str, tuple[str, ...]] = {
     "recovery": ("berth-jobs", "berth-config"),
     "cli": ("berth-config", "berth-jobs", "berth-status"),
     "console": ("berth-config", "berth-jobs", "berth-status"),
+    "checker": (),
     "reader": (),
 }
 # Every service keeps its lease and its membership record; anyone but the reader sees them.
@@ -198,7 +206,7 @@ def _jetstream_api(user: str, streams: list[str]) -> list[str]:
         ]
     # A bucket is made by whoever opens it first, so every user but the read-only ones may
     # create the buckets it uses; only services create (and update) the event streams.
-    read_only = user in ("reader", "console")
+    read_only = user in ("reader", "console", "checker")
     created = [stream for stream in streams if stream.startswith("KV_")] if not read_only else []
     if user in SERVICE_USERS:
         created += [EVENT_STREAM, DEAD_LETTER_STREAM]

@@ -29,6 +29,7 @@ from services.admission.bounds import AgeingBook
 from services.admission.exec_time import MESSAGE as EXEC_MESSAGE
 from services.admission.exec_time import REASON as EXEC_REASON
 from services.admission.exec_time import ExecutionLimits
+from services.admission.gates import Gates
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Inadmissible, Scheduler
 from services.admission.workload_objects import WorkloadRecord
@@ -47,6 +48,7 @@ from shared.events import (
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadPending,
+    WorkloadRef,
     WorkloadSubmitted,
 )
 from shared.logging import get_logger
@@ -71,6 +73,7 @@ class AdmissionService:
         self.bounds = AgeingBook()
         self.pending_throttle = PendingThrottle(PENDING_MESSAGE_INTERVAL_S)
         self.limits = ExecutionLimits()  # maximumExecutionTimeSeconds
+        self.gates = Gates()  # admission checks and waitForPodsReady (gates.py)
         self.activity = Activity()  # spec.active: stopped workloads (activation.py)
         self.deciding = False  # this replica leads and its fold has passed its marker
 
@@ -78,6 +81,7 @@ class AdmissionService:
         await self.config.start(self.runtime)
         self.config.take_change()
         self.scheduler.set_config(self.config.values())
+        self.gates.set_config(self.config.values())
 
         subscription = await self.bus.replay_subscription((*STATE_SUBJECTS, *ACTIVITY_SUBJECTS))
         started = time.monotonic()
@@ -114,6 +118,7 @@ class AdmissionService:
             expired = self._expired(time.time())
             if expired:
                 await self.bus.publish_many(expired)
+            await self._gated(time.time())
             held = self.pending_throttle.due(time.monotonic())
             if held:
                 for pending in held:
@@ -126,6 +131,7 @@ class AdmissionService:
             if validation.refused(event):  # logged and counted; never reaches the books
                 continue
             self.bounds.apply(event)  # each waiting workload's starvation bound
+            self.gates.apply(event)  # admission checks, pods ready, backoffs
             ref = event.workload
             record = self.records.get(ref.uid)
             self.activity.echoed(event)
@@ -147,7 +153,9 @@ class AdmissionService:
                             ref, event.cluster_queue, event.assignments, generation=event.generation
                         )
                     if record is not None and (
-                        record.admission is None or record.admission.generation < event.generation
+                        record.admission is None
+                        or record.admission.generation < event.generation
+                        or (record.admission.reserved_only and not event.reserved_only)
                     ):
                         record.on_admitted(event)
                         self.limits.admitted(ref.uid, event.time.timestamp())
@@ -166,6 +174,7 @@ class AdmissionService:
                         self.scheduler.evict(ref)
                         if ref.uid in self.limits.exceeded:  # deactivated: never queued again
                             self.scheduler.delete(ref)
+                        self._requeue(ref, record, event.generation)
                         self.activity.evicted(
                             ref, event.generation, self.scheduler, record.admission.cluster_queue
                         )
@@ -229,6 +238,7 @@ class AdmissionService:
         self.deciding = False
         if self.config.take_change():
             self.scheduler.set_config(self.config.values())
+            self.gates.set_config(self.config.values())
 
     def _drain(self) -> list[Event]:
         """Evictions for what a HoldAndDrain queue has admitted (once per admission)."""
@@ -275,11 +285,47 @@ class AdmissionService:
             events.append(event)
         return events
 
+    def _requeue(self, ref: WorkloadRef, record: WorkloadRecord, generation: int) -> None:
+        """After an eviction: a deactivated workload leaves the queue for good; one with a
+        backoff (a Retry check, a pods-ready timeout) leaves it until its requeue time."""
+        match self.gates.after_eviction(ref, generation):
+            case "deactivate":
+                self.scheduler.delete(ref)
+            case "hold":
+                self.scheduler.delete(ref)  # its generations are kept: submit(generation=)
+                record.on_requeue_state("False", "BackoffNotFinished", "Waiting for the backoff")
+
+    async def _gated(self, now: float) -> None:
+        """The leader's due decisions of admission checks and waitForPodsReady, and the
+        workloads whose backoff is over, queued again (then a pass admits what fits)."""
+        gated = self.gates.due(now)
+        if gated:
+            for event in gated:
+                record = self.records.get(event.workload.uid)
+                if record is not None and isinstance(event, EvictionRequested):
+                    record.on_eviction_requested(event)
+            await self.bus.publish_many(gated)
+        released = self.gates.released(now)
+        for ref, reason, generation in released:
+            record = self.records.get(ref.uid)
+            if record is None or record.finished or self.activity.is_inactive(ref.uid):
+                continue  # gone, done, or stopped meanwhile (berth resume queues it)
+            self.scheduler.submit(queued(record.submitted), generation=generation)
+            record.on_requeue_state("True", "BackoffFinished", "The backoff was finished")
+            log.info("requeued", workload=ref.key, queue="", reason=reason or "backoff")
+        if released:
+            await self._decide()
+
     async def _decide(self) -> None:
         drains: list[Event] = []
         if self.config.take_change():
             self.scheduler.set_config(self.config.values())
+            self.gates.set_config(self.config.values())
             drains = self._drain()
+        if self.gates.blocking():  # waitForPodsReady.blockAdmission: pods not ready yet
+            if drains:
+                await self.bus.publish_many(drains)
+            return
         started = time.perf_counter()
         decisions = self.scheduler.schedule()  # also ends the nominations whose victims left
         if self.scheduler.tried:  # a pass that tried a workload: an attempt
@@ -309,6 +355,7 @@ class AdmissionService:
                     assignments=decision.assignments,
                     generation=generation,
                 )
+                event = self.gates.reserve(event)  # waits for its admission checks, if any
                 if record is not None:
                     record.on_admitted(event)
                 self.limits.admitted(decision.ref.uid, event.time.timestamp())
@@ -322,7 +369,7 @@ class AdmissionService:
                     late=bool(late),
                 )
                 log.info(
-                    "admitted",
+                    "reserved" if event.reserved_only else "admitted",
                     workload=decision.ref.key,
                     queue=decision.cluster_queue,
                     reason="fits",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from services.admission.admission_checks import CheckGate
 from services.admission.deadlines import WaitTargets
 from services.admission.fairness import Fairness
 from services.admission.flavors import ClusterQueueInfo, FlavorInfo
@@ -95,8 +96,12 @@ class Topology:
         self.draining_lqs = {
             key for key, lq in self.lqs.items() if lq.spec.stop_policy == "HoldAndDrain"
         }
+        checks = CheckGate()  # a missing or inactive AdmissionCheck makes its queue inactive
+        checks.set_config(objects)
         for name, info in self.cqs.items():
             problem = self._inactive_reason(info)
+            if problem is None and (check := checks.problem(name)) is not None:
+                problem = check[0], f"Can't admit new workloads: {check[1]}."
             if problem is not None:
                 self.inactive[name] = problem
         return self

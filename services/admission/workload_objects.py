@@ -8,7 +8,7 @@ status, reason, message and lastTransitionTime) and renders the object on reques
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.durations import kube_timestamp
@@ -76,6 +76,11 @@ class WorkloadRecord:
         message = "The workload was evicted and is pending again"
         self._set("QuotaReserved", "False", "Pending", message, event.time)
         self._set("Admitted", "False", "NoReservation", message, event.time)
+
+    def on_requeue_state(self, status: str, reason: str, message: str) -> None:
+        """Kueue's Requeued condition: False while a backoff holds the workload out of its
+        queue (a Retry check, a pods-ready timeout), True once it is queued again."""
+        self._set("Requeued", status, reason, message, datetime.now(UTC))
 
     def on_finished(self, event: WorkloadFinished) -> None:
         reason = "Succeeded" if event.succeeded else "Failed"

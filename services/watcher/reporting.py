@@ -17,13 +17,23 @@ from shared.events import (
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadKind,
+    WorkloadPodsReady,
     WorkloadRef,
     WorkloadStarted,
     WorkloadSubmitted,
 )
 from shared.workloads import WorkloadSpec
 
-__all__ = ["SOURCE", "deleted", "evicted", "finished", "ref_of", "started", "submitted"]
+__all__ = [
+    "SOURCE",
+    "deleted",
+    "evicted",
+    "finished",
+    "pods_ready",
+    "ref_of",
+    "started",
+    "submitted",
+]
 
 SOURCE = "watcher"
 
@@ -64,6 +74,13 @@ def submitted(
         priority=spec.priority,
         labels=dict(metadata.get("labels") or {}),
         annotations=dict(metadata.get("annotations") or {}),
+    )
+
+
+def pods_ready(ref: WorkloadRef, generation: int) -> WorkloadPodsReady:
+    """Every pod of this admission is ready (waitForPodsReady counts from its admission)."""
+    return WorkloadPodsReady(
+        id=f"podsready-{ref.uid}-{generation}", source=SOURCE, workload=ref, generation=generation
     )
 
 

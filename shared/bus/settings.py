@@ -29,7 +29,14 @@ OBJECTS_BUCKET = "berth-objects"  # the local backend's "API server": submitted 
 JOBS_BUCKET = "berth-jobs"  # managed jobs, owned by recovery
 STATUS_BUCKET = "berth-status"  # the local backend's status of each object, owned by the watcher
 # Events are stored; `berth.api.>` is core request/reply (status queries) and is not.
-STREAM_SUBJECTS = ("berth.wl.>", "berth.cq.>", "berth.job.>", "berth.cmd.>", LEASE_SUBJECTS)
+STREAM_SUBJECTS = (
+    "berth.wl.>",
+    "berth.cq.>",
+    "berth.job.>",
+    "berth.cmd.>",
+    "berth.check.>",  # admission checks' answers (docs/admission-checks.md)
+    LEASE_SUBJECTS,
+)
 API_SUBJECT = "berth.api"
 JS_API_PREFIX = "$JS.API"  # nats-py's default; Bus never changes it
 

@@ -13,6 +13,7 @@ from services.watcher.local.finishes import Finishes
 from services.watcher.local.objects import find_object
 from services.watcher.local.pods import local_pods
 from services.watcher.local.processes import RunningPods, kill_leftover, workload_log_dir
+from services.watcher.local.readiness import exec_probes, wait_ready
 from services.watcher.local.run_files import RunSetupError, prepare_run
 from services.watcher.local.simulated import Simulated
 from services.watcher.local.statuses import StatusStore, StatusWrites
@@ -109,6 +110,9 @@ class Runs:
         )
         await self.runtime.bus.publish(reporting.started(ref, event.generation))
         metrics.STARTED.inc()
+        self.runtime.spawn(
+            self._report_ready(ref, spec.pod_specs, running), name=f"ready-{ref.key}"
+        )
         log.info(
             "workload_started",
             workload=ref.key,
@@ -117,6 +121,23 @@ class Runs:
             generation=event.generation,
         )
         self.runtime.spawn(self._await_exit(key, ref, running), name=f"run-{ref.key}")
+
+    async def _report_ready(
+        self, ref: WorkloadRef, pod_specs: dict[str, dict[str, Any]], running: RunningPods
+    ) -> None:
+        """Report PodsReady once the processes have started and passed their exec readiness
+        probes (services/watcher/local/readiness.py); never for a run already stopped."""
+        probes, skipped = exec_probes(pod_specs)
+        if skipped:
+            log.warning(
+                "probe_ignored",
+                workload=ref.key,
+                containers=skipped,
+                reason="the local backend runs only exec readiness probes",
+            )
+        if await wait_ready(probes, running=lambda: self.running.get(ref.uid) is running):
+            await self.runtime.bus.publish(reporting.pods_ready(ref, running.generation))
+            log.info("pods_ready", workload=ref.key, generation=running.generation)
 
     def simulated_run(self, event: AnyEvent) -> tuple[Simulated, float] | None:
         """The run to start for an admission of a simulated workload not started yet."""
@@ -152,6 +173,7 @@ class Runs:
             )
             reports = await self.runtime.bus.send_many(
                 [reporting.started(r.ref, r.generation) for r, _ in runs]
+                + [reporting.pods_ready(r.ref, r.generation) for r, _ in runs]
             )
         except BaseException:
             self._announce_runs(runs)
