@@ -5,7 +5,9 @@ ClusterQueues in COHORTS cohorts, each with no quota of its own but one lender p
 every admission borrows and the tournament decides each one. Prints the first pass (everything
 pending) and a steady-state pass (1% of admitted finish, what fits is admitted) for both, and
 how evenly the cohort's quota ended up spread (the largest and smallest ClusterQueue usage).
-Run:
+Then admission fair sharing: 10,000 pending in one ClusterQueue from 50 LocalQueues, with
+``admissionScope`` and the Configuration's ``admissionFairSharing`` off and on, and how evenly
+the LocalQueues shared it. Run:
 
     .venv/bin/python bench/fair_sharing.py [QUEUES] [COHORTS] [WORKLOADS]
 """
@@ -101,11 +103,72 @@ def run(queues: int, cohorts: int, workloads: int, fair: bool) -> None:
     )
 
 
+def run_afs(local_queues: int, workloads: int, on: bool) -> None:
+    spec = {"admissionFairSharing": {"usageHalfLifeTime": "1h"}} if on else {}
+    cluster_queue = _queue("shared", "", 2000)
+    cluster_queue["spec"]["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
+    documents: list[dict[str, Any]] = [
+        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "default"}},
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Configuration",
+            "metadata": {"name": "berth"},
+            "spec": spec,
+        },
+        cluster_queue,
+    ]
+    documents += [
+        {
+            "apiVersion": V1,
+            "kind": "LocalQueue",
+            "metadata": {"name": f"lq-{i}", "namespace": "default"},
+            "spec": {"clusterQueue": "shared"},
+        }
+        for i in range(local_queues)
+    ]
+    scheduler = Scheduler()
+    scheduler.set_config([parse_object(document) for document in documents])
+    rng = random.Random(7)
+    for i in range(workloads):
+        scheduler.submit(
+            QueuedWorkload(
+                ref=WorkloadRef(namespace="default", name=f"job-{i}", uid=f"uid-{i:06d}"),
+                local_queue=f"lq-{rng.randrange(local_queues)}",
+                pod_sets=[
+                    PodSet(name="main", count=1, requests={"cpu": rng.choice((1, 2, 4)) * 1000})
+                ],
+                queue_time=1_700_000_000.0 + i,
+            )
+        )
+    start = time.perf_counter()
+    admitted = [d for d in scheduler.schedule() if isinstance(d, Admission)]
+    first = time.perf_counter() - start
+    steady = 0.0
+    for round_ in range(10):
+        for admission in admitted[round_ * 10 : (round_ + 1) * 10]:
+            scheduler.finish(admission.ref)
+        start = time.perf_counter()
+        scheduler.schedule()
+        steady += time.perf_counter() - start
+    cpus: dict[str, int] = {}
+    for admission in admitted:
+        used = sum(sum(a.usage.values()) for a in admission.assignments) // 1000
+        cpus[admission.local_queue] = cpus.get(admission.local_queue, 0) + used
+    print(
+        f"admission fair sharing {'on ' if on else 'off'}: first pass {first:.2f} s,"
+        f" {len(admitted):,} admitted; steady pass {steady / 10 * 1000:.1f} ms; LocalQueues"
+        f" got {min(cpus.values())}-{max(cpus.values())} CPUs"
+    )
+
+
 def main() -> None:
     queues, cohorts, workloads = (int(a) for a in [*sys.argv[1:], "100", "10", "10000"][:3])
     print(f"{workloads:,} pending in {queues} ClusterQueues, {cohorts} cohorts (all borrowing)")
     for fair in (False, True):
         run(queues, cohorts, workloads, fair)
+    print("10,000 pending in one ClusterQueue of 2,000 CPUs from 50 LocalQueues")
+    for on in (False, True):
+        run_afs(50, 10_000, on)
 
 
 if __name__ == "__main__":

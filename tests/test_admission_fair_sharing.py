@@ -241,3 +241,24 @@ def test_the_local_queue_usage_gauge() -> None:
     penalty = 4 * (1 - 0.5 ** (1 / 10))
     assert usage == pytest.approx({("default", "lq-a"): penalty, ("default", "lq-b"): penalty})
     assert _afs_scheduler(False).queue_stats().lq_fair_usage == {}
+
+
+def test_the_remembered_head_follows_the_ledger() -> None:
+    """The queue remembers its head while nothing changes; a change of usage alone (no
+    change to the queue) is enough for the head to move to the other LocalQueue."""
+    ledger = Ledger(SETTINGS)
+    records: dict[str, Record] = {}
+    queue = FairShareQueue(
+        False,
+        records,
+        lambda lq: ledger.usage(lq, 1.0, now=0.0),
+        lambda: ledger.stamp(0.0),
+    )
+    for workload, lq, t in [("b1", "lq-b", 0.0), ("a1", "lq-a", 1.0)]:
+        queue.push(records.setdefault(f"uid-{workload}", _record(workload, lq, t)))
+    first = queue.head()
+    assert first is not None and first.wl.ref.name == "b1"
+    assert queue.head() is first
+    ledger.penalize(("default", "lq-b"), {("default", "cpu"): 8000}, now=0.0)
+    second = queue.head()
+    assert second is not None and second.wl.ref.name == "a1"

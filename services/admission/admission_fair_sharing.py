@@ -73,6 +73,7 @@ class _Entry:
     consumed: Resources = field(default_factory=dict)
     current: Resources = field(default_factory=dict)  # what its admitted workloads use now
     since: float | None = None  # last fold
+    usage: tuple[float, float, float] | None = None  # (when, weight, weighted usage) last read
 
 
 class Ledger:
@@ -80,6 +81,7 @@ class Ledger:
 
     def __init__(self, settings: AdmissionFairSharingSettings) -> None:
         self._entries: dict[tuple[str, str], _Entry] = {}
+        self.version = 0  # bumped by every change of usage (see stamp)
         self.configure(settings)
 
     def configure(self, settings: AdmissionFairSharingSettings) -> None:
@@ -87,6 +89,18 @@ class Ledger:
         self.settings = settings
         self._half_life = settings.half_life
         self._penalty_share = _alpha(settings.sampling_interval, self._half_life)
+        # A weighted usage read again within a thousandth of the half-life (it moved less
+        # than 0.07%) is the last one: a pass reads every LocalQueue's many times.
+        self._fresh_for = self._half_life / 1000
+        for entry in self._entries.values():
+            entry.usage = None
+        self.version += 1
+
+    def stamp(self, now: float) -> tuple[int, float]:
+        """Changes whenever the order of LocalQueues may have: after any change of usage,
+        and as time passes (in steps within which a usage moves by less than 0.07%)."""
+        step = now // self._fresh_for if self._fresh_for > 0 else now
+        return (self.version, step)
 
     def _fold(self, lq: tuple[str, str], now: float) -> _Entry:
         entry = self._entries.setdefault(lq, _Entry())
@@ -95,6 +109,7 @@ class Ledger:
                 entry.consumed, entry.current, now - entry.since, self._half_life
             )
         entry.since = now if entry.since is None else max(entry.since, now)
+        entry.usage = None  # whoever folds may change it next
         return entry
 
     def admitted(
@@ -102,6 +117,7 @@ class Ledger:
     ) -> None:
         """An admission of ``usage`` through the LocalQueue starts (1) or ends (-1)."""
         entry = self._fold(lq, now)
+        self.version += 1
         for name, value in per_resource(usage).items():
             entry.current[name] = max(0.0, entry.current.get(name, 0.0) + sign * value)
 
@@ -112,6 +128,7 @@ class Ledger:
         sampling interval folds in, added at once (not for an admission restored after a
         restart: it was charged when it was made)."""
         entry = self._fold(lq, now)
+        self.version += 1
         for name, value in per_resource(usage).items():
             entry.consumed[name] = entry.consumed.get(name, 0.0) + value * self._penalty_share
 
@@ -119,11 +136,13 @@ class Ledger:
         """What the LocalQueue's admitted workloads use now, as the books say (after a
         configuration change, which may have just turned admission fair sharing on)."""
         self._fold(lq, now).current = per_resource(usage)
+        self.version += 1
 
     def seed(self, lq: tuple[str, str], consumed: Mapping[str, float], now: float) -> None:
         """Start a LocalQueue's history from ``consumed`` (Kueue's persisted status)."""
         entry = self._fold(lq, now)
         entry.consumed = dict(consumed)
+        self.version += 1
 
     def consumed(self, lq: tuple[str, str], now: float) -> Resources:
         """The LocalQueue's decayed consumption now (its status' consumedResources)."""
@@ -131,4 +150,10 @@ class Ledger:
 
     def usage(self, lq: tuple[str, str], weight: float, now: float) -> float:
         """The LocalQueue's weighted usage now (lower goes first)."""
-        return weighted_usage(self.consumed(lq, now), weight, self.settings.resource_weights)
+        entry = self._entries.get(lq)
+        last = None if entry is None else entry.usage
+        if last is not None and last[1] == weight and 0 <= now - last[0] <= self._fresh_for:
+            return last[2]
+        value = weighted_usage(self.consumed(lq, now), weight, self.settings.resource_weights)
+        self._entries[lq].usage = (now, weight, value)
+        return value

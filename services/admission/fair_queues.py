@@ -26,16 +26,21 @@ class FairShareQueue(ClusterQueueQueue):
     """A ClusterQueue's pending workloads, ordered across LocalQueues by ``usage`` (the
     inherited heap stays empty: the LocalQueues' queues hold the records)."""
 
-    __slots__ = ("_by_lq", "_usage")
+    __slots__ = ("_by_lq", "_head", "_stamp", "_usage")
 
     def __init__(
         self,
         strict: bool,
         records: dict[str, Record],
         usage: Callable[[LocalQueueKey], float],
+        stamp: Callable[[], object] = object,
     ) -> None:
         super().__init__(strict, records)
         self._usage = usage  # a LocalQueue's weighted consumption now; lower goes first
+        # Changes whenever the usages may have (services.admission.admission_fair_sharing
+        # Ledger.stamp); the default never matches, so nothing is cached.
+        self._stamp = stamp
+        self._head: tuple[object, Record | None] | None = None  # (stamp, head) last found
         self._by_lq: dict[LocalQueueKey, ClusterQueueQueue] = {}
 
     def _of(self, record: Record) -> ClusterQueueQueue:
@@ -46,6 +51,7 @@ class FairShareQueue(ClusterQueueQueue):
         return queue
 
     def push(self, record: Record) -> None:
+        self._head = None
         self._of(record).push(record)
         self.size += 1
         if self.blocked and self.head() is record:
@@ -56,10 +62,14 @@ class FairShareQueue(ClusterQueueQueue):
             self.blocked = False  # the blocking head is gone: the next one deserves a try
         if record.key is not None:
             self.size -= 1
+        self._head = None
         self._of(record).remove(record)
 
     def head(self) -> Record | None:
         """The first workload of the least-consuming LocalQueue that has one."""
+        stamp = self._stamp()
+        if self._head is not None and self._head[0] == stamp:
+            return self._head[1]
         best: Record | None = None
         best_rank: tuple[float, tuple[object, ...]] | None = None
         for lq, queue in self._by_lq.items():
@@ -69,17 +79,21 @@ class FairShareQueue(ClusterQueueQueue):
             rank = (self._usage(lq), tuple(record.key))
             if best_rank is None or rank < best_rank:
                 best, best_rank = record, rank
+        self._head = (stamp, best)
         return best
 
     def park(self, record: Record) -> None:
+        self._head = None
         self._of(record).park(record)
 
     def requeue_parked(self) -> None:
+        self._head = None
         self.blocked = False
         for queue in self._by_lq.values():
             queue.requeue_parked()
 
     def release_one(self, shape: bytes) -> None:
+        self._head = None
         for queue in self._by_lq.values():
             queue.release_one(shape)
 

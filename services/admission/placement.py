@@ -90,6 +90,7 @@ class Placement:
             strict,
             self._records,
             lambda lq: ledger.usage(lq, fairness.lq_weight(lq), self.clock()),
+            lambda: ledger.stamp(self.clock()),
         )
 
     # --- placing a pending workload --------------------------------------------------------
