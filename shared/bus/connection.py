@@ -4,6 +4,7 @@ stream and the buckets (:class:`Connection`, the base of ``Bus``)."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Self, TypeVar
 
@@ -35,6 +36,11 @@ PUBLISH_ACK_TIMEOUT_S = 2.0
 # before publishes are answered: for this long that still counts as the outage.
 OUTAGE_SETTLE_S = 30.0
 JETSTREAM_OUTAGE_S = 30.0  # how long setup calls wait out an unanswering JetStream
+# nats-py waits this long before trying a server again that it tried last (2 s by default):
+# short, so a restarted single node or a cluster's next node is reached at once; a random
+# part per client, so a cluster's clients do not all come back in the same instant.
+RECONNECT_WAIT_S = 0.25
+RECONNECT_JITTER_S = 0.25
 
 T = TypeVar("T")
 ErrorCallback = Callable[[Exception], Awaitable[None]]
@@ -96,6 +102,8 @@ class Connection:
         # over to the others.
         servers = [server.strip() for server in url.split(",") if server.strip()]
         bus.rides_out_outages = retry
+        # nats-py annotates an int but sleeps on whatever number it is given.
+        reconnect_wait: Any = RECONNECT_WAIT_S + random.uniform(0, RECONNECT_JITTER_S)
         while True:
             try:
                 await bus.nc.connect(
@@ -107,7 +115,7 @@ class Connection:
                     # (nats-py counts -1 as "forever", the initial connection included).
                     allow_reconnect=retry,
                     max_reconnect_attempts=-1 if retry else 1,
-                    reconnect_time_wait=1,
+                    reconnect_time_wait=reconnect_wait,
                     error_cb=bus._on_error,
                     disconnected_cb=bus._on_disconnect,
                     reconnected_cb=bus._on_reconnect,

@@ -29,6 +29,10 @@ log = get_logger("bus")
 
 PUBLISH_ATTEMPTS = 5
 PUBLISH_BACKOFF_CAP_S = 2.0
+# During an outage a retry is cheap (the same message id: the stream keeps one copy) and the
+# stream comes back at an instant nobody announces (a Raft election ends): retrying at most
+# this far apart, a publish is stored soon after, not up to a whole backoff later.
+OUTAGE_BACKOFF_CAP_S = 0.25
 
 
 def keep_publishing(attempt: int, *, outage: bool, stopping: bool) -> bool:
@@ -137,7 +141,7 @@ class Publishing(Connection):
                     error=repr(error),
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, PUBLISH_BACKOFF_CAP_S)
+                delay = min(delay * 2, OUTAGE_BACKOFF_CAP_S if outage else PUBLISH_BACKOFF_CAP_S)
 
     async def _acked(self, subject: str, payload: bytes, headers: dict[str, str]) -> Ack:
         try:

@@ -22,6 +22,12 @@ __all__ = ["PULL_EXPIRES_S", "PullPump", "decode_batch"]
 log = get_logger("bus")
 
 PULL_EXPIRES_S = 5.0  # an outstanding pull request lives this long, then is renewed
+# While a pull request waits, the consumer's leader sends a heartbeat this often; silence
+# for PULL_SILENCE_BEATS beats means nobody holds our request (the leader died, and a new
+# one was elected that never had it), so it is sent again. Without heartbeats the pump
+# only noticed after two whole request lifetimes.
+PULL_HEARTBEAT_S = 0.5
+PULL_SILENCE_BEATS = 2
 
 
 class PullPump:
@@ -68,7 +74,11 @@ class PullPump:
         want = self.BATCH - self.requested
         self.requested += want
         self.last_request = time.monotonic()
-        request = {"batch": want, "expires": int(PULL_EXPIRES_S * 1e9)}
+        request = {
+            "batch": want,
+            "expires": int(PULL_EXPIRES_S * 1e9),
+            "idle_heartbeat": int(PULL_HEARTBEAT_S * 1e9),
+        }
         try:
             await self.nc.publish(self.next_subject, json.dumps(request).encode(), reply=self.inbox)
         except nats.errors.Error:
@@ -119,10 +129,10 @@ class PullPump:
         return batch
 
     async def _watchdog(self) -> None:
-        """Quiet for longer than a request lives: whatever we count as outstanding is not
-        (a lost status, a reconnect); ask again rather than wait forever."""
+        """No heartbeat for a few beats: whatever we count as outstanding is not (the
+        consumer's leader died, a reconnect, a lost status); ask again rather than wait."""
         now = time.monotonic()
-        if now - max(self.last_request, self.last_heard) > 2 * PULL_EXPIRES_S:
+        if now - max(self.last_request, self.last_heard) > PULL_HEARTBEAT_S * PULL_SILENCE_BEATS:
             await self.ask_again()
 
     async def close(self) -> list[Msg]:
