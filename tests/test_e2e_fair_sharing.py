@@ -129,3 +129,76 @@ def test_a_negative_local_queue_weight_is_refused_at_apply(stack: Stack, tmp_pat
     assert result.returncode != 0
     assert "`spec.fairSharing.weight`: quantity '-1' is negative" in result.stderr
     assert [q["metadata"]["name"] for q in get_json(url, "localqueues")] == []
+
+
+def test_admission_fair_sharing_takes_the_less_consuming_local_queue_first(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """With admissionScope and admissionFairSharing, team-a has consumed CPU and team-b none:
+    when room frees, team-b's newer workload goes before team-a's older one; team-a's
+    LocalQueue status shows its consumedResources."""
+    url = stack.url
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "default"}},
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Configuration",
+            "metadata": {"name": "berth"},
+            "spec": {"admissionFairSharing": {"usageHalfLifeTime": "1h"}},
+        },
+        {
+            "apiVersion": V1,
+            "kind": "ClusterQueue",
+            "metadata": {"name": "shared"},
+            "spec": {
+                "namespaceSelector": {},
+                "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu"],
+                        "flavors": [
+                            {"name": "default", "resources": [{"name": "cpu", "nominalQuota": 4}]}
+                        ],
+                    }
+                ],
+            },
+        },
+    ]
+    for team in ("team-a", "team-b"):
+        objects.append(
+            {
+                "apiVersion": V1,
+                "kind": "LocalQueue",
+                "metadata": {"name": team, "namespace": "default"},
+                "spec": {"clusterQueue": "shared"},
+            }
+        )
+    (tmp_path / "setup.yaml").write_text("\n---\n".join(json.dumps(o) for o in objects))
+    berth("apply", "-f", str(tmp_path / "setup.yaml"), url=url)
+    go = tmp_path / "go"
+    first = job_manifest(
+        "a1",
+        cpu=4,
+        queue="team-a",
+        command=["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done"],
+    )
+    submit_manifest(url, tmp_path, first)
+    eventually(lambda: is_admitted(_workloads(url)["a1"]))
+    submit_manifest(url, tmp_path, job_manifest("a2", cpu=4, queue="team-a"))
+    submit_manifest(url, tmp_path, job_manifest("b1", cpu=4, queue="team-b"))
+    eventually(lambda: {p["name"] for p in get_json(url, "pending", "shared")} == {"a2", "b1"})
+    go.touch()
+
+    def one_admitted() -> dict[str, dict[str, Any]]:
+        workloads = _workloads(url)
+        assert any(is_admitted(workloads[name]) for name in ("a2", "b1"))
+        return workloads
+
+    workloads = eventually(one_admitted)
+    assert is_admitted(workloads["b1"]) and not is_admitted(workloads["a2"])
+    queues = {q["metadata"]["name"]: q for q in get_json(url, "localqueues")}
+    consumed = queues["team-a"]["status"]["fairSharing"]["admissionFairSharingStatus"]
+    assert consumed["consumedResources"]["cpu"] not in ("", "0")
+    described = berth("describe", "localqueue", "team-a", url=url).stdout
+    assert "Admission Fair Sharing Status:" in described
+    assert "Consumed Resources:" in described
