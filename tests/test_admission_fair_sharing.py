@@ -19,7 +19,7 @@ from services.admission.queues import Record, order_key
 from services.admission.scheduler import Scheduler
 from shared.config_fairness import AdmissionFairSharingSettings
 from shared.events import PodSet, WorkloadRef
-from tests.test_scheduler import admitted, config, cq, flavor, group, wl
+from tests.test_scheduler import admitted, config, cq, flavor, group, ref, wl
 from tests.test_scheduler import lq as local_queue
 
 DECAY = [
@@ -216,7 +216,8 @@ def test_admits_one_workload_from_each_localqueue_when_quota_is_limited() -> Non
 
 def test_the_local_queue_status_shows_its_decayed_consumption() -> None:
     """status.fairSharing.admissionFairSharingStatus: the entry penalty at once, then half
-    way to what runs after one half-life; absent without admission fair sharing."""
+    way to what runs after one half-life, sampled once per usageSamplingInterval; absent
+    without admission fair sharing."""
     s = _afs_scheduler(True)
     s.schedule()
     fair = s.local_queue_status("default", "lq-a")["fairSharing"]
@@ -224,6 +225,10 @@ def test_the_local_queue_status_shows_its_decayed_consumption() -> None:
     assert fair["admissionFairSharingStatus"]["consumedResources"] == {
         "cpu": f"{round(penalty * 1000)}m"
     }
+    s.clock = lambda: 1000.5  # within usageSamplingInterval (1s): the same sample
+    assert s.local_queue_status("default", "lq-a")["fairSharing"] == fair
+    s.finish(ref("wl-b1"))  # a change of usage (another LocalQueue's): sampled again
+    assert s.local_queue_status("default", "lq-a")["fairSharing"] != fair
     s.clock = lambda: 1010.0
     later = s.local_queue_status("default", "lq-a")["fairSharing"]["admissionFairSharingStatus"]
     assert later["consumedResources"] == {"cpu": f"{round((penalty / 2 + 2) * 1000)}m"}

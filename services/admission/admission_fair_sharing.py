@@ -81,6 +81,7 @@ class Ledger:
 
     def __init__(self, settings: AdmissionFairSharingSettings) -> None:
         self._entries: dict[tuple[str, str], _Entry] = {}
+        self._samples: dict[tuple[str, str], tuple[Resources, float, int]] = {}
         self.version = 0  # bumped by every change of usage (see stamp)
         self.configure(settings)
 
@@ -147,6 +148,19 @@ class Ledger:
     def consumed(self, lq: tuple[str, str], now: float) -> Resources:
         """The LocalQueue's decayed consumption now (its status' consumedResources)."""
         return dict(self._fold(lq, now).consumed)
+
+    def sampled(self, lq: tuple[str, str], now: float) -> tuple[Resources, float]:
+        """The consumption as the LocalQueue's status shows it, and when it was taken: taken
+        again when a usage changed or once ``usageSamplingInterval`` has passed, not for the
+        decay alone in between (on Kubernetes each change is a write of the status)."""
+        sample = self._samples.get(lq)
+        if (
+            sample is None
+            or sample[2] != self.version
+            or not 0 <= now - sample[1] < self.settings.sampling_interval
+        ):
+            sample = self._samples[lq] = (self.consumed(lq, now), now, self.version)
+        return sample[0], sample[1]
 
     def usage(self, lq: tuple[str, str], weight: float, now: float) -> float:
         """The LocalQueue's weighted usage now (lower goes first)."""

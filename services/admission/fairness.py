@@ -108,13 +108,16 @@ class Fairness:
         ClusterQueue uses admission fair sharing: consumedResources and lastUpdate."""
         if ledger is None or self._lq_cq.get(lq) not in self.usage_based:
             return {}
+        sample, taken = ledger.sampled(lq, now)
         consumed = {
             resource: fmt_quantity(resource, round(value * 1000))
-            for resource, value in ledger.consumed(lq, now).items()
+            for resource, value in sample.items()
         }
-        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = datetime.fromtimestamp(taken, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return {
             "fairSharing": {
+                # Kueue writes the zero value (its CRD requires the field); it has no other.
+                "weightedShare": 0,
                 "admissionFairSharingStatus": {
                     "consumedResources": consumed,
                     "lastUpdate": stamp,
