@@ -4,8 +4,9 @@
 :class:`~services.admission.topology.Topology`, one record per workload, the pending queues,
 the per-queue books) and keeps it consistent: placing a pending workload (resolving its
 LocalQueue, ClusterQueue and priority, or noting why it cannot be queued), taking it out
-again, and adding or releasing an admission's quota. The facts and the pass that use it are
-:class:`services.admission.scheduler.Scheduler`.
+again, moving it when what orders it changes (a nomination while its victims leave, an
+ageing boost, preemption that cannot help), and adding or releasing an admission's quota.
+The workload facts and the pass that use it are :class:`services.admission.scheduler.Scheduler`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
+from services.admission import partial
 from services.admission.admission_fair_sharing import Ledger
 from services.admission.books import QueueBooks
 from services.admission.fair_queues import FairShareQueue
@@ -23,7 +25,7 @@ from services.admission.queues import ADMITTED, PENDING, ClusterQueueQueue, Reco
 from services.admission.topology import Topology
 from services.admission.waiting import WaitingForRoom
 from shared.config import ConfigObject
-from shared.events import FlavorAssignment
+from shared.events import FlavorAssignment, WorkloadRef
 from shared.quota import FlavorResource
 
 __all__ = ["INADMISSIBLE", "PENDING_REASON", "Placement"]
@@ -189,6 +191,106 @@ class Placement:
                 contested=contested,
             )
         )
+
+    def _requeue(self, record: Record) -> None:
+        """Queue a queued record again: something that orders it changed."""
+        if record.key is not None:
+            self._unqueue(record)
+            self._place(record)
+
+    # --- what moves a pending workload in its queue: preemption and ageing ----------------
+
+    def no_victims(self, ref: WorkloadRef) -> None:
+        """Preemption cannot help this pending workload: if it may run with fewer pods, it
+        is looked at again for the largest counts that fit now (partial.assign)."""
+        record = self._records.get(ref.uid)
+        if record is None or ref.uid in self._no_victims:
+            return
+        if record.state != PENDING or not partial.can_be_partial(record.wl.pod_sets):
+            return
+        self._no_victims.add(ref.uid)
+        self._requeue(record)
+
+    def set_boost(
+        self,
+        ref: WorkloadRef,
+        boost: int,
+        *,
+        reserved: bool = False,
+        since: float = 0.0,
+        can_preempt: bool = False,
+    ) -> None:
+        """Change a workload's ageing boost, reservation and clock; it is re-queued in order.
+        ``can_preempt``: whether the boost counts when it asks for preemption."""
+        record = self._records.get(ref.uid)
+        if record is None:
+            return
+        if can_preempt:
+            self._boost_held_back.discard(ref.uid)
+        else:
+            self._boost_held_back.add(ref.uid)
+        if not record.set_ageing(boost, reserved, since):
+            return
+        if record.state == PENDING:
+            self._requeue(record)
+
+    def nominate(self, ref: WorkloadRef) -> None:
+        """Victims are being evicted for this pending workload: the room is kept for it."""
+        record = self._records.get(ref.uid)
+        if record is None or record.state != PENDING or record.wl.nominated:
+            return
+        record.wl.nominated = True
+        self._requeue(record)
+
+    def eviction_requested(
+        self, victim: WorkloadRef, generation: int, preemptor: WorkloadRef | None
+    ) -> None:
+        """Preemption asked ``victim`` (its admission ``generation``) to go for ``preemptor``:
+        the preemptor is nominated until every victim evicted for it has left (see left()).
+
+        A victim that no longer holds that admission's quota (it finished before the request)
+        frees nothing more and will never be reported leaving: nominating for it would hold
+        the preemptor's ClusterQueue blocked (the Kueue benchmark's preemption, running
+        behind, picked thousands of such victims)."""
+        if preemptor is None or not self.holds_quota(victim, generation):
+            return
+        self.nominate(preemptor)
+        self._nominations.add(preemptor, victim.uid)
+
+    def left(self, ref: WorkloadRef) -> None:
+        """The workload's pods are gone (evicted, finished or deleted). If it was the last
+        victim a preemptor waited for, its nomination ends after the next pass."""
+        self._nominations.left(ref.uid)
+
+    def leaving(self, preemptor: WorkloadRef) -> frozenset[str]:
+        """The uids of the victims a nominated preemptor still waits for: why its
+        ClusterQueue admits nothing else meanwhile."""
+        return self._nominations.leaving(preemptor.uid)
+
+    def unnominate(self, ref: WorkloadRef) -> None:
+        """The nomination is over (its victims are gone); it queues as anyone else again."""
+        record = self._records.get(ref.uid)
+        if record is None or not record.wl.nominated:
+            return
+        record.wl.nominated = False
+        if record.state == PENDING:
+            self._requeue(record)
+
+    def holds_quota(self, ref: WorkloadRef, generation: int) -> bool:
+        """Whether this admission (``generation``) of the workload still holds its quota."""
+        record = self._records.get(ref.uid)
+        return record is not None and record.state == ADMITTED and record.generation == generation
+
+    def preempting_priority(self, ref: WorkloadRef) -> int:
+        """The priority a pending workload preempts with: its ageing boost only if allowed
+        (set_boost's ``can_preempt``), so that a boosted job never ping-pongs with the job
+        that preempted it."""
+        record = self._records.get(ref.uid)
+        if record is None:
+            return 0
+        if ref.uid in self._boost_held_back:
+            return record.effective_priority - record.wl.boost
+        return record.effective_priority
 
     # --- quota bookkeeping -----------------------------------------------------------------
 

@@ -155,88 +155,6 @@ class Scheduler(Placement):
         self._no_victims.discard(ref.uid)
         self._boost_held_back.discard(ref.uid)
 
-    def no_victims(self, ref: WorkloadRef) -> None:
-        """Preemption cannot help this pending workload: if it may run with fewer pods, it
-        is looked at again for the largest counts that fit now (partial.assign)."""
-        record = self._records.get(ref.uid)
-        if record is None or ref.uid in self._no_victims:
-            return
-        if record.state != PENDING or not partial.can_be_partial(record.wl.pod_sets):
-            return
-        self._no_victims.add(ref.uid)
-        if record.key is not None:
-            self._unqueue(record)
-            self._place(record)
-
-    def set_boost(
-        self,
-        ref: WorkloadRef,
-        boost: int,
-        *,
-        reserved: bool = False,
-        since: float = 0.0,
-        can_preempt: bool = False,
-    ) -> None:
-        """Change a workload's ageing boost, reservation and clock; it is re-queued in order.
-        ``can_preempt``: whether the boost counts when it asks for preemption."""
-        record = self._records.get(ref.uid)
-        if record is None:
-            return
-        if can_preempt:
-            self._boost_held_back.discard(ref.uid)
-        else:
-            self._boost_held_back.add(ref.uid)
-        if not record.set_ageing(boost, reserved, since):
-            return
-        if record.state == PENDING and record.key is not None:
-            self._unqueue(record)
-            self._place(record)
-
-    def nominate(self, ref: WorkloadRef) -> None:
-        """Victims are being evicted for this pending workload: the room is kept for it."""
-        record = self._records.get(ref.uid)
-        if record is None or record.state != PENDING or record.wl.nominated:
-            return
-        record.wl.nominated = True
-        if record.key is not None:
-            self._unqueue(record)
-            self._place(record)
-
-    def eviction_requested(
-        self, victim: WorkloadRef, generation: int, preemptor: WorkloadRef | None
-    ) -> None:
-        """Preemption asked ``victim`` (its admission ``generation``) to go for ``preemptor``:
-        the preemptor is nominated until every victim evicted for it has left (see left()).
-
-        A victim that no longer holds that admission's quota (it finished before the request)
-        frees nothing more and will never be reported leaving: nominating for it would hold
-        the preemptor's ClusterQueue blocked (the Kueue benchmark's preemption, running
-        behind, picked thousands of such victims)."""
-        if preemptor is None or not self.holds_quota(victim, generation):
-            return
-        self.nominate(preemptor)
-        self._nominations.add(preemptor, victim.uid)
-
-    def left(self, ref: WorkloadRef) -> None:
-        """The workload's pods are gone (evicted, finished or deleted). If it was the last
-        victim a preemptor waited for, its nomination ends after the next pass."""
-        self._nominations.left(ref.uid)
-
-    def leaving(self, preemptor: WorkloadRef) -> frozenset[str]:
-        """The uids of the victims a nominated preemptor still waits for: why its
-        ClusterQueue admits nothing else meanwhile."""
-        return self._nominations.leaving(preemptor.uid)
-
-    def unnominate(self, ref: WorkloadRef) -> None:
-        """The nomination is over (its victims are gone); it queues as anyone else again."""
-        record = self._records.get(ref.uid)
-        if record is None or not record.wl.nominated:
-            return
-        record.wl.nominated = False
-        if record.state == PENDING and record.key is not None:
-            self._unqueue(record)
-            self._place(record)
-
     def draining(self) -> list[tuple[WorkloadRef, str, str]]:
         """Admitted workloads of a HoldAndDrain ClusterQueue or LocalQueue, with Kueue's
         eviction reason: (ref, cluster queue, ClusterQueueStopped | LocalQueueStopped)."""
@@ -253,11 +171,6 @@ class Scheduler(Placement):
                 result.append((record.wl.ref, record.cq, "LocalQueueStopped"))
         return result
 
-    def holds_quota(self, ref: WorkloadRef, generation: int) -> bool:
-        """Whether this admission (``generation``) of the workload still holds its quota."""
-        record = self._records.get(ref.uid)
-        return record is not None and record.state == ADMITTED and record.generation == generation
-
     def generation(self, ref: WorkloadRef) -> int:
         record = self._records.get(ref.uid)
         return 0 if record is None else record.generation
@@ -266,17 +179,6 @@ class Scheduler(Placement):
         """Base priority plus ageing boost (0 while the priority cannot be resolved)."""
         record = self._records.get(ref.uid)
         return 0 if record is None else record.effective_priority
-
-    def preempting_priority(self, ref: WorkloadRef) -> int:
-        """The priority a pending workload preempts with: its ageing boost only if allowed
-        (set_boost's ``can_preempt``), so that a boosted job never ping-pongs with the job
-        that preempted it."""
-        record = self._records.get(ref.uid)
-        if record is None:
-            return 0
-        if ref.uid in self._boost_held_back:
-            return record.effective_priority - record.wl.boost
-        return record.effective_priority
 
     # --- the pass --------------------------------------------------------------------------
 
