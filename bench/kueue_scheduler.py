@@ -60,6 +60,7 @@ from shared.events import (
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadStarted,
+    encode_event,
 )
 from shared.workloads import QUEUE_NAME_LABEL, SIMULATED_RUNTIME_ANNOTATION, workload_key
 
@@ -452,18 +453,27 @@ class RunResult:
     timeline: Path | None
     ideal: IdealResult
     by_type: dict[str, int]
-    start_lag: tuple[float, float]
-    overhold: tuple[float, float]
+    start_lag: tuple[float, float, int]  # mean, p99, samples
+    overhold: tuple[float, float, int]
     notes: list[str] = field(default_factory=list)
     console_messages: int | None = None  # None: run without the console
     creations_per_s: float | None = None  # the generator's client limit, if any
 
 
-def _mean_p99(values: list[float]) -> tuple[float, float]:
+def _mean_p99(values: list[float]) -> tuple[float, float, int]:
     if not values:
-        return (0.0, 0.0)
+        return (0.0, 0.0, 0)
     ordered = sorted(values)
-    return (sum(ordered) / len(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))])
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return (sum(ordered) / len(ordered), p99, len(ordered))
+
+
+def _mean_p99_text(figures: tuple[float, float, int]) -> str:
+    """Mean / p99 in ms; a p99 of fewer than 1,000 samples would not mean what it says."""
+    mean, p99, samples = figures
+    if samples < 1_000:
+        return f"{mean * 1000:,.0f} / - (p99 needs 1,000 samples, {samples:,} here)"
+    return f"{mean * 1000:,.0f} / {p99 * 1000:,.0f} ({samples:,} samples)"
 
 
 def compute(
@@ -591,6 +601,7 @@ def run_benchmark(
     label: str | None = None,
     with_console: bool = False,
     creations_per_s: float | None = None,
+    save_events: Path | None = None,
 ) -> RunResult:
     ideal = simulate_ideal(config)
     owned_tmp = None
@@ -631,6 +642,8 @@ def run_benchmark(
         if owned_tmp is not None:
             owned_tmp.cleanup()
     wall = (done - started) + stopped_in  # reading the log is not part of the run
+    if save_events is not None:  # one event per line, for replays (bench/preemption_replay.py)
+        save_events.write_bytes(b"".join(encode_event(e) + b"\n" for e in events))
     metrics = compute(config, drive_result, events)
     timeline = None
     if out_dir is not None:
@@ -804,12 +817,12 @@ def render(result: RunResult) -> str:
     row("startup / stop (s)", f"{_fmt(result.startup, 2)} / {_fmt(result.drain_stop, 2)}")
     row(
         "admitted -> started, mean / p99 (ms)",
-        f"{result.start_lag[0] * 1000:,.0f} / {result.start_lag[1] * 1000:,.0f}",
+        _mean_p99_text(result.start_lag),
         "0",
     )
     row(
         "quota held beyond run time, mean / p99 (ms)",
-        f"{result.overhold[0] * 1000:,.0f} / {result.overhold[1] * 1000:,.0f}",
+        _mean_p99_text(result.overhold),
         "0",
     )
     row("events in the log", f"{result.events:,}")
@@ -902,6 +915,9 @@ def main(argv: list[str] | None = None) -> int:
         help="cap the generator's creations at N per second across all streams, as Kueue's"
         " client does in its published runs (50)",
     )
+    parser.add_argument(
+        "--save-events", type=Path, default=None, metavar="FILE", help="the event log, one per line"
+    )
     args = parser.parse_args(argv)
     if args.creations_per_s is not None and args.creations_per_s <= 0:
         parser.error(f"--creations-per-s must be above 0, not {args.creations_per_s:g}")
@@ -934,6 +950,7 @@ def main(argv: list[str] | None = None) -> int:
         label=label,
         with_console=args.console,
         creations_per_s=args.creations_per_s,
+        save_events=args.save_events,
     )
     print(render(result))
     return 0 if result.violations == 0 and result.finished == result.workloads else 1
