@@ -200,9 +200,6 @@ class World:
         self.stops: list[tuple[float, str, int]] = []  # (when, uid, generation)
         self.ends: list[tuple[float, str, int]] = []
         self.due: dict[str, float] = {}
-        self.leaving: dict[str, set[str]] = {}  # preemptor uid -> victims still running
-        self.preemptor_of: dict[str, WorkloadRef] = {}
-        self.released: list[WorkloadRef] = []
         self.priority_preemptions: dict[str, list[float]] = defaultdict(list)
         self.pairs: dict[tuple[str, str], float] = {}  # (victim, preemptor) -> last eviction
         self.changed: set[str] = set()  # queues whose bounds may have moved since the last look
@@ -263,7 +260,7 @@ class World:
         self.jobs.pop(job.ref.uid)
         if self.aged.pop(job.ref.uid, None) is not None:
             self.changed.add(job.queue)
-        self._victim_left(job.ref.uid)
+        self._victim_left(job.ref)
 
     def _stop(self, job: Job) -> None:
         """The victim's pods are gone: its quota is free and it is pending again."""
@@ -276,16 +273,12 @@ class World:
             self.aged[job.ref.uid] = job
             job.waited_from, job.least_bound, job.looked = self.now, None, False
             self._announce(job)  # recovery announces a new clock at once
-        self._victim_left(job.ref.uid)
+        self._victim_left(job.ref)
 
-    def _victim_left(self, uid: str) -> None:
-        preemptor = self.preemptor_of.pop(uid, None)
-        if preemptor is not None and preemptor.uid in self.leaving:
-            self.leaving[preemptor.uid].discard(uid)
-            if not self.leaving[preemptor.uid]:
-                del self.leaving[preemptor.uid]
-                self.released.append(preemptor)
-                self.due[preemptor.uid] = self.now + SETTLE
+    def _victim_left(self, ref: WorkloadRef) -> None:
+        released = self.scheduler.left(ref)  # the core ends the nomination after its next pass
+        if released is not None:
+            self.due[released.uid] = self.now + SETTLE
 
     # --- recovery: ageing -------------------------------------------------------------------
 
@@ -337,9 +330,6 @@ class World:
             ))  # fmt: skip
             if decision.preemption_may_help:
                 self.due[job.ref.uid] = self.now
-        for preemptor in self.released:
-            self.scheduler.unnominate(preemptor)
-        self.released.clear()
 
     def _admitted(self, job: Job, decision: Admission) -> None:
         job.generation += 1
@@ -417,10 +407,7 @@ class World:
                                   cluster_queue=job.queue, generation=job.generation,
                                   reason="Preempted", preemptor=preemptor)  # fmt: skip
         self.cluster.apply(event)
-        if preemptor is not None and self.scheduler.holds_quota(job.ref, job.generation):
-            self.scheduler.nominate(preemptor)
-            self.leaving.setdefault(preemptor.uid, set()).add(job.ref.uid)
-            self.preemptor_of[job.ref.uid] = preemptor
+        self.scheduler.eviction_requested(job.ref, job.generation, preemptor)
         job.stopping = True
         # Half of the victims take the whole grace period: the worst case the bound allows.
         stop = self.now + (p.grace if self.rng.random() < 0.5 else self.rng.uniform(0, p.grace))

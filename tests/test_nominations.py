@@ -36,8 +36,8 @@ def test_a_preemptor_is_released_when_its_last_victim_left(
     for preemptor, victims in asked.items():
         for victim in victims:
             nominations.add(ref(preemptor), ref(victim).uid)
-    for victim in left:
-        nominations.left(ref(victim).uid)
+    returned = [nominations.left(ref(victim).uid) for victim in left]
+    assert [r.name for r in returned if r is not None] == released, why
     assert [r.name for r in nominations.take_released()] == released, why
     assert nominations.take_released() == [], "each release is taken once"
 
@@ -88,7 +88,7 @@ def test_a_nomination_ends_one_pass_after_its_last_victim_left() -> None:
     assert admitted(s.schedule()) == []  # small would fit; the room is the preemptor's
     assert s.leaving(sched_ref("preemptor")) == {"uid-victim"}
     s.evict(sched_ref("victim"))
-    s.left(sched_ref("victim"))
+    assert s.left(sched_ref("victim")) == sched_ref("preemptor")
     assert admitted(s.schedule()) == []  # still nominated in this pass; 4 cpus don't fit
     assert s.leaving(sched_ref("preemptor")) == frozenset()
     assert "small" in admitted(s.schedule())

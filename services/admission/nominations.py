@@ -25,17 +25,20 @@ class Nominations:
         self._leaving.setdefault(preemptor.uid, set()).add(victim_uid)
         self._preemptor_of[victim_uid] = preemptor
 
-    def left(self, uid: str) -> None:
-        """``uid`` is gone; if it was its preemptor's last victim, the preemptor is released."""
+    def left(self, uid: str) -> WorkloadRef | None:
+        """``uid`` is gone; if it was its preemptor's last victim, the preemptor is released
+        (and returned)."""
         preemptor = self._preemptor_of.pop(uid, None)
         if preemptor is None:
-            return
+            return None
         leaving = self._leaving.get(preemptor.uid)
         if leaving is not None:
             leaving.discard(uid)
             if not leaving:
                 del self._leaving[preemptor.uid]
                 self._released.append(preemptor)
+                return preemptor
+        return None
 
     def take_released(self) -> list[WorkloadRef]:
         """The preemptors whose victims have all left since the last call, in that order."""

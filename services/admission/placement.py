@@ -257,10 +257,11 @@ class Placement:
         self.nominate(preemptor)
         self._nominations.add(preemptor, victim.uid)
 
-    def left(self, ref: WorkloadRef) -> None:
+    def left(self, ref: WorkloadRef) -> WorkloadRef | None:
         """The workload's pods are gone (evicted, finished or deleted). If it was the last
-        victim a preemptor waited for, its nomination ends after the next pass."""
-        self._nominations.left(ref.uid)
+        victim a preemptor waited for, that preemptor's nomination ends after the next pass
+        (the preemptor is returned: preemption may look at it again)."""
+        return self._nominations.left(ref.uid)
 
     def leaving(self, preemptor: WorkloadRef) -> frozenset[str]:
         """The uids of the victims a nominated preemptor still waits for: why its
