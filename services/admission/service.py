@@ -17,7 +17,7 @@ good, the service stops: a restart rebuilds the truth from the stream.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from nats.js import JetStreamContext
 
@@ -130,6 +130,9 @@ class AdmissionService:
         for event in events:
             if validation.refused(event):  # logged and counted; never reaches the books
                 continue
+            # Admission fair sharing's consumption counts from when a fact happened, so a
+            # replay after a restart rebuilds the LocalQueues' history.
+            self.scheduler.clock = _at(event.time.timestamp())
             self.bounds.apply(event)  # each waiting workload's starvation bound
             self.gates.apply(event)  # admission checks, pods ready, backoffs
             ref = event.workload
@@ -218,6 +221,7 @@ class AdmissionService:
                             since=since,
                             can_preempt=event.can_preempt,
                         )
+        self.scheduler.clock = time.time  # decisions are taken now
 
     def _queue_of(self, record: WorkloadRecord | None) -> str:
         """The ClusterQueue a workload is admitted in or queued for, "" if unknown."""
@@ -398,6 +402,11 @@ class AdmissionService:
                     _log_pending(pending)
                     outgoing.append(pending)
         await self.bus.publish_many(outgoing)
+
+
+def _at(moment: float) -> Callable[[], float]:
+    """A clock stopped at ``moment``."""
+    return lambda: moment
 
 
 def _log_pending(event: WorkloadPending) -> None:
