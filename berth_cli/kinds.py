@@ -46,6 +46,7 @@ RESOURCES = (
     Resource("Namespace", "namespaces", ("ns",)),
     Resource("ClusterQueuePolicy", "clusterqueuepolicies", ("cqp",)),
     Resource("Configuration", "configurations"),
+    Resource("AdmissionCheck", "admissionchecks", ("ac",)),
 )
 
 # `berth delete job NAME` deletes the workload of that Job (its object), as kubectl would.

@@ -180,8 +180,8 @@ def test_get_kind_name_object_and_not_found(live: Stack) -> None:
         missing.returncode == 1
         and 'workloads "nope" not found in namespace "default"' in missing.stderr
     )
-    unknown = berth("get", "admissionchecks", url=live.url, check=False)
-    assert unknown.returncode == 1 and 'unknown resource type "admissionchecks"' in unknown.stderr
+    unknown = berth("get", "topologies", url=live.url, check=False)
+    assert unknown.returncode == 1 and 'unknown resource type "topologies"' in unknown.stderr
 
 
 # (args, lines expected in order, why)

@@ -109,6 +109,7 @@ def test_admission_checks_hold_reject_retry_and_admit(stack: Stack, tmp_path: Pa
     config = tmp_path / "checked.yaml"
     config.write_text(CHECKED)
     berth("apply", "-f", str(config), url=url)
+    assert "budget" in berth("get", "admissionchecks", url=url).stdout
 
     # A ProvisioningRequest check is refused at apply, saying why.
     provisioning = tmp_path / "prov.yaml"

@@ -37,7 +37,7 @@ def test_every_command_is_walked() -> None:
     assert len(paths) == len(set(paths))
     for expected in ("berth up", "berth get workloads", "berth jobs launch", "berth creds rotate"):
         assert expected in paths, expected
-    assert sum(path.startswith("berth get ") for path in paths) == 11
+    assert sum(path.startswith("berth get ") for path in paths) == 12
 
 
 def test_every_berth_variable_in_the_code_is_in_the_registry() -> None:

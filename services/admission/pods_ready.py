@@ -165,7 +165,7 @@ class PodsReadyClock:
                 message += f"; requeued after a {wait:.0f}s backoff (requeue {requeues + 1})"
             out.append(
                 EvictionRequested(
-                    id=f"podsready-{uid}-{run.generation}",
+                    id=f"podsreadytimeout-{uid}-{run.generation}",
                     source="admission",
                     workload=run.ref,
                     cluster_queue=run.cluster_queue,
