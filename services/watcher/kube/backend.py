@@ -50,6 +50,7 @@ from services.watcher.kube.patching import (
     mark_finished_plan,
     suspend_plan,
 )
+from services.watcher.kube.readiness import pods_ready
 from services.watcher.kube.reading import (
     FinishMark,
     Report,
@@ -335,6 +336,11 @@ class KubernetesBackend:
                     )
                     events.append(FinishMark(kind, ref, generation))
             return events
+        if generation > 0 and ("podsready", uid, generation) not in self.reported:
+            if pods_ready(kind, obj):  # waitForPodsReady counts from the admission
+                self.reported.add(("podsready", uid, generation))
+                events.append(reporting.pods_ready(ref, generation))
+                log.info("pods_ready", workload=ref.key, queue=queue, generation=generation)
         if uid in self.announced:
             return events
         try:
