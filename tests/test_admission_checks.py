@@ -293,3 +293,27 @@ def test_rejected_deactivates_naming_the_check() -> None:
     [(found, event)] = gate.decide(0.0)
     assert found == "Rejected" and isinstance(event, EvictionRequested) and event.deactivated
     assert '"b" (no budget)' in event.message
+
+
+def _queue_with(*checks: str) -> Any:
+    return parse_object(_cq(admissionChecks=list(checks)))
+
+
+SYNCED: list[tuple[tuple[str, ...], dict[str, str], list[str], str]] = [
+    (("a", "b"), {"a": "Pending", "b": "Pending"}, [], "the same checks: nothing changes"),
+    (("a",), {"a": "Pending"}, [], "a check removed from the queue no longer counts"),
+    (("a", "b", "c"), {"a": "Pending", "b": "Pending", "c": "Pending"}, [], "one added: Pending"),
+    ((), {}, ["Ready"], "no checks left: the reservation is admitted"),
+]
+
+
+@pytest.mark.parametrize(("checks", "states", "decided", "why"), SYNCED, ids=[s[3] for s in SYNCED])
+def test_a_waiting_reservation_follows_its_queues_checks(
+    checks: tuple[str, ...], states: dict[str, str], decided: list[str], why: str
+) -> None:
+    """Kueue's reconcileSyncAdmissionChecks, on a config change."""
+    gate = CheckGate()
+    gate.apply(_reserved())
+    gate.set_config([_queue_with(*checks)])
+    assert {n: s.state for n, s in gate.states[REF.uid].items()} == states, why
+    assert [verdict for verdict, _ in gate.decide(0.0)] == decided, why

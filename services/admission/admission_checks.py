@@ -155,6 +155,22 @@ class CheckGate:
                     self.rules[obj.metadata.name] = rules
             elif isinstance(obj, Configuration) and obj.spec.wait_for_pods_ready is not None:
                 self.strategy = obj.spec.wait_for_pods_ready.requeuing_strategy
+        self._sync()
+
+    def _sync(self) -> None:
+        """Kueue's reconcileSyncAdmissionChecks: the checks of a reservation still waiting
+        follow its ClusterQueue's: one added starts Pending, one removed no longer counts
+        (with none left, the reservation is admitted)."""
+        for uid, reservation in self.waiting.items():
+            if reservation.decided:
+                continue
+            event = reservation.event
+            wanted = self.checks_for(event.cluster_queue, event.assignments)
+            states = self.states.setdefault(uid, {})
+            for name in [name for name in states if name not in wanted]:
+                del states[name]
+            for name in wanted:
+                states.setdefault(name, CheckStatus("Pending", "", datetime.now(UTC)))
 
     def checks_for(self, cluster_queue: str, assignments: Iterable[FlavorAssignment]) -> list[str]:
         return applicable_checks(self.rules.get(cluster_queue, ()), assignments)
@@ -206,8 +222,9 @@ class CheckGate:
         generation = current.event.generation
         if event.generation not in (0, generation):
             return f"it answers reservation {event.generation}, the current one is {generation}"
-        if event.check not in current.event.admission_checks:
-            return f"the reservation's checks are {current.event.admission_checks}"
+        checks = sorted(self.states.get(uid, {}))
+        if event.check not in checks:
+            return f"the reservation's checks are {checks}"
         if current.decided:
             return "the reservation's checks are decided already"
         self.states[uid][event.check] = CheckStatus(

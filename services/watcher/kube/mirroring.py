@@ -62,6 +62,8 @@ CONFIG_RESOURCES: dict[str, list[Resource]] = {
     "LocalQueue": _kueue("localqueues", "LocalQueue", namespaced=True),
     "WorkloadPriorityClass": _kueue("workloadpriorityclasses", "WorkloadPriorityClass"),
     "Cohort": _kueue("cohorts", "Cohort", alpha=True),
+    # A ClusterQueue's admission checks must exist, or it is inactive (docs/admission-checks.md).
+    "AdmissionCheck": _kueue("admissionchecks", "AdmissionCheck"),
     "PriorityClass": [
         Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
     ],
