@@ -18,7 +18,15 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-__all__ = ["Step", "Walkthrough", "created_names", "matches", "normalise", "walkthroughs"]
+__all__ = [
+    "Step",
+    "Walkthrough",
+    "created_names",
+    "matches",
+    "normalise",
+    "started_as_shown",
+    "walkthroughs",
+]
 
 
 @dataclass
@@ -42,6 +50,8 @@ class Walkthrough:
     section: str
     fresh_stack: bool = False  # the section starts `berth up` again
     steps: list[Step] = field(default_factory=list)
+    up_data_dir: str = "~/.berth"  # `berth up --data-dir` as the README gives it
+    up_output: list[str] = field(default_factory=list)  # what the README shows it print
 
 
 def walkthroughs(readme: str) -> list[Walkthrough]:
@@ -70,7 +80,10 @@ def walkthroughs(readme: str) -> list[Walkthrough]:
         argv = shlex.split(line[2:], comments=True)
         output = None
         if argv[:2] == ["berth", "up"]:
-            walkthrough.fresh_stack = True  # its output (PIDs, exports) is not compared
+            walkthrough.fresh_stack = True
+            if "--data-dir" in argv[:-1]:
+                walkthrough.up_data_dir = argv[argv.index("--data-dir") + 1]
+            output = walkthrough.up_output
         elif argv[:1] == ["export"] and all(a.startswith("BERTH_") for a in argv[1:]):
             pass
         elif argv[:1] == ["berth"]:
@@ -104,3 +117,14 @@ def matches(expected: list[str], actual: list[str], names: dict[str, str]) -> bo
     shown = sorted(normalise(line, names) for line in expected)
     printed = sorted(normalise(line) for line in actual if line.strip())
     return shown == printed
+
+
+def started_as_shown(walkthrough: Walkthrough, printed: list[str], data_dir: str) -> bool:
+    """`berth up` printed what the README shows: the same components, addresses, logs and
+    exports, up to the numbers (PIDs, ports, seconds) and the data directory."""
+
+    def words(line: str) -> tuple[str, ...]:
+        return tuple(re.sub(r"\d+(?:\.\d+)?", "<n>", line).split())
+
+    shown = [line.replace(walkthrough.up_data_dir, data_dir) for line in walkthrough.up_output]
+    return sorted(map(words, shown)) == sorted(words(line) for line in printed if line.strip())

@@ -19,7 +19,7 @@ import yaml
 from shared.events import WorkloadAdmitted, WorkloadStarted
 from tests.conftest import CLI_CREDENTIALS, FIXTURES, REPO, Stack, berth, start_stack
 from tests.e2e import condition, event_log, eventually, get_json, is_admitted
-from tests.readme import Step, created_names, matches, walkthroughs
+from tests.readme import Step, created_names, matches, started_as_shown, walkthroughs
 
 EXAMPLES = REPO / "examples"
 KINDS = EXAMPLES / "kinds"
@@ -97,6 +97,7 @@ def test_readme_walkthroughs_are_found() -> None:
     session, jobs = found
     assert [s.args[0] for s in session.steps].count("submit") == 3
     assert all(step.expected for w in found for step in w.steps), "a step shows no output"
+    assert session.up_data_dir == "/tmp/berth" and session.up_output[0].split()[0] == "COMPONENT"
     assert [s.args[:2] for s in jobs.steps if not s.read_only] == [
         ("apply", "-f"),
         ("apply", "-f"),
@@ -117,7 +118,8 @@ def _run_step(step: Step, url: str, names: dict[str, str]) -> list[str]:
 def test_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
     """Each README walkthrough's commands, in order, as README.md shows them, print what it
     shows: a step that changes something runs once; one that reads runs until the state it
-    shows is reached. `berth up` in a walkthrough is a fresh stack (`start_stack`)."""
+    shows is reached. `berth up` in a walkthrough is a fresh stack (`start_stack`), which
+    prints what the README shows it print, if it shows anything."""
     running: Stack | None = None
     try:
         for index, walkthrough in enumerate(walkthroughs(README.read_text())):
@@ -126,6 +128,10 @@ def test_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
                     running.stop()
                     CLI_CREDENTIALS.pop(running.url, None)
                 running = start_stack(tmp_path / f"berth-{index}")
+                if walkthrough.up_output:
+                    printed = running.output[: len(walkthrough.up_output)]
+                    data_dir = str(running.data_dir)
+                    assert started_as_shown(walkthrough, printed, data_dir), printed
             names: dict[str, str] = {}
             for step in walkthrough.steps:
                 url = running.url
