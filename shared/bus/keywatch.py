@@ -162,8 +162,11 @@ class KeyWatch:
             return  # a message of a consumer already replaced
         self._last_heard = time.monotonic()
         headers = msg.headers or {}
-        if not msg.reply.startswith("$JS.ACK.") and headers.get("Status") == "100":
-            await self._on_control(msg, headers)
+        if not msg.reply.startswith("$JS.ACK."):
+            if headers.get("Status") == "100":
+                await self._on_control(msg, headers)
+            else:  # the server ended the consumer (409 Consumer Deleted, say): a new one
+                self._restart.set()
             return
         meta = msg.metadata
         if meta.sequence.consumer != self._consumer_seq + 1:
@@ -171,7 +174,10 @@ class KeyWatch:
             return
         self._consumer_seq = meta.sequence.consumer
         if meta.sequence.stream < self.next_revision:
-            return  # already handed over by the consumer this one replaced
+            # Already handed over by the consumer this one replaced.
+            if meta.num_pending == 0:
+                await self._initial_values_done()
+            return
         self.next_revision = meta.sequence.stream + 1
         operation = headers.get(KV_OPERATION)
         if operation is None and MARKER_REASON in headers:
