@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from berth_cli import environment, reference
 from berth_cli.exit_codes import ExitCode
+from berth_cli.kinds import RESOURCES
 from berth_cli.main import cli
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -37,7 +38,8 @@ def test_every_command_is_walked() -> None:
     assert len(paths) == len(set(paths))
     for expected in ("berth up", "berth get workloads", "berth jobs launch", "berth creds rotate"):
         assert expected in paths, expected
-    assert sum(path.startswith("berth get ") for path in paths) == 12
+    kinds = len(RESOURCES) + 1  # `get` has a subcommand per kind, and `pending`
+    assert sum(path.startswith("berth get ") for path in paths) == kinds
 
 
 def test_every_berth_variable_in_the_code_is_in_the_registry() -> None:
