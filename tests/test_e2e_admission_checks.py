@@ -140,6 +140,9 @@ def test_admission_checks_hold_reject_retry_and_admit(stack: Stack, tmp_path: Pa
     waiter_line = next(line for line in wide.splitlines() if line.startswith("waiter"))
     assert "checked-cq" in waiter_line and "budget=Pending" in waiter_line, wide
     assert "not all checks ready" in waiter_line, wide
+    described = berth("describe", "workload", "waiter", url=url).stdout
+    checks_table = described[described.index("Admission Checks:") :]
+    assert "budget" in checks_table and "Pending" in checks_table, described
 
     # Bad answers are refused, naming the problem.
     unknown = berth("admissioncheck", "set", "waiter", "other", "Ready", url=url, check=False)
