@@ -32,6 +32,7 @@ __all__ = ["ACTIVE", "STATUSES", "WorkloadRow", "WorkloadTable"]
 # Statuses a row can have, in the order the filter offers them.
 STATUSES = ("Pending", "Admitted", "Running", "Evicting", "Succeeded", "Failed")
 ACTIVE = frozenset({"Admitted", "Running", "Evicting"})  # holding quota
+RESERVED = "Quota reserved, waiting for admission checks"  # docs/admission-checks.md
 
 
 @dataclass(slots=True)
@@ -122,6 +123,15 @@ class WorkloadTable:
                 row.admitted_at = event.time
                 row.flavors = _flavors(event)
                 row.reason = ""
+                if event.reserved_only:  # quota held, not started until its checks pass
+                    checks = ", ".join(event.admission_checks)
+                    row.reason = f"{RESERVED}: {checks}"
+            case WorkloadAdmitted() if event.generation == row.generation and not (
+                event.reserved_only
+            ):
+                if not row.reason.startswith(RESERVED):
+                    return False
+                row.reason = ""  # every admission check is Ready: admitted, about to start
             case WorkloadStarted() if event.generation == row.generation:
                 if row.status == "Admitted":
                     row.status = "Running"

@@ -180,3 +180,17 @@ async def test_pending_is_asked_once_a_second_whatever_the_browsers() -> None:
     answers = await asyncio.gather(*(cache.get("cq") for _ in range(50)))
     answers += await asyncio.gather(*(cache.get("cq") for _ in range(50)))
     assert queries.asked == 1 and all(answer == [{"name": "a"}] for answer in answers)
+
+
+def test_a_reservation_waiting_for_checks_says_so_until_admitted() -> None:
+    """Reserved only: admitted in quota, the reason names the checks; the admission of the
+    same generation (every check Ready) clears it, and the start runs it."""
+    model = Model()
+    reserved = msgspec.structs.replace(
+        admitted("a"), id="reserved", reserved_only=True, admission_checks=["budget"]
+    )
+    feed(model, [submitted("a"), reserved])
+    row = model.workloads.rows[("team-a", "a")]
+    assert row.status == "Admitted" and "waiting for admission checks: budget" in row.reason
+    feed(model, [admitted("a"), started("a")])
+    assert (row.status, row.reason) == ("Running", "")
