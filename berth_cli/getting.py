@@ -24,6 +24,7 @@ from berth_cli.client import CliError, connect, query_all
 from berth_cli.kinds import RESOURCES, Resource, by_plural, resolve
 from berth_cli.watching import Snapshot, watch
 from shared.bus import CONFIG_BUCKET, BucketWatch, Bus, live_value
+from shared.config import config_key_prefix
 from shared.durations import kube_timestamp
 
 __all__ = ["config_objects", "get"]
@@ -71,7 +72,7 @@ async def config_objects(bus: Bus, kind: str) -> list[dict[str, Any]]:
     """The stored objects of a config kind, as applied; ``creationTimestamp`` is when the
     stored version was written (the bucket keeps no earlier one)."""
     entries = await BucketWatch.snapshot(await bus.kv(CONFIG_BUCKET))
-    prefix = f"{kind.lower()}."
+    prefix = config_key_prefix(kind)
     items = []
     for entry in entries:
         value = live_value(entry)
