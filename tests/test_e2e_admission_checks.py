@@ -276,3 +276,45 @@ def test_pods_not_ready_in_time_are_evicted_requeued_then_deactivated(
     ], evictions
     ready_facts = [e for e in event_log(url) if isinstance(e, WorkloadPodsReady)]
     assert [e.workload.name for e in ready_facts] == ["ready"], "only the plain one is ready"
+
+
+# 10 s: long enough that the second workload is surely submitted while the first waits.
+BLOCKING = (
+    PODS_READY.replace("    blockAdmission: false\n", "")
+    .replace("backoffLimitCount: 1", "backoffLimitCount: 0")
+    .replace("timeout: 3s", "timeout: 10s")
+)
+
+
+def test_block_admission_holds_the_next_workload_until_the_first_is_ready_or_out(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """blockAdmission (the default with enable): a second workload is admitted only after the
+    first, never ready, was evicted for its timeout (deactivated at once: limit 0)."""
+    url = stack.url
+    assert "blockAdmission" not in BLOCKING and "timeout: 10s" in BLOCKING
+    config = tmp_path / "block.yaml"
+    config.write_text(BLOCKING)
+    berth("apply", "-f", str(config), url=url)
+    never = job_manifest("never-ready", cpu=1, command=["sleep", "600"])
+    container = never["spec"]["template"]["spec"]["containers"][0]
+    container["readinessProbe"] = {"exec": {"command": ["false"]}, "periodSeconds": 1}
+    submit_manifest(url, tmp_path, never)
+    eventually(lambda: is_admitted(_workload(url, "never-ready")), timeout=60)
+    submit_manifest(url, tmp_path, job_manifest("next", cpu=1, command=["sleep", "600"]))
+    eventually(lambda: is_admitted(_workload(url, "next")), timeout=60)
+
+    events = event_log(url)
+    timeout_at = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, EvictionRequested) and e.workload.name == "never-ready"
+    )
+    next_admitted_at = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, WorkloadAdmitted) and e.workload.name == "next"
+    )
+    assert next_admitted_at > timeout_at, "admitted while the first's pods were not ready"
+    eviction = events[timeout_at]
+    assert isinstance(eviction, EvictionRequested) and eviction.reason == "RequeuingLimitExceeded"
