@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from services.recovery.lifecycle import advance, advance_safely, cancel, first_attempt
 from shared.events import (
     CreateWorkload,
@@ -92,17 +94,24 @@ def test_a_preemption_is_counted_once_and_starts_the_ageing_clock_once() -> None
     assert record.recoveries == 2 and record.first_preempted_at == T0 + 1
 
 
-def test_a_watcher_restart_is_not_a_recovery() -> None:
-    """Requeued after Berth's own restart: RECOVERING, but #RECOVERIES stays 0."""
+@pytest.mark.parametrize(
+    ("reason", "why"),
+    [
+        ("WatcherRestarted", "requeued after Berth's own restart"),
+        ("AdmissionCheck", "an admission check's Retry: the reservation never ran"),
+    ],
+)
+def test_a_requeue_that_is_no_preemption_is_not_a_recovery(reason: str, why: str) -> None:
+    """RECOVERING, but #RECOVERIES stays 0 and the ageing clock does not start."""
     record, ref = job()
     run(record, ref, 1)
     advance(
         record,
-        WorkloadEvicted(source="watcher", workload=ref, generation=1, reason="WatcherRestarted"),
+        WorkloadEvicted(source="watcher", workload=ref, generation=1, reason=reason),
         T0,
     )
-    assert record.status == JobStatus.RECOVERING and record.recoveries == 0
-    assert record.first_preempted_at is None
+    assert record.status == JobStatus.RECOVERING and record.recoveries == 0, why
+    assert record.first_preempted_at is None, why
 
 
 def test_failures_are_retried_up_to_the_limit_with_a_new_attempt() -> None:

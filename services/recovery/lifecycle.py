@@ -49,7 +49,9 @@ __all__ = ["advance", "advance_safely", "cancel", "first_attempt", "set_status"]
 _NEVER_FITS = ("maximum capacity", "unavailable in ClusterQueue")
 # Evictions caused by Berth's own restarts: the job is requeued, but #RECOVERIES (which
 # counts preemptions and retried failures) and the ageing clock are not touched.
-NOT_A_RECOVERY = frozenset({"WatcherRestarted"})
+# Requeued without having been preempted: Berth's own restart, an admission check's Retry of
+# a reservation that never ran (docs/admission-checks.md).
+NOT_A_RECOVERY = frozenset({"WatcherRestarted", "AdmissionCheck"})
 _ATTEMPT_NAMESPACE = uuid.UUID("6f1b4f0e-2f44-4b53-9f0e-6c1c1b6a9f31")
 
 
