@@ -225,6 +225,11 @@ def test_without_fair_sharing_the_classical_order_holds() -> None:
     case = CASES["with fair sharing: schedule workload with lowest share first"]
     order, _ = _run(case, enable=False)
     assert order[0] == "older-new"
+    s = Scheduler()
+    s.set_config(config(flavor(OD), *case.documents, configuration(False)))
+    s.submit(wl("new", "eng-alpha", cpu="5"))
+    [decision] = s.schedule()
+    assert isinstance(decision, Admission) and decision.weighted_share is None
 
 
 def test_weighted_share_in_the_cluster_queue_status() -> None:
@@ -235,7 +240,10 @@ def test_weighted_share_in_the_cluster_queue_status() -> None:
     s.set_config(config(flavor(OD), *case.documents, configuration(True)))
     s.submit(wl("b1", "b", cpu="30"))
     s.submit(wl("c1", "c", cpu="0.5"))
-    assert admitted(s.schedule()) == ["c1", "b1"]
+    decisions = s.schedule()
+    assert admitted(decisions) == ["c1", "b1"]
+    # Each admission carries its ClusterQueue's share once admitted (the service logs it).
+    assert [d.weighted_share for d in decisions if isinstance(d, Admission)] == [5, 300]
     shares = {n: s.cluster_queue_status(n)["fairSharing"]["weightedShare"] for n in "bc"}
     assert shares == {"b": 300, "c": 5}
     s.set_config(config(flavor(OD), *case.documents, configuration(False)))

@@ -76,12 +76,17 @@ class Fairness:
         previous.configure(self.settings)
         return previous
 
-    def cluster_queue_status(self, tree: QuotaTree, name: str) -> dict[str, Any]:
-        """``status.fairSharing`` of a ClusterQueue: its weightedShare, when enabled."""
+    def share_of(self, tree: QuotaTree, name: str) -> int | None:
+        """A ClusterQueue's weightedShare now (None with fair sharing off)."""
         node = tree.cluster_queues.get(name)
         if not self.enabled or node is None:
-            return {}
-        return {"fairSharing": {"weightedShare": self.weights.share(node).rounded()}}
+            return None
+        return self.weights.share(node).rounded()
+
+    def cluster_queue_status(self, tree: QuotaTree, name: str) -> dict[str, Any]:
+        """``status.fairSharing`` of a ClusterQueue: its weightedShare, when enabled."""
+        share = self.share_of(tree, name)
+        return {} if share is None else {"fairSharing": {"weightedShare": share}}
 
     def gauges(
         self, tree: QuotaTree, ledger: Ledger | None, now: float

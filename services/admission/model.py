@@ -48,6 +48,8 @@ class Admission:
     assignments: list[FlavorAssignment]
     queue_time: float = 0.0  # epoch seconds: creation, kept across evictions
     due: float | None = None  # its deadline under wait targets (epoch seconds)
+    # With fair sharing on: its ClusterQueue's weightedShare once admitted (for the log).
+    weighted_share: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -359,6 +359,7 @@ class Scheduler(Placement):
                 assignments=result.assignments,
                 queue_time=record.wl.queue_time,
                 due=due,
+                weighted_share=self._config.fairness.share_of(self._config.tree, cq_name),
             )
         )
 

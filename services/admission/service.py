@@ -380,6 +380,11 @@ class AdmissionService:
                     priority=decision.priority,
                     generation=generation,
                     waited_s=round(waited, 3),
+                    **(
+                        {}
+                        if decision.weighted_share is None
+                        else {"weighted_share": decision.weighted_share}
+                    ),
                     **({} if late is None else {"late_s": round(late, 3)}),
                 )
                 outgoing.append(event)
