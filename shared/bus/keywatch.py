@@ -32,6 +32,9 @@ WATCH_QUEUE = 256  # entries waiting for the follow loop; a full queue slows the
 WATCH_HEARTBEAT_S = 0.5
 WATCH_SILENCE_BEATS = 3
 WATCH_INACTIVE_S = 60.0  # the server removes the consumer of a watch this long unread
+# A re-creation asks JetStream with this timeout, not nats-py's 5 s: while a killed node's
+# groups elect leaders a request can go unanswered, and the next try should not wait long.
+WATCH_API_TIMEOUT_S = 1.0
 KV_OPERATION = "KV-Operation"
 MARKER_REASON = "Nats-Marker-Reason"  # nats-server 2.11+: an expiry marker's operation
 MARKER_OPERATIONS = {"MaxAge": "PURGE", "Purge": "PURGE", "Remove": "DEL"}
@@ -73,12 +76,20 @@ class KeyWatch:
         if self._watchdog is not None:
             self._watchdog.cancel()
             await asyncio.gather(self._watchdog, return_exceptions=True)
-        await self._drop_consumer()
+        consumer = await self._drop_subscription()
+        if consumer and self.bucket.nc.is_connected:
+            # Unread, the server drops it after WATCH_INACTIVE_S anyway; this is tidiness.
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await asyncio.wait_for(
+                    self.bucket.js.delete_consumer(self.bucket.stream, consumer),
+                    WATCH_API_TIMEOUT_S,
+                )
 
     # --- the consumer ----------------------------------------------------------------------
 
-    async def _create(self) -> None:
-        """A new consumer from :attr:`next_revision` (the last entry of each key at first)."""
+    async def _create(self, *, answer_within: float | None = None) -> None:
+        """A new consumer from :attr:`next_revision` (the last entry of each key at first);
+        ``answer_within``: seconds JetStream has to answer (nats-py's default if None)."""
         self._generation += 1
         generation = self._generation
         self._created.clear()
@@ -106,7 +117,7 @@ class KeyWatch:
             config.opt_start_seq = self.next_revision
         else:
             config.deliver_policy = api.DeliverPolicy.LAST_PER_SUBJECT
-        info = await self.bucket.js.add_consumer(self.bucket.stream, config)
+        info = await self.bucket.js.add_consumer(self.bucket.stream, config, timeout=answer_within)
         self._consumer = info.name
         self._last_heard = time.monotonic()
         delivered = info.delivered.consumer_seq if info.delivered else 0
@@ -114,21 +125,22 @@ class KeyWatch:
             await self._initial_values_done()  # an empty bucket
         self._created.set()
 
-    async def _drop_consumer(self) -> None:
+    async def _drop_subscription(self) -> str:
+        """Stop listening to the current consumer; returns its name."""
         subscription, self._subscription = self._subscription, None
         if subscription is not None:
             with contextlib.suppress(nats.errors.Error, ValueError):
                 await subscription.unsubscribe()
         consumer, self._consumer = self._consumer, ""
-        if consumer and self.bucket.nc.is_connected:
-            # Unread, the server drops it after WATCH_INACTIVE_S anyway; this is tidiness.
-            with contextlib.suppress(nats.errors.Error, TimeoutError):
-                await self.bucket.js.delete_consumer(self.bucket.stream, consumer)
+        return consumer
 
     async def _recreate(self, reason: str) -> None:
+        """A new consumer after the last revision handed over. The old one is not deleted:
+        it is gone with its node, or the server removes it once unread (WATCH_INACTIVE_S),
+        and asking first would hold the new one up while JetStream does not answer."""
         log.info("watch_restarted", bucket=self.bucket.name, reason=reason)
-        await self._drop_consumer()
-        await self._create()
+        await self._drop_subscription()
+        await self._create(answer_within=WATCH_API_TIMEOUT_S)
 
     async def _watch_over(self) -> None:
         """Re-create the consumer at once after a reconnect, and when the server has been
@@ -152,7 +164,7 @@ class KeyWatch:
                 log.warning("watch_not_resumed", bucket=self.bucket.name, error=repr(error))
                 self._restart.set()
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                delay = min(delay * 2, 0.5)
 
     # --- what arrives ----------------------------------------------------------------------
 
