@@ -1,10 +1,10 @@
 """Reporting the local backend's finished runs: ``WorkloadFinished`` and the terminal status.
 
 A finish is two writes: the report (it frees the quota) and the status record, in that
-order, the second only once the first is stored (:meth:`Finishes.send`): a terminal status
-says its report is on the stream, and says so (``reported``). A terminal status without the
-mark is reported again when a watcher starts (:func:`unreported_finish`). Simulated runs
-whose time is up are reported in pipelined rounds, many at once.
+order, the second only once the first is stored (:meth:`Finishes.send`), marked
+``reported``: the mark means the report is on the stream. A terminal status without it is
+reported again when a watcher starts (:func:`unreported_finish`). Simulated runs whose time
+is up are reported in pipelined rounds, many at once.
 """
 
 from __future__ import annotations
