@@ -10,6 +10,7 @@ after a restart rebuilds the same clocks; its own eviction events count the requ
 
 from __future__ import annotations
 
+import heapq
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -71,17 +72,22 @@ class _Admitted:
     cluster_queue: str
     generation: int
     at: float  # when it was admitted (and may start), epoch seconds
-    ready: bool = False
-    timed_out: bool = False  # an eviction for it was decided or seen
 
 
 class PodsReadyClock:
-    """Admitted workloads waiting for their pods to be ready, and their requeue counts."""
+    """Admitted workloads whose pods are not ready yet, and their requeue counts.
+
+    Only the workloads still waiting are kept (:attr:`waiting`): one whose pods are ready,
+    or whose eviction was decided, has nothing more to time out. Their deadlines are a heap
+    ordered by admission time, so each turn of the loop looks only at those that are due.
+    """
 
     def __init__(self) -> None:
         self.settings = WaitForPodsReady()
         self.timeout = parse_duration(self.settings.timeout)
-        self.admitted: dict[str, _Admitted] = {}
+        self.waiting: dict[str, _Admitted] = {}
+        self.generations: dict[str, int] = {}  # uid -> its latest admission seen
+        self.deadlines: list[tuple[float, str, int]] = []  # (admitted at, uid, generation)
         # uid -> the generations evicted for PodsReadyTimeout with a requeue (a set, so that
         # a redelivered eviction counts once): its requeue count is their number.
         self.requeued: dict[str, set[int]] = {}
@@ -98,30 +104,32 @@ class PodsReadyClock:
     def apply(self, event: AnyEvent) -> None:
         """Fold one event; idempotent (a redelivered event finds its work done)."""
         uid = event.workload.uid
-        current = self.admitted.get(uid)
+        current = self.waiting.get(uid)
         match event:
             case WorkloadAdmitted() if not event.reserved_only:
                 # Admitted (not only reserved): the pods may start, the clock starts.
-                if current is None or current.generation < event.generation:
-                    self.admitted[uid] = _Admitted(
-                        event.workload,
-                        event.cluster_queue,
-                        event.generation,
-                        event.time.timestamp(),
+                if self.generations.get(uid, 0) < event.generation:
+                    self.generations[uid] = event.generation
+                    at = event.time.timestamp()
+                    self.waiting[uid] = _Admitted(
+                        event.workload, event.cluster_queue, event.generation, at
                     )
-            case WorkloadPodsReady():
+                    heapq.heappush(self.deadlines, (at, uid, event.generation))
+            case WorkloadPodsReady() | EvictionRequested():
                 if current is not None and current.generation == event.generation:
-                    current.ready = True
-            case EvictionRequested():
-                if current is not None and current.generation == event.generation:
-                    current.timed_out = True
-                if event.reason == REASON and event.requeue_at is not None:
+                    del self.waiting[uid]  # ready, or leaving: nothing left to time out
+                if (
+                    isinstance(event, EvictionRequested)
+                    and event.reason == REASON
+                    and event.requeue_at is not None
+                ):
                     self.requeued.setdefault(uid, set()).add(event.generation)
             case WorkloadEvicted() | WorkloadFinished():
                 if current is not None and current.generation == event.generation:
-                    del self.admitted[uid]
+                    del self.waiting[uid]
             case WorkloadDeleted():
-                self.admitted.pop(uid, None)
+                self.waiting.pop(uid, None)
+                self.generations.pop(uid, None)
                 self.requeued.pop(uid, None)
 
     def blocking(self) -> bool:
@@ -129,51 +137,57 @@ class PodsReadyClock:
         nothing else may be admitted (Kueue admits one at a time until its pods are ready)."""
         if not self.enabled or not self.settings.blocks_admission:
             return False
-        return any(not a.ready and not a.timed_out for a in self.admitted.values())
+        return bool(self.waiting)
 
     def due(self, now: float) -> list[EvictionRequested]:
         """Evictions for the admitted workloads whose pods are not ready ``timeout`` after
         their admission, each decided once: requeued after :func:`backoff_seconds`, or
         deactivated past the limit (:func:`after_timeout`)."""
-        if not self.enabled:
-            return []
-        strategy = self.settings.requeuing_strategy
         out: list[EvictionRequested] = []
-        for uid, run in sorted(self.admitted.items()):
-            if run.ready or run.timed_out or now - run.at < self.timeout:
+        while self.deadlines:
+            at, uid, generation = self.deadlines[0]
+            run = self.waiting.get(uid)
+            if run is None or run.generation != generation:
+                heapq.heappop(self.deadlines)  # ready, evicted or readmitted since
                 continue
-            run.timed_out = True
-            requeues = len(self.requeued.get(uid, ()))
-            message = f"Exceeded the PodsReady timeout {self.settings.timeout}"
-            requeue_at: datetime | None = None
-            limit = strategy.backoff_limit_count
-            if after_timeout(requeues, limit) == "deactivate":
-                reason = LIMIT_REASON
-                message = (
-                    "The workload is deactivated due to exceeding the maximum number of"
-                    f" re-queuing retries ({limit})"
-                )
-            else:
-                reason = REASON
-                wait = backoff_seconds(
-                    requeues + 1,
-                    base=strategy.backoff_base_seconds,
-                    cap=strategy.backoff_max_seconds,
-                    draw=self.random.random(),
-                )
-                requeue_at = datetime.fromtimestamp(now + wait, UTC)
-                message += f"; requeued after a {wait:.0f}s backoff (requeue {requeues + 1})"
-            out.append(
-                EvictionRequested(
-                    id=f"podsreadytimeout-{uid}-{run.generation}",
-                    source="admission",
-                    workload=run.ref,
-                    cluster_queue=run.cluster_queue,
-                    generation=run.generation,
-                    reason=reason,
-                    message=message,
-                    requeue_at=requeue_at,
-                    deactivated=requeue_at is None,
-                )
-            )
+            if not self.enabled or now - at < self.timeout:
+                break  # the earliest one still waiting is not due: none is
+            heapq.heappop(self.deadlines)
+            del self.waiting[uid]  # decided once
+            out.append(self._timed_out(run, now))
         return out
+
+    def _timed_out(self, run: _Admitted, now: float) -> EvictionRequested:
+        strategy = self.settings.requeuing_strategy
+        uid = run.ref.uid
+        requeues = len(self.requeued.get(uid, ()))
+        message = f"Exceeded the PodsReady timeout {self.settings.timeout}"
+        requeue_at: datetime | None = None
+        limit = strategy.backoff_limit_count
+        if after_timeout(requeues, limit) == "deactivate":
+            reason = LIMIT_REASON
+            message = (
+                "The workload is deactivated due to exceeding the maximum number of"
+                f" re-queuing retries ({limit})"
+            )
+        else:
+            reason = REASON
+            wait = backoff_seconds(
+                requeues + 1,
+                base=strategy.backoff_base_seconds,
+                cap=strategy.backoff_max_seconds,
+                draw=self.random.random(),
+            )
+            requeue_at = datetime.fromtimestamp(now + wait, UTC)
+            message += f"; requeued after a {wait:.0f}s backoff (requeue {requeues + 1})"
+        return EvictionRequested(
+            id=f"podsreadytimeout-{uid}-{run.generation}",
+            source="admission",
+            workload=run.ref,
+            cluster_queue=run.cluster_queue,
+            generation=run.generation,
+            reason=reason,
+            message=message,
+            requeue_at=requeue_at,
+            deactivated=requeue_at is None,
+        )
