@@ -58,13 +58,22 @@ class KeyWatch:
         self._consumer = ""
         self._last_heard = time.monotonic()
         self._restart = asyncio.Event()
+        self._why = ""  # what set _restart, for the log line
         self._watchdog: asyncio.Task[None] | None = None
         self._stopped = False
 
     async def start(self) -> None:
         await self._create()
-        self.bucket.reconnects.add(self._restart.set)
+        self.bucket.reconnects.add(self._reconnected)
         self._watchdog = asyncio.create_task(self._watch_over(), name="bus.kv-watch")
+
+    def _reconnected(self) -> None:
+        self._restart_for("reconnected")
+
+    def _restart_for(self, why: str) -> None:
+        """Have the watchdog re-create the consumer now."""
+        self._why = why
+        self._restart.set()
 
     async def next(self, *, wait: float) -> KeyValue.Entry | None:
         """The next entry or marker; ``TimeoutError`` if none came within ``wait`` s."""
@@ -72,7 +81,7 @@ class KeyWatch:
 
     async def stop(self) -> None:
         self._stopped = True
-        self.bucket.reconnects.discard(self._restart.set)
+        self.bucket.reconnects.discard(self._reconnected)
         if self._watchdog is not None:
             self._watchdog.cancel()
             await asyncio.gather(self._watchdog, return_exceptions=True)
@@ -150,19 +159,19 @@ class KeyWatch:
         while not self._stopped:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._restart.wait(), WATCH_HEARTBEAT_S)
-            reconnected = self._restart.is_set()
+            asked = self._restart.is_set()
             # A full queue holds the heartbeats back too: that is a slow reader, not silence.
             silent = time.monotonic() - self._last_heard > silence and not self.queue.full()
-            if not (reconnected or silent) or not self.bucket.nc.is_connected:
+            if not (asked or silent) or not self.bucket.nc.is_connected:
                 continue
             self._restart.clear()
             try:
-                await self._recreate("reconnected" if reconnected else "consumer silent")
+                await self._recreate(self._why if asked else "consumer silent")
                 delay = 0.1
             except (nats.errors.Error, TimeoutError) as error:
                 # JetStream not answering yet (a stream electing its leader): try again soon.
                 log.warning("watch_not_resumed", bucket=self.bucket.name, error=repr(error))
-                self._restart.set()
+                self._restart_for("retry")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
@@ -178,11 +187,11 @@ class KeyWatch:
             if headers.get("Status") == "100":
                 await self._on_control(msg, headers)
             else:  # the server ended the consumer (409 Consumer Deleted, say): a new one
-                self._restart.set()
+                self._restart_for(f"status {headers.get('Status')}")
             return
         meta = msg.metadata
         if meta.sequence.consumer != self._consumer_seq + 1:
-            self._restart.set()  # a message was lost on the way: start again after the last
+            self._restart_for("gap")  # a message was lost on the way: start after the last
             return
         self._consumer_seq = meta.sequence.consumer
         if meta.sequence.stream < self.next_revision:
@@ -221,7 +230,7 @@ class KeyWatch:
             await self.bucket.nc.publish(stalled, b"")
         last = headers.get("Nats-Last-Consumer")
         if last is not None and int(last) != self._consumer_seq:
-            self._restart.set()
+            self._restart_for("gap")
 
     async def _initial_values_done(self) -> None:
         if not self.initial_done:
