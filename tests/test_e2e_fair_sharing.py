@@ -71,7 +71,7 @@ def test_the_cluster_queue_with_the_lower_share_admits_first(stack: Stack, tmp_p
     )
     berth("apply", "-f", str(tmp_path / "setup.yaml"), url=url)
     submit_manifest(url, tmp_path, job_manifest("a1", cpu=2, queue="alpha"))
-    eventually(lambda: is_admitted(_workloads(url)["a1"]))
+    eventually(lambda: is_admitted(_workloads(url)["a1"]), timeout=60)
     go = tmp_path / "go"
     filler = job_manifest(
         "filler",
@@ -80,7 +80,7 @@ def test_the_cluster_queue_with_the_lower_share_admits_first(stack: Stack, tmp_p
         command=["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done"],
     )
     submit_manifest(url, tmp_path, filler)
-    eventually(lambda: is_admitted(_workloads(url)["filler"]))
+    eventually(lambda: is_admitted(_workloads(url)["filler"]), timeout=60)
     submit_manifest(url, tmp_path, job_manifest("a2", cpu=4, queue="alpha"))
     submit_manifest(url, tmp_path, job_manifest("b1", cpu=4, queue="beta"))
 
@@ -89,7 +89,7 @@ def test_the_cluster_queue_with_the_lower_share_admits_first(stack: Stack, tmp_p
         rows |= {p["name"] for p in get_json(url, "pending", "beta")}
         return rows == {"a2", "b1"}
 
-    eventually(both_pending)
+    eventually(both_pending, timeout=60)
     go.touch()  # the filler ends: 4 CPUs free, room for one of the two
 
     def one_admitted() -> dict[str, dict[str, Any]]:
@@ -98,7 +98,7 @@ def test_the_cluster_queue_with_the_lower_share_admits_first(stack: Stack, tmp_p
         assert admitted, "neither admitted yet"
         return workloads
 
-    workloads = eventually(one_admitted)
+    workloads = eventually(one_admitted, timeout=60)
     assert is_admitted(workloads["b1"]) and not is_admitted(workloads["a2"])
 
     shares = {
@@ -183,10 +183,13 @@ def test_admission_fair_sharing_takes_the_less_consuming_local_queue_first(
         command=["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done"],
     )
     submit_manifest(url, tmp_path, first)
-    eventually(lambda: is_admitted(_workloads(url)["a1"]))
+    eventually(lambda: is_admitted(_workloads(url)["a1"]), timeout=60)
     submit_manifest(url, tmp_path, job_manifest("a2", cpu=4, queue="team-a"))
     submit_manifest(url, tmp_path, job_manifest("b1", cpu=4, queue="team-b"))
-    eventually(lambda: {p["name"] for p in get_json(url, "pending", "shared")} == {"a2", "b1"})
+    eventually(
+        lambda: {p["name"] for p in get_json(url, "pending", "shared")} == {"a2", "b1"},
+        timeout=60,
+    )
     go.touch()
 
     def one_admitted() -> dict[str, dict[str, Any]]:
@@ -194,7 +197,7 @@ def test_admission_fair_sharing_takes_the_less_consuming_local_queue_first(
         assert any(is_admitted(workloads[name]) for name in ("a2", "b1"))
         return workloads
 
-    workloads = eventually(one_admitted)
+    workloads = eventually(one_admitted, timeout=60)
     assert is_admitted(workloads["b1"]) and not is_admitted(workloads["a2"])
     queues = {q["metadata"]["name"]: q for q in get_json(url, "localqueues")}
     consumed = queues["team-a"]["status"]["fairSharing"]["admissionFairSharingStatus"]
