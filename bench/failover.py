@@ -737,8 +737,8 @@ def render(result: Result, scenario: Scenario) -> str:
         "consumer: each is a Raft group):",
         *led_lines,
         "  A group whose leader is killed answers nothing until its followers elect another:",
-        f"  nats-server waits a random {RAFT_ELECTION_S[0]:g}-{RAFT_ELECTION_S[1]:g} s without"
-        " the leader's 1 s heartbeats",
+        f"  nats-server waits a random {RAFT_ELECTION_S[0]:g}-{RAFT_ELECTION_S[1]:g} s after the"
+        " leader's last heartbeat (one a second)",
         "  (server/raft.go minElectionTimeout/maxElectionTimeout, compiled in: no configuration",
         "  option changes them). A kill of a node that led a group on the admission path (the",
         "  event stream, the leases, the objects or status bucket, a service's consumer) costs",
