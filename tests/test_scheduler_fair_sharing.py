@@ -284,3 +284,22 @@ def test_weighted_share_and_fair_usage_gauges() -> None:
     ]
     s.set_config(config(flavor(OD), *case.documents, configuration(False)))
     assert queue_samples(s.queue_stats(), queues, [])["berth_cluster_queue_weighted_share"] == []
+
+
+def test_a_queue_without_cohort_named_like_a_cohort_is_still_scheduled() -> None:
+    """A ClusterQueue with no cohort keeps the classical order even when a cohort of the
+    same name takes the tournament (names of ClusterQueues and Cohorts are apart)."""
+    s = Scheduler()
+    s.set_config(
+        config(
+            flavor(OD),
+            cq("shared", group(["cpu"], (OD, {"cpu": 4}))),
+            lq("shared", "shared"),
+            cohort("shared", cpu=4),
+            *queue("member", "shared"),
+            configuration(True),
+        )
+    )
+    s.submit(wl("alone", "shared", cpu="4"))
+    s.submit(wl("in-cohort", "member", cpu="4"))
+    assert sorted(admitted(s.schedule())) == ["alone", "in-cohort"]

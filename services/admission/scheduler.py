@@ -206,7 +206,7 @@ class Scheduler(Placement):
             for entry in heads:
                 if config.tree.cluster_queues[entry.cq].parent is not None:
                     fair_roots.setdefault(config.root(entry.cq), []).append(entry.cq)
-            heads = [entry for entry in heads if config.root(entry.cq) not in fair_roots]
+            heads = [e for e in heads if config.tree.cluster_queues[e.cq].parent is None]
         heapq.heapify(heads)
         # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
         # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
