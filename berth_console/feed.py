@@ -112,9 +112,19 @@ class BusFeed:
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
             config=api.ConsumerConfig(opt_start_seq=resume),
         )
+        # Until the console stops, or the connection comes back after a failover: the
+        # consumer may have died with a NATS node, and a new one (the next round of
+        # _retrying) resumes now rather than at nats-py's heartbeat check, seconds later.
+        reconnected = asyncio.Event()
+        self.bus.reconnects.add(reconnected.set)
+        waits = [asyncio.create_task(e.wait()) for e in (self.stopping, reconnected)]
         try:
-            await self.stopping.wait()
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            self.bus.reconnects.discard(reconnected.set)
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
             with contextlib.suppress(BusError, ValueError):
                 await bus_call(subscription.unsubscribe())
 

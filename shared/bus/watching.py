@@ -50,6 +50,10 @@ class BucketWatch:
             raise
         return cls(watcher), initial
 
+    async def stop(self) -> None:
+        """End the watch (a follow loop ends it too); once is enough, twice is harmless."""
+        await self._watcher.stop()
+
     async def follow(
         self, handle: Callable[[KeyValue.Entry], Awaitable[None]], *, stopping: asyncio.Event
     ) -> None:

@@ -66,7 +66,7 @@ from services.watcher.kube.watching import (
     WatchSettings,
     watch_objects,
 )
-from shared.bus import CONFIG_BUCKET
+from shared.bus import CONFIG_BUCKET, BucketWatch
 from shared.deadletter import dead_letters
 from shared.events import (
     AnyEvent,
@@ -142,16 +142,16 @@ class KubernetesBackend:
     async def observe(self) -> None:
         config_kv = await self.bus.kv(CONFIG_BUCKET)
         self.mirror = ConfigMirror(config_kv, malformed=self._malformed_config)
-        queues = await config_kv.watchall()
+        queues, initial = await BucketWatch.start(config_kv)
         tasks: list[asyncio.Task[None]] = []
         logs = None
         try:
             # Default LocalQueues first: they decide which unlabelled workloads are ours.
-            async for entry in queues:
-                if entry is None:
-                    break
+            for entry in initial:
                 self.default_queues.note(entry)
-            follow_queues = self.default_queues.follow(queues, self._queue_gained)
+            follow_queues = self.default_queues.follow(
+                queues, self._queue_gained, stopping=self.runtime.stopping
+            )
             tasks.append(asyncio.create_task(follow_queues, name="kube.queues"))
             # One list-watch per resource and managed namespace (cluster-wide if all are).
             for kind, resource in WORKLOAD_RESOURCES.items():
@@ -192,7 +192,7 @@ class KubernetesBackend:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await queues.stop()  # type: ignore[no-untyped-call]
+            await queues.stop()
             if logs is not None:
                 await logs.unsubscribe()
 

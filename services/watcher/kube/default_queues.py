@@ -8,10 +8,12 @@ namespaces do, whether the queue came from ``berth apply`` or from the cluster.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from nats.js.kv import KeyValue
+
+from shared.bus import BucketWatch
 
 __all__ = ["DefaultQueues"]
 
@@ -34,15 +36,19 @@ class DefaultQueues:
         self.namespaces.add(namespace)
         return namespace
 
-    async def follow(self, queues: Any, gained: Callable[[str], Awaitable[None]]) -> None:
-        """Follow the bucket's updates for ever; ``gained(namespace)`` when one gains it."""
-        while True:
-            try:
-                entry = await queues.updates(timeout=5.0)
-            except TimeoutError:  # nats-py's is one too
-                continue
-            if entry is None:
-                continue
+    async def follow(
+        self,
+        queues: BucketWatch,
+        gained: Callable[[str], Awaitable[None]],
+        *,
+        stopping: asyncio.Event,
+    ) -> None:
+        """Follow the config bucket's changes until ``stopping``; ``gained(namespace)`` when
+        a namespace gains its default LocalQueue."""
+
+        async def handle(entry: KeyValue.Entry) -> None:
             namespace = self.note(entry)
             if namespace is not None:
                 await gained(namespace)
+
+        await queues.follow(handle, stopping=stopping)
