@@ -26,8 +26,10 @@ from tests.e2e import (
     is_admitted,
     job_manifest,
     objects_status,
+    scrape,
     submit_manifest,
 )
+from tests.test_e2e_metrics import samples, value
 
 CHECKED = """
 apiVersion: kueue.x-k8s.io/v1beta1
@@ -198,6 +200,14 @@ def test_admission_checks_hold_reject_retry_and_admit(stack: Stack, tmp_path: Pa
     ]
     assert admissions == [(1, True), (2, True), (2, False)], admissions
     assert [e.generation for e in events if isinstance(e, WorkloadStarted)] == [2]
+
+    # Kueue's metrics: four reservations (waiter, rejected, retried twice), one admission,
+    # whose wait for its checks is observed once.
+    admission = samples(scrape(stack, "admission"))
+    cq = {"cluster_queue": "checked-cq"}
+    assert value(admission, "berth_quota_reserved_workloads_total", **cq) == 4
+    assert value(admission, "berth_admitted_workloads_total", **cq) == 1
+    assert value(admission, "berth_admission_checks_wait_time_seconds_count", **cq) == 1
 
 
 PODS_READY = """

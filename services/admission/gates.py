@@ -141,6 +141,11 @@ class Gates:
                 out.append((ref, eviction.reason if eviction else "", generation))
         return out
 
+    def reserved_at(self, uid: str) -> float | None:
+        """When the workload's reservation waiting for checks was made, if it has one."""
+        waiting = self.checks.waiting.get(uid)
+        return None if waiting is None else waiting.event.time.timestamp()
+
     def blocking(self) -> bool:
         """waitForPodsReady.blockAdmission: nothing is admitted while this is true."""
         return self.pods_ready.blocking()

@@ -22,7 +22,7 @@ from shared.quantities import QuantityError, parse_quantity
 if TYPE_CHECKING:
     from services.admission.service import AdmissionService
 
-__all__ = ["QUEUES", "admitted", "attempt", "evicted", "queue_samples"]
+__all__ = ["QUEUES", "admitted", "attempt", "checks_passed", "evicted", "queue_samples"]
 
 # Kueue's buckets (1 s to 10240 s, doubling from 2.5) and sub-second ones before them: a
 # Kueue panel reading a bucket by its `le` finds it.
@@ -56,6 +56,13 @@ QUOTA_RESERVED_WAIT = Histogram(
 ADMITTED = Counter(
     "berth_admitted_workloads_total", "Workloads admitted (each admission), per ClusterQueue.", _CQ
 )
+ADMISSION_CHECKS_WAIT = Histogram(
+    "berth_admission_checks_wait_time_seconds",
+    "Time from quota reservation to admission, for workloads that waited for admission"
+    " checks, per ClusterQueue.",
+    _CQ,
+    buckets=WAIT_BUCKETS,
+)
 ADMISSION_WAIT = Histogram(
     "berth_admission_wait_time_seconds",
     "Time from queue time (creation, kept across evictions) to admission, per ClusterQueue.",
@@ -81,6 +88,13 @@ LQ_QUOTA_RESERVED_WAIT = Histogram(
 )
 LQ_ADMITTED = Counter(
     "berth_local_queue_admitted_workloads_total", "Workloads admitted, per LocalQueue.", _LQ
+)
+LQ_ADMISSION_CHECKS_WAIT = Histogram(
+    "berth_local_queue_admission_checks_wait_time_seconds",
+    "Time from quota reservation to admission, for workloads that waited for admission"
+    " checks, per LocalQueue.",
+    _LQ,
+    buckets=WAIT_BUCKETS,
 )
 LQ_ADMISSION_WAIT = Histogram(
     "berth_local_queue_admission_wait_time_seconds",
@@ -127,8 +141,8 @@ QUEUES = StateGauges(
     ),
     GaugeSpec(
         "berth_cluster_queue_resource_usage",
-        "Quota used by admitted workloads, per flavor and resource (as reservation: Berth"
-        " has no admission checks).",
+        "Quota used by admitted workloads, per flavor and resource (as reservation: a"
+        " reservation waiting for admission checks counts too, not yet told apart).",
         _RESOURCE,
     ),
     GaugeSpec(
@@ -212,25 +226,44 @@ def attempt(*, admitted_any: bool, seconds: float) -> None:
 
 
 def admitted(
-    *, cluster_queue: str, namespace: str, local_queue: str, waited: float, late: bool
+    *,
+    cluster_queue: str,
+    namespace: str,
+    local_queue: str,
+    waited: float,
+    late: bool,
+    reserved_only: bool = False,
 ) -> None:
-    """One admission is a quota reservation and an admission at once (Berth has no
-    admission checks), counted per ClusterQueue and LocalQueue with its wait from queue
-    time; ``late`` past its wait target."""
+    """A quota reservation, counted per ClusterQueue and LocalQueue with its wait from queue
+    time; ``late`` past its wait target. Without admission checks it is an admission at
+    once; with them (``reserved_only``) the admission is counted by :func:`checks_passed`."""
     lq = {"name": local_queue, "namespace": namespace}
-    for counter, labels in (
-        (QUOTA_RESERVED, {"cluster_queue": cluster_queue}),
-        (ADMITTED, {"cluster_queue": cluster_queue}),
-        (LQ_QUOTA_RESERVED, lq),
-        (LQ_ADMITTED, lq),
-    ):
-        counter.labels(**labels).inc()
+    QUOTA_RESERVED.labels(cluster_queue=cluster_queue).inc()
+    LQ_QUOTA_RESERVED.labels(**lq).inc()
     QUOTA_RESERVED_WAIT.labels(cluster_queue=cluster_queue).observe(waited)
-    ADMISSION_WAIT.labels(cluster_queue=cluster_queue).observe(waited)
     LQ_QUOTA_RESERVED_WAIT.labels(**lq).observe(waited)
-    LQ_ADMISSION_WAIT.labels(**lq).observe(waited)
+    if not reserved_only:
+        _admission(cluster_queue, lq, waited)
     if late:
         LATE.labels(cluster_queue=cluster_queue).inc()
+
+
+def checks_passed(
+    *, cluster_queue: str, namespace: str, local_queue: str, waited: float, checks_waited: float
+) -> None:
+    """A reservation whose admission checks are all Ready is admitted: counted with its wait
+    from queue time, and ``checks_waited`` from its reservation."""
+    lq = {"name": local_queue, "namespace": namespace}
+    _admission(cluster_queue, lq, waited)
+    ADMISSION_CHECKS_WAIT.labels(cluster_queue=cluster_queue).observe(checks_waited)
+    LQ_ADMISSION_CHECKS_WAIT.labels(**lq).observe(checks_waited)
+
+
+def _admission(cluster_queue: str, lq: dict[str, str], waited: float) -> None:
+    ADMITTED.labels(cluster_queue=cluster_queue).inc()
+    LQ_ADMITTED.labels(**lq).inc()
+    ADMISSION_WAIT.labels(cluster_queue=cluster_queue).observe(waited)
+    LQ_ADMISSION_WAIT.labels(**lq).observe(waited)
 
 
 def evicted(*, cluster_queue: str, namespace: str, local_queue: str, reason: str) -> None:

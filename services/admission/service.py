@@ -308,6 +308,15 @@ class AdmissionService:
                 record = self.records.get(event.workload.uid)
                 if record is not None and isinstance(event, EvictionRequested):
                     record.on_eviction_requested(event)
+                reserved_at = self.gates.reserved_at(event.workload.uid)
+                if record is not None and isinstance(event, WorkloadAdmitted) and reserved_at:
+                    metrics.checks_passed(  # every check Ready: admitted now
+                        cluster_queue=event.cluster_queue,
+                        namespace=event.workload.namespace,
+                        local_queue=event.local_queue,
+                        waited=max(0.0, now - record.submitted.created.timestamp()),
+                        checks_waited=max(0.0, now - reserved_at),
+                    )
             await self.bus.publish_many(gated)
         released = self.gates.released(now)
         for ref, reason, generation in released:
@@ -371,6 +380,7 @@ class AdmissionService:
                     local_queue=decision.local_queue,
                     waited=waited,
                     late=bool(late),
+                    reserved_only=event.reserved_only,
                 )
                 log.info(
                     "reserved" if event.reserved_only else "admitted",
