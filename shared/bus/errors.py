@@ -74,7 +74,12 @@ def translate(error: BaseException) -> BusError:
     message = str(error) or type(error).__name__
     if isinstance(error, nats.js.errors.KeyWrongLastSequenceError):
         return KeyExists(message)
-    if isinstance(error, nats.js.errors.KeyNotFoundError | nats.js.errors.NoKeysError):
+    if isinstance(
+        error,
+        nats.js.errors.KeyNotFoundError
+        | nats.js.errors.KeyDeletedError
+        | nats.js.errors.NoKeysError,
+    ):
         return KeyNotFound(message)
     if isinstance(error, nats.js.errors.BucketNotFoundError):
         return BucketNotFound(message)
