@@ -1,11 +1,12 @@
 """The message bus: NATS JetStream streams, durable consumers and key-value buckets.
 
 - :mod:`~shared.bus.settings`: the stream's and buckets' names, what a deployment sets;
-- :mod:`~shared.bus.connection`: connecting, riding out outages, opening streams and buckets;
+- :mod:`~shared.bus.connection`: connecting, riding out outages, opening streams and buckets
+  (:mod:`~shared.bus.buckets`: a bucket that raises the bus's errors and names itself);
 - :mod:`~shared.bus.publishing` (with :mod:`~shared.bus.acks`): pipelined publishes, retried
   with the same message id while their outcome is unknown;
 - :mod:`~shared.bus.consuming` (with :mod:`~shared.bus.pulling`): batches handed to a
-  handler and acked once handled;
+  handler and acked once handled, past the fence read by :mod:`~shared.bus.fences`;
 - :mod:`~shared.bus.watching` (with :mod:`~shared.bus.keywatch`): buckets as list+watch;
 - :mod:`~shared.bus.errors`: what callers catch (nats-py's errors never leave the package:
   buckets raise these, and :func:`bus_call` / :func:`translated` wrap any other call on a
