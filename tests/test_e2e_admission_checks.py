@@ -286,6 +286,10 @@ def test_pods_not_ready_in_time_are_evicted_requeued_then_deactivated(
     ], evictions
     ready_facts = [e for e in event_log(url) if isinstance(e, WorkloadPodsReady)]
     assert [e.workload.name for e in ready_facts] == ["ready"], "only the plain one is ready"
+    admission = samples(scrape(stack, "admission"))
+    cq = {"cluster_queue": "cluster-queue"}
+    assert value(admission, "berth_admitted_until_ready_wait_time_seconds_count", **cq) == 1
+    assert value(admission, "berth_evicted_workloads_total", reason="PodsReadyTimeout", **cq) == 1
 
 
 # 10 s: long enough that the second workload is surely submitted while the first waits.

@@ -33,6 +33,10 @@ KUEUE: dict[str, tuple[str, ...]] = {
     "admitted_workloads_total": _CQ,
     "admission_wait_time_seconds": _CQ,
     "admission_checks_wait_time_seconds": _CQ,
+    "ready_wait_time_seconds": _CQ,
+    "admitted_until_ready_wait_time_seconds": _CQ,
+    "local_queue_ready_wait_time_seconds": _LQ,
+    "local_queue_admitted_until_ready_wait_time_seconds": _LQ,
     "local_queue_admission_checks_wait_time_seconds": _LQ,
     "evicted_workloads_total": ("cluster_queue", "reason"),
     "preempted_workloads_total": ("preempting_cluster_queue", "reason"),
@@ -61,10 +65,6 @@ KUEUE: dict[str, tuple[str, ...]] = {
 # Kueue's metrics Berth does not serve, and why.
 NOT_SERVED = {
     "admission_cycle_preemption_skips": "one pass admits everything that fits; nothing is skipped for another ClusterQueue in the same cycle",
-    "ready_wait_time_seconds": "not yet (waitForPodsReady is honoured: docs/admission-checks.md)",
-    "admitted_until_ready_wait_time_seconds": "not yet",
-    "local_queue_ready_wait_time_seconds": "not yet",
-    "local_queue_admitted_until_ready_wait_time_seconds": "not yet",
     "evicted_workloads_once_total": "not yet: evicted_workloads_total counts every eviction",
     "cluster_queue_weighted_share": "not yet (fair sharing computes it per victim search only)",
     "cohort_weighted_share": "not yet",

@@ -74,11 +74,12 @@ class Gates:
             configurations[0].spec.wait_for_pods_ready if configurations else None
         )
 
-    def apply(self, event: AnyEvent) -> None:
-        """Fold one event into the checks, the pods-ready clock and the evictions."""
+    def apply(self, event: AnyEvent) -> float | None:
+        """Fold one event into the checks, the pods-ready clock and the evictions; for a
+        workload's first PodsReady of an admission, returns when it was admitted."""
         if not isinstance(event, _FOLDED):
-            return  # most of the stream (submissions, pending reasons): one check, ~0.1 us
-        self.pods_ready.apply(event)
+            return None  # most of the stream (submissions, pending reasons): one check
+        admitted_at = self.pods_ready.apply(event)
         ignored = self.checks.apply(event)
         if ignored is not None and isinstance(event, AdmissionCheckUpdated):
             log.warning(
@@ -100,6 +101,7 @@ class Gates:
             case WorkloadDeleted():
                 self.evictions.pop(event.workload.uid, None)
                 self.held.pop(event.workload.uid, None)
+        return admitted_at
 
     def reserve(self, event: WorkloadAdmitted) -> WorkloadAdmitted:
         """An admission decided on quota, as a reservation that waits for the checks of its

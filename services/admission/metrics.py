@@ -22,7 +22,15 @@ from shared.quantities import QuantityError, parse_quantity
 if TYPE_CHECKING:
     from services.admission.service import AdmissionService
 
-__all__ = ["QUEUES", "admitted", "attempt", "checks_passed", "evicted", "queue_samples"]
+__all__ = [
+    "QUEUES",
+    "admitted",
+    "attempt",
+    "checks_passed",
+    "evicted",
+    "pods_ready",
+    "queue_samples",
+]
 
 # Kueue's buckets (1 s to 10240 s, doubling from 2.5) and sub-second ones before them: a
 # Kueue panel reading a bucket by its `le` finds it.
@@ -63,6 +71,19 @@ ADMISSION_CHECKS_WAIT = Histogram(
     _CQ,
     buckets=WAIT_BUCKETS,
 )
+READY_WAIT = Histogram(
+    "berth_ready_wait_time_seconds",
+    "Time from queue time (creation, kept across evictions) until the workload's pods are"
+    " ready (waitForPodsReady's PodsReady), per ClusterQueue.",
+    _CQ,
+    buckets=WAIT_BUCKETS,
+)
+ADMITTED_UNTIL_READY = Histogram(
+    "berth_admitted_until_ready_wait_time_seconds",
+    "Time from admission until the workload's pods are ready, per ClusterQueue.",
+    _CQ,
+    buckets=WAIT_BUCKETS,
+)
 ADMISSION_WAIT = Histogram(
     "berth_admission_wait_time_seconds",
     "Time from queue time (creation, kept across evictions) to admission, per ClusterQueue.",
@@ -93,6 +114,18 @@ LQ_ADMISSION_CHECKS_WAIT = Histogram(
     "berth_local_queue_admission_checks_wait_time_seconds",
     "Time from quota reservation to admission, for workloads that waited for admission"
     " checks, per LocalQueue.",
+    _LQ,
+    buckets=WAIT_BUCKETS,
+)
+LQ_READY_WAIT = Histogram(
+    "berth_local_queue_ready_wait_time_seconds",
+    "Time from queue time until the workload's pods are ready, per LocalQueue.",
+    _LQ,
+    buckets=WAIT_BUCKETS,
+)
+LQ_ADMITTED_UNTIL_READY = Histogram(
+    "berth_local_queue_admitted_until_ready_wait_time_seconds",
+    "Time from admission until the workload's pods are ready, per LocalQueue.",
     _LQ,
     buckets=WAIT_BUCKETS,
 )
@@ -257,6 +290,18 @@ def checks_passed(
     _admission(cluster_queue, lq, waited)
     ADMISSION_CHECKS_WAIT.labels(cluster_queue=cluster_queue).observe(checks_waited)
     LQ_ADMISSION_CHECKS_WAIT.labels(**lq).observe(checks_waited)
+
+
+def pods_ready(
+    *, cluster_queue: str, namespace: str, local_queue: str, waited: float, since_admitted: float
+) -> None:
+    """A workload's pods became ready: ``waited`` from its queue time, ``since_admitted``
+    from its admission (Kueue's ready and admitted-until-ready wait times)."""
+    lq = {"name": local_queue, "namespace": namespace}
+    READY_WAIT.labels(cluster_queue=cluster_queue).observe(waited)
+    ADMITTED_UNTIL_READY.labels(cluster_queue=cluster_queue).observe(since_admitted)
+    LQ_READY_WAIT.labels(**lq).observe(waited)
+    LQ_ADMITTED_UNTIL_READY.labels(**lq).observe(since_admitted)
 
 
 def _admission(cluster_queue: str, lq: dict[str, str], waited: float) -> None:

@@ -101,8 +101,9 @@ class PodsReadyClock:
     def enabled(self) -> bool:
         return self.settings.enable
 
-    def apply(self, event: AnyEvent) -> None:
-        """Fold one event; idempotent (a redelivered event finds its work done)."""
+    def apply(self, event: AnyEvent) -> float | None:
+        """Fold one event; idempotent (a redelivered event finds its work done). For the
+        PodsReady of a workload still waiting, returns when it was admitted (its metrics)."""
         uid = event.workload.uid
         current = self.waiting.get(uid)
         match event:
@@ -118,6 +119,8 @@ class PodsReadyClock:
             case WorkloadPodsReady() | EvictionRequested():
                 if current is not None and current.generation == event.generation:
                     del self.waiting[uid]  # ready, or leaving: nothing left to time out
+                    if isinstance(event, WorkloadPodsReady):
+                        return current.at
                 if (
                     isinstance(event, EvictionRequested)
                     and event.reason == REASON
@@ -131,6 +134,7 @@ class PodsReadyClock:
                 self.waiting.pop(uid, None)
                 self.generations.pop(uid, None)
                 self.requeued.pop(uid, None)
+        return None
 
     def blocking(self) -> bool:
         """blockAdmission: whether an admitted workload still waits for its pods, so that

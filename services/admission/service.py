@@ -134,9 +134,11 @@ class AdmissionService:
             # replay after a restart rebuilds the LocalQueues' history.
             self.scheduler.clock = _at(event.time.timestamp())
             self.bounds.apply(event)  # each waiting workload's starvation bound
-            self.gates.apply(event)  # admission checks, pods ready, backoffs
+            ready_since = self.gates.apply(event)  # admission checks, pods ready, backoffs
             ref = event.workload
             record = self.records.get(ref.uid)
+            if ready_since is not None and record is not None and self.deciding:
+                self._pods_ready(record, event.time.timestamp(), ready_since)
             self.activity.echoed(event)
             if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):
                 self.scheduler.left(ref)
@@ -288,6 +290,18 @@ class AdmissionService:
             log.info("evicting", workload=ref.key, queue=event.cluster_queue, reason=EXEC_REASON)
             events.append(event)
         return events
+
+    def _pods_ready(self, record: WorkloadRecord, at: float, admitted_at: float) -> None:
+        """Kueue's ready wait times, counted once, by the leader (never in a replay)."""
+        if record.admission is None:
+            return
+        metrics.pods_ready(
+            cluster_queue=record.admission.cluster_queue,
+            namespace=record.submitted.workload.namespace,
+            local_queue=record.admission.local_queue,
+            waited=max(0.0, at - record.submitted.created.timestamp()),
+            since_admitted=max(0.0, at - admitted_at),
+        )
 
     def _requeue(self, ref: WorkloadRef, record: WorkloadRecord, generation: int) -> None:
         """After an eviction: a deactivated workload leaves the queue for good; one with a
