@@ -52,7 +52,7 @@ from bench.eventlog import quota_violations, read_events, signed_in_as
 from bench.kueue_config import CONFIGS, ScenarioConfig
 from bench.kueue_ideal import IdealResult, simulate_ideal
 from berth_cli.up import CONSOLE, Stack
-from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus
+from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus, BusTimeout, KeyExists, KeyNotFound
 from shared.config import encode_object, object_key, parse_object
 from shared.events import (
     AnyEvent,
@@ -329,9 +329,7 @@ async def drive(
                 metadata = obj["metadata"]
                 # A create is an update of a key that must not exist yet (revision 0); through
                 # the bus's pipelined publishes, the generator's own CPU stays out of the way.
-                await bus.update_key(
-                    objects_kv, workload_key(cq, name), msgspec.json.encode(obj), last=0
-                )
+                await create(objects_kv, workload_key(cq, name), msgspec.json.encode(obj))
                 created.append(
                     Created(
                         uid=metadata["uid"],
@@ -345,6 +343,23 @@ async def drive(
                     )
                 )
                 last_create[0] = time.time()
+
+        async def create(kv: Any, key: str, data: bytes) -> None:
+            """Create the key; an unanswered create (a loaded server) is read back and sent
+            again only if it was not stored, so a stream never ends on a lost ack."""
+            for _ in range(10):
+                try:
+                    await bus.update_key(kv, key, data, last=0)
+                    return
+                except KeyExists:
+                    return  # an earlier unanswered attempt was stored
+                except BusTimeout:
+                    try:
+                        await kv.get(key)
+                        return
+                    except KeyNotFound:
+                        continue
+            raise RuntimeError(f"could not create {key}: ten attempts went unanswered")
 
         streams = [
             asyncio.create_task(stream(cq, index))
@@ -360,6 +375,9 @@ async def drive(
                         f"{service.name} exited with {service.process.returncode};"
                         f" see {service.log_path}"
                     )
+            for task in streams:  # a stream that failed would leave the run waiting for good
+                if task.done() and task.exception() is not None:
+                    task.result()
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"only {len(finished)} of {total} workloads finished within {limit_s:.0f}s"

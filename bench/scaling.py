@@ -65,9 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for size in args.sizes:
         config = LARGE_SCALE.scaled(size)
-        result = run_benchmark(
-            config, out_dir=None, timeout=args.timeout, label=f"scaling-x{size:g}"
-        )
+        try:
+            result = run_benchmark(
+                config, out_dir=None, timeout=args.timeout, label=f"scaling-x{size:g}"
+            )
+        except (RuntimeError, TimeoutError) as error:  # one size failing ends no other
+            print(f"{size:>6g} {config.total_workloads:>9,} run failed: {error}", flush=True)
+            failed = True
+            continue
         workloads = max(1, result.workloads)
         per_workload[size] = cpu_ms(result)
         goal = WALL_GOAL_S * size
