@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from berth_cli.natsserver import NatsServer
+from services.watcher.kube.triggers import follow_triggers, stop_following
 from shared.auth import (
     SERVICE_USERS,
     USERS,
@@ -234,6 +235,33 @@ async def test_cli_cannot_store_an_admission_and_reader_follows(
         assert received == ["berth.cq.cq.admitted.default.job-a"]
     finally:
         for bus in (admission, cli, reader):
+            await bus.close()
+
+
+async def test_the_kube_status_writer_follows_its_triggers_as_the_watcher(
+    secured_url: str, store: CredentialStore
+) -> None:
+    """The Kubernetes backend's status writer hears decisions and facts with the watcher's own
+    credentials (it once subscribed on the event subjects, which the server refuses)."""
+    admission = await _connect(secured_url, store, "admission")
+    watcher = await _connect(secured_url, store, "watcher")
+    refusals: list[str] = []
+    watcher.on_error = _recorder(refusals)
+    heard: list[str] = []
+
+    async def hear(msg: object) -> None:
+        heard.append(msg.subject)  # type: ignore[attr-defined]
+
+    try:
+        await admission.ensure_stream()
+        subscriptions = await follow_triggers(watcher, hear)
+        await admission.publish(_admitted(1))
+        assert await _eventually(lambda: bool(heard)), f"nothing heard; refused: {refusals}"
+        assert heard == ["berth.cq.cq.admitted.default.job-a"]
+        assert refusals == []
+        await stop_following(subscriptions)
+    finally:
+        for bus in (admission, watcher):
             await bus.close()
 
 

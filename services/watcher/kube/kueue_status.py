@@ -47,7 +47,8 @@ from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces
 from services.watcher.kube.patching import pod_templates
 from services.watcher.kube.preemptors import Preemptors
 from services.watcher.kube.recorder import EventRecorder, TokenBucket
-from shared.bus import API_SUBJECT, Bus, BusError, BusTimeout, NoResponders, bus_call
+from services.watcher.kube.triggers import follow_triggers, stop_following
+from shared.bus import API_SUBJECT, Bus, BusTimeout, NoResponders
 from shared.events import EvictionRequested, decode_event
 from shared.logging import get_logger
 
@@ -73,8 +74,6 @@ WORKLOADS = Resource(_KUEUE, "v1beta2", "workloads", "Workload")
 CLUSTER_QUEUES = Resource(_KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
 LOCAL_QUEUES = Resource(_KUEUE, "v1beta2", "localqueues", "LocalQueue")
 VIEWS = {"workloads": WORKLOADS, "clusterqueues": CLUSTER_QUEUES, "localqueues": LOCAL_QUEUES}
-# What marks a workload dirty: every decision and fact about it.
-TRIGGERS = ("berth.cq.>", "berth.wl.>")
 REPORTER = "berth-admission"  # Kueue's Events say "kueue-admission"
 
 Obj = dict[str, Any]
@@ -256,8 +255,7 @@ class KueueStatusWriter:
     async def run(self, stopping: asyncio.Event) -> None:
         if not await self.served():
             return
-        subscription = await self.bus.nc.subscribe(TRIGGERS[0], cb=self._on_trigger)
-        facts = await self.bus.nc.subscribe(TRIGGERS[1], cb=self._on_trigger)
+        subscriptions = await follow_triggers(self.bus, self._on_trigger)
         self.dirty.overflowed = True  # start with a full round: we missed what came before
         recorder = asyncio.create_task(self.recorder.run(), name="kube.events")
         try:
@@ -273,11 +271,7 @@ class KueueStatusWriter:
                     task.cancel()
         finally:
             recorder.cancel()
-            for sub in (subscription, facts):
-                try:
-                    await bus_call(sub.unsubscribe())
-                except BusError:
-                    pass  # the connection is closing: nothing left to undo
+            await stop_following(subscriptions)
 
     async def _on_trigger(self, msg: Msg) -> None:
         try:
