@@ -11,10 +11,13 @@ every second), as the services decide in batches.
 
 The adversary: ClusterQueues of random sizes, each kept full by waves of high-priority
 arrivals (never fewer than ``pressure`` waiting while a wave lasts), plus managed jobs (they
-age once preempted) and plain low-priority jobs of random priorities, sizes and runtimes. Checked
-while it runs, each a list of violations (empty is the claim):
+age at once when preempted) and plain low-priority jobs of random priorities, sizes and
+runtimes (they age, as every workload does, once a wait lasted reserveAfter:
+``shared.starvation.ageing_clock``). Checked while it runs, each a list of violations (empty is
+the claim):
 
-- ``late``: an aged workload admitted after a bound shown during that wait;
+- ``late``: a workload (any: high, managed or plain) admitted after a bound shown during that
+  wait;
 - ``thrash``: a run preempted before its protection ended;
 - ``over_budget``: a workload preempted by priority more than maxPreemptionsPerHour in an
   hour;
@@ -53,12 +56,13 @@ from shared.events import (
     WorkloadRef,
     WorkloadSubmitted,
 )
-from shared.starvation import QueueFacts, queue_facts
+from shared.starvation import QueueFacts, ageing_clock, queue_facts
 
 __all__ = ["Params", "Report", "simulate"]
 
 V1 = "kueue.x-k8s.io/v1beta1"
 SETTLE = 1.0  # as the preemption service: look again this long after victims left
+REREAD = 5.0  # the least time between two reads of all the bounds of one queue
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,7 @@ class Job:
     since: float | None = None  # ageing clock
     boost: int = 0
     reserved: bool = False
-    waited_from: float | None = None  # the current wait, if it is an aged wait
+    waited_from: float | None = None  # the current wait's start (creation or last eviction)
     least_bound: float | None = None  # the earliest bound shown during the current wait
     looked: bool = False  # its bound was read during the current wait
     done: bool = False
@@ -107,6 +111,10 @@ class Job:
     @property
     def request(self) -> dict[str, int]:
         return {"cpu": self.cpus * 1000}
+
+    @property
+    def kind(self) -> str:
+        return "high" if self.priority >= 500 else "managed" if self.managed else "plain"
 
 
 @dataclass
@@ -117,8 +125,9 @@ class Report:
     admissions: int = 0
     preemptions: int = 0  # EvictionRequested, any reason
     reservation_preemptions: int = 0
-    aged_waits: int = 0
+    aged_waits: int = 0  # every wait: every pending workload ages
     bounded_waits: int = 0
+    bounded_by_kind: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     slack: list[float] = field(default_factory=list)  # bound - admission, per bounded wait
     longest_bounded_wait: float = 0.0
     late: list[str] = field(default_factory=list)
@@ -151,6 +160,9 @@ def _config(p: Params, rng: random.Random) -> tuple[list[ConfigObject], dict[str
                 "evictionGracePeriod": f"{p.grace}s",
                 "ageing": {
                     "priorityPerMinute": 600,
+                    # Below the high class (docs/ageing.md): and once capped a boost stops
+                    # changing, so a long backlog of aged waits costs nothing per second.
+                    "maxBoost": 90,
                     "reserveAfter": f"{p.reserve_after}s",
                     "protectFor": f"{p.protect_for}s",
                     "maxReservedShare": p.share,
@@ -196,6 +208,8 @@ class World:
         }
         self.jobs: dict[str, Job] = {}
         self.aged: dict[str, Job] = {}  # jobs with an ageing clock, until they end
+        self.unaged: dict[str, Job] = {}  # waiting jobs without a clock yet
+        self.reserve_after = p.reserve_after
         self.pending_high: dict[str, int] = defaultdict(int)
         self.stops: list[tuple[float, str, int]] = []  # (when, uid, generation)
         self.ends: list[tuple[float, str, int]] = []
@@ -203,6 +217,7 @@ class World:
         self.priority_preemptions: dict[str, list[float]] = defaultdict(list)
         self.pairs: dict[tuple[str, str], float] = {}  # (victim, preemptor) -> last eviction
         self.changed: set[str] = set()  # queues whose bounds may have moved since the last look
+        self.reread: dict[str, float] = {}  # queue -> when its bounds were last read again
         self.report = Report(p)
         self.now = 0.0
         self._stamp = (-1.0, datetime.fromtimestamp(0, UTC))
@@ -236,7 +251,9 @@ class World:
             priority, cpus = rng.randint(0, 400), rng.randint(1, self.nominal[queue])
         ref = WorkloadRef("ns", f"w{index}", f"u{index:07d}")
         job = Job(index, ref, queue, priority, cpus, rng.uniform(*p.runtime), managed, self.now)
+        job.waited_from = self.now
         self.jobs[ref.uid] = job
+        self.unaged[ref.uid] = job
         if high:
             self.pending_high[queue] += 1
         pod_sets = [PodSet(name="main", count=1, requests=job.request)]
@@ -268,11 +285,14 @@ class World:
         self.scheduler.evict(job.ref)
         self._fold(WorkloadEvicted(id="", source="watcher", time=self._at(), workload=job.ref,
                                    generation=job.generation, reason="Preempted"))  # fmt: skip
-        if job.managed:
-            job.since = job.since if job.since is not None else self.now
+        job.waited_from, job.least_bound, job.looked = self.now, None, False
+        if job.managed and job.since is None:
+            job.since = self.now
+            self.unaged.pop(job.ref.uid, None)
             self.aged[job.ref.uid] = job
-            job.waited_from, job.least_bound, job.looked = self.now, None, False
             self._announce(job)  # recovery announces a new clock at once
+        elif job.since is None:
+            self.unaged[job.ref.uid] = job
         self._victim_left(job.ref)
 
     def _victim_left(self, ref: WorkloadRef) -> None:
@@ -284,11 +304,30 @@ class World:
 
     def _age(self) -> None:
         assert self.ageing is not None
+        for job in list(self.unaged.values()):
+            assert job.waited_from is not None
+            job.since = ageing_clock(since=None, waiting_since=job.waited_from, now=self.now,
+                                     reserve_after=self.reserve_after)  # fmt: skip
+            if job.since is not None:
+                del self.unaged[job.ref.uid]
+                self.aged[job.ref.uid] = job
+                self._announce(job)
+        # Per queue, every clock in order with the CPUs of those before it (the share rule).
+        clocks: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        for job in self.aged.values():
+            clocks[job.queue].append((job.since or 0.0, job.ref.uid))
+        before: dict[str, dict[str, int]] = {}
+        for queue, keys in clocks.items():
+            keys.sort()
+            total, before[queue] = 0, {}
+            for _, uid in keys:
+                before[queue][uid] = total
+                total += self.aged[uid].cpus
         for job in self.aged.values():
             if job.admitted_at is not None or job.since is None:
                 continue  # only a waiting job ages
             boost, due = boost_at(self.ageing, self.now - job.since)
-            reserved = due and (job.reserved or self._granted(job))
+            reserved = due and (job.reserved or self._granted(job, before[job.queue][job.ref.uid]))
             if (boost, reserved) != (job.boost, job.reserved):
                 job.boost, job.reserved = boost, reserved
                 self._announce(job)
@@ -301,17 +340,12 @@ class World:
         self.scheduler.set_boost(job.ref, job.boost, reserved=job.reserved, since=job.since)
         self._fold(event)
 
-    def _granted(self, job: Job) -> bool:
-        assert self.ageing is not None and job.since is not None
-        clock = (job.since, job.ref.uid)
-        earlier = [
-            other.request
-            for other in self.aged.values()
-            if other.queue == job.queue and (other.since or 0, other.ref.uid) < clock
-        ]
+    def _granted(self, job: Job, earlier_cpus: int) -> bool:
+        """Recovery's rule, with the CPUs of the earlier clocks of its queue summed."""
+        assert self.ageing is not None
         nominal = {"cpu": self.nominal[job.queue] * 1000}
         return reservation_granted(self.ageing, request=job.request, nominal=nominal,
-                                   earlier=earlier)  # fmt: skip
+                                   earlier=[{"cpu": earlier_cpus * 1000}])  # fmt: skip
 
     # --- admission ------------------------------------------------------------------------
 
@@ -334,6 +368,7 @@ class World:
     def _admitted(self, job: Job, decision: Admission) -> None:
         job.generation += 1
         job.admitted_at, job.ends_at = self.now, self.now + job.runtime
+        self.unaged.pop(job.ref.uid, None)
         heapq.heappush(self.ends, (job.ends_at, job.ref.uid, job.generation))
         self.report.admissions += 1
         if job.priority >= 500 and job.generation == 1:
@@ -353,6 +388,7 @@ class World:
         report.aged_waits += 1
         if job.least_bound is not None:
             report.bounded_waits += 1
+            report.bounded_by_kind[job.kind] += 1
             report.slack.append(job.least_bound - self.now)
             report.longest_bounded_wait = max(report.longest_bounded_wait,
                                               self.now - job.waited_from)  # fmt: skip
@@ -416,28 +452,50 @@ class World:
     # --- the bound, as shown ----------------------------------------------------------------
 
     def _look(self) -> None:
-        """Read every bound admission would show now. A bound moves only when a wait begins or
-        an aged workload of its ClusterQueue ends (or with the policy, fixed here), so only
-        those queues are read again: reading all every tick was most of the time."""
+        """Read the bounds admission would show now: of each wait when it begins, and again
+        of every wait of a ClusterQueue where an aged workload ended (or with the policy,
+        fixed here): only then can one move earlier. A wait that begins goes after every
+        other (its clock, or clock-to-be, is the latest), and a clock set on a wait under way
+        is the clock-to-be it was counted with, so neither moves another's bound. (A waiting
+        workload ahead admitted before it ages only makes later bounds earlier: not reading
+        them then keeps the check on the later bound shown, which must hold too.)"""
         held: dict[str, int] = defaultdict(int)
-        changed, self.changed = self.changed, set()
+        # Read again at most every REREAD seconds per queue (each read is of every waiting
+        # workload there): fewer reads check fewer bounds, never a wrong one.
+        changed = {q for q in self.changed if self.now - self.reread.get(q, -REREAD) >= REREAD}
+        self.changed -= changed
+        for queue in changed:
+            self.reread[queue] = self.now
         for job in self.aged.values():
             held[job.queue] += job.cpus if job.reserved else 0
-            if job.waited_from is None or job.admitted_at is not None:
-                continue
-            if job.queue not in changed and job.looked:
-                continue
-            job.looked = True
-            view = WorkloadView(ref=job.ref, local_queue=job.queue, cluster_queue=job.queue,
-                                priority=job.priority, effective_priority=job.priority + job.boost,
-                                state="pending", queue_time=job.created)  # fmt: skip
-            bound = self.book.bound(view, policies=self.policies, facts=self.facts.get(job.queue))
-            if bound is not None and bound.at is not None:
-                if job.least_bound is None or bound.at < job.least_bound:
-                    job.least_bound = bound.at
         for queue, cpus in held.items():
             if cpus > self.p.share * self.nominal[queue]:
                 self.report.over_share.append(f"{queue}: {cpus} of {self.nominal[queue]} reserved")
+        waiting = [
+            job
+            for job in (*self.aged.values(), *self.unaged.values())
+            if job.waited_from is not None and job.admitted_at is None
+            and (job.queue in changed or not job.looked)
+        ]  # fmt: skip
+        if not waiting:
+            return
+        queues = changed | {job.queue for job in waiting}
+        views = {
+            job.ref.uid: WorkloadView(ref=job.ref, local_queue=job.queue, cluster_queue=job.queue,
+                                      priority=job.priority, state="pending",
+                                      effective_priority=job.priority + job.boost,
+                                      queue_time=job.created)
+            for job in (*self.aged.values(), *self.unaged.values())
+            if job.admitted_at is None and job.queue in queues
+        }
+        waits = self.book.waits(views.values())
+        for job in waiting:
+            job.looked = True
+            bound = self.book.bound(views[job.ref.uid], policies=self.policies,
+                                    facts=self.facts.get(job.queue), waits=waits)  # fmt: skip
+            if bound is not None and bound.at is not None:
+                if job.least_bound is None or bound.at < job.least_bound:
+                    job.least_bound = bound.at
 
     # --- the clock ------------------------------------------------------------------------
 

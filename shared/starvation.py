@@ -20,6 +20,7 @@ __all__ = [
     "Earlier",
     "QueueFacts",
     "Waiting",
+    "ageing_clock",
     "fits_share",
     "queue_facts",
     "runs_by",
@@ -32,10 +33,13 @@ DECISION_CYCLE_SECONDS = 2.0
 
 @dataclass(frozen=True, slots=True)
 class Earlier:
-    """An aged workload of the same ClusterQueue whose ageing clock started first."""
+    """Workloads of the same ClusterQueue that go first: aged ones whose ageing clock started
+    first, or waiting ones that will have such a clock (``count`` of them, ``request`` their
+    sum: a long queue is one entry)."""
 
     request: Mapping[str, int]  # milli-units per resource, the whole workload
     ended_at: float | None  # when it finished or was deleted; None: not yet
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +60,11 @@ class Waiting:
 
     queue: QueueFacts
     request: Mapping[str, int]  # milli-units per resource, the whole workload
-    since: float | None  # its ageing clock (first preemption); None: it does not age
-    waiting_since: float  # when the current wait began (its last eviction)
+    since: float | None  # its ageing clock (``ageing_clock``); None: none yet
+    waiting_since: float  # when the current wait began (its creation or last eviction)
+    # The workloads of its ClusterQueue that go before it: aged ones with an earlier clock, and
+    # waiting ones without a clock whose wait began before its clock (they gain the earlier
+    # clock if they are still waiting ``reserveAfter`` after it began).
     earlier: Sequence[Earlier] = ()
     blocked: str = ""  # why admission cannot admit it at all (an inactive queue), if so
 
@@ -105,6 +112,32 @@ def fits_share(
     return all(value <= share * nominal.get(resource, 0) for resource, value in total.items())
 
 
+def ageing_clock(
+    *, since: float | None, waiting_since: float, now: float, reserve_after: float | None
+) -> float | None:
+    """A workload's ageing clock at ``now``: the one it has (``since``), kept for good once
+    set; else the start of its current wait (its creation, or its last eviction) once that
+    wait has lasted ``reserveAfter``; else None (reservations off, or not waited so long).
+
+    Every pending workload ages this way, plain or managed; a managed job's first preemption
+    also starts its clock at once (recovery, so that it is boosted while it waits). A clock is
+    always set at a moment before ``now`` by at least ``reserveAfter`` or at ``now`` (a
+    preemption), so a clock set later is never earlier than one a waiting workload has or will
+    have from a wait already under way: the order of reservations, and so every bound shown,
+    only learns of workloads that go after.
+    """
+    if since is not None:
+        return since
+    if reserve_after is None or now - waiting_since < reserve_after:
+        return None
+    return waiting_since
+
+
+def _ended(earlier: Earlier) -> float:
+    assert earlier.ended_at is not None
+    return earlier.ended_at
+
+
 def _seconds(text: str | None) -> float:
     return 0.0 if text is None else parse_duration(text)
 
@@ -112,8 +145,6 @@ def _seconds(text: str | None) -> float:
 def _unbounded(waiting: Waiting, ageing: AgeingPolicy) -> str | None:
     """Why no bound can be promised, or None (the conditions of ``runs_by``)."""
     queue = waiting.queue
-    if waiting.since is None:
-        return "it does not age (only a preempted managed job does)"
     if waiting.blocked:
         return waiting.blocked
     if ageing.reserve_after is None:
@@ -140,14 +171,17 @@ def runs_by(policy: ClusterQueuePolicy, waiting: Waiting) -> Bound:
 
     ``runsBy = T + m + (k + 2) x (g + d) + d``, with
 
-    - ``T = max(since + reserveAfter, waitingSince, t_share)``: its reservation. ``since`` is
-      its ageing clock (its first preemption), ``t_share`` the first moment its reservation
-      fits the share (below);
+    - ``T = max(c + reserveAfter, waitingSince, t_share)``: its reservation. ``c`` is its
+      ageing clock (``ageing_clock``: a managed job's first preemption, else the start of the
+      first wait that lasted reserveAfter), or, without one yet, ``waitingSince``, the start of
+      its current wait (it gets that clock at ``waitingSince + reserveAfter`` if still
+      waiting); ``t_share`` the first moment its reservation fits the share (below);
     - ``m = max(minimumRunTime, ageing.protectFor)``: the longest a workload in its way is
       protected after its admission;
-    - ``k``: the aged workloads of its ClusterQueue whose clocks started earlier and that
-      have not ended by ``T`` (reservations go earliest clock first, one at a time, and a
-      reservation never preempts an earlier clock);
+    - ``k``: the workloads of its ClusterQueue whose clocks are earlier than ``c`` (or will
+      be: waiting ones whose wait began before ``c``) and that have not ended by ``T``
+      (reservations go earliest clock first, one at a time, and a reservation never preempts
+      an earlier clock);
     - ``g = evictionGracePeriod`` (a victim stops within it) and ``d`` =
       ``DECISION_CYCLE_SECONDS`` (Berth's own latency per step); one step more than ``k + 1``
       for preemptions already in flight when the reservation starts.
@@ -156,7 +190,7 @@ def runs_by(policy: ClusterQueuePolicy, waiting: Waiting) -> Bound:
     was admitted before is unprotected by ``T + d + m`` and its reservation preempts it
     whatever its priority; each reservation ahead takes one step of ``g + d``.
 
-    It holds when the workload ages (a preempted managed job), its ClusterQueue is active and
+    It holds for any pending workload, plain or managed, when its ClusterQueue is active and
     preempts (withinClusterQueue is not Never), reservations are on (reserveAfter), each
     resource it asks for has one flavor there, it fits within the nominal quota and within
     ``maxReservedShare`` of it together with the earlier-aged workloads still there at ``T``,
@@ -168,29 +202,42 @@ def runs_by(policy: ClusterQueuePolicy, waiting: Waiting) -> Bound:
     problem = _unbounded(waiting, ageing)
     if problem is not None:
         return Bound(None, problem)
-    assert waiting.since is not None and ageing.reserve_after is not None
-    start = max(waiting.since + parse_duration(ageing.reserve_after), waiting.waiting_since)
+    assert ageing.reserve_after is not None
+    clock = waiting.waiting_since if waiting.since is None else waiting.since
+    start = max(clock + parse_duration(ageing.reserve_after), waiting.waiting_since)
     # The earlier-aged workloads only leave: the reservation fits the share from the first
     # moment, at or after ``start``, when those still there leave it room.
-    ends = sorted(e.ended_at for e in waiting.earlier if e.ended_at and e.ended_at > start)
-    moments = [start, *ends]
-    share = ageing.max_reserved_share
-    for moment in moments:
-        alive = [e for e in waiting.earlier if e.ended_at is None or e.ended_at > moment]
-        if fits_share(share, waiting.queue.nominal, [waiting.request, *(e.request for e in alive)]):
-            break
-    else:
-        waiting_for = sum(1 for e in waiting.earlier if e.ended_at is None)
-        return Bound(
-            None,
-            f"waits for {waiting_for} workload(s) that started ageing first: together they"
-            f" need more than the {share:.0%} of the quota reservations may hold",
-        )
+    alive = [e for e in waiting.earlier if e.ended_at is None or e.ended_at > start]
+    total = dict(waiting.request)
+    for e in alive:
+        for resource, value in e.request.items():
+            total[resource] = total.get(resource, 0) + value
+    ahead = sum(e.count for e in alive)
+    leaving = sorted((e for e in alive if e.ended_at is not None), key=_ended)
+    share, moment, index = ageing.max_reserved_share, start, 0
+    staying = dict(total)  # once all that will leave has left
+    for e in leaving:
+        for resource, value in e.request.items():
+            staying[resource] -= value
+    while not fits_share(share, waiting.queue.nominal, [total]):
+        if index == len(leaving) or not fits_share(share, waiting.queue.nominal, [staying]):
+            waiting_for = sum(e.count for e in waiting.earlier if e.ended_at is None)
+            return Bound(
+                None,
+                f"waits for {waiting_for} workload(s) that started ageing first: together they"
+                f" need more than the {share:.0%} of the quota reservations may hold",
+            )
+        moment = _ended(leaving[index])
+        while index < len(leaving) and _ended(leaving[index]) == moment:
+            for resource, value in leaving[index].request.items():
+                total[resource] -= value
+            ahead -= leaving[index].count
+            index += 1
     protection = max(_seconds(spec.minimum_run_time), _seconds(ageing.protect_for))
     step = parse_duration(spec.eviction_grace_period) + DECISION_CYCLE_SECONDS
-    at = moment + protection + (len(alive) + 2) * step + DECISION_CYCLE_SECONDS
+    at = moment + protection + (ahead + 2) * step + DECISION_CYCLE_SECONDS
     reason = (
         f"reserved from {kube_timestamp(moment)}; then up to {protection:g}s of protection"
-        f" and {len(alive) + 2} steps of {step:g}s ({len(alive)} reservation(s) ahead)"
+        f" and {ahead + 2} steps of {step:g}s ({ahead} reservation(s) ahead)"
     )
     return Bound(float(math.ceil(at)), reason)

@@ -14,6 +14,7 @@ from shared.starvation import (
     Earlier,
     QueueFacts,
     Waiting,
+    ageing_clock,
     fits_share,
     queue_facts,
     runs_by,
@@ -94,11 +95,26 @@ CASES: dict[str, Case] = {
         None,
         "started ageing first",
     ),
-    "does_not_age": Case(
-        "A workload without an ageing clock has no bound.",
-        wait(since=None),
+    "no_clock_yet": Case(
+        "Without a clock yet (plain, or never preempted): its wait's start is its clock-to-be.",
+        wait(since=None, waiting_since=1500.0),
+        1500 + 60 + 10 + 2 * STEP + D,
+    ),
+    "queue_ahead": Case(
+        "Waiting workloads whose wait began first go first: each adds a step.",
+        wait(since=None, request=cpu(1), earlier=[Earlier(cpu(1), None, count=1)]),
+        1000 + 60 + 10 + 3 * STEP + D,
+    ),
+    "queue_ahead_over_share": Case(
+        "Those ahead, with it, over the share: no bound until some of them end.",
+        wait(since=None, request=cpu(1), earlier=[Earlier(cpu(2), None, count=2)]),
         None,
-        "does not age",
+        "waits for 2 workload(s)",
+    ),
+    "ties_end_together": Case(
+        "Two earlier ones ending at the same moment leave room together.",
+        wait(request=cpu(1), earlier=[Earlier(cpu(1), 1500.0), Earlier(cpu(1), 1500.0)]),
+        1500 + 10 + 2 * STEP + D,
     ),
     "inactive": Case(
         "An inactive queue or workload: the reason admission gives.",
@@ -219,3 +235,23 @@ def test_share_and_grant() -> None:
     ageing = AgeingPolicy(max_reserved_share=0.5)
     assert reservation_granted(ageing, request=cpu(2), nominal=cpu(4), earlier=[])
     assert not reservation_granted(ageing, request=cpu(2), nominal=cpu(4), earlier=[cpu(1)])
+
+
+CLOCKS = [
+    # (why, since, waiting since, now, reserveAfter, clock)
+    ("a clock once set is kept", 5.0, 100.0, 200.0, 60.0, 5.0),
+    ("a wait shorter than reserveAfter: no clock yet", None, 100.0, 159.0, 60.0, None),
+    ("a wait of reserveAfter: the clock is its start", None, 100.0, 160.0, 60.0, 100.0),
+    ("reservations off: no clock", None, 100.0, 10_000.0, None, None),
+    ("reserveAfter 0: a clock from the first moment", None, 100.0, 100.0, 0.0, 100.0),
+]
+
+
+@pytest.mark.parametrize(("why", "since", "waiting_since", "now", "after", "clock"), CLOCKS)
+def test_ageing_clock(
+    why: str, since: float | None, waiting_since: float, now: float, after: float | None,
+    clock: float | None,
+) -> None:  # fmt: skip
+    """Every pending workload's ageing clock (shared.starvation.ageing_clock)."""
+    got = ageing_clock(since=since, waiting_since=waiting_since, now=now, reserve_after=after)
+    assert got == clock, why

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from nats.aio.subscription import Subscription
 
+from services.admission.bounds import QueueWaits
 from services.admission.model import WorkloadView
 from services.admission.workload_objects import render_workload
 from shared.bus import API_SUBJECT
@@ -57,6 +58,7 @@ def _bounds(service: AdmissionService) -> Callable[[WorkloadView], dict[str, Any
     policies = service.config.of_kind(ClusterQueuePolicy)
     specs = {cq.metadata.name: cq for cq in service.config.of_kind(ClusterQueue)}
     seen: dict[str, tuple[QueueFacts | None, str]] = {}  # cq -> (facts, why it is inactive)
+    waits: list[dict[str, QueueWaits]] = []  # the waits without a clock, read at first need
 
     def queue(name: str) -> tuple[QueueFacts | None, str]:
         if name not in seen:
@@ -72,7 +74,11 @@ def _bounds(service: AdmissionService) -> Callable[[WorkloadView], dict[str, Any
         facts, blocked = queue(view.cluster_queue)
         if view.reason == "Inadmissible":  # a stopped LocalQueue, an unknown priority class
             blocked = view.message
-        bound = service.bounds.bound(view, policies=policies, facts=facts, blocked=blocked)
+        if not waits:
+            waits.append(service.bounds.waits(service.scheduler.workload_views()))
+        bound = service.bounds.bound(
+            view, policies=policies, facts=facts, blocked=blocked, waits=waits[0]
+        )
         if bound is None:
             return {}
         return {"runs_by": bound.timestamp, "runs_by_reason": bound.reason}

@@ -1,16 +1,18 @@
 """Each waiting workload's starvation bound, for ``RUNS BY`` and ``status.berth.runsBy``.
 
 The formula is ``shared.starvation.runs_by``; this module folds what it needs from the events
-admission already sees: each managed job's ageing clock (``PriorityBoosted.since``), when its
-current wait began (its last ``WorkloadEvicted``), its ClusterQueue (its last admission), its
-request, and when an aged workload ended. Every input is an event time, so every replica
-(and a restarted one) shows the same bound.
+admission already sees: each workload's ageing clock (``PriorityBoosted.since``), when its
+current wait began (its creation, or its last ``WorkloadEvicted``), its ClusterQueue (its last
+admission), its request, and when an aged workload ended; and, per ClusterQueue, the waiting
+workloads without a clock yet (``waits``), which go first if their wait began earlier. Every
+input is an event time, so every replica (and a restarted one) shows the same bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from services.admission.model import WorkloadView
 from shared.config import ClusterQueue, ClusterQueuePolicy, policy_for
@@ -26,7 +28,7 @@ from shared.events import (
 )
 from shared.starvation import Bound, Earlier, QueueFacts, Waiting, queue_facts, runs_by
 
-__all__ = ["AgeingBook", "request_of"]
+__all__ = ["AgeingBook", "QueueWaits", "request_of"]
 
 
 def request_of(pod_sets: Iterable[PodSet]) -> dict[str, int]:
@@ -46,11 +48,30 @@ class Aged:
     ended_at: float | None = None
 
 
+@dataclass(slots=True)
+class QueueWaits:
+    """The workloads of one ClusterQueue that have not ended, by clock: aged ones by their
+    clock, waiting ones without a clock yet by the start of their wait (their clock-to-be).
+    The first ``i`` of them together are ``Earlier(totals[i], None, i)``."""
+
+    keys: list[tuple[float, str]] = field(default_factory=list)  # (clock, uid), sorted
+    totals: list[dict[str, int]] = field(default_factory=list)  # request sums of the first i
+    # Aged workloads that ended (each matters while a later clock waits), by clock.
+    ended_keys: list[tuple[float, str]] = field(default_factory=list)
+    ended: list[Earlier] = field(default_factory=list)
+
+    def before(self, clock: tuple[float, str]) -> list[Earlier]:
+        """Everything of this ClusterQueue that goes before ``clock``."""
+        ahead = bisect_left(self.keys, clock)
+        earlier = self.ended[: bisect_left(self.ended_keys, clock)]
+        return [*earlier, Earlier(self.totals[ahead], None, ahead)] if ahead else earlier
+
+
 class AgeingBook:
     def __init__(self) -> None:
-        self._pod_sets: dict[str, list[PodSet]] = {}  # uid -> pod sets, until it ages
+        self._requests: dict[str, dict[str, int]] = {}  # uid -> its whole request
         self._queue: dict[str, str] = {}  # uid -> ClusterQueue of its last admission
-        self._waiting_since: dict[str, float] = {}  # uid -> its last eviction
+        self._waiting_since: dict[str, float] = {}  # uid -> its creation or last eviction
         self.aged: dict[str, Aged] = {}  # uid -> ageing facts, kept after it ends
 
     def apply(self, event: AnyEvent) -> None:
@@ -59,7 +80,9 @@ class AgeingBook:
         at = event.time.timestamp()
         match event:
             case WorkloadSubmitted():
-                self._pod_sets.setdefault(uid, event.pod_sets)
+                if uid not in self._requests:
+                    self._requests[uid] = request_of(event.pod_sets)
+                    self._waiting_since.setdefault(uid, event.created.timestamp())
             case WorkloadAdmitted():
                 self._queue[uid] = event.cluster_queue
                 if uid in self.aged:
@@ -70,10 +93,10 @@ class AgeingBook:
                 self.aged[uid] = Aged(
                     since=event.since.timestamp(),
                     queue=self._queue.get(uid, ""),
-                    request=request_of(self._pod_sets.pop(uid, [])),
+                    request=self._requests.get(uid, {}),
                 )
             case WorkloadFinished() | WorkloadDeleted():
-                self._pod_sets.pop(uid, None)
+                self._requests.pop(uid, None)
                 self._queue.pop(uid, None)
                 self._waiting_since.pop(uid, None)
                 aged = self.aged.get(uid)
@@ -90,6 +113,47 @@ class AgeingBook:
         for uid in gone:
             del self.aged[uid]
 
+    def waiting_since(self, view: WorkloadView) -> float:
+        return self._waiting_since.get(view.ref.uid, view.queue_time)
+
+    def waits(self, views: Iterable[WorkloadView]) -> dict[str, QueueWaits]:
+        """Per ClusterQueue, its aged workloads that have not ended and its pending workloads
+        without an ageing clock (``QueueWaits``), from every pending view. An aged workload
+        never admitted learns its ClusterQueue here."""
+        keyed: dict[str, list[tuple[float, str]]] = {}
+        for view in views:
+            if view.state != "pending":
+                continue
+            aged = self.aged.get(view.ref.uid)
+            if aged is not None:
+                aged.queue = aged.queue or view.cluster_queue
+                continue
+            key = (self.waiting_since(view), view.ref.uid)
+            keyed.setdefault(view.cluster_queue, []).append(key)
+        ended: dict[str, list[tuple[float, str]]] = {}
+        for uid, aged in self.aged.items():
+            if aged.queue:
+                book = keyed if aged.ended_at is None else ended
+                book.setdefault(aged.queue, []).append((aged.since, uid))
+        result: dict[str, QueueWaits] = {}
+        for queue, keys in keyed.items():
+            keys.sort()
+            totals: list[dict[str, int]] = [{}]
+            for _, uid in keys:
+                total = dict(totals[-1])
+                aged = self.aged.get(uid)
+                request = aged.request if aged is not None else self._requests.get(uid, {})
+                for resource, value in request.items():
+                    total[resource] = total.get(resource, 0) + value
+                totals.append(total)
+            result[queue] = QueueWaits(keys, totals)
+        for queue, keys in ended.items():
+            keys.sort()
+            waits = result.setdefault(queue, QueueWaits([], [{}]))
+            waits.ended_keys = keys
+            waits.ended = [Earlier(self.aged[u].request, self.aged[u].ended_at) for _, u in keys]
+        return result
+
     def bound(
         self,
         view: WorkloadView,
@@ -97,10 +161,12 @@ class AgeingBook:
         policies: Iterable[ClusterQueuePolicy],
         facts: QueueFacts | None,
         blocked: str = "",
+        waits: Mapping[str, QueueWaits],
     ) -> Bound | None:
         """The bound of a pending workload (None for any other): ``shared.starvation.runs_by``
         with this book's facts; ``facts`` are its ClusterQueue's (None: unknown), ``blocked``
-        says why admission cannot admit it at all."""
+        says why admission cannot admit it at all, ``waits`` are ``self.waits`` of every
+        pending view."""
         if view.state != "pending":
             return None
         uid = view.ref.uid
@@ -108,19 +174,15 @@ class AgeingBook:
         if facts is None:
             facts = QueueFacts(view.cluster_queue, {}, {}, {}, preempts=False)
             blocked = blocked or view.message or "its ClusterQueue is unknown"
-        earlier: list[Earlier] = []
-        if aged is not None:
-            clock = (aged.since, uid)
-            earlier = [
-                Earlier(other.request, other.ended_at)
-                for other_uid, other in self.aged.items()
-                if other.queue == view.cluster_queue and (other.since, other_uid) < clock
-            ]
+        waiting_since = self.waiting_since(view)
+        clock = (waiting_since if aged is None else aged.since, uid)
+        queue_waits = waits.get(view.cluster_queue)
+        earlier = [] if queue_waits is None else queue_waits.before(clock)
         waiting = Waiting(
             queue=facts,
-            request=aged.request if aged is not None else {},
+            request=aged.request if aged is not None else self._requests.get(uid, {}),
             since=None if aged is None else aged.since,
-            waiting_since=self._waiting_since.get(uid, 0.0),
+            waiting_since=waiting_since,
             earlier=earlier,
             blocked=blocked,
         )

@@ -7,7 +7,8 @@
   along (``lifecycle.advance``); commands are published first (deterministic ids), then the
   job is stored, then the batch is acked: a crash anywhere replays to the same result.
 - Every second, each waiting preempted job's ageing boost is recomputed from its policy and
-  published (``PriorityBoosted``) when it changes; admission reorders its queue with it.
+  published (``PriorityBoosted``) when it changes; admission reorders its queue with it. Every
+  other workload ages too once one wait has lasted ``reserveAfter`` (``waiting.Waits``).
 - A standby replica only follows the config; all of the above starts once it leads
   (docs/replicas.md).
 """
@@ -25,12 +26,14 @@ from nats.aio.subscription import Subscription
 from nats.js.kv import KeyValue
 
 from services.recovery import lifecycle, metrics
-from services.recovery.ageing import boost_at
+from services.recovery.ageing import boost_at, reservation_granted
 from services.recovery.reserving import Reservations
+from services.recovery.waiting import WAIT_VERBS, Aged, Waits, earlier_than
 from shared.bus import API_SUBJECT, JOBS_BUCKET, KeyExists, KeyNotFound
-from shared.config import ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
+from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import dead_letters
+from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
     CreateWorkload,
@@ -52,6 +55,7 @@ from shared.jobs import (
 from shared.logging import get_logger
 from shared.metrics import sample_consumer_lag
 from shared.service import Runtime
+from shared.starvation import queue_facts
 
 __all__ = ["LaunchRequest", "RecoveryService"]
 
@@ -101,6 +105,7 @@ class RecoveryService:
         self.lock = asyncio.Lock()  # one writer at a time: API calls, the consumer, the tick
         self.reservations = Reservations()
         self.announced: dict[str, tuple[int, bool]] = {}  # attempt uid -> (boost, reserved)
+        self.waits = Waits()  # every workload's wait: each ages (docs/ageing.md)
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -109,7 +114,7 @@ class RecoveryService:
         self.kv = await self.bus.kv(JOBS_BUCKET, history=1)
         await self._load_jobs()
         subscription = await self.bus.durable_subscription(
-            "recovery", SUBJECTS, most_of_stream=True, keep_subject=self._about_a_managed_job
+            "recovery", SUBJECTS, most_of_stream=True, keep_subject=self._kept
         )
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")
@@ -140,6 +145,13 @@ class RecoveryService:
         """Registered before the workload is asked for, so none of its events is skipped."""
         self.by_workload[(job.namespace, name)] = job.id
         self.subject_tails.add(f"{subject_token(job.namespace)}.{subject_token(name)}")
+
+    def _kept(self, subject: str) -> bool:
+        """A managed job's events, and every workload's that its wait needs."""
+        parts = subject.split(".", 3)
+        if len(parts) == 4 and parts[1] == "wl" and parts[2] in WAIT_VERBS:
+            return True
+        return parts[1] == "cq" or self._about_a_managed_job(subject)
 
     def _about_a_managed_job(self, subject: str) -> bool:
         """Every workload subject ends in its namespace and name tokens (shared/events.py)."""
@@ -177,6 +189,7 @@ class RecoveryService:
             outgoing: list[Event] = []
             changed: dict[int, ManagedJob] = {}
             for event in events:
+                self.waits.apply(event)
                 job_id = self.by_workload.get((event.workload.namespace, event.workload.name))
                 if job_id is None:
                     continue
@@ -228,59 +241,106 @@ class RecoveryService:
     async def _publish_boosts(self, now: float) -> None:
         policies = self.config.of_kind(ClusterQueuePolicy)
         queues = {cq.metadata.name: cq for cq in self.config.of_kind(ClusterQueue)}
-        outgoing: list[Event] = []
-        changed: list[ManagedJob] = []
+
+        def reserve_after(cluster_queue: str) -> float | None:
+            after = ageing_for(policies, cluster_queue).reserve_after
+            return None if after is None else parse_duration(after)
+
+        plain = {wait.ref.uid: wait for wait in self.waits.ageing(now, reserve_after)}
+        managed: dict[str, tuple[ManagedJob, float, str]] = {}  # uid -> (job, clock, its cq)
         for job in self.jobs.values():
             attempt = job.current
-            if job.first_preempted_at is None or attempt is None or job.done:
+            if attempt is None or job.done:
                 continue
-            if job.status != JobStatus.RECOVERING:
-                continue  # only a waiting job ages; a running one keeps what it had
-            policy = ageing_for(policies, job.cluster_queue)
-            boost, due = boost_at(policy, now - job.first_preempted_at)
-            # A reservation once granted is kept: the jobs it was counted with only leave.
-            reserved = due and (
-                job.reserved
-                or self.reservations.granted(
-                    job,
-                    policy=policy,
-                    cluster_queue=queues.get(job.cluster_queue),
-                    jobs=self.jobs.values(),
-                )
+            wait = plain.get(attempt.uid)
+            plain_clock = None if wait is None else wait.since
+            clocks = [c for c in (job.first_preempted_at, plain_clock) if c is not None]
+            if clocks:
+                queue = job.cluster_queue or (wait.cluster_queue if wait else "")
+                managed[attempt.uid] = (job, min(clocks), queue)
+        # Every clock, managed or not, for the share rule (reservations go earliest first).
+        aged = [
+            Aged((clock, uid), queue, self.reservations.request(job))
+            for uid, (job, clock, queue) in managed.items()
+        ]
+        aged += [
+            Aged((wait.since, uid), wait.cluster_queue, wait.request)
+            for uid, wait in plain.items()
+            if uid not in managed and wait.since is not None
+        ]
+
+        def granted(policy: AgeingPolicy, clock: float, uid: str, queue: str) -> bool:
+            cluster_queue = queues.get(queue)
+            if cluster_queue is None:
+                return False
+            request = next(a.request for a in aged if a.clock == (clock, uid))
+            return reservation_granted(
+                policy,
+                request=request,
+                nominal=queue_facts(cluster_queue).nominal,
+                earlier=earlier_than(aged, (clock, uid), queue),
             )
-            # Announced once per attempt even at boost 0: admission and preemption learn
-            # the ageing clock (``since``) from the first one.
-            if self.announced.get(attempt.uid) == (boost, reserved):
+
+        outgoing: list[Event] = []
+        changed: list[ManagedJob] = []
+        for uid, (job, clock, queue) in managed.items():
+            wait = self.waits.waits.get(uid)
+            if job.status != JobStatus.RECOVERING and (wait is None or wait.running):
+                continue  # only a waiting job ages; a running one keeps what it had
+            policy = ageing_for(policies, queue)
+            boost, due = boost_at(policy, now - clock)
+            # A reservation once granted is kept: the jobs it was counted with only leave.
+            reserved = due and (job.reserved or granted(policy, clock, uid, queue))
+            assert job.current is not None
+            ref = WorkloadRef(job.namespace, job.current.name, uid)
+            event = self._announce(ref, clock, (boost, reserved), policy)
+            if event is None:
                 continue
-            self.announced[attempt.uid] = (boost, reserved)
             if (boost, reserved) != (job.boost, job.reserved):
                 job.boost, job.reserved = boost, reserved
-                metrics.boosted(cluster_queue=job.cluster_queue, reserved=reserved)
+                metrics.boosted(cluster_queue=queue, reserved=reserved)
                 changed.append(job)
-            outgoing.append(
-                PriorityBoosted(
-                    id=f"boost-{attempt.uid}-{boost}-{int(reserved)}",
-                    source="recovery",
-                    workload=WorkloadRef(job.namespace, attempt.name, attempt.uid),
-                    boost=boost,
-                    reserved=reserved,
-                    can_preempt=policy.boost_can_preempt,
-                    since=datetime.fromtimestamp(job.first_preempted_at, UTC),
-                )
-            )
-            log.info(
-                "job_boosted",
-                job=job.id,
-                workload=f"{job.namespace}/{attempt.name}",
-                queue=job.cluster_queue,
-                boost=boost,
-                reserved=reserved,
-                reason=f"waited {now - job.first_preempted_at:.0f}s since first preempted"
-                + ("; its reservation waits for share" if due and not reserved else ""),
-            )
+            outgoing.append(event)
+            why = _why(now - clock, due=due, reserved=reserved)
+            log.info("job_boosted", job=job.id, workload=ref.key, queue=queue, boost=boost,
+                     reserved=reserved, reason=why)  # fmt: skip
+        for uid, wait in plain.items():
+            if uid in managed or wait.running or wait.since is None:
+                continue
+            policy = ageing_for(policies, wait.cluster_queue)
+            boost, due = boost_at(policy, now - wait.since)
+            queue = wait.cluster_queue
+            reserved = due and (wait.reserved or granted(policy, wait.since, uid, queue))
+            event = self._announce(wait.ref, wait.since, (boost, reserved), policy)
+            if event is None:
+                continue
+            wait.boost, wait.reserved = boost, reserved
+            outgoing.append(event)
+            why = _why(now - wait.since, due=due, reserved=reserved)
+            log.info("workload_boosted", workload=wait.ref.key, queue=queue, boost=boost,
+                     reserved=reserved, reason=why)  # fmt: skip
         if outgoing:
             await self.bus.publish_many(outgoing)
             await self._save(changed)
+
+    def _announce(
+        self, ref: WorkloadRef, clock: float, ageing: tuple[int, bool], policy: AgeingPolicy
+    ) -> PriorityBoosted | None:
+        """The boost to publish, or None if this one was announced already. Announced once
+        per workload even at boost 0: admission and preemption learn the clock from it."""
+        if self.announced.get(ref.uid) == ageing:
+            return None
+        self.announced[ref.uid] = ageing
+        boost, reserved = ageing
+        return PriorityBoosted(
+            id=f"boost-{ref.uid}-{boost}-{int(reserved)}",
+            source="recovery",
+            workload=ref,
+            boost=boost,
+            reserved=reserved,
+            can_preempt=policy.boost_can_preempt,
+            since=datetime.fromtimestamp(clock, UTC),
+        )
 
     # --- API ------------------------------------------------------------------------------
 
@@ -343,3 +403,8 @@ class RecoveryService:
             if not cancelled:
                 return {"error": f"job {matches[0].id} already {matches[0].status.value}"}
             return {"cancelled": cancelled}
+
+
+def _why(waited: float, *, due: bool, reserved: bool) -> str:
+    held = "; its reservation waits for share" if due and not reserved else ""
+    return f"waited {waited:.0f}s since its ageing clock{held}"

@@ -1,0 +1,106 @@
+"""Every workload's wait, so that every pending workload ages, not only a preempted managed job.
+
+Recovery folds each workload's facts here (its request, its ClusterQueue, whether it runs,
+when its current wait began) and gives a waiting workload its ageing clock by
+``shared.starvation.ageing_clock``: the start of the first wait that lasted ``reserveAfter``.
+From then on it is boosted and due a reservation like a preempted managed job
+(docs/ageing.md); ``Aged`` lists every clock of a ClusterQueue for the share rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from shared.events import (
+    AnyEvent,
+    WorkloadAdmitted,
+    WorkloadDeleted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPending,
+    WorkloadRef,
+    WorkloadSubmitted,
+)
+from shared.starvation import ageing_clock
+
+__all__ = ["WAIT_VERBS", "Aged", "Wait", "Waits", "earlier_than"]
+
+# The workload facts (berth.wl.<verb>.…) a wait needs; admission's admitted and pending
+# decisions (berth.cq.…) too.
+WAIT_VERBS = frozenset({"submitted", "evicted", "finished", "deleted"})
+
+
+@dataclass(slots=True)
+class Wait:
+    ref: WorkloadRef
+    request: dict[str, int]  # milli-units per resource, the whole workload
+    waiting_since: float  # its creation, or its last eviction
+    cluster_queue: str = ""  # where admission queues it (its last decision)
+    running: bool = False
+    generation: int = 0
+    since: float | None = None  # its ageing clock, once it has one (never reset)
+    boost: int = 0
+    reserved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Aged:
+    """A workload with an ageing clock, for the share rule."""
+
+    clock: tuple[float, str]  # (since, uid): reservations go in this order
+    cluster_queue: str
+    request: dict[str, int]
+
+
+def earlier_than(
+    aged: list[Aged], clock: tuple[float, str], cluster_queue: str
+) -> list[dict[str, int]]:
+    """The requests of the clocks of ``cluster_queue`` that go before ``clock``."""
+    return [a.request for a in aged if a.cluster_queue == cluster_queue and a.clock < clock]
+
+
+class Waits:
+    def __init__(self) -> None:
+        self.waits: dict[str, Wait] = {}  # uid -> its wait, until it ends
+
+    def apply(self, event: AnyEvent) -> None:
+        """Fold one fact; idempotent."""
+        uid = event.workload.uid
+        wait = self.waits.get(uid)
+        match event:
+            case WorkloadSubmitted():
+                if wait is None:
+                    request: dict[str, int] = {}
+                    for pod_set in event.pod_sets:
+                        for resource, value in pod_set.requests.items():
+                            request[resource] = request.get(resource, 0) + value * pod_set.count
+                    self.waits[uid] = Wait(event.workload, request, event.created.timestamp())
+            case WorkloadPending() if wait is not None and event.source == "admission":
+                wait.cluster_queue = event.cluster_queue or wait.cluster_queue
+            case WorkloadAdmitted() if wait is not None and not event.reserved_only:
+                if event.generation > wait.generation:
+                    wait.generation, wait.running = event.generation, True
+                    wait.cluster_queue = event.cluster_queue
+            case WorkloadEvicted() if wait is not None:
+                if wait.running and event.generation == wait.generation:
+                    wait.running = False
+                    wait.waiting_since = event.time.timestamp()
+            case WorkloadFinished() | WorkloadDeleted():
+                self.waits.pop(uid, None)
+
+    def ageing(
+        self, now: float, reserve_after: Callable[[str], float | None]
+    ) -> Iterator[Wait]:
+        """Every workload with an ageing clock, setting it on those whose wait has lasted
+        ``reserveAfter`` of their ClusterQueue's policy (``ageing_clock``)."""
+        for wait in self.waits.values():
+            if wait.since is None and not wait.running and wait.cluster_queue:
+                wait.since = ageing_clock(
+                    since=None,
+                    waiting_since=wait.waiting_since,
+                    now=now,
+                    reserve_after=reserve_after(wait.cluster_queue),
+                )
+            if wait.since is not None:
+                yield wait
