@@ -220,17 +220,24 @@ def shown_bounds(events: list[AnyEvent], managed: set[str], config: list[ConfigO
             waiting[uid] = (at, None, "")
         elif uid in managed and isinstance(event, WorkloadFinished | WorkloadEvicted):
             waiting.pop(uid, None)
+        views = {waiter: _pending(waiter, queue_of.get(waiter, "")) for waiter in waiting}
+        # Only the managed waits are replayed here: plain waits ahead are not counted.
+        waits = book.waits(views.values())
         for waiter, (start, least, _) in list(waiting.items()):
-            view = WorkloadView(
-                ref=WorkloadRef("", "", waiter), local_queue="",
-                cluster_queue=queue_of.get(waiter, ""), priority=0, effective_priority=0,
-                state="pending", queue_time=0.0,
-            )  # fmt: skip
-            bound = book.bound(view, policies=policies, facts=queues.get(view.cluster_queue))
+            view = views[waiter]
+            bound = book.bound(view, policies=policies, facts=queues.get(view.cluster_queue),
+                               waits=waits)  # fmt: skip
             if bound is not None and bound.at is not None:
                 least = bound.at if least is None else min(least, bound.at)
             waiting[waiter] = (start, least, "" if bound is None else bound.reason)
     return found
+
+
+def _pending(uid: str, cluster_queue: str) -> WorkloadView:
+    return WorkloadView(
+        ref=WorkloadRef("", "", uid), local_queue="", cluster_queue=cluster_queue, priority=0,
+        effective_priority=0, state="pending", queue_time=0.0,
+    )  # fmt: skip
 
 
 # --- printing ---------------------------------------------------------------------------------

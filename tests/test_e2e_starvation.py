@@ -154,3 +154,55 @@ def test_without_ageing_the_stream_starves_the_job(stack: Stack, tmp_path: Path)
     assert settled and all("reserveAfter: null" in s.reason for s in settled), samples
     assert samples[-1].at - first >= 7.0
     _preemptor_pairs_unique(stack.url)
+
+
+async def _plain_under_stream(url: str, seconds: float) -> list[Sample]:
+    """The stream of 1-CPU high-priority jobs; after two of them, a plain 2-CPU low-priority
+    Job (not a managed job, never preempted); its bound sampled every 0.5 s."""
+    bus = await Bus.connect(url, source="test")
+    samples: list[Sample] = []
+    started = time.monotonic()
+    try:
+        for index in range(int(seconds * 2)):
+            document = job_manifest(
+                f"high-{index}", cpu=1, simulated_runtime="1500ms", priority_class="high"
+            )
+            await submit_workloads(url, [document], "stream", namespace="default")
+            if index == 2:
+                plain = job_manifest("plain", cpu=2, simulated_runtime="1s", priority_class="low")
+                await submit_workloads(url, [plain], "plain", namespace="default")
+            if index >= 2:
+                found = await query_all(bus, "workloads", names=["default/plain"])
+                if found:
+                    shown = found[0]["status"].get("berth", {})
+                    state = "pending" if "runsByReason" in shown else "other"
+                    samples.append(Sample(time.monotonic() - started, state,
+                                          shown.get("runsBy"), shown.get("runsByReason", "")))  # fmt: skip
+            await asyncio.sleep(0.5)
+    finally:
+        await bus.close()
+    return samples
+
+
+@pytest.mark.timeout(120)
+def test_a_plain_workload_runs_by_its_shown_bound(stack: Stack, tmp_path: Path) -> None:
+    """A plain low-priority Job, never preempted, waiting behind an endless stream of
+    higher-priority work: it shows a bound while it waits (every pending workload ages once
+    a wait lasts reserveAfter), `berth get workloads -o wide` shows RUNS BY, and it is
+    admitted by the earliest bound it showed."""
+    url = stack.url
+    (tmp_path / "setup.yaml").write_text(SETUP.replace("AGEING", AGEING_ON))
+    berth("apply", "-f", str(tmp_path / "setup.yaml"), url=url)
+    samples = asyncio.run(_plain_under_stream(url, 10.0))
+    waiting = [s for s in samples if s.status == "pending"]
+    assert waiting and all(s.runs_by for s in waiting), f"a wait without a bound: {samples}"
+    bound = min(datetime.fromisoformat(str(s.runs_by).replace("Z", "+00:00")) for s in waiting)
+    admissions = [
+        e for e in event_log(url) if isinstance(e, WorkloadAdmitted) and e.workload.name == "plain"
+    ]
+    assert admissions, f"the plain workload was never admitted: {samples}"
+    assert admissions[0].time <= bound, f"admitted at {admissions[0].time}, bound {bound}"
+    assert any(s.status == "other" for s in samples), "still pending when the stream ended"
+    wide = berth("get", "workloads", "-o", "wide", url=url).stdout
+    assert "RUNS BY" in wide.splitlines()[0], wide
+    _preemptor_pairs_unique(url)
