@@ -6,6 +6,7 @@ in-process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import stat
@@ -197,17 +198,25 @@ async def test_a_malformed_event_is_dead_lettered_and_the_consumer_goes_on(bus: 
 # --- the local backend -------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def backend(bus: Bus, tmp_path: Path) -> AsyncIterator[tuple[LocalBackend, Events]]:
+@contextlib.asynccontextmanager
+async def running_backend(bus: Bus, tmp_path: Path) -> AsyncIterator[tuple[LocalBackend, Events]]:
     runtime = Runtime(name="watcher", bus=bus, data_dir=str(tmp_path / "data"))
     local = LocalBackend(runtime, stop_grace=1)
     events = Events(bus)
-    local.test_task = asyncio.create_task(local.run())  # type: ignore[attr-defined]
-    yield local, events
-    runtime.stopping.set()
-    bus.interrupt_waits()
-    await asyncio.wait_for(asyncio.gather(local.test_task, return_exceptions=True), 10)  # type: ignore[attr-defined]
-    await runtime.cancel_tasks(grace=1)
+    task = asyncio.create_task(local.run())
+    try:
+        yield local, events
+    finally:
+        runtime.stopping.set()
+        bus.interrupt_waits()
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
+        await runtime.cancel_tasks(grace=1)
+
+
+@pytest.fixture
+async def backend(bus: Bus, tmp_path: Path) -> AsyncIterator[tuple[LocalBackend, Events]]:
+    async with running_backend(bus, tmp_path) as started:
+        yield started
 
 
 POISON_OBJECTS: list[tuple[str, bytes, str, str]] = [
@@ -221,12 +230,17 @@ POISON_OBJECTS: list[tuple[str, bytes, str, str]] = [
 
 
 async def test_malformed_objects_are_dead_lettered_and_the_watcher_runs_the_next_job(
-    bus: Bus, backend: tuple[LocalBackend, Events]
+    bus: Bus, tmp_path: Path
 ) -> None:
-    local, events = backend
-    kv = await bus.kv(OBJECTS_BUCKET)
+    # The status bucket is read once, at start: the bad status is there before the watcher.
     status = await bus.kv(STATUS_BUCKET)
     await status.put("default.good", b'{"uid": "u-good", "pids": [0]}')  # pid 0: our own group
+    async with running_backend(bus, tmp_path) as (local, events):
+        await _poison_then_a_good_job(bus, local, events)
+
+
+async def _poison_then_a_good_job(bus: Bus, local: LocalBackend, events: Events) -> None:
+    kv = await bus.kv(OBJECTS_BUCKET)
     for key, value, _, _ in POISON_OBJECTS:
         await kv.put(key, value)
     await kv.put("default.good", msgspec.json.encode(job("good", uid="u-good")))
