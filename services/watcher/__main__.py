@@ -16,7 +16,7 @@ async def main(runtime: Runtime) -> None:
     backend_name = os.environ.get("BERTH_WATCHER_BACKEND", "local")
     if backend_name == "kubernetes":
         # Imported here: the local backend must not need a kubeconfig to start.
-        from services.watcher.kube.backend import run_kubernetes
+        from services.watcher.kube.start import run_kubernetes
 
         await run_kubernetes(runtime)  # it stands by too, serving the webhook meanwhile
         return

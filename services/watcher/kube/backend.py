@@ -26,12 +26,11 @@ Ready once every initial list is done (a CRD that is not installed counts as an 
 from __future__ import annotations
 
 import asyncio
-import os
 from contextlib import aclosing
 from typing import Any
 
 from services.watcher import metrics, reporting
-from services.watcher.backend import COMMAND_SUBJECTS, Backend, carry_out
+from services.watcher.backend import COMMAND_SUBJECTS, carry_out
 from services.watcher.command_order import create_stands
 from services.watcher.kube.acting import WORKLOAD_RESOURCES, KubeActions, Tracked
 from services.watcher.kube.api import KubeClient, Resource
@@ -82,7 +81,7 @@ from shared.logging import get_logger
 from shared.service import Runtime
 from shared.workloads import WorkloadError, check_identity, workload_spec
 
-__all__ = ["KubernetesBackend", "run_kubernetes"]
+__all__ = ["KubernetesBackend"]
 
 log = get_logger("watcher.kube")
 
@@ -471,33 +470,3 @@ def _identity_problem(obj: Obj) -> str | None:
     except WorkloadError as error:
         return str(error)
     return None
-
-
-async def run_kubernetes(runtime: Runtime) -> None:
-    """``BERTH_WATCHER_BACKEND=kubernetes``: the backend, and the webhook if TLS is configured."""
-    from services.watcher.kube.settings import KubeSettings
-    from services.watcher.kube.webhook import WebhookSettings, serve_webhook
-
-    settings = KubeSettings.from_environment(os.environ)  # the one read of the environment
-    client = await KubeClient.from_environment()
-    webhook_settings = WebhookSettings.from_environment(os.environ)
-    runner = None
-    try:
-        if webhook_settings.tls_configured:
-            runner = await serve_webhook(webhook_settings)
-        # The webhook is stateless: every replica serves it (a ready standby is one of the
-        # Service's endpoints). The backend runs only in the replica that leads.
-        if not await runtime.stand_by():
-            return
-        backend: Backend = KubernetesBackend(
-            runtime,
-            client=client,
-            status=settings.status,
-            image=settings.image,
-            namespaces=settings.namespaces,
-        )
-        await backend.observe()
-    finally:
-        if runner is not None:
-            await runner.cleanup()
-        await client.close()
