@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     reports: list[Report] = []
     table = Table(title="worlds", title_justify="left")
-    for column in ("seed", "CQs", "share", "budget", "aged waits", "bounded", "min slack",
+    for column in ("seed", "CQs", "share", "budget", "waits", "bounded", "min slack",
                    "longest", "bad", "took"):  # fmt: skip
         table.add_column(column, justify="right")
     for run in range(args.runs):
@@ -111,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     total.add_row("admissions / preemptions", f"{admissions:,} / {preemptions:,}")
     total.add_row("  preemptions per admission", f"{preemptions / max(1, admissions):.3f}")
     total.add_row("  of them for a reservation", f"{reservation:,}")
-    total.add_row("aged waits / with a bound shown", f"{waits:,} / {bounded:,}")
+    total.add_row("waits / with a bound shown", f"{waits:,} / {bounded:,}")
+    for kind in ("high", "managed", "plain"):
+        count = sum(r.bounded_by_kind.get(kind, 0) for r in reports)
+        total.add_row(f"  bounded waits of {kind} workloads", f"{count:,}")
     total.add_row("  bound - admission: min / p50", f"{min(slack, default=math.nan):.1f} /"
                   f" {percentile(slack, 50):.1f} s")  # fmt: skip
     total.add_row("waits high p50/p90/max", spread([w for r in reports for w in r.waits["high"]]))

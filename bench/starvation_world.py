@@ -106,6 +106,7 @@ class Job:
     waited_from: float | None = None  # the current wait's start (creation or last eviction)
     least_bound: float | None = None  # the earliest bound shown during the current wait
     looked: bool = False  # its bound was read during the current wait
+    settled: bool = False  # its boost is capped and its reservation due: neither changes
     done: bool = False
 
     @property
@@ -323,11 +324,20 @@ class World:
             for _, uid in keys:
                 before[queue][uid] = total
                 total += self.aged[uid].cpus
+        share = self.ageing.max_reserved_share
         for job in self.aged.values():
             if job.admitted_at is not None or job.since is None:
                 continue  # only a waiting job ages
-            boost, due = boost_at(self.ageing, self.now - job.since)
-            reserved = due and (job.reserved or self._granted(job, before[job.queue][job.ref.uid]))
+            if job.settled:  # capped and due: boost_at gives the same from now on
+                boost, due = job.boost, True
+            else:
+                boost, due = boost_at(self.ageing, self.now - job.since)
+                job.settled = due and boost == self.ageing.max_boost
+            earlier = before[job.queue][job.ref.uid]
+            # The share rule's own test first (fits_share on one resource), so that a job
+            # that cannot fit yet costs no call: the same answers, a third of the time.
+            fits = (earlier + job.cpus) * 1000 <= share * (self.nominal[job.queue] * 1000)
+            reserved = due and (job.reserved or (fits and self._granted(job, earlier)))
             if (boost, reserved) != (job.boost, job.reserved):
                 job.boost, job.reserved = boost, reserved
                 self._announce(job)
