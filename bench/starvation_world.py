@@ -328,6 +328,8 @@ class World:
         for job in self.aged.values():
             if job.admitted_at is not None or job.since is None:
                 continue  # only a waiting job ages
+            if job.settled and job.reserved:
+                continue  # nothing of it changes any more
             if job.settled:  # capped and due: boost_at gives the same from now on
                 boost, due = job.boost, True
             else:
