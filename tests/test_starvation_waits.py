@@ -1,0 +1,119 @@
+"""Recovery's fold of every workload's wait (services/recovery/waiting.py): which workloads get
+an ageing clock, and when, from the facts on the bus."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from services.recovery.waiting import Aged, Waits, earlier_than
+from shared.events import (
+    AnyEvent,
+    PodSet,
+    WorkloadAdmitted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPending,
+    WorkloadRef,
+    WorkloadSubmitted,
+)
+
+REF = WorkloadRef("ns", "w", "u1")
+AFTER = 60.0  # reserveAfter
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def submitted(t: float) -> WorkloadSubmitted:
+    pod_sets = [PodSet(name="main", count=2, requests={"cpu": 500})]
+    return WorkloadSubmitted(id="s", source="watcher", time=at(t), workload=REF, kind="Job",
+                             queue_name="lq", pod_sets=pod_sets, created=at(t))  # fmt: skip
+
+
+def pending(t: float) -> WorkloadPending:
+    return WorkloadPending(id="p", source="admission", time=at(t), workload=REF,
+                           cluster_queue="cq", reason="Pending", message="")  # fmt: skip
+
+
+def admitted(t: float, generation: int) -> WorkloadAdmitted:
+    return WorkloadAdmitted(id="a", source="admission", time=at(t), workload=REF,
+                            cluster_queue="cq", local_queue="lq", priority=0, assignments=[],
+                            generation=generation)  # fmt: skip
+
+
+def evicted(t: float, generation: int) -> WorkloadEvicted:
+    return WorkloadEvicted(id="e", source="watcher", time=at(t), workload=REF,
+                           generation=generation, reason="Preempted")  # fmt: skip
+
+
+def finished(t: float) -> WorkloadFinished:
+    return WorkloadFinished(id="f", source="watcher", time=at(t), workload=REF, generation=1,
+                            succeeded=True)  # fmt: skip
+
+
+CASES: list[tuple[str, list[AnyEvent], float, float | None]] = [
+    # (why, facts, now, its clock then)
+    ("waiting less than reserveAfter: no clock yet",
+     [submitted(100), pending(101)], 159.0, None),
+    ("waiting reserveAfter since its creation: the creation is its clock",
+     [submitted(100), pending(101)], 160.0, 100.0),
+    ("admitted before reserveAfter, then evicted: the clock counts from the eviction",
+     [submitted(100), pending(101), admitted(120, 1), evicted(200, 1)], 259.0, None),
+    ("... and is that eviction once the new wait lasted reserveAfter",
+     [submitted(100), pending(101), admitted(120, 1), evicted(200, 1)], 260.0, 200.0),
+    ("running: it does not age however long ago it was created",
+     [submitted(100), pending(101), admitted(120, 1)], 10_000.0, None),
+    ("an eviction of an older run changes nothing",
+     [submitted(100), pending(101), admitted(120, 2), evicted(130, 1)], 10_000.0, None),
+    ("no ClusterQueue known yet (admission has not queued it): no clock",
+     [submitted(100)], 10_000.0, None),
+    ("finished: forgotten", [submitted(100), pending(101), finished(150)], 10_000.0, None),
+]
+
+
+@pytest.mark.parametrize(("why", "facts", "now", "clock"), CASES, ids=[c[0] for c in CASES])
+def test_clock_from_the_facts(
+    why: str, facts: list[AnyEvent], now: float, clock: float | None
+) -> None:
+    """Each workload's clock, as recovery sets it at its ageing tick."""
+    waits = Waits()
+    for fact in facts:
+        waits.apply(fact)
+        waits.apply(fact)  # idempotent: a redelivery changes nothing
+    aged = {w.ref.uid: w.since for w in waits.ageing(now, lambda _: AFTER)}
+    assert aged.get("u1") == clock, why
+    if clock is not None:
+        assert waits.waits["u1"].request == {"cpu": 1000}, "its whole request"
+
+
+def test_a_clock_is_kept() -> None:
+    """Once set, a clock stays: a later admission and eviction do not move it."""
+    waits = Waits()
+    for fact in (submitted(100), pending(101)):
+        waits.apply(fact)
+    assert [w.since for w in waits.ageing(200.0, lambda _: AFTER)] == [100.0]
+    waits.apply(admitted(210, 1))
+    waits.apply(evicted(300, 1))
+    assert [w.since for w in waits.ageing(301.0, lambda _: AFTER)] == [100.0]
+
+
+def test_reservations_off() -> None:
+    """reserveAfter null: nothing gets a clock."""
+    waits = Waits()
+    for fact in (submitted(100), pending(101)):
+        waits.apply(fact)
+    assert list(waits.ageing(10_000.0, lambda _: None)) == []
+
+
+def test_earlier_than() -> None:
+    """The share rule counts the clocks of the same ClusterQueue that go first."""
+    aged = [
+        Aged((1.0, "a"), "cq", {"cpu": 1}),
+        Aged((2.0, "b"), "cq", {"cpu": 2}),
+        Aged((1.0, "c"), "other", {"cpu": 4}),
+    ]
+    assert earlier_than(aged, (2.0, "b"), "cq") == [{"cpu": 1}]
+    assert earlier_than(aged, (1.0, "a"), "cq") == []
