@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.recovery.waiting import Aged, Waits, earlier_than
+from services.recovery.waiting import Aged, Waits, earlier_totals
 from shared.events import (
     AnyEvent,
     PodSet,
@@ -108,12 +108,13 @@ def test_reservations_off() -> None:
     assert list(waits.ageing(10_000.0, lambda _: None)) == []
 
 
-def test_earlier_than() -> None:
-    """The share rule counts the clocks of the same ClusterQueue that go first."""
+def test_earlier_totals() -> None:
+    """The share rule counts the clocks of the same ClusterQueue that go first, summed."""
     aged = [
-        Aged((1.0, "a"), "cq", {"cpu": 1}),
         Aged((2.0, "b"), "cq", {"cpu": 2}),
+        Aged((1.0, "a"), "cq", {"cpu": 1}),
+        Aged((3.0, "d"), "cq", {"cpu": 8, "memory": 1}),
         Aged((1.0, "c"), "other", {"cpu": 4}),
     ]
-    assert earlier_than(aged, (2.0, "b"), "cq") == [{"cpu": 1}]
-    assert earlier_than(aged, (1.0, "a"), "cq") == []
+    totals = earlier_totals(aged)
+    assert totals == {"a": {}, "b": {"cpu": 1}, "d": {"cpu": 3}, "c": {}}

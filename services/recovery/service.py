@@ -28,7 +28,7 @@ from nats.js.kv import KeyValue
 from services.recovery import lifecycle, metrics
 from services.recovery.ageing import boost_at, reservation_granted
 from services.recovery.reserving import Reservations
-from services.recovery.waiting import WAIT_VERBS, Aged, Waits, earlier_than
+from services.recovery.waiting import WAIT_VERBS, Aged, Waits, earlier_totals
 from shared.bus import API_SUBJECT, JOBS_BUCKET, KeyExists, KeyNotFound
 from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
 from shared.config_mirror import ConfigMirror
@@ -242,9 +242,13 @@ class RecoveryService:
         policies = self.config.of_kind(ClusterQueuePolicy)
         queues = {cq.metadata.name: cq for cq in self.config.of_kind(ClusterQueue)}
 
+        afters: dict[str, float | None] = {}  # per ClusterQueue, once per tick
+
         def reserve_after(cluster_queue: str) -> float | None:
-            after = ageing_for(policies, cluster_queue).reserve_after
-            return None if after is None else parse_duration(after)
+            if cluster_queue not in afters:
+                after = ageing_for(policies, cluster_queue).reserve_after
+                afters[cluster_queue] = None if after is None else parse_duration(after)
+            return afters[cluster_queue]
 
         plain = {wait.ref.uid: wait for wait in self.waits.ageing(now, reserve_after)}
         managed: dict[str, tuple[ManagedJob, float, str]] = {}  # uid -> (job, clock, its cq)
@@ -268,17 +272,18 @@ class RecoveryService:
             for uid, wait in plain.items()
             if uid not in managed and wait.since is not None
         ]
+        requests = {a.clock[1]: a.request for a in aged}
+        before = earlier_totals(aged)
 
         def granted(policy: AgeingPolicy, clock: float, uid: str, queue: str) -> bool:
             cluster_queue = queues.get(queue)
             if cluster_queue is None:
                 return False
-            request = next(a.request for a in aged if a.clock == (clock, uid))
             return reservation_granted(
                 policy,
-                request=request,
+                request=requests[uid],
                 nominal=queue_facts(cluster_queue).nominal,
-                earlier=earlier_than(aged, (clock, uid), queue),
+                earlier=[before[uid]],
             )
 
         outgoing: list[Event] = []

@@ -24,7 +24,7 @@ from shared.events import (
 )
 from shared.starvation import ageing_clock
 
-__all__ = ["WAIT_VERBS", "Aged", "Wait", "Waits", "earlier_than"]
+__all__ = ["WAIT_VERBS", "Aged", "Wait", "Waits", "earlier_totals"]
 
 # The workload facts (berth.wl.<verb>.…) a wait needs; admission's admitted and pending
 # decisions (berth.cq.…) too.
@@ -53,11 +53,21 @@ class Aged:
     request: dict[str, int]
 
 
-def earlier_than(
-    aged: list[Aged], clock: tuple[float, str], cluster_queue: str
-) -> list[dict[str, int]]:
-    """The requests of the clocks of ``cluster_queue`` that go before ``clock``."""
-    return [a.request for a in aged if a.cluster_queue == cluster_queue and a.clock < clock]
+def earlier_totals(aged: list[Aged]) -> dict[str, dict[str, int]]:
+    """For each clock (by uid), the summed requests of the clocks of its ClusterQueue that go
+    before it: what the share rule counts with it (sorted once, not once per clock)."""
+    by_queue: dict[str, list[Aged]] = {}
+    for entry in aged:
+        by_queue.setdefault(entry.cluster_queue, []).append(entry)
+    totals: dict[str, dict[str, int]] = {}
+    for entries in by_queue.values():
+        entries.sort(key=lambda entry: entry.clock)
+        total: dict[str, int] = {}
+        for entry in entries:
+            totals[entry.clock[1]] = dict(total)
+            for resource, value in entry.request.items():
+                total[resource] = total.get(resource, 0) + value
+    return totals
 
 
 class Waits:
