@@ -220,10 +220,12 @@ async def test_kube_status_writes_workload_status_and_events(
                 await asyncio.sleep(0.05)
     finally:
         stopping.set()
-        await asyncio.wait_for(task, 5)
-        await api.unsubscribe()
-        await client.close()
-        await bus.close()
+        try:
+            await asyncio.wait_for(task, 5)  # the writer's own failure fails the test here
+        finally:
+            await api.unsubscribe()
+            await client.close()
+            await bus.close()
     writes = [(r.method, r.url.path) for r in kmock if r.method != "GET"]
     name = kueue_workload(rendered, JOB)["metadata"]["name"]
     assert writes == [

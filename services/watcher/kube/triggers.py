@@ -24,7 +24,11 @@ TRIGGERS = ("berth.cq.>", "berth.wl.>")
 async def follow_triggers(
     bus: Bus, on_event: Callable[[Msg], Awaitable[None]]
 ) -> list[Subscription]:
-    """One ordered consumer per trigger subject, delivering new events to ``on_event``."""
+    """One ordered consumer per trigger subject, delivering new events to ``on_event``.
+
+    The stream is made first if no service has made it yet (idempotent, as every service does).
+    """
+    await bus.ensure_stream()
     return [
         await bus_call(
             bus.js.subscribe(
