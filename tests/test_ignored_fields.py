@@ -49,6 +49,26 @@ CONFIG: list[tuple[str, dict[str, Any], list[str]]] = [
         [],
     ),
     ("a LocalQueue has nothing ignored", {"kind": "LocalQueue", "spec": {"clusterQueue": "x"}}, []),
+    (
+        "waitForPodsReady's recoveryTimeout is not acted on",
+        {"kind": "Configuration", "metadata": {"name": "c"}, "spec": {"waitForPodsReady": {"recoveryTimeout": "3m"}}},
+        ["Configuration c: spec.waitForPodsReady.recoveryTimeout"],
+    ),
+    (
+        "Kueue's default timestamp (Eviction) with waitForPodsReady on: Berth keeps creation time",
+        {"kind": "Configuration", "metadata": {"name": "c"}, "spec": {"waitForPodsReady": {"enable": True}}},
+        ["Configuration c: spec.waitForPodsReady.requeuingStrategy.timestamp (Eviction)"],
+    ),
+    (
+        "timestamp Creation is what Berth does: no warning",
+        {"kind": "Configuration", "metadata": {"name": "c"}, "spec": {"waitForPodsReady": {"enable": True, "requeuingStrategy": {"timestamp": "Creation"}}}},
+        [],
+    ),
+    (
+        "waitForPodsReady off: its requeuing strategy does nothing, in Kueue too",
+        {"kind": "Configuration", "metadata": {"name": "c"}, "spec": {"waitForPodsReady": {"enable": False}}},
+        [],
+    ),
 ]
 
 
