@@ -11,7 +11,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +24,8 @@ from structlog.testing import capture_logs
 from berth_cli.launcher import LiveStack
 from berth_cli.launcher import start_stack as start_live_stack
 from berth_cli.natsserver import NatsServer
+from shared.auth import ClientAuth, CredentialStore
+from shared.bus import Bus
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = REPO.parent / "shared" / "seeds"
@@ -97,7 +99,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 
 
 @contextmanager
-def captured_logs(module: ModuleType) -> Iterator[list[dict[str, Any]]]:
+def captured_logs(module: ModuleType) -> Iterator[list[MutableMapping[str, Any]]]:
     """``capture_logs`` for the lines ``module.log`` writes, whatever an in-process CLI run
     configured before (the CLI keeps only errors, and caches loggers on first use, which
     ``capture_logs`` alone does not undo): every level, through a fresh logger meanwhile."""
@@ -106,13 +108,37 @@ def captured_logs(module: ModuleType) -> Iterator[list[dict[str, Any]]]:
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         cache_logger_on_first_use=False,
     )
-    cached, module.log = module.log, structlog.get_logger(**module.log._initial_values)
+    cached: Any = getattr(module, "log")  # noqa: B009 (a module's logger, by convention)
+    setattr(module, "log", structlog.get_logger(**cached._initial_values))  # noqa: B010
     try:
         with capture_logs() as logs:
             yield logs
     finally:
-        module.log = cached
+        setattr(module, "log", cached)  # noqa: B010
         structlog.configure(
             wrapper_class=before["wrapper_class"],
             cache_logger_on_first_use=before["cache_logger_on_first_use"],
         )
+
+
+# --- a secured bus: nkey credentials and a nats-server that enforces shared/auth.py -----------
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> CredentialStore:
+    credentials = CredentialStore(tmp_path / "creds")
+    credentials.ensure()
+    return credentials
+
+
+@pytest.fixture
+def secured_url(tmp_path: Path, store: CredentialStore) -> Iterator[str]:
+    with NatsServer(store_dir=tmp_path / "nats", auth_conf=store.auth_conf) as server:
+        yield server.url
+
+
+async def connect_as(url: str, store: CredentialStore, user: str) -> Bus:
+    """A bus connection signed in as ``user`` with its own seed, failing at once if refused."""
+    return await Bus.connect(
+        url, source=user, auth=ClientAuth(seed=store.seed_path(user)), retry=False
+    )

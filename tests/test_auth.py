@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import stat
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from berth_cli.natsserver import NatsServer
 from services.watcher.kube.triggers import follow_triggers, stop_following
 from shared.auth import (
     SERVICE_USERS,
@@ -23,26 +22,7 @@ from shared.auth import (
 from shared.bus import STREAM, Bus, BusError
 from shared.events import WorkloadAdmitted, WorkloadRef
 from shared.subjects import subject_matcher
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> CredentialStore:
-    credentials = CredentialStore(tmp_path / "creds")
-    credentials.ensure()
-    return credentials
-
-
-@pytest.fixture
-def secured_url(tmp_path: Path, store: CredentialStore) -> Iterator[str]:
-    with NatsServer(store_dir=tmp_path / "nats", auth_conf=store.auth_conf) as server:
-        yield server.url
-
-
-async def _connect(url: str, store: CredentialStore, user: str) -> Bus:
-    return await Bus.connect(
-        url, source=user, auth=ClientAuth(seed=store.seed_path(user)), retry=False
-    )
-
+from tests.conftest import connect_as
 
 # (user, subject, may publish, why)
 PUBLISH_CASES = [
@@ -123,7 +103,7 @@ async def test_the_server_enforces_the_table(secured_url: str, store: Credential
     judged by a marker: an allowed publish must arrive, a forbidden one must come back as a
     permissions violation naming its subject, and must not have arrived by then.
     """
-    admin = await _connect(secured_url, store, "admin")
+    admin = await connect_as(secured_url, store, "admin")
     seen: list[str] = []
 
     async def collect(msg: object) -> None:
@@ -132,7 +112,7 @@ async def test_the_server_enforces_the_table(secured_url: str, store: Credential
     await admin.nc.subscribe(">", cb=collect)
     await admin.nc.flush()
     users = {user for user, *_ in PUBLISH_CASES}
-    clients = {user: await _connect(secured_url, store, user) for user in users}
+    clients = {user: await connect_as(secured_url, store, user) for user in users}
     refusals: dict[str, list[str]] = {user: [] for user in users}
     for user, client in clients.items():
         client.on_error = _recorder(refusals[user])
@@ -186,7 +166,7 @@ async def test_a_forged_seed_is_refused(secured_url: str, tmp_path: Path) -> Non
     other = CredentialStore(tmp_path / "other")
     other.ensure()
     with pytest.raises(BusError, match="refused the credentials"):
-        await _connect(secured_url, other, "admin")
+        await connect_as(secured_url, other, "admin")
 
 
 def _admitted(generation: int) -> WorkloadAdmitted:
@@ -207,9 +187,9 @@ async def test_cli_cannot_store_an_admission_and_reader_follows(
 ) -> None:
     """Through JetStream: admission's admission is stored, the CLI's forged one is not; the
     reader follows the stream and cannot write to it."""
-    admission = await _connect(secured_url, store, "admission")
-    cli = await _connect(secured_url, store, "cli")
-    reader = await _connect(secured_url, store, "reader")
+    admission = await connect_as(secured_url, store, "admission")
+    cli = await connect_as(secured_url, store, "cli")
+    reader = await connect_as(secured_url, store, "reader")
     try:
         await admission.ensure_stream()
         await admission.publish(_admitted(1))
@@ -243,8 +223,8 @@ async def test_the_kube_status_writer_follows_its_triggers_as_the_watcher(
 ) -> None:
     """The Kubernetes backend's status writer hears decisions and facts with the watcher's own
     credentials (it once subscribed on the event subjects, which the server refuses)."""
-    admission = await _connect(secured_url, store, "admission")
-    watcher = await _connect(secured_url, store, "watcher")
+    admission = await connect_as(secured_url, store, "admission")
+    watcher = await connect_as(secured_url, store, "watcher")
     refusals: list[str] = []
     watcher.on_error = _recorder(refusals)
     heard: list[str] = []

@@ -10,19 +10,17 @@ maps to the rule. The end-to-end test (admission holds work, then admits it agai
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import ClientSession, web
 
-from berth_cli.natsserver import NatsServer
 from berth_console.app import build_app
 from berth_console.model import Model
 from berth_console.pages.base import Context
 from berth_console.pending import PendingCache
 from berth_console.queries import Queries
-from shared.auth import ClientAuth, CredentialStore
+from shared.auth import CredentialStore
 from shared.bus import CONFIG_BUCKET, Bus, BusTimeout, NoResponders
 from shared.config import (
     ClusterQueue,
@@ -32,6 +30,7 @@ from shared.config import (
     object_key,
     parse_object,
 )
+from tests.conftest import connect_as
 
 TOKEN = "queue-operator-token"
 CQ_KEY = "clusterqueue._.cq"
@@ -39,29 +38,12 @@ LQ_KEY = "localqueue.team-a.lq"
 FLAVOR_KEY = "resourceflavor._.default-flavor"
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> CredentialStore:
-    credentials = CredentialStore(tmp_path / "creds")
-    credentials.ensure()
-    return credentials
-
-
-@pytest.fixture
-def secured_url(tmp_path: Path, store: CredentialStore) -> Iterator[str]:
-    with NatsServer(store_dir=tmp_path / "nats", auth_conf=store.auth_conf) as server:
-        yield server.url
-
-
-async def _connect(url: str, store: CredentialStore, user: str) -> Bus:
-    return await Bus.connect(
-        url, source=user, auth=ClientAuth(seed=store.seed_path(user)), retry=False
-    )
 
 
 @pytest.fixture
 async def admin(secured_url: str, store: CredentialStore) -> AsyncIterator[Bus]:
     """An operator's connection that applied a flavor, a ClusterQueue and a LocalQueue."""
-    bus = await _connect(secured_url, store, "admin")
+    bus = await connect_as(secured_url, store, "admin")
     kv = await bus.kv(CONFIG_BUCKET)
     for document in (
         {"kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
@@ -100,7 +82,7 @@ async def admin(secured_url: str, store: CredentialStore) -> AsyncIterator[Bus]:
 @pytest.fixture
 async def console(secured_url: str, store: CredentialStore, admin: Bus) -> AsyncIterator[str]:
     """The console's HTTP app, its bus connection made with the `console` seed."""
-    bus = await _connect(secured_url, store, "console")
+    bus = await connect_as(secured_url, store, "console")
     model = Model()
     model.set_queues(
         [{"metadata": {"name": "cq"}, "spec": {}}],
@@ -235,7 +217,7 @@ async def test_the_console_user_writes_queues_and_nothing_else(
 ) -> None:
     """Through JetStream with the console's seed: a queue's update is stored, a flavor's is
     refused by the server (the rule the token guards is the only config it can touch)."""
-    bus = await _connect(secured_url, store, "console")
+    bus = await connect_as(secured_url, store, "console")
     try:
         kv = await bus.kv(CONFIG_BUCKET)
         entry = await kv.get(CQ_KEY)
