@@ -13,6 +13,7 @@ import gc
 import random
 import time
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 from services.admission.scheduler import Admission, QueuedWorkload, Scheduler
@@ -25,12 +26,18 @@ COHORTS = 10
 WORKLOADS = 100_000
 
 
-def build_config() -> list[ConfigObject]:
+def build_config(
+    cluster_queues: int = CLUSTER_QUEUES,
+    cohort_of: Callable[[int], int] = lambda index: index % COHORTS,
+) -> list[ConfigObject]:
+    """Two flavors of cpu and memory, StrictFIFO and BestEffortFIFO alternating, each
+    ClusterQueue in cohort ``cohort_of(index)`` with one LocalQueue (also the world of
+    bench/million_pending.py)."""
     documents: list[dict[str, Any]] = [
         {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
         {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "spot"}},
     ]
-    for index in range(CLUSTER_QUEUES):
+    for index in range(cluster_queues):
         resources = ["cpu", "memory"]
         documents.append(
             {
@@ -38,7 +45,7 @@ def build_config() -> list[ConfigObject]:
                 "kind": "ClusterQueue",
                 "metadata": {"name": f"cq-{index}"},
                 "spec": {
-                    "cohort": f"cohort-{index % COHORTS}",
+                    "cohort": f"cohort-{cohort_of(index)}",
                     "namespaceSelector": {},
                     "queueingStrategy": "StrictFIFO" if index % 2 else "BestEffortFIFO",
                     "resourceGroups": [

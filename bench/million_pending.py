@@ -42,9 +42,10 @@ if __package__ in (None, ""):  # run as a script: make `services`, `shared` impo
 import msgspec
 import structlog
 
+from bench import admission_core
 from services.admission.scheduler import Admission
 from services.admission.service import AdmissionService
-from shared.config import ConfigObject, parse_object
+from shared.config import ConfigObject
 from shared.events import Event, PodSet, WorkloadFinished, WorkloadRef, WorkloadSubmitted
 from shared.service import Runtime
 
@@ -56,49 +57,8 @@ ENCODER = msgspec.json.Encoder()
 
 
 def build_config(cluster_queues: int) -> list[ConfigObject]:
-    """Like bench/admission_core.py: two flavors of cpu and memory, StrictFIFO and
-    BestEffortFIFO alternating, 100 ClusterQueues per cohort, a LocalQueue each."""
-    documents: list[dict[str, Any]] = [
-        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
-        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "spot"}},
-    ]
-    for index in range(cluster_queues):
-        documents.append(
-            {
-                "apiVersion": V1,
-                "kind": "ClusterQueue",
-                "metadata": {"name": f"cq-{index}"},
-                "spec": {
-                    "cohort": f"cohort-{index // PER_COHORT}",
-                    "namespaceSelector": {},
-                    "queueingStrategy": "StrictFIFO" if index % 2 else "BestEffortFIFO",
-                    "resourceGroups": [
-                        {
-                            "coveredResources": ["cpu", "memory"],
-                            "flavors": [
-                                {
-                                    "name": flavor,
-                                    "resources": [
-                                        {"name": "cpu", "nominalQuota": 20},
-                                        {"name": "memory", "nominalQuota": "64Gi"},
-                                    ],
-                                }
-                                for flavor in ("default-flavor", "spot")
-                            ],
-                        }
-                    ],
-                },
-            }
-        )
-        documents.append(
-            {
-                "apiVersion": V1,
-                "kind": "LocalQueue",
-                "metadata": {"name": f"lq-{index}", "namespace": f"ns-{index % 100}"},
-                "spec": {"clusterQueue": f"cq-{index}"},
-            }
-        )
-    return [parse_object(document) for document in documents]
+    """bench/admission_core.py's world, 100 ClusterQueues per cohort."""
+    return admission_core.build_config(cluster_queues, cohort_of=lambda index: index // PER_COHORT)
 
 
 def submitted(i: int, queue: int, rng: random.Random) -> bytes:
