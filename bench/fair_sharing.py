@@ -66,12 +66,11 @@ def build(queues: int, cohorts: int, fair: bool) -> list[ConfigObject]:
     return [parse_object(document) for document in documents]
 
 
-def run(queues: int, cohorts: int, workloads: int, fair: bool) -> None:
+def _submit(scheduler: Scheduler, workloads: int, local_queues: int) -> None:
+    """Workloads of 1, 2 or 4 CPUs spread over ``lq-0..lq-N`` by a fixed seed."""
     rng = random.Random(7)
-    scheduler = Scheduler()
-    scheduler.set_config(build(queues, cohorts, fair))
     for i in range(workloads):
-        queue = rng.randrange(queues)
+        queue = rng.randrange(local_queues)
         cpu = rng.choice((1, 2, 4))
         scheduler.submit(
             QueuedWorkload(
@@ -81,6 +80,10 @@ def run(queues: int, cohorts: int, workloads: int, fair: bool) -> None:
                 queue_time=1_700_000_000.0 + i,
             )
         )
+
+
+def _timed_passes(scheduler: Scheduler) -> tuple[list[Admission], float, float]:
+    """The first pass over the backlog, then the mean of ten passes that each follow ten finishes."""
     start = time.perf_counter()
     admitted = [d for d in scheduler.schedule() if isinstance(d, Admission)]
     first = time.perf_counter() - start
@@ -91,6 +94,14 @@ def run(queues: int, cohorts: int, workloads: int, fair: bool) -> None:
         start = time.perf_counter()
         scheduler.schedule()
         steady += time.perf_counter() - start
+    return admitted, first, steady / 10
+
+
+def run(queues: int, cohorts: int, workloads: int, fair: bool) -> None:
+    scheduler = Scheduler()
+    scheduler.set_config(build(queues, cohorts, fair))
+    _submit(scheduler, workloads, queues)
+    admitted, first, steady = _timed_passes(scheduler)
     usage = [
         sum(scheduler.quota.usage(f"cq-{q}").values()) // 1000
         for q in range(queues)
@@ -98,7 +109,7 @@ def run(queues: int, cohorts: int, workloads: int, fair: bool) -> None:
     ]
     print(
         f"fair sharing {'on ' if fair else 'off'}: first pass {first:.2f} s, {len(admitted):,}"
-        f" admitted; steady pass {steady / 10 * 1000:.1f} ms; cohort-0 queues use"
+        f" admitted; steady pass {steady * 1000:.1f} ms; cohort-0 queues use"
         f" {min(usage)}-{max(usage)} CPUs; violations {len(scheduler.quota.violations())}"
     )
 
@@ -128,35 +139,15 @@ def run_afs(local_queues: int, workloads: int, on: bool) -> None:
     ]
     scheduler = Scheduler()
     scheduler.set_config([parse_object(document) for document in documents])
-    rng = random.Random(7)
-    for i in range(workloads):
-        scheduler.submit(
-            QueuedWorkload(
-                ref=WorkloadRef(namespace="default", name=f"job-{i}", uid=f"uid-{i:06d}"),
-                local_queue=f"lq-{rng.randrange(local_queues)}",
-                pod_sets=[
-                    PodSet(name="main", count=1, requests={"cpu": rng.choice((1, 2, 4)) * 1000})
-                ],
-                queue_time=1_700_000_000.0 + i,
-            )
-        )
-    start = time.perf_counter()
-    admitted = [d for d in scheduler.schedule() if isinstance(d, Admission)]
-    first = time.perf_counter() - start
-    steady = 0.0
-    for round_ in range(10):
-        for admission in admitted[round_ * 10 : (round_ + 1) * 10]:
-            scheduler.finish(admission.ref)
-        start = time.perf_counter()
-        scheduler.schedule()
-        steady += time.perf_counter() - start
+    _submit(scheduler, workloads, local_queues)
+    admitted, first, steady = _timed_passes(scheduler)
     cpus: dict[str, int] = {}
     for admission in admitted:
         used = sum(sum(a.usage.values()) for a in admission.assignments) // 1000
         cpus[admission.local_queue] = cpus.get(admission.local_queue, 0) + used
     print(
         f"admission fair sharing {'on ' if on else 'off'}: first pass {first:.2f} s,"
-        f" {len(admitted):,} admitted; steady pass {steady / 10 * 1000:.1f} ms; LocalQueues"
+        f" {len(admitted):,} admitted; steady pass {steady * 1000:.1f} ms; LocalQueues"
         f" got {min(cpus.values())}-{max(cpus.values())} CPUs"
     )
 
