@@ -41,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ import msgspec
 from nats.js.kv import KeyValue
 
 from bench.eventlog import quota_violations, read_events, signed_in_as
+from bench.objects import FLAVOR, V1, cpu_cluster_queue, queue_namespace, simulated_job
 from berth_cli.launcher import LiveStack, start_stack
 from shared.auth import ClientAuth
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, STREAM, Bus, BusError, KeyExists, bus_call
@@ -71,9 +71,6 @@ from shared.events import (
 from shared.fencing import fenced_log
 from shared.membership import Member, health_at, read_members
 from shared.workloads import (
-    PRIORITY_CLASS_LABEL,
-    QUEUE_NAME_LABEL,
-    SIMULATED_RUNTIME_ANNOTATION,
     workload_key,
 )
 
@@ -90,7 +87,6 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parent.parent
-V1 = "kueue.x-k8s.io/v1beta1"
 ROLES = ("watcher", "admission", "preemption", "recovery")
 COHORT = "failover"
 QUEUES = ("team-a", "team-b")  # ClusterQueue, Namespace and LocalQueue share the name
@@ -104,6 +100,7 @@ NATS_TARGET_S = 1.0
 # elects a new one after a random election timeout of 4 to 9 s; these are compiled-in
 # defaults (minElectionTimeout, maxElectionTimeout) that no configuration option changes.
 RAFT_ELECTION_S = (4.0, 9.0)
+PREEMPTION = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
 
 
 @dataclass(frozen=True)
@@ -119,36 +116,7 @@ class Scenario:
 
 def config_documents() -> list[dict[str, Any]]:
     """The cohort's two ClusterQueues, the probe's, their LocalQueues and the classes."""
-
-    def cluster_queue(name: str, cpu: int, cohort: str | None) -> dict[str, Any]:
-        spec: dict[str, Any] = {
-            "namespaceSelector": {},
-            "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu"],
-                    "flavors": [
-                        {
-                            "name": "rf",
-                            "resources": [
-                                {
-                                    "name": "cpu",
-                                    "nominalQuota": cpu,
-                                    **({"borrowingLimit": cpu} if cohort else {}),
-                                }
-                            ],
-                        }
-                    ],
-                }
-            ],
-        }
-        if cohort:
-            spec["cohort"] = cohort
-        return {"apiVersion": V1, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
-
-    documents: list[dict[str, Any]] = [
-        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "rf"}}
-    ]
+    documents: list[dict[str, Any]] = [FLAVOR]
     for name, value in PRIORITIES.items():
         documents.append(
             {
@@ -162,16 +130,16 @@ def config_documents() -> list[dict[str, Any]]:
         *((q, NOMINAL_CPU, COHORT) for q in QUEUES),
         (PROBE, PROBE_CPU, None),
     ]:
-        documents.append(cluster_queue(name, cpu, cohort))
-        documents.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         documents.append(
-            {
-                "apiVersion": V1,
-                "kind": "LocalQueue",
-                "metadata": {"name": name, "namespace": name},
-                "spec": {"clusterQueue": name},
-            }
+            cpu_cluster_queue(
+                name,
+                cpu,
+                cohort=cohort,
+                borrowing_limit=cpu if cohort else None,
+                preemption=PREEMPTION,
+            )
         )
+        documents += queue_namespace(name)
     return documents
 
 
@@ -186,32 +154,7 @@ def limits() -> tuple[dict[str, int], dict[str, str], dict[str, int]]:
 def job(
     name: str, namespace: str, priority_class: str, cpu: str, runtime_ms: int
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": str(uuid.uuid4()),
-            "creationTimestamp": datetime.now(UTC).isoformat(),
-            "labels": {QUEUE_NAME_LABEL: namespace, PRIORITY_CLASS_LABEL: priority_class},
-            "annotations": {SIMULATED_RUNTIME_ANNOTATION: f"{runtime_ms}ms"},
-        },
-        "spec": {
-            "template": {
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": cpu}},
-                        }
-                    ],
-                    "restartPolicy": "Never",
-                }
-            }
-        },
-    }
+    return simulated_job(name, namespace, runtime_ms, cpu=cpu, priority_class=priority_class)
 
 
 # --- the run ------------------------------------------------------------------------------

@@ -19,11 +19,11 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `services`, `shared` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.objects import FLAVOR, cpu_cluster_queue
 from services.preemption.cluster import Cluster
 from services.preemption.deciding import decide
 from shared.config import ConfigObject, parse_object
@@ -37,37 +37,21 @@ from shared.events import (
     WorkloadRef,
 )
 
-V1 = "kueue.x-k8s.io/v1beta1"
 COHORTS, PER_COHORT, NOMINAL = 10, 100, 20
 
 
 def config() -> list[ConfigObject]:
-    objects = [
-        parse_object({"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "rf"}})
-    ]
+    objects = [parse_object(FLAVOR)]
     for c in range(COHORTS):
         for q in range(PER_COHORT):
-            spec: dict[str, Any] = {
-                "cohort": f"cohort-{c}",
-                "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu"],
-                        "flavors": [
-                            {
-                                "name": "rf",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": NOMINAL, "borrowingLimit": 100}
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            }
-            document = {"apiVersion": V1, "kind": "ClusterQueue"}
-            objects.append(
-                parse_object({**document, "metadata": {"name": f"cq-{c}-{q}"}, "spec": spec})
+            queue = cpu_cluster_queue(
+                f"cq-{c}-{q}",
+                NOMINAL,
+                cohort=f"cohort-{c}",
+                borrowing_limit=100,
+                preemption={"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
             )
+            objects.append(parse_object(queue))
     return objects
 
 

@@ -28,7 +28,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,82 +39,28 @@ import msgspec
 from rich.console import Console
 
 from bench.kueue_scheduler import SERVICE_NAMES, proc_stats
+from bench.objects import FLAVOR, cpu_cluster_queue, queue_namespace, simulated_job
 from berth_cli.up import Stack
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus
 from shared.config import encode_object, object_key, parse_object
-from shared.workloads import QUEUE_NAME_LABEL, SIMULATED_RUNTIME_ANNOTATION, workload_key
+from shared.workloads import workload_key
 
-V1 = "kueue.x-k8s.io/v1beta1"
 TICK_S = 0.01
 MIN_SAMPLES = 1_000
 
 
 def config_documents(queues: int) -> list[dict[str, Any]]:
-    documents: list[dict[str, Any]] = [
-        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "rf"}}
-    ]
+    documents: list[dict[str, Any]] = [FLAVOR]
     for q in range(queues):
         name = f"tp-{q}"
-        documents += [
-            {
-                "apiVersion": V1,
-                "kind": "ClusterQueue",
-                "metadata": {"name": name},
-                "spec": {
-                    "cohort": f"tp-cohort-{q % 10}",
-                    "namespaceSelector": {},
-                    "resourceGroups": [
-                        {
-                            "coveredResources": ["cpu"],
-                            "flavors": [
-                                {
-                                    "name": "rf",
-                                    "resources": [{"name": "cpu", "nominalQuota": 100_000}],
-                                }
-                            ],
-                        }
-                    ],
-                },
-            },
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-            {
-                "apiVersion": V1,
-                "kind": "LocalQueue",
-                "metadata": {"name": name, "namespace": name},
-                "spec": {"clusterQueue": name},
-            },
-        ]
+        documents.append(cpu_cluster_queue(name, 100_000, cohort=f"tp-cohort-{q % 10}"))
+        documents += queue_namespace(name)
     return documents
 
 
 def job(name: str, namespace: str, runtime_ms: int) -> tuple[str, dict[str, Any]]:
     uid = str(uuid.uuid4())
-    return uid, {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": uid,
-            "creationTimestamp": datetime.now(UTC).isoformat(),
-            "labels": {QUEUE_NAME_LABEL: namespace},
-            "annotations": {SIMULATED_RUNTIME_ANNOTATION: f"{runtime_ms}ms"},
-        },
-        "spec": {
-            "template": {
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": "1"}},
-                        }
-                    ],
-                    "restartPolicy": "Never",
-                }
-            }
-        },
-    }
+    return uid, simulated_job(name, namespace, runtime_ms, uid=uid)
 
 
 class _Admitted(msgspec.Struct):
