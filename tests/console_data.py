@@ -1,11 +1,19 @@
-"""Synthetic events and queues for the console's tests: a model fed directly, no bus."""
+"""Synthetic events and queues for the console's tests (a model fed directly, no bus), and the
+console served on a loopback port."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from aiohttp import web
+
+from berth_console.app import build_app
 from berth_console.model import Model
+from berth_console.pages.base import Context
 from shared.events import (
     AnyEvent,
     EvictionRequested,
@@ -22,6 +30,21 @@ from shared.events import (
 )
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+
+
+@asynccontextmanager
+async def serving(context: Context, token: str) -> AsyncIterator[str]:
+    """The console app on an ephemeral loopback port; yields its base URL."""
+    stopping = asyncio.Event()
+    runner = web.AppRunner(build_app(context, token=token, stopping=stopping), shutdown_timeout=1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        stopping.set()
+        await runner.cleanup()
 
 
 def ref(name: str, namespace: str = "team-a") -> WorkloadRef:

@@ -13,7 +13,16 @@ from berth_console.app import build_app
 from berth_console.model import Model
 from berth_console.pages.base import Context
 from berth_console.pending import PendingCache
-from tests.console_data import admitted, cluster_queue, feed, pending, preempted, started, submitted
+from tests.console_data import (
+    admitted,
+    cluster_queue,
+    feed,
+    pending,
+    preempted,
+    serving,
+    started,
+    submitted,
+)
 
 TOKEN = "let-me-in"
 
@@ -34,18 +43,9 @@ def model() -> Model:
 
 @pytest.fixture
 async def console(model: Model) -> AsyncIterator[str]:
-    stopping = asyncio.Event()
     context = Context(model=model, queries=None, pending=PendingCache(None), actions_enabled=True)
-    runner = web.AppRunner(build_app(context, token=TOKEN, stopping=stopping), shutdown_timeout=1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        stopping.set()
-        await runner.cleanup()
+    async with serving(context, TOKEN) as url:
+        yield url
 
 
 async def test_every_page_renders(console: str) -> None:

@@ -9,13 +9,11 @@ maps to the rule. The end-to-end test (admission holds work, then admits it agai
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import ClientSession, web
+from aiohttp import ClientSession
 
-from berth_console.app import build_app
 from berth_console.model import Model
 from berth_console.pages.base import Context
 from berth_console.pending import PendingCache
@@ -31,13 +29,12 @@ from shared.config import (
     parse_object,
 )
 from tests.conftest import connect_as
+from tests.console_data import serving
 
 TOKEN = "queue-operator-token"
 CQ_KEY = "clusterqueue._.cq"
 LQ_KEY = "localqueue.team-a.lq"
 FLAVOR_KEY = "resourceflavor._.default-flavor"
-
-
 
 
 @pytest.fixture
@@ -91,17 +88,10 @@ async def console(secured_url: str, store: CredentialStore, admin: Bus) -> Async
     context = Context(
         model=model, queries=Queries(bus), pending=PendingCache(None), actions_enabled=True
     )
-    stopping = asyncio.Event()
-    runner = web.AppRunner(build_app(context, token=TOKEN, stopping=stopping), shutdown_timeout=1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
     try:
-        yield f"http://{host}:{port}"
+        async with serving(context, TOKEN) as url:
+            yield url
     finally:
-        stopping.set()
-        await runner.cleanup()
         await bus.close()
 
 
