@@ -11,7 +11,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +41,15 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
 @pytest.fixture
 def nats_url(nats_server: NatsServer) -> str:
     return nats_server.url
+
+
+@pytest.fixture
+async def watcher_bus(nats_url: str) -> AsyncIterator[Bus]:
+    """A connection as the watcher to a fresh server whose event stream exists."""
+    connected = await Bus.connect(nats_url, source="watcher")
+    await connected.ensure_stream()
+    yield connected
+    await connected.close()
 
 
 # The `cli` user's seed of each running stack, by NATS URL: `berth()` runs the CLI as a user

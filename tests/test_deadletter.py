@@ -139,11 +139,8 @@ def admitted(name: str, uid: str, namespace: str = "default") -> WorkloadAdmitte
 
 
 @pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    connected = await Bus.connect(nats_url, source="watcher")
-    await connected.ensure_stream()
-    yield connected
-    await connected.close()
+def bus(watcher_bus: Bus) -> Bus:
+    return watcher_bus
 
 
 # --- the dead-letter stream --------------------------------------------------------------------

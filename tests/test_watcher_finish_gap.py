@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +89,8 @@ LEFT_BEHIND: list[tuple[str, dict[str, Any], tuple[bool, int | None] | None, str
 
 
 @pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    connected = await Bus.connect(nats_url, source="watcher")
-    await connected.ensure_stream()
-    yield connected
-    await connected.close()
+def bus(watcher_bus: Bus) -> Bus:
+    return watcher_bus
 
 
 async def _start_and_stop_watcher(bus: Bus, data_dir: Path) -> None:
