@@ -162,9 +162,11 @@ def cluster_queue_rows(
 
 
 def local_queue_rows(
-    items: list[dict[str, Any]], *, all_namespaces: bool
+    items: list[dict[str, Any]], *, all_namespaces: bool, wide: bool = False
 ) -> tuple[list[str], list[list[Any]]]:
     headers = ["NAME", "CLUSTERQUEUE", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
+    if wide:
+        headers += ["RESERVING WORKLOADS", "CONSUMED RESOURCES", "LAST UPDATE"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
     rows = []
@@ -176,6 +178,15 @@ def local_queue_rows(
             status.get("pendingWorkloads", 0),
             status.get("admittedWorkloads", 0),
         ]
+        if wide:
+            # Kueue's status.fairSharing.admissionFairSharingStatus ("-": not under
+            # admission fair sharing)
+            fair = status.get("fairSharing", {}).get("admissionFairSharingStatus")
+            row += [
+                status.get("reservingWorkloads", 0),
+                "-" if fair is None else _pairs(fair.get("consumedResources")) or "<none>",
+                "-" if fair is None else fair.get("lastUpdate", ""),
+            ]
         if all_namespaces:
             row.insert(0, item["metadata"]["namespace"])
         rows.append(row)

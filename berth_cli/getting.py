@@ -246,7 +246,9 @@ def get_local_queues(
     listing = Listing(
         by_plural("localqueues"),
         _status("localqueues", namespace=wanted),
-        lambda items: get_output.local_queue_rows(items, all_namespaces=all_namespaces),
+        lambda items: get_output.local_queue_rows(
+            items, all_namespaces=all_namespaces, wide=output == "wide"
+        ),
         empty="No localqueues found.",
         where="" if all_namespaces else f' in namespace "{wanted}"',
     )

@@ -18,13 +18,14 @@ from services.admission.admission_fair_sharing import Ledger, decayed, weighted_
 from services.admission.fair_queues import FairShareQueue
 from services.admission.model import QueuedWorkload
 from services.admission.queues import Record, order_key
-from services.admission.scheduler import Scheduler
+from services.admission.scheduler import Admission, Scheduler
 from services.admission.service import AdmissionService
 from shared.config_fairness import AdmissionFairSharingSettings
 from shared.events import (
     FlavorAssignment,
     PodSet,
     WorkloadAdmitted,
+    WorkloadEvicted,
     WorkloadFinished,
     WorkloadRef,
     WorkloadSubmitted,
@@ -88,7 +89,6 @@ def test_an_admission_charges_the_entry_penalty_then_decays_toward_what_runs() -
     ledger = Ledger(SETTINGS)
     lq = ("team", "lq-a")
     ledger.admitted(lq, {("default", "cpu"): 8000}, 1, now=100.0)
-    ledger.penalize(lq, {("default", "cpu"): 8000}, now=100.0)
     penalty = 8 * (1 - 0.5 ** (1 / 10))
     assert ledger.consumed(lq, now=100.0)["cpu"] == pytest.approx(penalty)
     assert ledger.consumed(lq, now=110.0)["cpu"] == pytest.approx(penalty / 2 + 4)
@@ -183,6 +183,27 @@ def test_the_head_moves_to_the_other_local_queue_as_usage_grows() -> None:
     assert second is not None and second.wl.ref.name == "a1"
 
 
+def _afs_config(spec: dict[str, Any]) -> list[Any]:
+    """cq1 with 8 CPUs under admission fair sharing, lq-a and lq-b; ``spec``: the
+    Configuration's."""
+    return config(
+        flavor("default"),
+        cq(
+            "cq1",
+            group(["cpu"], ("default", {"cpu": 8})),
+            admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"},
+        ),
+        local_queue("lq-a", "cq1"),
+        local_queue("lq-b", "cq1"),
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Configuration",
+            "metadata": {"name": "berth"},
+            "spec": spec,
+        },
+    )
+
+
 def _afs_scheduler(enable: bool) -> Scheduler:
     """Kueue's TestScheduleForAFS setup: cq1 with 8 CPUs, lq-a and lq-b, half-life 10s."""
     spec: dict[str, Any] = {}
@@ -190,24 +211,7 @@ def _afs_scheduler(enable: bool) -> Scheduler:
         spec = {"admissionFairSharing": {"usageHalfLifeTime": "10s", "usageSamplingInterval": "1s"}}
     s = Scheduler()
     s.clock = lambda: 1000.0
-    s.set_config(
-        config(
-            flavor("default"),
-            cq(
-                "cq1",
-                group(["cpu"], ("default", {"cpu": 8})),
-                admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"},
-            ),
-            local_queue("lq-a", "cq1"),
-            local_queue("lq-b", "cq1"),
-            {
-                "apiVersion": "berth.dev/v1alpha1",
-                "kind": "Configuration",
-                "metadata": {"name": "berth"},
-                "spec": spec,
-            },
-        )
-    )
+    s.set_config(_afs_config(spec))
     for name, queue, t in (
         ("wl-a1", "lq-a", 0),
         ("wl-a2", "lq-a", 1),
@@ -283,26 +287,9 @@ def test_the_remembered_head_follows_the_ledger() -> None:
 def test_a_replay_rebuilds_the_local_queue_history_from_the_facts_times() -> None:
     """After a restart the service folds the stream again: a workload that ran from two
     hours to one hour ago (half-life 1h) leaves 4 x (1 - 1/2) x 1/2 = 1 CPU of consumption,
-    counted from the events' times, not from when they are replayed."""
-    service = AdmissionService(cast(Runtime, SimpleNamespace(bus=None)))
-    settings = {"usageHalfLifeTime": "1h"}
-    service.scheduler.set_config(
-        config(
-            flavor("default"),
-            cq(
-                "cq1",
-                group(["cpu"], ("default", {"cpu": 8})),
-                admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"},
-            ),
-            local_queue("lq-a", "cq1"),
-            {
-                "apiVersion": "berth.dev/v1alpha1",
-                "kind": "Configuration",
-                "metadata": {"name": "berth"},
-                "spec": {"admissionFairSharing": settings},
-            },
-        )
-    )
+    counted from the events' times, not from when they are replayed, plus its entry penalty
+    charged two hours ago: 4 x (1 - 2^(-5m/1h)) x 1/4 = 0.056 CPU."""
+    service = _afs_service()
     ref_ = WorkloadRef("default", "a1", "uid-a1")
     start = datetime.now(UTC) - timedelta(hours=2)
     assignment = FlavorAssignment("main", 1, {"cpu": "default"}, {"cpu": 4000})
@@ -338,4 +325,113 @@ def test_a_replay_rebuilds_the_local_queue_history_from_the_facts_times() -> Non
     )
     status = service.scheduler.local_queue_status("default", "lq-a")["fairSharing"]
     cpu = status["admissionFairSharingStatus"]["consumedResources"]["cpu"]
-    assert cpu in ("999m", "1")  # a few milliseconds of decay since "now" above
+    assert cpu in ("1056m", "1055m")  # a few milliseconds of decay since "now" above
+
+
+# A leader's steps, each at a time (seconds before "now"): submit NAME to LQ with CPUS, finish
+# or evict NAME; after each step the leader runs a pass and publishes what it admits.
+Step = tuple[float, str, str, str, int]
+REPLAY = [
+    (
+        "a burst admitted just before the restart: only the entry penalties tell lq-a apart",
+        [
+            (5, "submit", "a1", "lq-a", 2),
+            (5, "submit", "a2", "lq-a", 2),
+            (4, "submit", "b1", "lq-b", 2),
+        ],
+    ),
+    (
+        "finished admissions: what ran decays from the events' times, penalties too",
+        [
+            (7200, "submit", "a1", "lq-a", 4),
+            (3600, "finish", "a1", "", 0),
+            (1800, "submit", "b1", "lq-b", 2),
+            (900, "finish", "b1", "", 0),
+        ],
+    ),
+    (
+        "an eviction and a re-admission: two admissions, two penalties",
+        [
+            (600, "submit", "a1", "lq-a", 8),
+            (500, "evict", "a1", "", 0),
+            (100, "finish", "a1", "", 0),
+            (50, "submit", "b1", "lq-b", 1),
+        ],
+    ),
+]
+
+
+def _afs_service() -> AdmissionService:
+    """An admission service without a bus, over :func:`_afs_config` with half-life 1h."""
+    service = AdmissionService(cast(Runtime, SimpleNamespace(bus=None)))
+    service.scheduler.set_config(_afs_config({"admissionFairSharing": {"usageHalfLifeTime": "1h"}}))
+    return service
+
+
+def _lead(steps: list[Step], now: datetime) -> tuple[AdmissionService, list[Any]]:
+    """The leader: folds each fact, decides at that time, and folds its decisions' echoes;
+    returns it and the stream it leaves."""
+    leader, stream = _afs_service(), []
+    for ago, action, name, lq, cpus in steps:
+        at = now - timedelta(seconds=ago)
+        ref_ = WorkloadRef("default", name, f"uid-{name}")
+        generation = leader.scheduler.generation(ref_)
+        event: Any
+        if action == "submit":
+            event = WorkloadSubmitted(
+                source="test",
+                workload=ref_,
+                kind="Job",
+                queue_name=lq,
+                pod_sets=[PodSet("main", 1, {"cpu": cpus * 1000})],
+                created=at,
+                time=at,
+            )
+        elif action == "finish":
+            event = WorkloadFinished(
+                source="watcher", workload=ref_, generation=generation, succeeded=True, time=at
+            )
+        else:
+            event = WorkloadEvicted(
+                source="watcher", workload=ref_, generation=generation, reason="Preempted", time=at
+            )
+        leader._apply([event])
+        leader.scheduler.clock = at.timestamp
+        echoes = [
+            WorkloadAdmitted(
+                source="admission",
+                workload=d.ref,
+                cluster_queue=d.cluster_queue,
+                local_queue=d.local_queue,
+                priority=d.priority,
+                assignments=d.assignments,
+                generation=leader.scheduler.generation(d.ref),
+                time=at,
+            )
+            for d in leader.scheduler.schedule()
+            if isinstance(d, Admission)
+        ]
+        leader._apply(echoes)
+        stream += [event, *echoes]
+    return leader, stream
+
+
+@pytest.mark.parametrize(("why", "steps"), REPLAY, ids=[r[0] for r in REPLAY])
+def test_a_restarted_replica_rebuilds_the_leaders_local_queue_history(
+    why: str, steps: list[Step]
+) -> None:
+    """A replica that replays the stream (after a restart, or a standby taking over) shows
+    the same consumedResources as the leader that made the admissions, entry penalties
+    included, and so orders the LocalQueues the same way."""
+    now = datetime.now(UTC)
+    leader, stream = _lead(steps, now)
+    assert any(isinstance(e, WorkloadAdmitted) for e in stream), why
+    restarted = _afs_service()
+    restarted._apply(stream)
+    for service in (leader, restarted):
+        service.scheduler.clock = now.timestamp
+    for lq in ("lq-a", "lq-b"):
+        live = leader.scheduler.local_queue_status("default", lq)["fairSharing"]
+        rebuilt = restarted.scheduler.local_queue_status("default", lq)["fairSharing"]
+        assert rebuilt == live, why
+        assert live["admissionFairSharingStatus"]["consumedResources"]["cpu"] != "0", why

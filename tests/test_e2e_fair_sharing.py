@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import Stack, berth
-from tests.e2e import eventually, get_json, is_admitted, job_manifest, submit_manifest
+from tests.e2e import (
+    condition,
+    eventually,
+    get_json,
+    is_admitted,
+    job_manifest,
+    pid_alive,
+    submit_manifest,
+)
 
 V1 = "kueue.x-k8s.io/v1beta1"
 
@@ -57,6 +67,12 @@ def _setup(fair: bool) -> list[dict[str, Any]]:
     return objects
 
 
+def _held(name: str, cpu: int, queue: str, go: Path) -> dict[str, Any]:
+    """A Job that runs until the file ``go`` exists."""
+    command = ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done"]
+    return job_manifest(name, cpu=cpu, queue=queue, command=command)
+
+
 def _workloads(url: str) -> dict[str, dict[str, Any]]:
     return {w["metadata"]["name"]: w for w in get_json(url, "workloads")}
 
@@ -73,13 +89,7 @@ def test_the_cluster_queue_with_the_lower_share_admits_first(stack: Stack, tmp_p
     submit_manifest(url, tmp_path, job_manifest("a1", cpu=2, queue="alpha"))
     eventually(lambda: is_admitted(_workloads(url)["a1"]), timeout=60)
     go = tmp_path / "go"
-    filler = job_manifest(
-        "filler",
-        cpu=4,
-        queue="lender",
-        command=["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done"],
-    )
-    submit_manifest(url, tmp_path, filler)
+    submit_manifest(url, tmp_path, _held("filler", 4, "lender", go))
     eventually(lambda: is_admitted(_workloads(url)["filler"]), timeout=60)
     submit_manifest(url, tmp_path, job_manifest("a2", cpu=4, queue="alpha"))
     submit_manifest(url, tmp_path, job_manifest("b1", cpu=4, queue="beta"))
@@ -138,13 +148,36 @@ def test_admission_fair_sharing_takes_the_less_consuming_local_queue_first(
     when room frees, team-b's newer workload goes before team-a's older one; team-a's
     LocalQueue status shows its consumedResources."""
     url = stack.url
+    objects = _afs_objects("1h", "5m", cpu=4)
+    (tmp_path / "setup.yaml").write_text("\n---\n".join(json.dumps(o) for o in objects))
+    berth("apply", "-f", str(tmp_path / "setup.yaml"), url=url)
+    go = tmp_path / "go"
+    submit_manifest(url, tmp_path, _held("a1", 4, "team-a", go))
+    eventually(lambda: is_admitted(_workloads(url)["a1"]), timeout=60)
+    workloads = _race(url, tmp_path, go, ("a2", 4, "team-a"), ("b1", 4, "team-b"))
+    assert is_admitted(workloads["b1"]) and not is_admitted(workloads["a2"])
+    queues = {q["metadata"]["name"]: q for q in get_json(url, "localqueues")}
+    consumed = queues["team-a"]["status"]["fairSharing"]["admissionFairSharingStatus"]
+    assert consumed["consumedResources"]["cpu"] not in ("", "0")
+    described = berth("describe", "localqueue", "team-a", url=url).stdout
+    assert "Admission Fair Sharing Status:" in described
+    assert "Consumed Resources:" in described
+
+
+def _afs_objects(half_life: str, sampling: str, cpu: int) -> list[dict[str, Any]]:
+    """ClusterQueue `shared` (admission fair sharing, `cpu` CPUs), LocalQueues team-a/-b."""
     objects: list[dict[str, Any]] = [
         {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "default"}},
         {
             "apiVersion": "berth.dev/v1alpha1",
             "kind": "Configuration",
             "metadata": {"name": "berth"},
-            "spec": {"admissionFairSharing": {"usageHalfLifeTime": "1h"}},
+            "spec": {
+                "admissionFairSharing": {
+                    "usageHalfLifeTime": half_life,
+                    "usageSamplingInterval": sampling,
+                }
+            },
         },
         {
             "apiVersion": V1,
@@ -157,7 +190,10 @@ def test_admission_fair_sharing_takes_the_less_consuming_local_queue_first(
                     {
                         "coveredResources": ["cpu"],
                         "flavors": [
-                            {"name": "default", "resources": [{"name": "cpu", "nominalQuota": 4}]}
+                            {
+                                "name": "default",
+                                "resources": [{"name": "cpu", "nominalQuota": cpu}],
+                            }
                         ],
                     }
                 ],
@@ -173,35 +209,84 @@ def test_admission_fair_sharing_takes_the_less_consuming_local_queue_first(
                 "spec": {"clusterQueue": "shared"},
             }
         )
-    (tmp_path / "setup.yaml").write_text("\n---\n".join(json.dumps(o) for o in objects))
-    berth("apply", "-f", str(tmp_path / "setup.yaml"), url=url)
-    go = tmp_path / "go"
-    first = job_manifest(
-        "a1",
-        cpu=4,
-        queue="team-a",
-        command=["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done"],
-    )
-    submit_manifest(url, tmp_path, first)
-    eventually(lambda: is_admitted(_workloads(url)["a1"]), timeout=60)
-    submit_manifest(url, tmp_path, job_manifest("a2", cpu=4, queue="team-a"))
-    submit_manifest(url, tmp_path, job_manifest("b1", cpu=4, queue="team-b"))
-    eventually(
-        lambda: {p["name"] for p in get_json(url, "pending", "shared")} == {"a2", "b1"},
-        timeout=60,
-    )
+    return objects
+
+
+def _race(
+    url: str, folder: Path, go: Path, *jobs: tuple[str, int, str]
+) -> dict[str, dict[str, Any]]:
+    """Submit ``jobs`` (name, CPUs, LocalQueue) in order; once they all wait in ClusterQueue
+    `shared`, free the room (``go``); the workloads by name once one of them is admitted."""
+    names = {name for name, _, _ in jobs}
+    for name, cpu, queue in jobs:
+        submit_manifest(url, folder, job_manifest(name, cpu=cpu, queue=queue))
+    eventually(lambda: {p["name"] for p in get_json(url, "pending", "shared")} == names, timeout=60)
     go.touch()
 
     def one_admitted() -> dict[str, dict[str, Any]]:
         workloads = _workloads(url)
-        assert any(is_admitted(workloads[name]) for name in ("a2", "b1"))
+        assert any(is_admitted(workloads[name]) for name in names), f"none of {names} admitted"
         return workloads
 
-    workloads = eventually(one_admitted, timeout=60)
-    assert is_admitted(workloads["b1"]) and not is_admitted(workloads["a2"])
-    queues = {q["metadata"]["name"]: q for q in get_json(url, "localqueues")}
-    consumed = queues["team-a"]["status"]["fairSharing"]["admissionFairSharingStatus"]
-    assert consumed["consumedResources"]["cpu"] not in ("", "0")
+    result: dict[str, dict[str, Any]] = eventually(one_admitted, timeout=60)
+    return result
+
+
+def _consumed_milli(url: str) -> dict[str, int]:
+    """Each LocalQueue's consumedResources cpu, in milli-CPUs."""
+    result = {}
+    for queue in get_json(url, "localqueues"):
+        fair = queue["status"]["fairSharing"]["admissionFairSharingStatus"]
+        cpu = fair["consumedResources"].get("cpu", "0")
+        result[queue["metadata"]["name"]] = (
+            int(cpu[:-1]) if cpu.endswith("m") else round(float(cpu) * 1000)
+        )
+    return result
+
+
+def test_admission_fair_sharing_history_survives_an_admission_restart(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Phase 1: team-b runs one 1-CPU job throughout; team-a runs three 1-CPU jobs one after
+    the other, inside that time. team-b has run more (its usage is at least team-a's at every
+    moment), but team-a was admitted three times: with half-life 24h and sampling interval 1h
+    each admission's entry penalty (28m CPU) outweighs hours of running, so team-a has
+    consumed more. Admission is killed and restarted. Phase 2: a-probe (older) and b-probe
+    wait for 2 CPUs; when team-b's job ends, b-probe goes first. A restart that lost the
+    history (it kept only what ran) would take a-probe. The LocalQueues show the same
+    consumedResources after the restart as before it, in `get -o json`, `-o wide`, describe."""
+    url = stack.url
+    (tmp_path / "setup.yaml").write_text(
+        "\n---\n".join(json.dumps(o) for o in _afs_objects("24h", "1h", cpu=2))
+    )
+    berth("apply", "-f", str(tmp_path / "setup.yaml"), url=url)
+    go = tmp_path / "go"
+    submit_manifest(url, tmp_path, _held("b-long", 1, "team-b", go))
+    eventually(lambda: is_admitted(_workloads(url)["b-long"]), timeout=60)
+    for name in ("a1", "a2", "a3"):
+        submit_manifest(url, tmp_path, job_manifest(name, cpu=1, queue="team-a", command=["true"]))
+
+    def a_jobs_finished() -> bool:
+        workloads = _workloads(url)
+        return all(condition(workloads[n], "Finished") for n in ("a1", "a2", "a3"))
+
+    eventually(a_jobs_finished, timeout=90)
+    before = _consumed_milli(url)
+    assert before["team-a"] > before["team-b"] > 0, before
+
+    old = stack.pids["admission"]
+    os.kill(old, signal.SIGKILL)
+    eventually(lambda: not pid_alive(old), timeout=30)
+    after = eventually(lambda: _consumed_milli(url), timeout=60)  # answered once replayed
+    for team in ("team-a", "team-b"):  # decay over the seconds of the restart: < 1m CPU
+        assert abs(after[team] - before[team]) <= 1, (before, after)
+
+    workloads = _race(url, tmp_path, go, ("a-probe", 2, "team-a"), ("b-probe", 2, "team-b"))
+    assert is_admitted(workloads["b-probe"]) and not is_admitted(workloads["a-probe"])
+
+    wide = berth("get", "localqueues", "-o", "wide", url=url).stdout.splitlines()
+    assert "CONSUMED RESOURCES" in wide[0] and "LAST UPDATE" in wide[0]
+    rows = {line.split()[0]: line for line in wide[1:]}
+    assert "cpu=" in rows["team-a"] and "cpu=" in rows["team-b"]
     described = berth("describe", "localqueue", "team-a", url=url).stdout
-    assert "Admission Fair Sharing Status:" in described
-    assert "Consumed Resources:" in described
+    assert "Consumed Resources:" in described and "Last Update:" in described

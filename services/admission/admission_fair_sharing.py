@@ -13,6 +13,19 @@ which is exact for usage that only changes at those moments (Kueue samples every
 its requests times the share one sampling interval would fold in, so a burst of admissions
 from one LocalQueue tilts the order before the next sample.
 
+Surviving a restart. Kueue persists the history in each LocalQueue's
+``status.fairSharing.admissionFairSharingStatus`` (``consumedResources``, ``lastUpdate``) and
+reads it back. Berth rebuilds it instead, deterministically, from the event stream admission
+already replays on start (and a standby folds continuously, docs/replicas.md): every
+admission start and end is an event with its time, the ledger is fed at those times (the
+service stops its clock at each event's time while folding), and the stream keeps every event
+(no age or count limit), so the replay covers any half-life. The entry penalty is part of
+that fold: it is charged by :meth:`Ledger.admitted` for every admission that starts, whether
+this replica made it or learned it from the stream, at the admission's own time, so the
+penalties of a burst admitted just before a restart are there after it. A bucket would be a
+second copy of a fact the stream already holds, written on every admission, and could
+disagree with it after a crash between the two writes.
+
 Amounts are per resource name over every flavor, in units (cores, bytes), as Kueue's
 ResourceLists are.
 """
@@ -116,18 +129,23 @@ class Ledger:
     def admitted(
         self, lq: tuple[str, str], usage: Mapping[FlavorResource, int], sign: int, now: float
     ) -> None:
-        """An admission of ``usage`` through the LocalQueue starts (1) or ends (-1)."""
+        """An admission of ``usage`` through the LocalQueue starts (1) or ends (-1). A start
+        is charged the entry penalty (:meth:`penalize`) at ``now``, its own time: once per
+        admission, whether this replica made it or folded it from the stream after a restart
+        or as a standby, so the history after a replay is the history before it."""
         entry = self._fold(lq, now)
         self.version += 1
         for name, value in per_resource(usage).items():
             entry.current[name] = max(0.0, entry.current.get(name, 0.0) + sign * value)
+        if sign > 0:
+            self.penalize(lq, usage, now)
 
     def penalize(
         self, lq: tuple[str, str], usage: Mapping[FlavorResource, int], now: float
     ) -> None:
         """Kueue's entry penalty for a new admission: its requests times the share one
-        sampling interval folds in, added at once (not for an admission restored after a
-        restart: it was charged when it was made)."""
+        sampling interval folds in, added at once (Kueue adds it to the consumedResources it
+        persists at the next sample)."""
         entry = self._fold(lq, now)
         self.version += 1
         for name, value in per_resource(usage).items():

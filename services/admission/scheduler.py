@@ -345,10 +345,6 @@ class Scheduler(Placement):
         self._unqueue(record)
         record.wl.nominated = False  # it got its room
         self._apply_admission(record, cq_name, result.assignments, result.usage)
-        if self._ledger is not None:  # admission fair sharing's entry penalty
-            self._ledger.penalize(
-                (record.wl.ref.namespace, record.lq_name), result.usage, self.clock()
-            )
         record.generation += 1
         self._out.append(
             Admission(
