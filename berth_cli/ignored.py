@@ -110,28 +110,7 @@ def config_ignored(document: dict[str, Any]) -> list[str]:
     """The configuration fields of ``document`` that Berth accepts and does not act on, each
     named with its object (``ClusterQueue cq: spec.admissionChecks``)."""
     fields = warned_fields(document)
-    if document.get("kind") == "Configuration":
-        fields += pods_ready_ignored(document.get("spec"))
     return [f"{document.get('kind')} {_name(document)}: {f}" for f in fields]
-
-
-def pods_ready_ignored(spec: object) -> list[str]:
-    """The waitForPodsReady settings Berth accepts and does not act on (docs/admission-checks.md).
-
-    ``recoveryTimeout`` whenever it is set; ``requeuingStrategy.timestamp`` when waitForPodsReady
-    is on and the timestamp is not ``Creation``, which is what Berth always does (Kueue's
-    default, ``Eviction``, would queue a requeued workload by its eviction time).
-    """
-    section = spec.get("waitForPodsReady") if isinstance(spec, dict) else None
-    if not isinstance(section, dict):
-        return []
-    path = "spec.waitForPodsReady"
-    found = [f"{path}.recoveryTimeout"] if section.get("recoveryTimeout") else []
-    strategy = section.get("requeuingStrategy")
-    timestamp = strategy.get("timestamp", "Eviction") if isinstance(strategy, dict) else "Eviction"
-    if section.get("enable") and timestamp != "Creation":
-        found.append(f"{path}.requeuingStrategy.timestamp ({timestamp})")
-    return found
 
 
 def _name(document: dict[str, Any]) -> str:

@@ -75,7 +75,7 @@ class WaitForPodsReady(Spec):
     # None: Kueue's default, which is ``enable``.
     block_admission: bool | None = None
     requeuing_strategy: RequeuingStrategy = msgspec.field(default_factory=RequeuingStrategy)
-    recovery_timeout: str | None = None
+    recovery_timeout: str | None = None  # None: the timeout (Kueue's default); 0s: off
 
     @property
     def blocks_admission(self) -> bool:
@@ -131,8 +131,8 @@ def check_wait_for_pods_ready(settings: WaitForPodsReady) -> None:
             seconds = parse_duration(text)
         except ValueError as error:
             raise ValueError(f"`{path}.{field}`: {error}") from None
-        if seconds <= 0:
-            raise ValueError(f"`{path}.{field}` must be positive")
+        if seconds <= 0 and field == "timeout":
+            raise ValueError(f"`{path}.{field}` must be positive")  # 0s recoveryTimeout: off
     strategy = settings.requeuing_strategy
     for field, value in (
         ("backoffLimitCount", strategy.backoff_limit_count),

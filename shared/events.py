@@ -235,9 +235,14 @@ class WorkloadStarted(Event, frozen=True, kw_only=True, tag="WorkloadStarted"):
 
 class WorkloadPodsReady(Event, frozen=True, kw_only=True, tag="WorkloadPodsReady"):
     """Every pod of this admission is ready (Kueue's PodsReady condition): the local backend's
-    processes have started and passed their readiness probes (waitForPodsReady)."""
+    processes have started and passed their readiness probes (waitForPodsReady).
+
+    ``ready: false``: pods of this admission that were all ready lost readiness (one failed,
+    or was restarted; Kueue's PodsReady False, reason WaitForRecovery); a later ``ready:
+    true`` says they recovered. Readers older than the field see every one as ready."""
 
     generation: int
+    ready: bool = True
 
 
 class AdmissionCheckUpdated(Event, frozen=True, kw_only=True, tag="AdmissionCheckUpdated"):

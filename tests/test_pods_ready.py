@@ -11,6 +11,9 @@ from services.admission.pods_ready import (
     PodsReadyClock,
     after_timeout,
     backoff_seconds,
+    not_ready_timeout,
+    queue_order_time,
+    recovery_seconds,
 )
 from shared.admission_checks import RequeuingStrategy, WaitForPodsReady
 from shared.events import (
@@ -158,3 +161,339 @@ def test_blocking(block: bool | None, ready: bool, expected: bool, why: str) -> 
     if ready:
         clock.apply(WorkloadPodsReady(source="watcher", workload=REF, generation=1))
     assert clock.blocking() is expected, why
+
+
+MINUTE = 60.0
+NOW = 10_000.0
+# Kueue's TestAdmittedNotReadyWorkload (pkg/controller/core/workload_controller_test.go),
+# replayed: (case, admitted_at, ready, lost_at, timeout, recovery, expected).
+NOT_READY: list[
+    tuple[str, float | None, bool, float | None, float | None, float | None, object]
+] = [
+    ("workload without Admitted condition; not counting", None, False, None, 300.0, None, None),
+    (
+        "workload with Admitted=True, no PodsReady; counting",
+        NOW - MINUTE,
+        False,
+        None,
+        300.0,
+        None,
+        ("WaitForStart", 240.0),
+    ),
+    (
+        "workload with Admitted=True, no PodsReady, but no timeout configured; not counting",
+        NOW - MINUTE,
+        False,
+        None,
+        None,
+        None,
+        None,
+    ),
+    (
+        "workload with Admitted=True, no PodsReady; timeout exceeded",
+        NOW - 7 * MINUTE,
+        False,
+        None,
+        300.0,
+        None,
+        ("WaitForStart", 0.0),
+    ),
+    (
+        "with reason WorkloadWaitForPodsReadyStart; workload with Admitted=True,"
+        " PodsReady=False; counting since admitted.LastTransitionTime",
+        NOW - MINUTE,
+        False,
+        None,
+        300.0,
+        300.0,
+        ("WaitForStart", 240.0),
+    ),
+    (
+        "workload with Admitted=True, PodsReady=False, Reason=WorkloadWaitForPodsReadyRecovery",
+        NOW - MINUTE,
+        False,
+        NOW,
+        300.0,
+        3 * MINUTE,
+        ("WaitForRecovery", 180.0),
+    ),
+    (
+        "workload with Admitted=True, PodsReady=False, Reason=WorkloadWaitForPodsReadyRecovery,"
+        " recoveryTimeout not configured",
+        NOW - MINUTE,
+        False,
+        NOW,
+        300.0,
+        None,
+        None,
+    ),
+    (
+        "workload with Admitted=True, PodsReady=True; not counting",
+        NOW - MINUTE,
+        True,
+        None,
+        300.0,
+        300.0,
+        None,
+    ),
+    (
+        "Berth: recovery counts from the loss of readiness, not from the admission",
+        NOW - 60 * MINUTE,
+        False,
+        NOW - MINUTE,
+        300.0,
+        3 * MINUTE,
+        ("WaitForRecovery", 120.0),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "admitted_at", "ready", "lost_at", "timeout", "recovery", "expected"),
+    NOT_READY,
+    ids=[f"TestAdmittedNotReadyWorkload/{c[0]}" for c in NOT_READY],
+)
+def test_not_ready_timeout(
+    case: str,
+    admitted_at: float | None,
+    ready: bool,
+    lost_at: float | None,
+    timeout: float | None,
+    recovery: float | None,
+    expected: object,
+) -> None:
+    """Kueue's admittedNotReadyWorkload: which clock runs, and how long it has left."""
+    got = not_ready_timeout(
+        admitted_at=admitted_at,
+        ready=ready,
+        lost_at=lost_at,
+        timeout=timeout,
+        recovery=recovery,
+        now=NOW,
+    )
+    assert got == expected, case
+
+
+RECOVERY: list[tuple[str | None, str, float | None, str]] = [
+    (None, "5m", 300.0, "unset: the timeout (Kueue's default since #8493)"),
+    ("3m", "5m", 180.0, "set: its own value"),
+    ("0s", "5m", None, "0s turns recovery timeouts off, as in Kueue"),
+]
+
+
+@pytest.mark.parametrize(
+    ("recovery", "timeout", "expected", "why"), RECOVERY, ids=[r[3] for r in RECOVERY]
+)
+def test_recovery_seconds(
+    recovery: str | None, timeout: str, expected: float | None, why: str
+) -> None:
+    """The recovery timeout in force."""
+    settings = WaitForPodsReady(enable=True, timeout=timeout, recovery_timeout=recovery)
+    assert recovery_seconds(settings) == expected, why
+
+
+CREATED, EVICTED_AT = 1_000.0, 4_600.0
+# Kueue's TestGetQueueOrderTimestamp (pkg/workload/workload_test.go), replayed, and the
+# admission check case of GetQueueOrderTimestamp: (case, last eviction, Eviction, Creation).
+ORDER: list[tuple[str, tuple[str, float] | None, float, float]] = [
+    ("no condition", None, CREATED, CREATED),
+    ("evicted by preemption", ("Preempted", EVICTED_AT), CREATED, CREATED),
+    ("evicted by PodsReady timeout", ("PodsReadyTimeout", EVICTED_AT), EVICTED_AT, CREATED),
+    ("after eviction", None, CREATED, CREATED),  # readmitted since: no eviction in force
+    (
+        "evicted by admission check (GetQueueOrderTimestamp, any timestamp)",
+        ("AdmissionCheck", EVICTED_AT),
+        EVICTED_AT,
+        EVICTED_AT,
+    ),
+    (
+        "deactivated past the requeue limit",
+        ("RequeuingLimitExceeded", EVICTED_AT),
+        CREATED,
+        CREATED,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "eviction", "by_eviction", "by_creation"),
+    ORDER,
+    ids=[f"TestGetQueueOrderTimestamp/{o[0]}" for o in ORDER],
+)
+def test_queue_order_time(
+    case: str, eviction: tuple[str, float] | None, by_eviction: float, by_creation: float
+) -> None:
+    """requeuingStrategy.timestamp: Eviction queues a pods-ready eviction by its time."""
+    assert queue_order_time(CREATED, eviction, "Eviction") == by_eviction, case
+    assert queue_order_time(CREATED, eviction, "Creation") == by_creation, case
+
+
+def _ready(generation: int, at: float, *, ready: bool = True) -> WorkloadPodsReady:
+    return WorkloadPodsReady(
+        source="watcher",
+        workload=REF,
+        generation=generation,
+        ready=ready,
+        time=datetime.fromtimestamp(at, UTC),
+    )
+
+
+def _recovery_clock(recovery: str | None = "30s") -> PodsReadyClock:
+    clock = PodsReadyClock()
+    clock.configure(
+        WaitForPodsReady(
+            enable=True,
+            timeout="10s",
+            recovery_timeout=recovery,
+            requeuing_strategy=RequeuingStrategy(backoff_limit_count=1, backoff_base_seconds=5),
+        )
+    )
+    return clock
+
+
+def test_lost_readiness_times_out_after_the_recovery_timeout() -> None:
+    """Ready at 5s, lost at 100s: evicted (PodsReadyTimeout, cause WaitForRecovery) once 30s
+    pass without recovery, not before, and once; the admission's own timeout is long over."""
+    clock = _recovery_clock()
+    clock.apply(_admitted(1, 0.0))
+    assert clock.apply(_ready(1, 5.0)) == 0.0, "the first PodsReady: its admission time"
+    clock.apply(_ready(1, 100.0, ready=False))
+    assert clock.blocking(), "a recovering workload is not ready: it blocks admission"
+    assert clock.due(129.0) == []
+    [eviction] = clock.due(130.0)
+    assert (eviction.reason, eviction.detail) == ("PodsReadyTimeout", "WaitForRecovery")
+    assert eviction.requeue_at is not None and "recovery timeout 30s" in eviction.message
+    assert clock.due(200.0) == []
+
+
+RECOVERY_CASES: list[tuple[str, list[tuple[str, float]], float, bool]] = [
+    ("recovered in time: no eviction", [("ready", 5), ("lost", 100), ("ready", 120)], 500, False),
+    (
+        "lost again after recovering: counts from the new loss",
+        [("ready", 5), ("lost", 100), ("ready", 120), ("lost", 200)],
+        229,
+        False,
+    ),
+    (
+        "lost again after recovering, due",
+        [("ready", 5), ("lost", 100), ("ready", 120), ("lost", 200)],
+        230,
+        True,
+    ),
+    (
+        "a loss before any readiness is not a loss: the start clock (10s) runs, not recovery",
+        [("lost", 3)],
+        10,
+        True,
+    ),
+    (
+        "a redelivered loss keeps the first time",
+        [("ready", 5), ("lost", 100), ("lost", 120)],
+        130,
+        True,
+    ),
+    ("a loss of an old generation changes nothing", [("ready", 5), ("lost-old", 100)], 500, False),
+    (
+        "evicted meanwhile: nothing left to time out",
+        [("ready", 5), ("lost", 100), ("evicted", 101)],
+        500,
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "facts", "now", "evicted"), RECOVERY_CASES, ids=[c[0] for c in RECOVERY_CASES]
+)
+def test_recovery_clock(
+    case: str, facts: list[tuple[str, float]], now: float, evicted: bool
+) -> None:
+    """The recovery clock from the watcher's facts (recoveryTimeout 30s)."""
+    clock = _recovery_clock()
+    clock.apply(_admitted(1, 0.0))
+    for fact, at in facts:
+        if fact == "evicted":
+            clock.apply(WorkloadEvicted(source="watcher", workload=REF, generation=1, reason="x"))
+        else:
+            generation = 0 if fact == "lost-old" else 1
+            clock.apply(_ready(generation, at, ready=fact == "ready"))
+    assert bool(clock.due(now)) is evicted, case
+
+
+def test_recovery_off_never_evicts() -> None:
+    """recoveryTimeout 0s: a workload that lost readiness is never timed out."""
+    clock = _recovery_clock("0s")
+    clock.apply(_admitted(1, 0.0))
+    clock.apply(_ready(1, 5.0))
+    clock.apply(_ready(1, 6.0, ready=False))
+    assert clock.due(10_000.0) == []
+
+
+ORDER_FOLD: list[tuple[str, str, list[str], float]] = [
+    ("requeued after a pods-ready timeout: its eviction time", "Eviction", ["timeout"], 50.0),
+    ("Creation: its creation time", "Creation", ["timeout"], 1.0),
+    ("admitted again: the eviction no longer counts", "Eviction", ["timeout", "admitted"], 1.0),
+    (
+        "preempted after: the last eviction counts",
+        "Eviction",
+        ["timeout", "admitted", "preempted"],
+        1.0,
+    ),
+    (
+        "evicted unasked (watcher restart) after",
+        "Eviction",
+        ["timeout", "admitted", "restart"],
+        1.0,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "timestamp", "steps", "expected"), ORDER_FOLD, ids=[o[0] for o in ORDER_FOLD]
+)
+def test_order_time_from_events(
+    case: str, timestamp: str, steps: list[str], expected: float
+) -> None:
+    """The order time a requeued workload gets, folded from the stream (creation at 1s)."""
+    clock = PodsReadyClock()
+    clock.configure(
+        WaitForPodsReady(enable=True, requeuing_strategy=RequeuingStrategy(timestamp=timestamp))  # type: ignore[arg-type]
+    )
+    at = datetime.fromtimestamp(50.0, UTC)
+    for step in steps:
+        if step == "timeout":
+            clock.apply(
+                EvictionRequested(
+                    source="admission",
+                    workload=REF,
+                    cluster_queue="cq",
+                    generation=1,
+                    reason="PodsReadyTimeout",
+                    requeue_at=at,
+                    time=at,
+                )
+            )
+            clock.apply(
+                WorkloadEvicted(
+                    source="watcher", workload=REF, generation=1, reason="PodsReadyTimeout"
+                )
+            )
+        elif step == "admitted":
+            clock.apply(_admitted(2, 60.0))
+        elif step == "preempted":
+            clock.apply(
+                EvictionRequested(
+                    source="preemption",
+                    workload=REF,
+                    cluster_queue="cq",
+                    generation=2,
+                    reason="Preempted",
+                )
+            )
+        else:
+            clock.apply(
+                WorkloadEvicted(
+                    source="watcher", workload=REF, generation=2, reason="WatcherRestarted"
+                )
+            )
+    assert clock.order_time(REF.uid, 1.0) == expected, case

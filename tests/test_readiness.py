@@ -3,11 +3,12 @@ and when a run counts as ready."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from services.watcher.local.readiness import ExecProbe, exec_probes, wait_ready
+from services.watcher.local.readiness import ExecProbe, exec_probes, first_failure, wait_ready
 
 
 def _pod(*containers: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -76,3 +77,31 @@ async def test_wait_ready(command: list[str], stays: bool, expected: bool, why: 
 
     probe = ExecProbe("a", command, period=0.01)
     assert await wait_ready([probe], running=running) is expected, why
+
+
+FAILURES: list[tuple[list[str], bool, tuple[str, int] | None, str]] = [
+    (["exit 3", "sleep 0.5"], True, ("a", 3), "a pod fails while another runs: readiness lost"),
+    (["exit 0", "sleep 0.2"], True, None, "a pod that succeeds stays counted, as in a Job"),
+    (["exit 3"], True, None, "the last pod failing is the run's finish, not a loss"),
+    (["exit 3", "sleep 0.2"], False, None, "a stopping run's exits are not failures"),
+]
+
+
+@pytest.mark.parametrize(
+    ("scripts", "goes_on", "expected", "why"), FAILURES, ids=[f[3] for f in FAILURES]
+)
+async def test_first_failure(
+    scripts: list[str], goes_on: bool, expected: tuple[str, int] | None, why: str
+) -> None:
+    """Real processes: which exit is a loss of readiness."""
+    processes = [
+        (name, await asyncio.create_subprocess_exec("sh", "-c", script))
+        for name, script in zip("abc", scripts, strict=False)
+    ]
+    try:
+        assert await first_failure(processes, running=lambda: goes_on) == expected, why
+    finally:
+        for _, process in processes:
+            if process.returncode is None:
+                process.kill()
+            await process.wait()

@@ -1,11 +1,17 @@
 """Kueue's waitForPodsReady: a workload whose pods are not all ready within the timeout after
-its admission is evicted (reason ``PodsReadyTimeout``) and requeued after a backoff, up to the
-requeue limit; past it, it is deactivated (KEP-1282, docs/admission-checks.md).
+its admission, or not ready again within ``recoveryTimeout`` after they lost readiness, is
+evicted (reason ``PodsReadyTimeout``) and requeued after a backoff, up to the requeue limit;
+past it, it is deactivated (KEP-1282, docs/admission-checks.md). A requeued workload queues by
+its eviction time (``requeuingStrategy.timestamp: Eviction``, Kueue's default) or by its
+creation (``Creation``).
 
 Each rule is one function: :func:`backoff_seconds` (how long a requeued workload waits),
-:func:`after_timeout` (requeue or deactivate). :class:`PodsReadyClock` keeps, from events
-only, when each admitted workload was admitted and whether its pods are ready, so a replay
-after a restart rebuilds the same clocks; its own eviction events count the requeues.
+:func:`after_timeout` (requeue or deactivate), :func:`recovery_seconds` (the recovery timeout
+in force), :func:`not_ready_timeout` (which clock runs and how long it has left) and
+:func:`queue_order_time` (the time a requeued workload queues by). :class:`PodsReadyClock`
+keeps, from events only, when each admitted workload was admitted, whether its pods are
+ready or since when they lost readiness, and how it was last evicted, so a replay after a
+restart rebuilds the same clocks; its own eviction events count the requeues.
 """
 
 from __future__ import annotations
@@ -40,6 +46,59 @@ __all__ = [
 REASON = "PodsReadyTimeout"
 LIMIT_REASON = "RequeuingLimitExceeded"
 JITTER = 0.0001  # Kueue's: every wait is stretched by up to this fraction at random
+# Kueue's PodsReady=False reasons, also the eviction's underlying cause (its ``detail``).
+Cause = Literal["WaitForStart", "WaitForRecovery"]
+WAIT_FOR_START: Cause = "WaitForStart"
+WAIT_FOR_RECOVERY: Cause = "WaitForRecovery"
+# Kueue's WorkloadEvictedByAdmissionCheck (admission_checks.REASON; that module imports this one).
+CHECK_REASON = "AdmissionCheck"
+
+
+def recovery_seconds(settings: WaitForPodsReady) -> float | None:
+    """The recovery timeout in force: ``recoveryTimeout``, or when it is not set the
+    ``timeout`` (Kueue's default since v0.16); ``0s`` turns it off (None), as in Kueue."""
+    text = settings.recovery_timeout if settings.recovery_timeout is not None else settings.timeout
+    seconds = parse_duration(text)
+    return seconds if seconds > 0 else None
+
+
+def not_ready_timeout(
+    *,
+    admitted_at: float | None,
+    ready: bool,
+    lost_at: float | None,
+    timeout: float | None,
+    recovery: float | None,
+    now: float,
+) -> tuple[Cause, float] | None:
+    """Which clock runs for an admitted workload whose pods are not ready, and the seconds it
+    has left (0: due); None when none runs (Kueue's ``admittedNotReadyWorkload``).
+
+    Not admitted (``admitted_at`` None), ready, or waitForPodsReady off (``timeout`` None):
+    no clock. Pods that never were ready: ``WaitForStart``, ``timeout`` after the admission.
+    Pods that were ready and lost readiness at ``lost_at``: ``WaitForRecovery``,
+    ``recovery`` after that, and no clock when the recovery timeout is off.
+    """
+    if admitted_at is None or ready or timeout is None:
+        return None
+    if lost_at is None:
+        return WAIT_FOR_START, max(timeout - (now - admitted_at), 0.0)
+    if recovery is None:
+        return None
+    return WAIT_FOR_RECOVERY, max(recovery - (now - lost_at), 0.0)
+
+
+def queue_order_time(created: float, eviction: tuple[str, float] | None, timestamp: str) -> float:
+    """The time a workload queues by (Kueue's ``GetQueueOrderTimestamp``): its creation,
+    unless its last eviction (``(reason, when)``, None if not evicted since its last
+    admission) was a pods-ready timeout under ``requeuingStrategy.timestamp: Eviction``, or
+    an admission check's (whatever the timestamp): then that eviction's time, so it queues
+    behind the workloads already waiting."""
+    if eviction is not None:
+        reason, at = eviction
+        if (reason == REASON and timestamp == "Eviction") or reason == CHECK_REASON:
+            return at
+    return created
 
 
 def backoff_seconds(count: int, *, base: float, cap: float, draw: float) -> float:
@@ -72,30 +131,51 @@ class _Admitted:
     cluster_queue: str
     generation: int
     at: float  # when it was admitted (and may start), epoch seconds
+    lost_at: float | None = None  # when its pods, once all ready, lost readiness
+
+    @property
+    def cause(self) -> Cause:
+        return WAIT_FOR_START if self.lost_at is None else WAIT_FOR_RECOVERY
+
+    @property
+    def since(self) -> float:
+        """When its running clock started: the admission, or the loss of readiness."""
+        return self.at if self.lost_at is None else self.lost_at
 
 
 class PodsReadyClock:
-    """Admitted workloads whose pods are not ready yet, and their requeue counts.
+    """Admitted workloads whose pods are not ready, those whose pods are, their requeue
+    counts and their last evictions.
 
-    Only the workloads still waiting are kept (:attr:`waiting`): one whose pods are ready,
-    or whose eviction was decided, has nothing more to time out. Their deadlines are a heap
-    ordered by admission time, so each turn of the loop looks only at those that are due.
+    A workload whose pods are not ready is in :attr:`waiting` (never ready yet, or ready and
+    then not: recovering); one whose pods are ready is in :attr:`ready` (so that a loss of
+    readiness can start its recovery clock); one whose eviction was decided is in neither.
+    Deadlines are two heaps, one per clock (start and recovery), each ordered by the time its
+    clock started, so each turn of the loop looks only at those that are due.
     """
 
     def __init__(self) -> None:
         self.settings = WaitForPodsReady()
         self.timeout = parse_duration(self.settings.timeout)
+        self.recovery: float | None = recovery_seconds(self.settings)
         self.waiting: dict[str, _Admitted] = {}
+        self.ready: dict[str, _Admitted] = {}
         self.generations: dict[str, int] = {}  # uid -> its latest admission seen
-        self.deadlines: list[tuple[float, str, int]] = []  # (admitted at, uid, generation)
+        # (clock started at, uid, generation): WaitForStart, and WaitForRecovery.
+        self.deadlines: list[tuple[float, str, int]] = []
+        self.recoveries: list[tuple[float, str, int]] = []
         # uid -> the generations evicted for PodsReadyTimeout with a requeue (a set, so that
         # a redelivered eviction counts once): its requeue count is their number.
         self.requeued: dict[str, set[int]] = {}
+        # uid -> (reason, when, generation) of its last eviction since its last admission
+        # (Kueue's Evicted condition while True): what queue_order_time reads.
+        self.evictions: dict[str, tuple[str, float, int]] = {}
         self.random = random.Random()
 
     def configure(self, settings: WaitForPodsReady | None) -> None:
         self.settings = settings or WaitForPodsReady()
         self.timeout = parse_duration(self.settings.timeout)
+        self.recovery = recovery_seconds(self.settings)
 
     @property
     def enabled(self) -> bool:
@@ -103,7 +183,7 @@ class PodsReadyClock:
 
     def apply(self, event: AnyEvent) -> float | None:
         """Fold one event; idempotent (a redelivered event finds its work done). For the
-        PodsReady of a workload still waiting, returns when it was admitted (its metrics)."""
+        first PodsReady of an admission, returns when it was admitted (its metrics)."""
         uid = event.workload.uid
         current = self.waiting.get(uid)
         match event:
@@ -115,57 +195,111 @@ class PodsReadyClock:
                     self.waiting[uid] = _Admitted(
                         event.workload, event.cluster_queue, event.generation, at
                     )
+                    self.ready.pop(uid, None)
+                    self.evictions.pop(uid, None)  # Kueue's Evicted turns False
                     heapq.heappush(self.deadlines, (at, uid, event.generation))
-            case WorkloadPodsReady() | EvictionRequested():
+            case WorkloadPodsReady() if event.ready:
                 if current is not None and current.generation == event.generation:
-                    del self.waiting[uid]  # ready, or leaving: nothing left to time out
-                    if isinstance(event, WorkloadPodsReady):
+                    del self.waiting[uid]  # ready: nothing left to time out
+                    self.ready[uid] = current
+                    if current.lost_at is None:
                         return current.at
-                if (
-                    isinstance(event, EvictionRequested)
-                    and event.reason == REASON
-                    and event.requeue_at is not None
-                ):
+                    current.lost_at = None  # recovered (Kueue's reason Recovered)
+            case WorkloadPodsReady():  # ready: false, readiness lost
+                run = self.ready.get(uid)
+                if run is not None and run.generation == event.generation:
+                    del self.ready[uid]
+                    run.lost_at = event.time.timestamp()
+                    self.waiting[uid] = run
+                    heapq.heappush(self.recoveries, (run.lost_at, uid, run.generation))
+            case EvictionRequested():
+                self._leaving(uid, event.generation)
+                self.evictions[uid] = (event.reason, event.time.timestamp(), event.generation)
+                if event.reason == REASON and event.requeue_at is not None:
                     self.requeued.setdefault(uid, set()).add(event.generation)
-            case WorkloadEvicted() | WorkloadFinished():
-                if current is not None and current.generation == event.generation:
-                    del self.waiting[uid]
+            case WorkloadEvicted():
+                self._leaving(uid, event.generation)
+                known = self.evictions.get(uid)
+                if known is None or known[2] != event.generation:  # evicted unasked
+                    self.evictions[uid] = (event.reason, event.time.timestamp(), event.generation)
+            case WorkloadFinished():
+                self._leaving(uid, event.generation)
             case WorkloadDeleted():
                 self.waiting.pop(uid, None)
+                self.ready.pop(uid, None)
                 self.generations.pop(uid, None)
                 self.requeued.pop(uid, None)
+                self.evictions.pop(uid, None)
         return None
 
+    def _leaving(self, uid: str, generation: int) -> None:
+        """That admission is evicted or done: it has nothing more to time out."""
+        for runs in (self.waiting, self.ready):
+            run = runs.get(uid)
+            if run is not None and run.generation == generation:
+                del runs[uid]
+
+    def order_time(self, uid: str, created: float) -> float:
+        """The time a workload requeued now queues by (:func:`queue_order_time`)."""
+        eviction = self.evictions.get(uid)
+        return queue_order_time(
+            created,
+            None if eviction is None else eviction[:2],
+            self.settings.requeuing_strategy.timestamp,
+        )
+
     def blocking(self) -> bool:
-        """blockAdmission: whether an admitted workload still waits for its pods, so that
-        nothing else may be admitted (Kueue admits one at a time until its pods are ready)."""
+        """blockAdmission: whether an admitted workload's pods are not ready (not yet, or not
+        any more), so that nothing else may be admitted (Kueue admits one at a time until its
+        pods are ready; a workload waiting for recovery is not ready either)."""
         if not self.enabled or not self.settings.blocks_admission:
             return False
         return bool(self.waiting)
 
     def due(self, now: float) -> list[EvictionRequested]:
         """Evictions for the admitted workloads whose pods are not ready ``timeout`` after
-        their admission, each decided once: requeued after :func:`backoff_seconds`, or
-        deactivated past the limit (:func:`after_timeout`)."""
+        their admission, or not ready again ``recoveryTimeout`` after they lost readiness
+        (:func:`not_ready_timeout`), each decided once: requeued after
+        :func:`backoff_seconds`, or deactivated past the limit (:func:`after_timeout`)."""
         out: list[EvictionRequested] = []
-        while self.deadlines:
-            at, uid, generation = self.deadlines[0]
-            run = self.waiting.get(uid)
-            if run is None or run.generation != generation:
-                heapq.heappop(self.deadlines)  # ready, evicted or readmitted since
-                continue
-            if not self.enabled or now - at < self.timeout:
-                break  # the earliest one still waiting is not due: none is
-            heapq.heappop(self.deadlines)
-            del self.waiting[uid]  # decided once
-            out.append(self._timed_out(run, now))
+        for heap, cause in ((self.deadlines, WAIT_FOR_START), (self.recoveries, WAIT_FOR_RECOVERY)):
+            while heap:
+                since, uid, generation = heap[0]
+                run = self.waiting.get(uid)
+                if run is None or (run.generation, run.cause, run.since) != (
+                    generation,
+                    cause,
+                    since,
+                ):
+                    heapq.heappop(heap)  # ready, evicted, readmitted or recovered since
+                    continue
+                left = not_ready_timeout(
+                    admitted_at=run.at,
+                    ready=False,
+                    lost_at=run.lost_at,
+                    timeout=self.timeout if self.enabled else None,
+                    recovery=self.recovery,
+                    now=now,
+                )
+                if left is None or left[1] > 0:
+                    break  # the earliest one still waiting is not due: none is
+                heapq.heappop(heap)
+                del self.waiting[uid]  # decided once
+                out.append(self._timed_out(run, now))
         return out
 
     def _timed_out(self, run: _Admitted, now: float) -> EvictionRequested:
         strategy = self.settings.requeuing_strategy
         uid = run.ref.uid
         requeues = len(self.requeued.get(uid, ()))
-        message = f"Exceeded the PodsReady timeout {self.settings.timeout}"
+        if run.lost_at is None:
+            message = f"Exceeded the PodsReady timeout {self.settings.timeout}"
+        else:
+            message = (
+                "Exceeded the PodsReady recovery timeout"
+                f" {self.settings.recovery_timeout or self.settings.timeout}"
+                " after the pods lost readiness"
+            )
         requeue_at: datetime | None = None
         limit = strategy.backoff_limit_count
         if after_timeout(requeues, limit) == "deactivate":
@@ -191,6 +325,7 @@ class PodsReadyClock:
             cluster_queue=run.cluster_queue,
             generation=run.generation,
             reason=reason,
+            detail=run.cause,
             message=message,
             requeue_at=requeue_at,
             deactivated=requeue_at is None,

@@ -337,7 +337,9 @@ class AdmissionService:
             record = self.records.get(ref.uid)
             if record is None or record.finished or self.activity.is_inactive(ref.uid):
                 continue  # gone, done, or stopped meanwhile (berth resume queues it)
-            self.scheduler.submit(queued(record.submitted), generation=generation)
+            wl = queued(record.submitted)  # by its eviction time, or creation (pods_ready.py)
+            wl.queue_time = self.gates.pods_ready.order_time(ref.uid, wl.queue_time)
+            self.scheduler.submit(wl, generation=generation)
             record.on_requeue_state("True", "BackoffFinished", "The backoff was finished")
             log.info("requeued", workload=ref.key, queue="", reason=reason or "backoff")
         if released:

@@ -77,11 +77,21 @@ def submitted(
     )
 
 
-def pods_ready(ref: WorkloadRef, generation: int) -> WorkloadPodsReady:
-    """Every pod of this admission is ready (waitForPodsReady counts from its admission)."""
-    return WorkloadPodsReady(
-        id=f"podsready-{ref.uid}-{generation}", source=SOURCE, workload=ref, generation=generation
-    )
+def pods_ready(
+    ref: WorkloadRef, generation: int, *, ready: bool = True, first: bool = True
+) -> WorkloadPodsReady:
+    """Every pod of this admission is ready (waitForPodsReady counts from its admission), or
+    with ``ready`` false, pods that were ready lost readiness (recoveryTimeout counts from
+    then). The first readiness has one id per admission; a later loss or recovery (not
+    ``first``) is a new fact each time, with its own id."""
+    if first:
+        return WorkloadPodsReady(
+            id=f"podsready-{ref.uid}-{generation}",
+            source=SOURCE,
+            workload=ref,
+            generation=generation,
+        )
+    return WorkloadPodsReady(source=SOURCE, workload=ref, generation=generation, ready=ready)
 
 
 def started(ref: WorkloadRef, generation: int) -> WorkloadStarted:

@@ -5,6 +5,12 @@ A local "pod" is ready once its processes have started and, if a container decla
 ``periodSeconds`` (Kubernetes' default 10) after ``initialDelaySeconds``. Other probe kinds
 (httpGet, tcpSocket, grpc) need a network the local backend does not give its processes;
 they count as ready, and :func:`exec_probes` says which were skipped.
+
+A ready run loses readiness (Kueue's PodsReady False, WaitForRecovery; recoveryTimeout counts
+from then) when one of its processes exits with failure while others still run
+(:func:`first_failure`): as a Job's ready count drops when a pod fails. A process that exits 0
+stays counted, as a succeeded pod does. The local backend restarts no process, so such a run
+never recovers: it is evicted after recoveryTimeout, or finishes (failed) first.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ExecProbe", "exec_probes", "wait_ready"]
+__all__ = ["ExecProbe", "exec_probes", "first_failure", "wait_ready"]
 
 DEFAULT_PERIOD_S = 10.0
 PROBE_TIMEOUT_S = 1.0  # Kubernetes' default timeoutSeconds
@@ -86,3 +92,24 @@ async def wait_ready(probes: list[ExecProbe], *, running: Callable[[], bool]) ->
         else:
             return False
     return running()
+
+
+async def first_failure(
+    processes: list[tuple[str, asyncio.subprocess.Process]], *, running: Callable[[], bool]
+) -> tuple[str, int] | None:
+    """Wait until a process exits with failure while the run goes on (``running`` still
+    true, another process still alive): its pod's name and exit code. None when the run
+    ends first: every process exited (a finish), or the run was stopped (an eviction's
+    SIGTERM is not a failure)."""
+    waits = {asyncio.ensure_future(process.wait()): name for name, process in processes}
+    try:
+        pending = set(waits)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            failed = [(waits[task], task.result()) for task in done if task.result() != 0]
+            if failed and pending and running():
+                return min(failed)
+        return None
+    finally:
+        for task in waits:
+            task.cancel()

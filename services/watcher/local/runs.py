@@ -13,7 +13,7 @@ from services.watcher.local.finishes import Finishes
 from services.watcher.local.objects import find_object
 from services.watcher.local.pods import local_pods
 from services.watcher.local.processes import RunningPods, kill_leftover, workload_log_dir
-from services.watcher.local.readiness import exec_probes, wait_ready
+from services.watcher.local.readiness import exec_probes, first_failure, wait_ready
 from services.watcher.local.run_files import RunSetupError, prepare_run
 from services.watcher.local.simulated import Simulated
 from services.watcher.local.statuses import StatusStore, StatusWrites
@@ -135,9 +135,26 @@ class Runs:
                 containers=skipped,
                 reason="the local backend runs only exec readiness probes",
             )
-        if await wait_ready(probes, running=lambda: self.running.get(ref.uid) is running):
-            await self.runtime.bus.publish(reporting.pods_ready(ref, running.generation))
-            log.info("pods_ready", workload=ref.key, generation=running.generation)
+        def still() -> bool:
+            return self.running.get(ref.uid) is running and not running.stopping
+
+        if not await wait_ready(probes, running=still):
+            return
+        await self.runtime.bus.publish(reporting.pods_ready(ref, running.generation))
+        log.info("pods_ready", workload=ref.key, generation=running.generation)
+        # Then a process that fails while others run is a loss of readiness (readiness.py).
+        processes = [(pod.name, pod.process) for pod in running.pods]
+        failure = await first_failure(processes, running=still)
+        if failure is not None:
+            await self.runtime.bus.publish(
+                reporting.pods_ready(ref, running.generation, ready=False, first=False)
+            )
+            log.info(
+                "pods_not_ready",
+                workload=ref.key,
+                generation=running.generation,
+                reason=f"pod {failure[0]} exited with code {failure[1]} while others run",
+            )
 
     def simulated_run(self, event: AnyEvent) -> tuple[Simulated, float] | None:
         """The run to start for an admission of a simulated workload not started yet."""
