@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import os
 import weakref
 from typing import Any, Literal, Protocol
 
@@ -34,7 +33,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from prometheus_client import Counter
 
-from shared.bus import BusError, Refused, bus_call, translated
+from shared.bus import BusError, BusSettings, Refused, bus_call, translated
 from shared.events import UtcTime, now, subject_token
 from shared.logging import get_logger
 
@@ -106,9 +105,10 @@ def letter(service: str, kind: Kind, source: str, reason: str, raw: bytes) -> De
     )
 
 
-async def ensure_dead_letter_stream(js: JetStreamContext) -> None:
+async def ensure_dead_letter_stream(js: JetStreamContext, settings: BusSettings) -> None:
     """Create (or bring up to date) the dead-letter stream; idempotent, like the event
-    stream's (any service may call it)."""
+    stream's (any service may call it). Its copies are the deployment's, as the event
+    stream's: ``settings`` (the bus's, injected at connect), never the environment."""
     config = api.StreamConfig(
         name=DEAD_LETTER_STREAM,
         subjects=list(DEAD_LETTER_SUBJECTS),
@@ -118,7 +118,7 @@ async def ensure_dead_letter_stream(js: JetStreamContext) -> None:
         max_msgs=MAX_MESSAGES,
         max_age=MAX_AGE_S,
         duplicate_window=DUPLICATE_WINDOW_S,
-        num_replicas=int(os.environ.get("BERTH_STREAM_REPLICAS", "1")),
+        num_replicas=settings.stream_replicas,
     )
     try:
         await bus_call(js.add_stream(config))
@@ -128,10 +128,12 @@ async def ensure_dead_letter_stream(js: JetStreamContext) -> None:
 
 class _HasJetStream(Protocol):
     js: JetStreamContext
+    settings: BusSettings
 
 
 class DeadLetters:
-    """One service's dead letters, sent on its bus connection (``bus.js``)."""
+    """One service's dead letters, sent on its bus connection (``bus.js``, with the bus's
+    ``settings``)."""
 
     def __init__(self, bus: _HasJetStream, service: str) -> None:
         self.bus = bus
@@ -195,7 +197,7 @@ class DeadLetters:
         payload = msgspec.json.encode(body)
         try:
             if not self._stream_ready:
-                await ensure_dead_letter_stream(self.bus.js)
+                await ensure_dead_letter_stream(self.bus.js, self.bus.settings)
                 self._stream_ready = True
             await bus_call(
                 self.bus.js.publish(

@@ -146,9 +146,24 @@ def bus(watcher_bus: Bus) -> Bus:
 # --- the dead-letter stream --------------------------------------------------------------------
 
 
+async def test_the_stream_has_the_copies_the_bus_settings_name_not_the_environment(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dead-letter stream is made with the bus's injected settings (one copy, on this
+    single server), even when the environment asks for 3 (which one server cannot hold:
+    read from the environment, the stream was refused and the letter lost)."""
+    monkeypatch.setenv("BERTH_STREAM_REPLICAS", "3")
+    assert bus.settings.stream_replicas == 1
+    await dead_letters(bus, "watcher").send("event", "berth.wl.x", "bad", b"{")
+    info = await bus.js.stream_info(DEAD_LETTER_STREAM)
+    assert info.config.num_replicas == 1
+    assert [s["raw"] for s in await dead_letters_in(bus)] == ["{"]
+
+
 async def test_the_stream_is_created_idempotently_and_a_letter_is_stored_once(bus: Bus) -> None:
-    await ensure_dead_letter_stream(bus.js)
-    await ensure_dead_letter_stream(bus.js)  # a second service (or restart) changes nothing
+    await ensure_dead_letter_stream(bus.js, bus.settings)
+    # a second service (or restart) changes nothing
+    await ensure_dead_letter_stream(bus.js, bus.settings)
     letters = dead_letters(bus, "watcher")
     for _ in range(2):  # met again (a replay after a restart): one letter
         await letters.send("event", "berth.wl.x", "bad", b"{", identity="BERTH:7")
