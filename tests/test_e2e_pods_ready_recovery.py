@@ -11,7 +11,6 @@ holds the quota meanwhile finishes, only once the test creates their trigger fil
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from shared.events import EvictionRequested, WorkloadAdmitted, WorkloadPodsReady
 from tests.conftest import Stack, berth
@@ -24,43 +23,14 @@ from tests.e2e import (
     job_manifest,
     submit_manifest,
 )
+from tests.test_e2e_admission_checks import PODS_READY, _workload
 
-CONFIG = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: default-flavor}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: cluster-queue}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: default-flavor
-      resources: [{name: cpu, nominalQuota: 2}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: user-queue, namespace: default}
-spec: {clusterQueue: cluster-queue}
----
-apiVersion: berth.dev/v1alpha1
-kind: Configuration
-metadata: {name: berth}
-spec:
-  waitForPodsReady:
-    enable: true
-    timeout: 10m             # the start clock never decides here
-    recoveryTimeout: 2s
-    blockAdmission: false
-    requeuingStrategy: {backoffLimitCount: 3, backoffBaseSeconds: 1, backoffMaxSeconds: 10}
-"""
-
-
-def _workload(url: str, name: str) -> dict[str, Any]:
-    return next(w for w in get_json(url, "workloads") if w["metadata"]["name"] == name)
+# The start clock (10m) never decides here; quota for one of the 2-cpu workloads at a time.
+CONFIG = (
+    PODS_READY.replace("nominalQuota: 4", "nominalQuota: 2")
+    .replace("timeout: 3s", "timeout: 10m\n    recoveryTimeout: 2s")
+    .replace("backoffLimitCount: 1", "backoffLimitCount: 3")
+)
 
 
 def _pending(url: str, name: str) -> bool:
@@ -85,6 +55,7 @@ def test_lost_readiness_evicts_after_recovery_timeout_and_requeues_by_eviction_t
     flaky queues by its eviction time (with ``Creation`` it would go first, created first)."""
     url = stack.url
     config = tmp_path / "config.yaml"
+    assert "recoveryTimeout: 2s" in CONFIG and "nominalQuota: 2" in CONFIG
     config.write_text(CONFIG)
     out = berth("apply", "-f", str(config), url=url)
     assert "recoveryTimeout" not in out.stderr, "acted on: no warning any more"

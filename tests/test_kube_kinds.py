@@ -33,7 +33,7 @@ from shared.events import (
 )
 from tests.test_kube_backend import Harness, harness, start, stop  # noqa: F401
 
-_POD = {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}
+_POD: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}
 _LABELS = {"kueue.x-k8s.io/queue-name": "q"}
 
 

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from services.watcher.kube.readiness import pods_ready
-from shared.events import WorkloadAdmitted, WorkloadPodsReady, WorkloadStarted
+from services.watcher.kube.readiness import group_ready, pods_ready
+from shared.events import WorkloadAdmitted, WorkloadPodsReady, WorkloadStarted, WorkloadSubmitted
 from tests.test_kube_backend import (  # noqa: F401 - harness is a fixture
     ASSIGNMENT,
     JOBS_KEY,
+    PODS_KEY,
     REF,
     Harness,
     harness,
@@ -19,6 +20,7 @@ from tests.test_kube_backend import (  # noqa: F401 - harness is a fixture
     start,
     stop,
 )
+from tests.test_kube_kinds import _admitted, _member, assignment
 
 
 def _job(parallelism: int | None, completions: int | None, **status: Any) -> dict[str, Any]:
@@ -36,6 +38,21 @@ def _pod(ready: str | None, group: bool = False) -> dict[str, Any]:
     return {"metadata": {"labels": labels}, "status": {"conditions": conditions}}
 
 
+def _jobset(replicas: list[int | None], statuses: list[tuple[int, int]]) -> dict[str, Any]:
+    jobs = [{} if r is None else {"replicas": r} for r in replicas]
+    status = [{"ready": ready, "succeeded": done} for ready, done in statuses]
+    return {"spec": {"replicatedJobs": jobs}, "status": {"replicatedJobsStatus": status}}
+
+
+def _conditioned(kind: str, value: str) -> dict[str, Any]:
+    return {"status": {"conditions": [{"type": kind, "status": value}]}}
+
+
+def _replicated(replicas: int | None, ready: int) -> dict[str, Any]:
+    spec = {} if replicas is None else {"replicas": replicas}
+    return {"spec": spec, "status": {"readyReplicas": ready}}
+
+
 RULES: list[tuple[str, dict[str, Any], bool | None, str]] = [
     ("Job", _job(3, None, ready=2), False, "2 of 3 parallel pods ready"),
     ("Job", _job(3, None, ready=3), True, "all parallel pods ready"),
@@ -51,8 +68,27 @@ RULES: list[tuple[str, dict[str, Any], bool | None, str]] = [
     ("Pod", _pod("True"), True, "a pod's Ready condition"),
     ("Pod", _pod("False"), False, "not ready"),
     ("Pod", _pod(None), False, "no condition yet"),
-    ("Pod", _pod("True", group=True), None, "a pod group's readiness is not read yet"),
-    ("JobSet", {"status": {}}, None, "other kinds: unknown, never reported"),
+    ("Pod", _pod("True", group=True), None, "a pod of a group: its group decides"),
+    ("JobSet", _jobset([2, None], [(1, 1), (0, 0)]), False, "2 of 3 replicated jobs ready"),
+    (
+        "JobSet",
+        _jobset([2, None], [(1, 1), (1, 0)]),
+        True,
+        "ready + succeeded jobs equal the replicas (a missing replicas is 1)",
+    ),
+    ("JobSet", _jobset([1], []), False, "no status yet"),
+    ("RayJob", {"status": {"rayClusterStatus": {"state": "ready"}}}, True, "its cluster ready"),
+    ("RayJob", {"status": {"jobDeploymentStatus": "Running"}}, False, "no cluster state yet"),
+    ("RayCluster", {"status": {"state": "ready"}}, True, "a RayCluster's own state"),
+    ("RayCluster", {"status": {"state": "suspended"}}, False, "suspended: not ready"),
+    ("PyTorchJob", _conditioned("Running", "True"), True, "the training operator's Running"),
+    ("MPIJob", _conditioned("Running", "False"), False, "Running False: not ready"),
+    ("TFJob", _conditioned("Created", "True"), False, "only created"),
+    ("AppWrapper", _conditioned("PodsReady", "True"), True, "AppWrapper's PodsReady condition"),
+    ("Deployment", _replicated(2, 2), True, "every replica ready"),
+    ("StatefulSet", _replicated(3, 2), False, "2 of 3 replicas ready: lost or not yet"),
+    ("LeaderWorkerSet", _replicated(None, 1), True, "replicas default to 1 (ready groups)"),
+    ("Widget", {"status": {}}, None, "a kind Berth does not know: cannot tell"),
 ]
 
 
@@ -68,20 +104,87 @@ async def test_a_job_with_all_pods_ready_is_reported_once(harness: Harness) -> N
     obj["spec"]["suspend"] = True
     harness.kmock.objects[JOBS_KEY, "ns", "j1"] = obj
     task = await start(harness)
-    await harness.bus.publish(
-        WorkloadAdmitted(
-            source="admission",
-            workload=REF,
-            cluster_queue="cq",
-            local_queue="team-a",
-            priority=0,
-            assignments=[ASSIGNMENT],
-            generation=1,
-        )
-    )
+    await harness.bus.publish(_admitted_job())
     await harness.wait_for(lambda e: isinstance(e, WorkloadStarted))
     await harness.api("PATCH", "/apis/batch/v1/namespaces/ns/jobs/j1", {"status": {"ready": 2}})
     ready = await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady))
     await stop(harness, task)
     assert isinstance(ready, WorkloadPodsReady)
     assert ready.id == "podsready-u1-1" and ready.generation == 1
+
+
+GROUP: list[tuple[list[str | None], int, bool, str]] = [
+    (["True", "True"], 2, True, "every pod of the group Ready"),
+    (["True", "False"], 2, False, "one not ready: the group is not"),
+    (["True"], 2, False, "a pod of the group missing"),
+    (["True", None], 2, False, "no condition yet"),
+]
+
+
+@pytest.mark.parametrize(("states", "total", "expected", "why"), GROUP, ids=[g[3] for g in GROUP])
+def test_group_ready(states: list[str | None], total: int, expected: bool, why: str) -> None:
+    """Kueue's pod group readiness: all its pods exist and are Ready."""
+    assert group_ready([_pod(s, group=True) for s in states], total) is expected, why
+
+
+async def test_a_job_that_loses_a_ready_pod_reports_the_loss_and_the_recovery(
+    harness: Harness,  # noqa: F811
+) -> None:
+    """Ready 2 of 2, then a pod fails (ready 1): PodsReady false with its own id; its
+    replacement ready (2): PodsReady true again; each transition reported once."""
+    obj = labelled_job()
+    obj["spec"]["suspend"] = True
+    harness.kmock.objects[JOBS_KEY, "ns", "j1"] = obj
+    task = await start(harness)
+    await harness.bus.publish(_admitted_job())
+    await harness.wait_for(lambda e: isinstance(e, WorkloadStarted))
+    path = "/apis/batch/v1/namespaces/ns/jobs/j1"
+    await harness.api("PATCH", path, {"status": {"ready": 2}})
+    await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady))
+    await harness.api("PATCH", path, {"status": {"ready": 1, "failed": 1}})
+    lost = await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady) and not e.ready)
+    await harness.api("PATCH", path, {"status": {"ready": 1, "failed": 1, "active": 2}})
+    await harness.api("PATCH", path, {"status": {"ready": 2}})
+    back = await harness.wait_for(
+        lambda e: isinstance(e, WorkloadPodsReady) and e.ready and e.id != "podsready-u1-1"
+    )
+    await stop(harness, task)
+    assert isinstance(lost, WorkloadPodsReady) and isinstance(back, WorkloadPodsReady)
+    assert lost.generation == back.generation == 1 and lost.id != back.id
+    facts = [e.ready for e in harness.events if isinstance(e, WorkloadPodsReady)]
+    assert facts == [True, False, True], facts
+
+
+async def test_a_pod_group_is_ready_when_all_its_pods_are(harness: Harness) -> None:  # noqa: F811
+    """A pod group (two gated Pods) admitted: PodsReady of the group `g` once both pods are
+    Ready; then one stops being Ready: the group's loss of readiness."""
+    harness.kmock.objects[PODS_KEY, "ns", "g-0"] = _member("g-0", "1")
+    harness.kmock.objects[PODS_KEY, "ns", "g-1"] = _member("g-1", "2")
+    task = await start(harness)
+    submitted = await harness.wait_for(lambda e: isinstance(e, WorkloadSubmitted))
+    assert isinstance(submitted, WorkloadSubmitted) and submitted.kind == "PodGroup"
+    ref = submitted.workload
+    await harness.bus.publish(_admitted(ref, [assignment(p.name) for p in submitted.pod_sets]))
+    await harness.wait_for(lambda e: isinstance(e, WorkloadStarted))
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    for name in ("g-0", "g-1"):  # one of two is not enough (test_group_ready)
+        await harness.api("PATCH", f"/api/v1/namespaces/ns/pods/{name}", ready)
+    first = await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady))
+    assert first.workload.name == "g" and first.id == f"podsready-{ref.uid}-1"
+    not_ready = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    await harness.api("PATCH", "/api/v1/namespaces/ns/pods/g-1", not_ready)
+    lost = await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady) and not e.ready)
+    await stop(harness, task)
+    assert lost.workload.name == "g"
+
+
+def _admitted_job() -> WorkloadAdmitted:
+    return WorkloadAdmitted(
+        source="admission",
+        workload=REF,
+        cluster_queue="cq",
+        local_queue="team-a",
+        priority=0,
+        assignments=[ASSIGNMENT],
+        generation=1,
+    )

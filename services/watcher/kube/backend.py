@@ -45,11 +45,12 @@ from services.watcher.kube.patching import (
     FINISHED_ANNOTATION,
     admitted_generation,
     converge,
+    evicted_generation,
     finished_generation,
     mark_finished_plan,
     suspend_plan,
 )
-from services.watcher.kube.readiness import pods_ready
+from services.watcher.kube.readiness import Readiness, pods_ready
 from services.watcher.kube.reading import (
     FinishMark,
     Report,
@@ -115,6 +116,7 @@ class KubernetesBackend:
         self.workloads = self.tracked.workloads  # uid -> newest object of each workload
         self.tombstones = self.tracked.tombstones
         self.reported = self.tracked.reported
+        self.readiness = Readiness()  # waitForPodsReady facts reported (readiness.py)
         self.actions = KubeActions(
             client,
             self.tracked,
@@ -289,7 +291,8 @@ class KubernetesBackend:
             if (failure := managed_failure(obj)) is not None:
                 self.exit_codes[failure[0]] = failure[1]  # reported with the Job's finish
             if (held := await self.actions.gating.pod_seen(obj, self.workloads)) is not None:
-                return events + held  # a pod group's, or a gated Deployment's... (gating.py)
+                # A pod group's, or a gated Deployment's... (gating.py); a group's readiness.
+                return events + held + self.readiness.group(obj, self.actions.gating)
             if controller(obj) is not None:
                 return events  # a Job's or RayCluster's pod: its owner is the workload
         uid = str(metadata["uid"])
@@ -335,11 +338,8 @@ class KubernetesBackend:
                     )
                     events.append(FinishMark(kind, ref, generation))
             return events
-        if generation > 0 and ("podsready", uid, generation) not in self.reported:
-            if pods_ready(kind, obj):  # waitForPodsReady counts from the admission
-                self.reported.add(("podsready", uid, generation))
-                events.append(reporting.pods_ready(ref, generation))
-                log.info("pods_ready", workload=ref.key, queue=queue, generation=generation)
+        if generation > evicted_generation(obj):  # waitForPodsReady: ready, lost, recovered
+            events += self.readiness.observe(ref, generation, pods_ready(kind, obj), queue=queue)
         if uid in self.announced:
             return events
         try:
@@ -373,6 +373,7 @@ class KubernetesBackend:
             self.tombstones.popitem(last=False)
         self.announced.discard(uid)
         self.exit_codes.pop(uid, None)
+        self.readiness.forget(uid)
         ref = reporting.ref_of(known)
         log.info("workload_deleted", workload=ref.key)
         return [reporting.deleted(ref)]
