@@ -1,5 +1,7 @@
 """Kueue's spec.active in admission's fold (services/admission/activation.py): each script
-of stops, resumes, evictions and scheduling passes, with the reason it must end as it does.
+of stops, resumes, evictions and scheduling passes, with the reason it must end as it does;
+whoever deactivated a workload (a user, its maximum execution time, a Rejected check),
+``berth resume workload`` brings it back.
 
 The core runs for real (Scheduler with a 4-CPU ClusterQueue); the events are built as the
 service would fold them. The end-to-end test through the CLI is tests/test_stopping.py.
@@ -8,10 +10,15 @@ service would fold them. The end-to-end test through the CLI is tests/test_stopp
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from services.admission.activation import DEACTIVATED, INACTIVE, Activity, queued
+from services.admission.admission_checks import REASON as CHECK_REASON
+from services.admission.deactivation import Deactivation, deactivating
+from services.admission.exec_time import MESSAGE as EXEC_MESSAGE
+from services.admission.exec_time import REASON as EXEC_REASON
 from services.admission.scheduler import Admission, Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.events import (
@@ -39,6 +46,7 @@ class World:
         self.records: dict[str, WorkloadRecord] = {}
         self.activity = Activity()
         self.said: list[str] = []  # "<reason> <name>" of what due() published
+        self.folded: dict[str, EvictionRequested] = {}  # each one's last Kueue deactivation
 
     def ref(self, name: str) -> WorkloadRef:
         return WorkloadRef("default", name, f"uid-{name}")
@@ -92,6 +100,24 @@ class World:
                         source="watcher", workload=ref, generation=generation, reason="Deactivated"
                     )
                 )
+            case "exceed" | "reject":  # a Kueue-made deactivation of its admission, folded
+                assert record is not None and record.admission is not None
+                cause = (
+                    Deactivation(EXEC_REASON, EXEC_MESSAGE)
+                    if verb == "exceed"
+                    else Deactivation(CHECK_REASON, "AdmissionCheck in Rejected state")
+                )
+                eviction = EvictionRequested(
+                    source="admission",
+                    workload=ref,
+                    cluster_queue="cq",
+                    generation=record.admission.generation,
+                    reason=cause.cause,
+                )
+                self.folded[name] = deactivating(eviction, cause)
+                self.activity.apply(self.folded[name], record, self.scheduler, "cq")
+            case "redeliver":  # the stream hands the same deactivation over again
+                self.activity.apply(self.folded[name], record, self.scheduler, "cq")
             case "finish":  # it ran to completion: its quota is free
                 self.scheduler.finish(ref)
             case "due":
@@ -179,6 +205,38 @@ CASES = [
         [f"pending:{INACTIVE} a"],
     ),
     (
+        "its maximum execution time deactivated it: no second eviction is asked; evicted, it"
+        " is announced Inactive and stays out with room for it; resumed, it is admitted again",
+        [
+            "submit a",
+            "schedule",
+            "exceed a",
+            "due",
+            "evicted a",
+            "due",
+            "schedule",
+            "resume a",
+            "schedule",
+        ],
+        ["admitted a", f"pending:{INACTIVE} a", "admitted a"],
+    ),
+    (
+        "a Rejected check deactivated it and a resume came before the eviction landed: the"
+        " eviction lands, it waits as any evicted workload and is admitted again",
+        ["submit a", "schedule", "reject a", "resume a", "evicted a", "due", "schedule"],
+        ["admitted a", "admitted a"],
+    ),
+    (
+        "a deactivation handed over again after the resume deactivates nothing",
+        ["submit a", "schedule", "exceed a", "evicted a", "resume a", "redeliver a", "due"],
+        ["admitted a"],
+    ),
+    (
+        "a user's stop of a workload its limit deactivated changes nothing; resume brings it back",
+        ["submit a", "schedule", "exceed a", "stop a", "due", "evicted a", "resume a", "schedule"],
+        ["admitted a", "admitted a"],
+    ),
+    (
         "an unknown workload (deleted meanwhile) is ignored",
         ["stop ghost", "due", "submit a", "schedule"],
         ["admitted a"],
@@ -211,3 +269,65 @@ def test_a_replayed_eviction_is_not_asked_again() -> None:
     )
     world.step("due")
     assert world.said == ["admitted a"]
+
+
+def test_the_inactive_reason_is_shown() -> None:
+    """-o json/wide: spec.active false, the Kueue reason, and a pending message with the cause."""
+    world = World()
+    for action in ("submit a", "schedule", "exceed a", "evicted a", "due"):
+        world.step(action)
+    item: dict[str, Any] = {"spec": {}, "status": {}}
+    world.activity.show("uid-a", item)
+    assert item["spec"]["active"] is False
+    assert item["status"]["berth"]["deactivation"] == {
+        "reason": "DeactivatedDueToMaximumExecutionTimeExceeded",
+        "message": "The workload is deactivated due to exceeding the maximum execution time",
+    }
+    reserved = world.records["uid-a"].conditions["QuotaReserved"]
+    assert (reserved.reason, reserved.status) == (INACTIVE, "False")
+    assert "due to exceeding the maximum execution time" in reserved.message
+
+
+def test_resume_resets_the_requeue_state() -> None:
+    """Kueue clears requeueState: a workload stopped while its backoff held it, with one
+    pods-ready requeue counted, is queued at once on resume, its count back to 0, Requeued
+    Reactivated, and its next admission numbered after the one the backoff kept."""
+    world = World()
+    for action in ("submit a", "schedule"):
+        world.step(action)
+    ref = world.ref("a")
+    record = world.records[ref.uid]
+    # The service's hold after a pods-ready timeout of admission 1 (gates.after_eviction).
+    world.scheduler.evict(ref)
+    world.scheduler.delete(ref)
+    record.on_evicted(
+        WorkloadEvicted(source="watcher", workload=ref, generation=1, reason="PodsReadyTimeout")
+    )
+    world.activity.gates.held[ref.uid] = (ref, 1e12, 1)
+    world.activity.gates.pods_ready.requeued[ref.uid] = {1}
+    for action in ("stop a", "due", "schedule", "resume a", "schedule"):
+        world.step(action)
+    assert world.said == ["admitted a", f"pending:{INACTIVE} a", "admitted a"]
+    assert record.admission is not None and record.admission.generation == 2
+    assert ref.uid not in world.activity.gates.held, "no backoff left"
+    assert ref.uid not in world.activity.gates.pods_ready.requeued, "requeue count 0"
+    assert record.requeue_count == 0
+    requeued = record.conditions["Requeued"]
+    assert (requeued.status, requeued.reason) == ("True", "Reactivated")
+
+
+def test_resume_gives_a_fresh_execution_budget() -> None:
+    """Kueue clears accumulatedPastExecutionTimeSeconds when the limit deactivates: resumed,
+    the workload has its whole limit again; one a user stopped keeps what it used."""
+    for cause, due in (("exceed", False), ("stop", True)):
+        world = World()
+        limits = world.activity.limits
+        limits.submitted("uid-a", {"kueue.x-k8s.io/max-exec-time-seconds": "10"})
+        for action in ("submit a", "schedule"):
+            world.step(action)
+        limits.admitted("uid-a", 0.0)
+        limits.stopped("uid-a", 9.0)  # 9 of its 10 s used
+        world.step(f"{cause} a")
+        world.step("resume a")
+        limits.admitted("uid-a", 100.0)
+        assert limits.due(101.0) == (["uid-a"] if due else []), cause

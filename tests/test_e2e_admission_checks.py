@@ -159,7 +159,8 @@ def test_admission_checks_hold_reject_retry_and_admit(stack: Stack, tmp_path: Pa
 
     def deactivated() -> dict[str, Any]:
         evicted = condition(_workload(url, "rejected"), "Evicted")
-        assert evicted is not None and evicted["reason"] == "Deactivated", evicted
+        assert evicted is not None, evicted
+        assert evicted["reason"] == "DeactivatedDueToAdmissionCheck", evicted
         assert '"budget" (no budget)' in evicted["message"], evicted
         quota = condition(_workload(url, "rejected"), "QuotaReserved")
         assert quota is not None and quota["status"] == "False", quota
@@ -262,7 +263,8 @@ def test_pods_not_ready_in_time_are_evicted_requeued_then_deactivated(
     def limit_exceeded() -> dict[str, Any]:
         workload = _workload(url, "never-ready")
         evicted = condition(workload, "Evicted")
-        assert evicted is not None and evicted["reason"] == "RequeuingLimitExceeded", evicted
+        assert evicted is not None, evicted
+        assert evicted["reason"] == "DeactivatedDueToRequeuingLimitExceeded", evicted
         # It was requeued once (admitted a second time) before the limit deactivated it.
         assert workload["status"]["requeueState"]["count"] == 2, workload["status"]
         return workload
@@ -282,7 +284,7 @@ def test_pods_not_ready_in_time_are_evicted_requeued_then_deactivated(
     ]
     assert evictions == [
         ("PodsReadyTimeout", 1, True, False),
-        ("RequeuingLimitExceeded", 2, False, True),
+        ("DeactivatedDueToRequeuingLimitExceeded", 2, False, True),
     ], evictions
     ready_facts = [e for e in event_log(url) if isinstance(e, WorkloadPodsReady)]
     assert [e.workload.name for e in ready_facts] == ["ready"], "only the plain one is ready"
@@ -331,4 +333,5 @@ def test_block_admission_holds_the_next_workload_until_the_first_is_ready_or_out
     )
     assert next_admitted_at > timeout_at, "admitted while the first's pods were not ready"
     eviction = events[timeout_at]
-    assert isinstance(eviction, EvictionRequested) and eviction.reason == "RequeuingLimitExceeded"
+    assert isinstance(eviction, EvictionRequested)
+    assert eviction.reason == "DeactivatedDueToRequeuingLimitExceeded"

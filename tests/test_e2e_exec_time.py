@@ -1,9 +1,9 @@
-"""maximumExecutionTimeSeconds end to end on `berth up`: a Job past its limit is evicted with
-reason MaximumExecutionTimeExceeded and never admitted again."""
+"""maximumExecutionTimeSeconds end to end on `berth up`: a Job past its limit is evicted and
+deactivated (Kueue's reason DeactivatedDueToMaximumExecutionTimeExceeded) and not admitted
+again until it is resumed (tests/test_e2e_deactivation.py)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,16 @@ def test_a_job_past_its_limit_is_evicted_and_deactivated(stack: Stack, tmp_path:
     def evicted() -> dict[str, Any]:
         found = condition(workload(), "Evicted")
         assert found is not None and found["status"] == "True", found
-        assert found["reason"] == "MaximumExecutionTimeExceeded", found
+        assert found["reason"] == "DeactivatedDueToMaximumExecutionTimeExceeded", found
         return found
 
     eventually(evicted, timeout=60)
-    time.sleep(2)  # a requeue would have admitted it again by now: 1 CPU of 2 is free
+
+    def inactive() -> bool:  # out of its queue for good (1 CPU of 2 is free for it)
+        reserved = condition(workload(), "QuotaReserved")
+        assert reserved is not None and reserved["reason"] == "Inactive", reserved
+        return True
+
+    eventually(inactive, timeout=60)
     assert not is_admitted(workload())
-    assert condition(workload(), "Evicted")["reason"] == "MaximumExecutionTimeExceeded"  # type: ignore[index]
+    assert workload()["spec"]["active"] is False

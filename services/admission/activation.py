@@ -1,20 +1,25 @@
-"""Kueue's ``spec.active``: a workload set inactive (``berth stop workload``, kueuectl's
-``stop workload``) is never admitted until it is active again (``berth resume workload``).
+"""Kueue's ``spec.active`` in admission: one active state per workload, whoever deactivated it
+(a user's ``berth stop workload`` or kueuectl's ``stop workload``, its maximum execution time,
+a Rejected admission check, waitForPodsReady's requeue limit), and one way back: ``berth
+resume workload`` reactivates it whatever the reason.
 
-The rule, applied in the fold (so a replay, a standby and the leader agree):
+The rule is :func:`services.admission.deactivation.active_after`; :class:`Activity` folds it
+(so a replay, a standby and the leader agree) and acts on its transitions:
 
-- ``SetWorkloadActive(active=False)`` marks the workload inactive. A pending one leaves its
-  queue at once; an admitted one keeps its quota until the watcher has stopped it: admission
-  requests its eviction with Kueue's reason ``Deactivated`` (once per admission), the
-  normal eviction path, and when the watcher reports it evicted its quota is freed and it
-  leaves the queue instead of waiting again.
-- Either way admission then says so with a ``WorkloadPending`` of reason ``Inactive`` and
-  ``preemption_may_help`` false: ``berth get workloads``/``describe`` show it, and preemption
-  stops looking for victims for it.
-- ``SetWorkloadActive(active=True)`` clears the mark: a workload that is neither admitted
-  nor finished is queued again with its original creation time and its ageing boost
-  (Kueue's Requeued reason ``Reactivated``); an eviction still in flight completes and the
-  workload then waits as any evicted one does.
+- Deactivated, a pending workload leaves its queue at once (and its backoff, if it was in
+  one); an admitted one keeps its quota until the watcher has stopped it: for a user's stop
+  admission requests its eviction (reason ``Deactivated``, once per admission), a Kueue-made
+  deactivation is an eviction already. When the watcher reports it evicted its quota is freed
+  and it leaves the queue instead of waiting again.
+- Either way admission then says so with a ``WorkloadPending`` of reason ``Inactive`` whose
+  message gives the reason, and ``preemption_may_help`` false: ``berth get workloads``
+  (``-o wide``, ``describe``, ``-o json``: ``spec.active`` and ``status.berth.deactivation``)
+  show it, and preemption stops looking for victims for it.
+- Reactivated (``SetWorkloadActive(active=True)``), its requeue state starts over (Kueue
+  clears ``requeueState``: no backoff, the pods-ready requeue count 0, Requeued ``Reactivated``),
+  one deactivated for its maximum execution time gets a fresh budget, and a workload neither
+  admitted nor finished is queued again at once with its original creation time and its
+  ageing boost; an eviction still in flight completes and it then waits as any evicted one.
 - A finished or deleted workload is not affected; a deleted one is forgotten.
 
 Only the leader publishes (:meth:`Activity.due`); what it published comes back through the
@@ -24,7 +29,18 @@ fold, which is how a restarted or newly elected leader knows it was already said
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from services.admission.deactivation import (
+    DEACTIVATED,
+    EXEC_CAUSE,
+    Deactivation,
+    active_after,
+    cause_of,
+    deactivating,
+)
+from services.admission.exec_time import ExecutionLimits
+from services.admission.gates import Gates
 from services.admission.model import QueuedWorkload
 from services.admission.scheduler import Scheduler
 from services.admission.workload_objects import WorkloadRecord
@@ -39,16 +55,20 @@ from shared.events import (
 )
 from shared.logging import get_logger
 
-__all__ = ["DEACTIVATED", "INACTIVE", "SUBJECTS", "Activity", "queued"]
+__all__ = ["DEACTIVATED", "INACTIVE", "SUBJECTS", "Activity", "pending_message", "queued"]
 
 log = get_logger("admission.activation")
 SUBJECTS = ("berth.cmd.active.>",)  # SetWorkloadActive, from the CLI; folded with the state
-DEACTIVATED = "Deactivated"  # Kueue's Evicted reason for spec.active false
 INACTIVE = "Inactive"  # the pending reason Berth shows while it is inactive
-EVICT_MESSAGE = "The workload is deactivated (spec.active: false)"
-PENDING_MESSAGE = (
-    "The workload is inactive (spec.active: false): it is not queued until `berth resume workload`"
-)
+
+
+def pending_message(deactivation: Deactivation) -> str:
+    """What ``berth get workloads -o wide`` shows of an inactive workload: why, and how back."""
+    why = f" due to {deactivation.why}" if deactivation.why else ""
+    return (
+        f"The workload is inactive (spec.active: false){why}: it is not queued until"
+        " `berth resume workload`"
+    )
 
 
 def queued(event: WorkloadSubmitted) -> QueuedWorkload:
@@ -66,9 +86,14 @@ def queued(event: WorkloadSubmitted) -> QueuedWorkload:
 
 @dataclass
 class Activity:
-    """Which workloads are inactive, and what admission still has to say about them."""
+    """Which workloads are inactive and why, and what admission still has to say about them.
 
-    inactive: set[str] = field(default_factory=set)
+    ``gates`` and ``limits`` are the service's own: a reactivation resets the requeue state
+    the gates keep and the execution time the limits count."""
+
+    gates: Gates = field(default_factory=Gates)
+    limits: ExecutionLimits = field(default_factory=ExecutionLimits)
+    inactive: dict[str, Deactivation] = field(default_factory=dict)
     # To announce as Inactive: uid -> (the announcement's id, its ClusterQueue); emptied by
     # the leader's publication or the echo of it.
     unannounced: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -81,44 +106,73 @@ class Activity:
 
     def apply(
         self,
-        event: SetWorkloadActive,
+        event: SetWorkloadActive | EvictionRequested,
         record: WorkloadRecord | None,
         scheduler: Scheduler,
         cluster_queue: str,
     ) -> None:
-        """Fold one stop or resume (the rule in the module's docstring); ``cluster_queue``:
-        the workload's, as far as admission knows ("" if its LocalQueue is unknown)."""
+        """Fold one stop, resume or eviction (the rule: deactivation.active_after);
+        ``cluster_queue``: the workload's, as far as admission knows ("" if unknown)."""
         ref = event.workload
         if record is None or record.finished:
-            log.info(
-                "activation_ignored",
-                workload=ref.key,
-                queue="",
-                reason="unknown or finished workload",
-                active=event.active,
-            )
+            if isinstance(event, SetWorkloadActive):
+                log.info(
+                    "activation_ignored",
+                    workload=ref.key,
+                    queue="",
+                    reason="unknown or finished workload",
+                    active=event.active,
+                )
             return
-        if not event.active:
-            if ref.uid in self.inactive:
+        if isinstance(event, EvictionRequested):
+            asked = (ref.uid, event.generation)
+            # Seen already (a redelivery, a user's stop carried out), or no deactivation.
+            if asked in self.evictions_asked or cause_of(event) is None:
                 return
-            self.inactive.add(ref.uid)
-            if record.admission is None:  # pending: out of its queue now
-                self._leave(ref, scheduler)
-                self.unannounced[ref.uid] = (f"inactive-{event.id}", cluster_queue)
-            log.info(
-                "deactivated",
-                workload=ref.key,
-                queue=record.submitted.queue_name,
-                reason="spec.active false",
-                admitted=record.admission is not None,
-            )
+            self.evictions_asked.add(asked)  # this admission's eviction: none other is asked
+        current = self.inactive.get(ref.uid)
+        after = active_after(current, event)
+        if after is current:
             return
-        if ref.uid not in self.inactive:
-            return
-        self.inactive.discard(ref.uid)
+        if after is not None:
+            self._deactivate(ref, after, record, scheduler, cluster_queue, event)
+        else:
+            self._reactivate(ref, record, scheduler, event)
+
+    def _deactivate(
+        self,
+        ref: WorkloadRef,
+        deactivation: Deactivation,
+        record: WorkloadRecord,
+        scheduler: Scheduler,
+        cluster_queue: str,
+        event: Event,
+    ) -> None:
+        self.inactive[ref.uid] = deactivation
+        if deactivation.cause == EXEC_CAUSE:
+            self.limits.exceeded.add(ref.uid)  # reported: a replay does not report it again
+        if record.admission is None:  # pending: out of its queue (and any backoff) now
+            self._leave(ref, scheduler)
+            self.unannounced[ref.uid] = (f"inactive-{event.id}", cluster_queue)
+        log.info(
+            "deactivated",
+            workload=ref.key,
+            queue=record.submitted.queue_name,
+            reason=deactivation.reason,
+            admitted=record.admission is not None,
+        )
+
+    def _reactivate(
+        self, ref: WorkloadRef, record: WorkloadRecord, scheduler: Scheduler, event: Event
+    ) -> None:
+        self.inactive.pop(ref.uid, None)
         self.unannounced.pop(ref.uid, None)
+        held = self.gates.reactivated(ref.uid)  # requeue state reset, any backoff ended
+        self.limits.reactivated(ref.uid, event.time.timestamp())
+        record.requeue_count = 0
+        record.on_requeue_state("True", "Reactivated", "The workload was reactivated")
         if record.admission is None:  # an eviction in flight requeues it when it lands
-            generation = self.generations.pop(ref.uid, 0)
+            generation = max(self.generations.pop(ref.uid, 0), held)
             scheduler.submit(queued(record.submitted), generation=generation)
             boost = self.boosts.get(ref.uid)
             if boost is not None:
@@ -138,7 +192,8 @@ class Activity:
         )
 
     def _leave(self, ref: WorkloadRef, scheduler: Scheduler) -> None:
-        self.generations[ref.uid] = scheduler.generation(ref)
+        held = self.gates.unhold(ref.uid)  # a backoff's hold kept its generation
+        self.generations[ref.uid] = max(scheduler.generation(ref), held)
         scheduler.delete(ref)
 
     def evicted(
@@ -166,14 +221,27 @@ class Activity:
 
     def forget(self, uid: str) -> None:
         """A deleted workload: nothing of it is kept."""
-        self.inactive.discard(uid)
+        self.inactive.pop(uid, None)
         self.unannounced.pop(uid, None)
         self.generations.pop(uid, None)
         self.boosts.pop(uid, None)
 
+    def show(self, uid: str, item: dict[str, Any]) -> None:
+        """An inactive workload's rendering: Kueue's ``spec.active: false``, and the reason
+        it was deactivated for (``status.berth.deactivation``: Kueue's Evicted reason and
+        message)."""
+        deactivation = self.inactive.get(uid)
+        if deactivation is None:
+            return
+        item["spec"]["active"] = False
+        item["status"].setdefault("berth", {})["deactivation"] = {
+            "reason": deactivation.reason,
+            "message": deactivation.message,
+        }
+
     def due(self, records: dict[str, WorkloadRecord], scheduler: Scheduler) -> list[Event]:
-        """The leader's evictions (``Deactivated``) of admitted inactive workloads and its
-        ``Inactive`` announcements, each once; applied to the records as they are made."""
+        """The leader's evictions (``Deactivated``) of admitted workloads a user stopped and
+        its ``Inactive`` announcements, each once; applied to the records as they are made."""
         events: list[Event] = []
         for uid in sorted(self.inactive):
             record = records.get(uid)
@@ -193,10 +261,12 @@ class Activity:
                 cluster_queue=record.admission.cluster_queue,
                 generation=generation,
                 reason=DEACTIVATED,
-                message=EVICT_MESSAGE,
             )
+            eviction = deactivating(eviction, self.inactive[uid])
             record.on_eviction_requested(eviction)
-            log.info("evicting", workload=ref.key, queue=eviction.cluster_queue, reason=DEACTIVATED)
+            log.info(
+                "evicting", workload=ref.key, queue=eviction.cluster_queue, reason=eviction.reason
+            )
             events.append(eviction)
         for uid, (event_id, cluster_queue) in sorted(self.unannounced.items()):
             record = records.get(uid)
@@ -209,7 +279,7 @@ class Activity:
                 workload=ref,
                 cluster_queue=cluster_queue or "_",
                 reason=INACTIVE,
-                message=PENDING_MESSAGE,
+                message=pending_message(self.inactive.get(uid, Deactivation())),
                 preemption_may_help=False,
             )
             record.on_pending(pending)

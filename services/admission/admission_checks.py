@@ -9,7 +9,8 @@ into one decision, made once per reservation by :meth:`CheckGate.decide`:
 - every check Ready: the same generation is published as admitted, and the watcher starts it;
 - a check Retry: evicted with reason ``AdmissionCheck``, quota released, requeued after the
   answer's ``requeueAfterSeconds`` or Kueue's backoff (:func:`retry_delay`);
-- a check Rejected: evicted and deactivated (never queued again), the reason shown.
+- a check Rejected: evicted and deactivated (``DeactivatedDueToAdmissionCheck``, the one
+  deactivation: deactivation.py), not queued again until it is resumed.
 
 Every input is an event, so a replay rebuilds the same states; decisions carry deterministic
 ids, so a decision re-published after a failover is dropped by the stream.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from services.admission.deactivation import Deactivation, deactivating
 from services.admission.pods_ready import backoff_seconds
 from shared.admission_checks import CheckState, RequeuingStrategy, is_active
 from shared.config import AdmissionCheck, ClusterQueue, ConfigObject, Configuration
@@ -49,7 +51,6 @@ __all__ = [
 ]
 
 REASON = "AdmissionCheck"  # Kueue's WorkloadEvictedByAdmissionCheck
-DEACTIVATED = "Deactivated"
 Verdict = Literal["Ready", "Retry", "Rejected", "Waiting"]
 # (check name, flavors it applies to; empty: every flavor)
 Rule = tuple[str, frozenset[str]]
@@ -262,11 +263,9 @@ class CheckGate:
                     workload=reserved.workload,
                     cluster_queue=reserved.cluster_queue,
                     generation=reserved.generation,
-                    reason=DEACTIVATED,
-                    detail=REASON,
-                    message=f"The workload is deactivated due to {what}",
-                    deactivated=True,
+                    reason=REASON,
                 )
+                event = deactivating(event, Deactivation(REASON, what))
             else:
                 counts = self.retries.get(uid, {})
                 wait = max(

@@ -132,8 +132,7 @@ def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
         fields = {} if view is None else {**view_fields(view), **bounds(view)}
         fields.update(service.gates.view(record.submitted.workload.uid))  # checks, backoff
         item = render_workload(record, fields)
-        if service.activity.is_inactive(record.submitted.workload.uid):
-            item["spec"]["active"] = False  # Kueue's spec.active (berth stop workload)
+        service.activity.show(record.submitted.workload.uid, item)  # spec.active, its reason
         items.append(item)
     page["items"] = items
     return page

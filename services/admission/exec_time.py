@@ -1,19 +1,22 @@
 """Kueue's maximumExecutionTimeSeconds: a workload admitted for longer than its limit, summed
-over all its admissions, is evicted with reason ``MaximumExecutionTimeExceeded`` and
-deactivated (never admitted again until it is deleted and submitted anew).
+over all its admissions, is evicted and deactivated, Evicted reason
+``DeactivatedDueToMaximumExecutionTimeExceeded`` (the one deactivation: deactivation.py); it
+is not admitted again until it is resumed (``berth resume workload``), with a fresh budget.
 
 The limit is Kueue's ``kueue.x-k8s.io/max-exec-time-seconds`` annotation on the job. Every
 input is an event time, so a replay after a restart rebuilds the same clocks, and the
-eviction's own event (reason ``MaximumExecutionTimeExceeded``) marks the workload deactivated.
+eviction's own event marks the workload past its limit (activation.py folds it).
 """
 
 from __future__ import annotations
 
+from services.admission.deactivation import EXEC_CAUSE
+
 __all__ = ["MAX_EXEC_TIME_ANNOTATION", "REASON", "ExecutionLimits"]
 
 MAX_EXEC_TIME_ANNOTATION = "kueue.x-k8s.io/max-exec-time-seconds"
-REASON = "MaximumExecutionTimeExceeded"
-MESSAGE = "exceeding the maximum execution time"
+REASON = EXEC_CAUSE  # the deactivation's cause (Kueue's)
+MESSAGE = "exceeding the maximum execution time"  # what follows "deactivated due to"
 
 
 class ExecutionLimits:
@@ -41,6 +44,18 @@ class ExecutionLimits:
         start = self.started.pop(uid, None)
         if start is not None:
             self.used[uid] = self.used.get(uid, 0.0) + max(0.0, at - start)
+
+    def reactivated(self, uid: str, at: float) -> None:
+        """A workload deactivated for its limit is resumed: its budget starts again (Kueue
+        clears ``accumulatedPastExecutionTimeSeconds`` when the limit deactivates it), a
+        run still going counting from ``at``. One stopped for another reason keeps what it
+        used, as in Kueue."""
+        if uid not in self.exceeded:
+            return
+        self.exceeded.discard(uid)
+        self.used.pop(uid, None)
+        if uid in self.started:
+            self.started[uid] = at
 
     def forget(self, uid: str) -> None:
         for table in (self.limit, self.used, self.started):

@@ -17,7 +17,8 @@ from typing import Any, Literal
 import msgspec
 
 from services.admission.admission_checks import CheckGate, CheckStatus
-from services.admission.pods_ready import PodsReadyClock
+from services.admission.deactivation import Deactivation, deactivating
+from services.admission.pods_ready import LIMIT_REASON, PodsReadyClock
 from shared.config import ConfigObject, Configuration
 from shared.durations import kube_timestamp
 from shared.events import (
@@ -54,7 +55,6 @@ _FOLDED = (
 class _Eviction:
     generation: int
     requeue_at: float | None
-    deactivated: bool
     reason: str
 
 
@@ -95,7 +95,6 @@ class Gates:
                 self.evictions[event.workload.uid] = _Eviction(
                     event.generation,
                     None if event.requeue_at is None else event.requeue_at.timestamp(),
-                    event.deactivated,
                     event.reason,
                 )
             case WorkloadDeleted():
@@ -116,21 +115,30 @@ class Gates:
             reserved_only=True,
         )
 
-    def after_eviction(
-        self, ref: WorkloadRef, generation: int
-    ) -> Literal["requeue", "hold", "deactivate"]:
+    def after_eviction(self, ref: WorkloadRef, generation: int) -> Literal["requeue", "hold"]:
         """What an eviction just reported means for the workload's place in the queue: the
-        one requested for that generation deactivated it, or holds it until its requeue
-        time (a backoff), or it queues again at once."""
+        one requested for that generation holds it until its requeue time (a backoff), or
+        it queues again at once (an inactive one leaves the queue: activation.py)."""
         requested = self.evictions.get(ref.uid)
         if requested is None or requested.generation != generation:
             return "requeue"
-        if requested.deactivated:
-            return "deactivate"
         if requested.requeue_at is not None:
             self.held[ref.uid] = (ref, requested.requeue_at, generation)
             return "hold"
         return "requeue"
+
+    def unhold(self, uid: str) -> int:
+        """Take a workload out of its backoff, deactivated or reactivated (Kueue clears
+        ``requeueState.requeueAt``): the generation it was held with, 0 if it was not."""
+        held = self.held.pop(uid, None)
+        return 0 if held is None else held[2]
+
+    def reactivated(self, uid: str) -> int:
+        """A workload made active again: its requeue state starts over (Kueue clears
+        ``requeueState``: no backoff, and the pods-ready requeue count is 0 again). The
+        generation a backoff held it with, 0 if none."""
+        self.pods_ready.reset_requeues(uid)
+        return self.unhold(uid)
 
     def released(self, now: float) -> list[tuple[WorkloadRef, str, int]]:
         """Held workloads whose backoff is over: each with the reason it was evicted for and
@@ -161,6 +169,9 @@ class Gates:
             log.info("admission_checks", workload=event.workload.key, queue=queue, reason=verdict)
             out.append(event)
         for eviction in self.pods_ready.due(now):
+            if eviction.deactivated:  # the requeue limit: Kueue's RequeuingLimitExceeded
+                why = eviction.message.removeprefix(Deactivation().message + " due to ")
+                eviction = deactivating(eviction, Deactivation(LIMIT_REASON, why))
             log.info(
                 "evicting",
                 workload=eviction.workload.key,

@@ -248,6 +248,11 @@ class PodsReadyClock:
             self.settings.requeuing_strategy.timestamp,
         )
 
+    def reset_requeues(self, uid: str) -> None:
+        """A reactivated workload's requeue count starts again at 0 (Kueue clears its
+        ``requeueState`` when it is deactivated; services/admission/activation.py)."""
+        self.requeued.pop(uid, None)
+
     def blocking(self) -> bool:
         """blockAdmission: whether an admitted workload's pods are not ready (not yet, or not
         any more), so that nothing else may be admitted (Kueue admits one at a time until its

@@ -26,6 +26,7 @@ from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from services.admission.activation import Activity, queued
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
+from services.admission.deactivation import Deactivation, deactivating
 from services.admission.exec_time import MESSAGE as EXEC_MESSAGE
 from services.admission.exec_time import REASON as EXEC_REASON
 from services.admission.exec_time import ExecutionLimits
@@ -74,7 +75,8 @@ class AdmissionService:
         self.pending_throttle = PendingThrottle(PENDING_MESSAGE_INTERVAL_S)
         self.limits = ExecutionLimits()  # maximumExecutionTimeSeconds
         self.gates = Gates()  # admission checks and waitForPodsReady (gates.py)
-        self.activity = Activity()  # spec.active: stopped workloads (activation.py)
+        # spec.active: every deactivation, and reactivation's resets (activation.py)
+        self.activity = Activity(self.gates, self.limits)
         self.deciding = False  # this replica leads and its fold has passed its marker
 
     async def run(self) -> None:
@@ -177,8 +179,6 @@ class AdmissionService:
                         and record.admission.generation == event.generation
                     ):
                         self.scheduler.evict(ref)
-                        if ref.uid in self.limits.exceeded:  # deactivated: never queued again
-                            self.scheduler.delete(ref)
                         self._requeue(ref, record, event.generation)
                         self.activity.evicted(
                             ref, event.generation, self.scheduler, record.admission.cluster_queue
@@ -194,9 +194,9 @@ class AdmissionService:
                 case EvictionRequested():
                     if record is not None:
                         record.on_eviction_requested(event)
-                    if event.reason == EXEC_REASON:  # a replay knows it is deactivated
-                        self.limits.exceeded.add(ref.uid)
                     self.scheduler.eviction_requested(ref, event.generation, event.preemptor)
+                    # A Kueue-made deactivation (max execution time, a Rejected check...)
+                    self.activity.apply(event, record, self.scheduler, self._queue_of(record))
                 case SetWorkloadActive():
                     self.pending_throttle.forget(ref.uid)  # no stale pending message after it
                     self.activity.apply(event, record, self.scheduler, self._queue_of(record))
@@ -284,10 +284,10 @@ class AdmissionService:
                 cluster_queue=record.admission.cluster_queue,
                 generation=generation,
                 reason=EXEC_REASON,
-                message=f"The workload is deactivated for {EXEC_MESSAGE}",
             )
+            event = deactivating(event, Deactivation(EXEC_REASON, EXEC_MESSAGE))
             record.on_eviction_requested(event)
-            log.info("evicting", workload=ref.key, queue=event.cluster_queue, reason=EXEC_REASON)
+            log.info("evicting", workload=ref.key, queue=event.cluster_queue, reason=event.reason)
             events.append(event)
         return events
 
@@ -304,14 +304,11 @@ class AdmissionService:
         )
 
     def _requeue(self, ref: WorkloadRef, record: WorkloadRecord, generation: int) -> None:
-        """After an eviction: a deactivated workload leaves the queue for good; one with a
-        backoff (a Retry check, a pods-ready timeout) leaves it until its requeue time."""
-        match self.gates.after_eviction(ref, generation):
-            case "deactivate":
-                self.scheduler.delete(ref)
-            case "hold":
-                self.scheduler.delete(ref)  # its generations are kept: submit(generation=)
-                record.on_requeue_state("False", "BackoffNotFinished", "Waiting for the backoff")
+        """After an eviction: one with a backoff (a Retry check, a pods-ready timeout) leaves
+        the queue until its requeue time (an inactive one leaves it: Activity.evicted)."""
+        if self.gates.after_eviction(ref, generation) == "hold":
+            self.scheduler.delete(ref)  # its generations are kept: submit(generation=)
+            record.on_requeue_state("False", "BackoffNotFinished", "Waiting for the backoff")
 
     async def _gated(self, now: float) -> None:
         """The leader's due decisions of admission checks and waitForPodsReady, and the
