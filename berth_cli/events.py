@@ -181,6 +181,8 @@ def detail(body: dict[str, Any]) -> str:
         message = body.get("message") or ""
         text = f"check {body.get('check')} {body.get('state')}"
         return text + (f": {message}" if message else "")
+    if kind == "WorkloadPodsReady" and body.get("ready") is False:  # lost (recoveryTimeout)
+        return f"generation {body.get('generation')}, not ready any more"
     if kind in ("WorkloadStarted", "WorkloadPodsReady"):
         return f"generation {body.get('generation')}"
     if kind == "WorkloadFinished":

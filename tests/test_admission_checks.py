@@ -16,7 +16,7 @@ from services.admission.admission_checks import (
     verdict,
 )
 from shared.admission_checks import CheckState, RequeuingStrategy
-from shared.config import AdmissionCheck, ConfigError, parse_object
+from shared.config import AdmissionCheck, ConfigError, Configuration, parse_object
 from shared.events import (
     AdmissionCheckUpdated,
     EvictionRequested,
@@ -71,6 +71,11 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("a typo in the strategy", _cq(admissionChecksStrategy={"checks": []}), "checks"),
     ("a timeout that is not a duration", _configuration(timeout="soon"), "timeout"),
     ("a zero timeout evicts at once", _configuration(timeout="0s"), "must be positive"),
+    (
+        "a recoveryTimeout that is not a duration",
+        _configuration(recoveryTimeout="later"),
+        "recoveryTimeout",
+    ),
     (
         "a negative requeue limit",
         _configuration(requeuingStrategy={"backoffLimitCount": -1}),
@@ -317,3 +322,11 @@ def test_a_waiting_reservation_follows_its_queues_checks(
     gate.set_config([_queue_with(*checks)])
     assert {n: s.state for n, s in gate.states[REF.uid].items()} == states, why
     assert [verdict for verdict, _ in gate.decide(0.0)] == decided, why
+
+
+def test_a_zero_recovery_timeout_is_accepted() -> None:
+    """recoveryTimeout 0s turns recovery timeouts off, as in Kueue: accepted, not refused."""
+    configuration = parse_object(_configuration(enable=True, recoveryTimeout="0s"))
+    assert isinstance(configuration, Configuration)
+    settings = configuration.spec.wait_for_pods_ready
+    assert settings is not None and settings.recovery_timeout == "0s"

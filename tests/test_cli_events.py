@@ -147,6 +147,12 @@ DETAIL_CASES = [
         "boost",
     ),
     (_event("LeaderElected", "", role="admission"), "", "a type from a newer Berth still shows"),
+    (_event("WorkloadPodsReady", "a", generation=2), "generation 2", "pods ready"),
+    (
+        _event("WorkloadPodsReady", "a", generation=2, ready=False),
+        "generation 2, not ready any more",
+        "readiness lost (recoveryTimeout counts from it)",
+    ),
 ]
 
 
