@@ -18,7 +18,7 @@ import click
 from berth_cli.client import CliError, connect, query_all
 from berth_cli.events import detail, recorded
 from berth_cli.get import age
-from berth_cli.getting import config_objects
+from berth_cli.getting import cohort_objects, config_objects
 from berth_cli.kinds import Resource, kind_words, resolve
 from shared.bus import Bus
 from shared.events import SUBJECT_ROOT, subject_token
@@ -316,6 +316,17 @@ async def describe_local_queue(bus: Bus, name: str, namespace: str) -> list[str]
     return [*lines, "Status:", *fields(status, 2), *_conditions(queue)]
 
 
+async def describe_cohort(bus: Bus, name: str) -> list[str]:
+    """A Cohort as applied, then its status (Kueue's weightedShare with fair sharing on)."""
+    for item in await cohort_objects(bus):
+        if item["metadata"]["name"] == name:
+            status = item.pop("status", {})
+            rest = {k: v for k, v in item.items() if k not in ("apiVersion", "kind", "metadata")}
+            share = _weighted_share(status)  # none with fair sharing off
+            return [*_header(item), *fields(rest), *(["Status:", *share] if share else [])]
+    raise CliError(f'cohorts "{name}" not found')
+
+
 async def describe_config(bus: Bus, resource: Resource, name: str) -> list[str]:
     for item in await config_objects(bus, resource.kind):
         if item["metadata"]["name"] == name:
@@ -348,6 +359,8 @@ def describe(nats_url: str, kind: str, name: str, namespace: str) -> None:
                 return await describe_cluster_queue(bus, name)
             if resource.kind == "LocalQueue":
                 return await describe_local_queue(bus, name, namespace)
+            if resource.kind == "Cohort":
+                return await describe_cohort(bus, name)
             return await describe_config(bus, resource, name)
 
     for line in asyncio.run(render()):

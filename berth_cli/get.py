@@ -260,6 +260,17 @@ CONFIG_COLUMNS: dict[str, tuple[list[str], Callable[[dict[str, Any]], list[Any]]
 }
 
 
+def cohort_rows(items: list[dict[str, Any]], *, wide: bool) -> tuple[list[str], list[list[Any]]]:
+    """A config kind's columns; -o wide adds Kueue's status.fairSharing.weightedShare ("-":
+    fair sharing is off)."""
+    headers, rows = config_rows("Cohort", items)
+    if wide:
+        headers.append("WEIGHTED SHARE")
+        for row, item in zip(rows, items, strict=True):
+            row.append(item.get("status", {}).get("fairSharing", {}).get("weightedShare", "-"))
+    return headers, rows
+
+
 def config_rows(kind: str, items: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """NAME, the kind's own columns, AGE (since it was last applied)."""
     extra, cells = CONFIG_COLUMNS.get(kind, ([], lambda item: []))

@@ -27,7 +27,7 @@ from shared.bus import CONFIG_BUCKET, BucketWatch, Bus, live_value
 from shared.config import config_key_prefix
 from shared.durations import kube_timestamp
 
-__all__ = ["config_objects", "get"]
+__all__ = ["cohort_objects", "config_objects", "get"]
 
 OUTPUTS = click.Choice(["wide", "json", "yaml"])
 Rows = tuple[list[str], list[list[Any]]]
@@ -268,6 +268,33 @@ def get_pending(nats_url: str, cluster_queue: str, output: str | None) -> None:
         empty=f"No pending workloads in {cluster_queue}.",
     )
     show(nats_url, listing, output=output, name=None, watching=False)
+
+
+async def cohort_objects(bus: Bus) -> list[dict[str, Any]]:
+    """The Cohorts `berth apply` stored, each with the status admission gives it (Kueue's
+    ``status.fairSharing.weightedShare``, with fair sharing on)."""
+    items = await config_objects(bus, "Cohort")
+    statuses = {c["metadata"]["name"]: c.get("status", {}) for c in await query_all(bus, "cohorts")}
+    for item in items:
+        item["status"] = statuses.get(item["metadata"]["name"], {})
+    return items
+
+
+@get.command("cohorts")
+@_name
+@click.option("-o", "--output", type=OUTPUTS, default=None)
+@_watch
+@click.pass_obj
+def get_cohorts(nats_url: str, name: str | None, output: str | None, watching: bool) -> None:
+    """The cohorts `berth apply` stored, with their status (NAME, PARENT, AGE; -o wide adds
+    WEIGHTED SHARE)."""
+    listing = Listing(
+        by_plural("cohorts"),
+        cohort_objects,
+        lambda items: get_output.cohort_rows(items, wide=output == "wide"),
+        empty="No cohorts found.",
+    )
+    show(nats_url, listing, output=output, name=name, watching=watching)
 
 
 def _config_command(resource: Resource) -> click.Command:

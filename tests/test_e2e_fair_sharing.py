@@ -290,3 +290,71 @@ def test_admission_fair_sharing_history_survives_an_admission_restart(
     assert "cpu=" in rows["team-a"] and "cpu=" in rows["team-b"]
     described = berth("describe", "localqueue", "team-a", url=url).stdout
     assert "Consumed Resources:" in described and "Last Update:" in described
+
+
+def test_cohorts_show_their_weighted_share(stack: Stack, tmp_path: Path) -> None:
+    """Cohort objects: `team` (weight 2, no quota) under the root `org` (6 CPUs), holding
+    ClusterQueue alpha (no quota). A 3-CPU job in alpha makes team borrow 3 of the 6 org
+    could lend it: 500 per mille, over weight 2 = 250; org is a root: 0. `get cohorts -o
+    wide`, `-o json` and `describe cohort` show Kueue's status.fairSharing.weightedShare."""
+    url = stack.url
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "default"}},
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Configuration",
+            "metadata": {"name": "berth"},
+            "spec": {"fairSharing": {"enable": True}},
+        },
+        {
+            "apiVersion": V1,
+            "kind": "Cohort",
+            "metadata": {"name": "org"},
+            "spec": _cpu_quota(6),
+        },
+        {
+            "apiVersion": V1,
+            "kind": "Cohort",
+            "metadata": {"name": "team"},
+            "spec": {"parentName": "org", "fairSharing": {"weight": "2"}},
+        },
+        {
+            "apiVersion": V1,
+            "kind": "ClusterQueue",
+            "metadata": {"name": "alpha"},
+            "spec": {"cohort": "team", "namespaceSelector": {}, **_cpu_quota(0)},
+        },
+        {
+            "apiVersion": V1,
+            "kind": "LocalQueue",
+            "metadata": {"name": "alpha", "namespace": "default"},
+            "spec": {"clusterQueue": "alpha"},
+        },
+    ]
+    (tmp_path / "setup.yaml").write_text("\n---\n".join(json.dumps(o) for o in objects))
+    berth("apply", "-f", str(tmp_path / "setup.yaml"), url=url)
+    submit_manifest(url, tmp_path, job_manifest("a1", cpu=3, queue="alpha"))
+    eventually(lambda: is_admitted(_workloads(url)["a1"]), timeout=60)
+
+    shares = {
+        c["metadata"]["name"]: c["status"]["fairSharing"]["weightedShare"]
+        for c in get_json(url, "cohorts")
+    }
+    assert shares == {"org": 0, "team": 250}
+    wide = berth("get", "cohorts", "-o", "wide", url=url).stdout.splitlines()
+    assert wide[0].split()[:2] == ["NAME", "PARENT"] and "WEIGHTED SHARE" in wide[0]
+    rows = {line.split()[0]: line.split() for line in wide[1:]}
+    assert rows["team"][1] == "org" and rows["team"][-1] == "250" and rows["org"][-1] == "0"
+    described = berth("describe", "cohort", "team", url=url).stdout
+    assert "Weighted Share:       250" in described
+    assert "Parent Name:" in described
+
+
+def _cpu_quota(cpu: int) -> dict[str, Any]:
+    """A spec's resourceGroups: `cpu` CPUs of flavor default."""
+    resources = [{"name": "cpu", "nominalQuota": cpu}]
+    return {
+        "resourceGroups": [
+            {"coveredResources": ["cpu"], "flavors": [{"name": "default", "resources": resources}]}
+        ]
+    }

@@ -323,3 +323,48 @@ async def test_the_preempted_event_names_the_preemptor(
     [*_, patch] = [r.data for r in kmock if r.method == "PATCH"]
     conditions = {c["type"]: c["message"] for c in patch["status"]["conditions"]}
     assert conditions["Preempted"] == conditions["Evicted"] == kueue
+
+
+async def test_kube_status_writes_the_cohort_weighted_share(
+    kmock: kmock.KubernetesEmulator, nats_url: str
+) -> None:
+    """With Kueue's Cohort CRD served, the writer patches each Cohort's status as admission's
+    API renders it (status.fairSharing.weightedShare, so `kubectl get cohorts -o yaml` shows
+    it) from its first round, before any event; then not again while it is unchanged."""
+    cohorts = km.resource("kueue.x-k8s.io/v1beta2/cohorts")
+    kmock.objects[cohorts, None, "root"] = {"metadata": {"name": "root"}}
+    bus = await Bus.connect(nats_url, source="watcher")
+    status = {"fairSharing": {"weightedShare": 250}}
+    rendered = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Cohort",
+        "metadata": {"name": "root"},
+        "spec": {},
+        "status": status,
+    }
+
+    async def admission(_: str, data: bytes) -> dict[str, Any]:
+        return {"items": [rendered], "next": None}
+
+    api = await bus.serve_requests("berth.api.admission.cohorts", admission)
+    client = KubeClient.for_host(str(kmock.url).rstrip("/"))
+    writer = KueueStatusWriter(bus, client, {}, settings=StatusSettings())
+    stopping = asyncio.Event()
+    task = asyncio.create_task(writer.run(stopping))
+    try:
+        async with asyncio.timeout(5):
+            while not [r for r in kmock if r.method == "PATCH"]:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        await writer._write_queues()  # a second round: the same status, no request
+    finally:
+        stopping.set()
+        try:
+            await asyncio.wait_for(task, 5)
+        finally:
+            await api.unsubscribe()
+            await client.close()
+            await bus.close()
+    patches = [r for r in kmock if r.method == "PATCH"]
+    assert [r.url.path for r in patches] == ["/apis/kueue.x-k8s.io/v1beta2/cohorts/root/status"]
+    assert patches[0].data == {"status": status}
+    assert writer.views == {"cohorts"}

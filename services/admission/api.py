@@ -10,6 +10,7 @@ message size limit.
   whose status it writes to a cluster)
 - ``clusterqueues``: ``{}`` -> Kueue ClusterQueues with status
 - ``localqueues``: ``{"namespace": ... | null}`` -> Kueue LocalQueues with status
+- ``cohorts``: ``{}`` -> Kueue Cohorts (the applied objects) with status
 - ``pending``: ``{"clusterQueue": "name"}`` -> pending workloads in queue order (visibility API)
 """
 
@@ -25,7 +26,7 @@ from services.admission.bounds import QueueWaits
 from services.admission.model import WorkloadView
 from services.admission.workload_objects import render_workload
 from shared.bus import API_SUBJECT
-from shared.config import ClusterQueue, ClusterQueuePolicy, LocalQueue, encode_object
+from shared.config import ClusterQueue, ClusterQueuePolicy, Cohort, LocalQueue, encode_object
 from shared.durations import kube_timestamp
 from shared.logging import get_logger
 from shared.starvation import QueueFacts, queue_facts
@@ -145,13 +146,25 @@ def _config_items(service: AdmissionService, kind: type[Any]) -> list[Any]:
     )
 
 
-def cluster_queues(service: AdmissionService, request: Request) -> dict[str, Any]:
+def _with_status(
+    service: AdmissionService, kind: type[Any], status: Callable[[str], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every applied object of a cluster-scoped ``kind``, with ``status`` of its name."""
     items = []
-    for queue in _config_items(service, ClusterQueue):
-        body = msgspec.json.decode(encode_object(queue))
-        body["status"] = service.scheduler.cluster_queue_status(queue.metadata.name)
+    for obj in _config_items(service, kind):
+        body = msgspec.json.decode(encode_object(obj))
+        body["status"] = status(obj.metadata.name)
         items.append(body)
+    return items
+
+
+def cluster_queues(service: AdmissionService, request: Request) -> dict[str, Any]:
+    items = _with_status(service, ClusterQueue, service.scheduler.cluster_queue_status)
     return _page(items, request)
+
+
+def cohorts(service: AdmissionService, request: Request) -> dict[str, Any]:
+    return _page(_with_status(service, Cohort, service.scheduler.cohort_status), request)
 
 
 def local_queues(service: AdmissionService, request: Request) -> dict[str, Any]:
@@ -205,6 +218,7 @@ HANDLERS = {
     "workloads": workloads,
     "clusterqueues": cluster_queues,
     "localqueues": local_queues,
+    "cohorts": cohorts,
     "pending": pending,
 }
 

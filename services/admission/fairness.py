@@ -1,8 +1,8 @@
 """What the configuration says about fair sharing, and the status fields it adds.
 
 - ``Configuration.spec.fairSharing.enable``: heads of the ClusterQueues of a cohort tree go
-  by dominant resource share (:mod:`services.admission.fair_order`), and every ClusterQueue's
-  status carries ``fairSharing.weightedShare``;
+  by dominant resource share (:mod:`services.admission.fair_order`), and the status of every
+  ClusterQueue and every Cohort object carries ``fairSharing.weightedShare``;
 - ``Configuration.spec.admissionFairSharing`` with a ClusterQueue's ``admissionScope``: its
   workloads go by their LocalQueue's decayed consumption
   (:mod:`services.admission.admission_fair_sharing`), and each of its LocalQueues' status
@@ -76,9 +76,13 @@ class Fairness:
         previous.configure(self.settings)
         return previous
 
-    def share_of(self, tree: QuotaTree, name: str) -> int | None:
-        """A ClusterQueue's weightedShare now (None with fair sharing off)."""
-        node = tree.cluster_queues.get(name)
+    def share_of(self, tree: QuotaTree, name: str, *, cohort: bool = False) -> int | None:
+        """The weightedShare now of a ClusterQueue (of a Cohort with ``cohort``), None with
+        fair sharing off or no such node. Kueue's Usage and CohortStats: the node's dominant
+        resource share (:func:`shared.fair_share.node_share`: what its subtree uses above
+        its subtree quota, over what its parent could lend, divided by its own
+        ``fairSharing.weight``), rounded up; 0 for a root, which borrows from nobody."""
+        node = (tree.cohorts if cohort else tree.cluster_queues).get(name)
         if not self.enabled or node is None:
             return None
         return self.weights.share(node).rounded()
@@ -86,6 +90,12 @@ class Fairness:
     def cluster_queue_status(self, tree: QuotaTree, name: str) -> dict[str, Any]:
         """``status.fairSharing`` of a ClusterQueue: its weightedShare, when enabled."""
         share = self.share_of(tree, name)
+        return {} if share is None else {"fairSharing": {"weightedShare": share}}
+
+    def cohort_status(self, tree: QuotaTree, name: str) -> dict[str, Any]:
+        """``status.fairSharing`` of a Cohort: its weightedShare, when enabled (Kueue's
+        cohort controller writes none with fair sharing off)."""
+        share = self.share_of(tree, name, cohort=True)
         return {} if share is None else {"fairSharing": {"weightedShare": share}}
 
     def gauges(

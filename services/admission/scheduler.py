@@ -368,6 +368,10 @@ class Scheduler(Placement):
         )
         return result | self._config.fairness.cluster_queue_status(self._config.tree, name)
 
+    def cohort_status(self, name: str) -> dict[str, Any]:
+        """Kueue-shaped Cohort status (``fairSharing.weightedShare`` with fair sharing on)."""
+        return self._config.fairness.cohort_status(self._config.tree, name)
+
     def local_queue_status(self, namespace: str, name: str) -> dict[str, Any]:
         """Kueue-shaped LocalQueue status."""
         result = status.local_queue_status(namespace, name, self._config, self._books)

@@ -12,7 +12,9 @@ in its log which are off. Then:
   set), asked of admission's status API (``berth.api.admission.workloads``): one shape, one
   place that builds it;
 - ClusterQueue and LocalQueue ``status`` as admission's API renders it (pending, reserving and
-  admitted counts, flavorsReservation/flavorsUsage, the Active condition);
+  admitted counts, flavorsReservation/flavorsUsage, the Active condition; fair sharing's
+  weightedShare and a LocalQueue's admissionFairSharingStatus), and a Cohort's (its
+  ``fairSharing.weightedShare`` with fair sharing on), written at start and after events;
 - Kubernetes Events on the Job like Kueue's: ``Pending`` (with the reason), ``QuotaReserved``,
   ``Admitted``, ``Preempted`` (naming the preemptor in Kueue's words, :mod:`.preemptors`),
   ``Evicted``.
@@ -73,7 +75,13 @@ _KUEUE = "kueue.x-k8s.io"
 WORKLOADS = Resource(_KUEUE, "v1beta2", "workloads", "Workload")
 CLUSTER_QUEUES = Resource(_KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
 LOCAL_QUEUES = Resource(_KUEUE, "v1beta2", "localqueues", "LocalQueue")
-VIEWS = {"workloads": WORKLOADS, "clusterqueues": CLUSTER_QUEUES, "localqueues": LOCAL_QUEUES}
+COHORTS = Resource(_KUEUE, "v1beta2", "cohorts", "Cohort", namespaced=False)
+VIEWS = {
+    "workloads": WORKLOADS,
+    "clusterqueues": CLUSTER_QUEUES,
+    "localqueues": LOCAL_QUEUES,
+    "cohorts": COHORTS,
+}
 REPORTER = "berth-admission"  # Kueue's Events say "kueue-admission"
 
 Obj = dict[str, Any]
@@ -257,6 +265,7 @@ class KueueStatusWriter:
             return
         subscriptions = await follow_triggers(self.bus, self._on_trigger)
         self.dirty.overflowed = True  # start with a full round: we missed what came before
+        self.queues_dirty = True  # and the queues' and cohorts' status with it
         recorder = asyncio.create_task(self.recorder.run(), name="kube.events")
         try:
             while not stopping.is_set():
@@ -400,6 +409,7 @@ class KueueStatusWriter:
         for view, resource, namespaced in (
             ("clusterqueues", CLUSTER_QUEUES, False),
             ("localqueues", LOCAL_QUEUES, True),
+            ("cohorts", COHORTS, False),
         ):
             if view not in self.views:
                 continue
