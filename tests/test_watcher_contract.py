@@ -51,6 +51,7 @@ from shared.events import (
     WorkloadDeleted,
     WorkloadEvicted,
     WorkloadFinished,
+    WorkloadPodsReady,
     WorkloadRef,
     WorkloadStarted,
     WorkloadSubmitted,
@@ -142,6 +143,19 @@ class Cluster:
             return
         await self._api("PATCH", f"{JOBS}/{ref.name}", _complete())
 
+    async def ready(self, ref: WorkloadRef) -> None:
+        """Make every pod of the admitted run ready (local: they are, once started)."""
+        if self.kind == "kube":
+            await self._api("PATCH", f"{JOBS}/{ref.name}", {"status": {"ready": 2}})
+
+    async def lose_pod(self, ref: WorkloadRef) -> None:
+        """One pod of a ready two-pod run fails while the other runs (local: its process
+        exits 3; kube: the Job's ready count drops)."""
+        if self.kind == "local":
+            self.flag.with_name("fail.flag").touch()
+            return
+        await self._api("PATCH", f"{JOBS}/{ref.name}", {"status": {"ready": 1, "failed": 1}})
+
     async def settled(self, ref: WorkloadRef) -> bool:
         """The backend recorded that it reported the finish (what a restart reads)."""
         if self.kind == "local":
@@ -197,9 +211,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def job(flag: Path) -> dict[str, Any]:
-    """One Job both backends take: the local one runs its command until ``flag`` exists."""
+def job(flag: Path, pods: int = 1) -> dict[str, Any]:
+    """One Job both backends take: the local one runs its command until ``flag`` exists;
+    with two pods, pod 1 exits 3 once ``fail.flag`` (next to ``flag``) exists."""
     loop = f"while [ ! -e {flag} ]; do sleep 0.05; done"
+    if pods == 2:
+        fail = flag.with_name("fail.flag")
+        loop = (
+            f'if [ "$JOB_COMPLETION_INDEX" = 1 ]; then while [ ! -e {fail} ]; do sleep 0.05;'
+            f" done; exit 3; fi; {loop}"
+        )
     container = {
         "name": "c",
         "image": "busybox",
@@ -217,8 +238,8 @@ def job(flag: Path) -> dict[str, Any]:
             "labels": {"kueue.x-k8s.io/queue-name": QUEUE},
         },
         "spec": {
-            "parallelism": 1,
-            "completions": 1,
+            "parallelism": pods,
+            "completions": pods,
             "template": {"spec": {"containers": [container], "restartPolicy": "Never"}},
         },
     }
@@ -233,13 +254,23 @@ ADMITTED = WorkloadAdmitted(
     assignments=[FlavorAssignment(pod_set="main", count=1, flavors={"cpu": "f"}, usage={})],
     generation=1,
 )
+TWO_PODS = msgspec.structs.replace(
+    ADMITTED,
+    assignments=[FlavorAssignment(pod_set="main", count=2, flavors={"cpu": "f"}, usage={})],
+)
 EVICTION = EvictionRequested(
     source="preemption", workload=REF, cluster_queue="cq", generation=1, reason="Preempted"
 )
 
 
 Fact = TypeVar(
-    "Fact", WorkloadSubmitted, WorkloadStarted, WorkloadEvicted, WorkloadFinished, WorkloadDeleted
+    "Fact",
+    WorkloadSubmitted,
+    WorkloadStarted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadDeleted,
+    WorkloadPodsReady,
 )
 
 
@@ -365,3 +396,28 @@ async def test_contract_a_finished_run_is_reported_finished_once(cluster: Cluste
     assert [(e.generation, e.succeeded) for e in reports] == [(1, True)]
     assert len(await facts(cluster.nats_url, WorkloadStarted)) == 1
     assert not await cluster.runs(REF)
+
+
+async def test_contract_a_ready_run_that_loses_a_pod_is_reported_not_ready(
+    cluster: Cluster,
+) -> None:
+    """waitForPodsReady: a run whose pods are all ready is reported PodsReady once; then a pod
+    that fails while the other runs (local: its process exits 3; kube: the Job's ready count
+    drops) is reported PodsReady ``ready: false`` once, same generation; the run goes on."""
+    backend = await cluster.start()
+    command = SubmitWorkload(source="cli", workload=REF, object=job(cluster.flag, pods=2))
+    await backend.create(command)
+    await until(lambda: _submitted(cluster.nats_url), "reported submitted")
+    await backend.admit(TWO_PODS)
+    await until(lambda: cluster.runs(REF), "runs after admission")
+    await cluster.ready(REF)
+
+    async def readiness(expected: list[bool]) -> bool:
+        reports = await facts(cluster.nats_url, WorkloadPodsReady)
+        assert all(e.generation == 1 for e in reports), reports
+        return [e.ready for e in reports] == expected
+
+    await until(lambda: readiness([True]), "reported ready")
+    await cluster.lose_pod(REF)
+    await until(lambda: readiness([True, False]), "reported not ready")
+    assert await cluster.runs(REF), "one pod failing does not end the run"
