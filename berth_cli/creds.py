@@ -68,11 +68,11 @@ def rotate(directory: Path, user: str) -> None:
             " (kill -HUP <nats-server pid>)."
         )
     if user in SERVICE_USERS:
-        # Seen under `berth up`: cut off by the reload, the service loses its lease, exits
-        # and is started again with the new seed.
+        # The reload drops the service's connection and refuses its old key; the service
+        # reads its seed file again and signs in with the new key (shared/bus/connection.py).
         console.print(
-            f"The {user} service is cut off until it restarts with the new seed (`berth up`"
-            " restarts it once it exits; elsewhere, restart it)."
+            f"The running {user} service signs in anew with the new seed, without a restart,"
+            " once NATS has reloaded (it reads its seed file again when its old key is refused)."
         )
 
 

@@ -1,8 +1,9 @@
 """`berth status`: every component it can see, which replica of each role acts, and since when.
 
 It reads the replicas' records from the ``berth-members`` bucket (shared/membership.py) and
-the NATS server it is connected to from the connection's server info. A role without any
-record is listed as ``missing``; a record whose heartbeat is older than 3 s as ``lost``.
+what it can learn of the NATS server through nats-py's public API and JetStream's answers
+(:func:`server_facts`). A role without any record is listed as ``missing``; a record whose
+heartbeat is older than 3 s as ``lost``.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import msgspec
 
 from berth_cli import get as get_output
 from berth_cli.client import connect
+from shared.bus import STREAM, Bus, BusError, bus_call
 from shared.membership import ROLE_ORDER, Member, health_at, read_members
 
-__all__ = ["status", "status_rows"]
+__all__ = ["nats_summary", "server_facts", "status", "status_rows"]
 
 HEADERS = ("COMPONENT", "REPLICA", "PID", "ACTIVE", "SINCE", "HEALTH", "DETAIL")
 
@@ -27,8 +29,38 @@ HEADERS = ("COMPONENT", "REPLICA", "PID", "ACTIVE", "SINCE", "HEALTH", "DETAIL")
 async def _gather(nats_url: str) -> tuple[list[Member], dict[str, Any]]:
     async with connect(nats_url) as bus:
         members = await read_members(bus)
-        info = dict(bus.nc._server_info or {})  # nats-py keeps the server's INFO here
+        info = await server_facts(bus)
     return members, info
+
+
+async def server_facts(bus: Bus) -> dict[str, Any]:
+    """The NATS server as :func:`nats_summary` reads it (the keys of its INFO), from public
+    sources: nats-py's ``connected_server_version``, ``connected_url`` and ``servers`` (the
+    pool, with the servers a cluster advertised); JetStream's account info (is it on?) and
+    the event stream's cluster info: a cluster's name, and a lone server's own name (it
+    leads every stream). In a cluster the server is named by its address: which node
+    answers a client is in nats-py's private state only."""
+    nc = bus.nc
+    version = nc.connected_server_version
+    facts: dict[str, Any] = {
+        "server_name": nc.connected_url.netloc if nc.connected_url else "",
+        "version": f"{version.major}.{version.minor}.{version.patch}"
+        + (f"-{version.dev}" if version.dev else ""),
+        "cluster": "",
+        "jetstream": False,
+        "connect_urls": [server.netloc for server in nc.servers],
+    }
+    try:
+        await bus_call(bus.js.account_info())
+        facts["jetstream"] = True
+        cluster = (await bus_call(bus.js.stream_info(STREAM))).cluster
+    except BusError:
+        return facts  # JetStream off, or no event stream yet
+    if cluster is not None and cluster.name:
+        facts["cluster"] = cluster.name
+    elif cluster is not None and cluster.leader:
+        facts["server_name"] = cluster.leader
+    return facts
 
 
 def nats_summary(info: dict[str, Any]) -> dict[str, Any]:

@@ -329,6 +329,13 @@ class ClientAuth:
             key=_env_path("BERTH_NATS_KEY"),
         )
 
+    def public_key(self) -> str | None:
+        """The public key of the seed as the file holds it now (None without a seed): a
+        connection compares it with the one it signed in with to notice a rotation."""
+        if self.seed is None:
+            return None
+        return _public_key(self.seed.read_bytes().strip())
+
     def connect_options(self, url: str) -> dict[str, Any]:
         """Keyword arguments for nats-py's ``connect``."""
         options: dict[str, Any] = {}

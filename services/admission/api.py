@@ -20,12 +20,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from nats.aio.subscription import Subscription
 
 from services.admission.bounds import QueueWaits
 from services.admission.model import WorkloadView
 from services.admission.workload_objects import render_workload
-from shared.bus import API_SUBJECT
+from shared.bus import API_SUBJECT, Served
 from shared.config import ClusterQueue, ClusterQueuePolicy, Cohort, LocalQueue, encode_object
 from shared.durations import kube_timestamp
 from shared.logging import get_logger
@@ -223,7 +222,7 @@ HANDLERS = {
 }
 
 
-async def serve_api(service: AdmissionService) -> Subscription:
+async def serve_api(service: AdmissionService) -> Served:
     async def answer(resource: str, data: bytes) -> dict[str, Any]:
         handler = HANDLERS.get(resource)
         if handler is None:

@@ -22,14 +22,13 @@ from functools import partial
 from typing import Any
 
 import msgspec
-from nats.aio.subscription import Subscription
 from nats.js.kv import KeyValue
 
 from services.recovery import lifecycle, metrics
 from services.recovery.ageing import boost_at, reservation_granted
 from services.recovery.reserving import Reservations
 from services.recovery.waiting import WAIT_VERBS, Aged, Waits, earlier_totals
-from shared.bus import API_SUBJECT, JOBS_BUCKET, KeyExists, KeyNotFound
+from shared.bus import API_SUBJECT, JOBS_BUCKET, KeyExists, KeyNotFound, Served
 from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import dead_letters
@@ -349,7 +348,7 @@ class RecoveryService:
 
     # --- API ------------------------------------------------------------------------------
 
-    async def _serve_api(self) -> Subscription:
+    async def _serve_api(self) -> Served:
         async def answer(verb: str, data: bytes) -> dict[str, Any]:
             if verb == "launch":
                 return await self._launch(msgspec.json.decode(data, type=LaunchRequest))

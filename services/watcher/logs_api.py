@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from nats.aio.subscription import Subscription
 
 from services.watcher.local.processes import workload_log_dir
-from shared.bus import API_SUBJECT, Bus
+from shared.bus import API_SUBJECT, Bus, Served
 from shared.logging import get_logger
 from shared.names import name_problem
 
@@ -59,7 +58,7 @@ def read_logs(root: Path, request: LogsRequest) -> dict[str, Any]:
     return {"files": files}
 
 
-async def serve_logs(bus: Bus, root: Path) -> Subscription:
+async def serve_logs(bus: Bus, root: Path) -> Served:
     async def answer(_: str, data: bytes) -> dict[str, Any]:
         try:
             return read_logs(root, msgspec.json.decode(data, type=LogsRequest))

@@ -18,6 +18,7 @@ Import from here: ``from shared.bus import Bus, STREAM``.
 from shared.bus.acks import AckTimeout
 from shared.bus.buckets import Bucket
 from shared.bus.client import Bus
+from shared.bus.connection import Served
 from shared.bus.consuming import Handler, Settling
 from shared.bus.errors import (
     BucketNotFound,
@@ -73,6 +74,7 @@ __all__ = [
     "NotFound",
     "Refused",
     "SentEvents",
+    "Served",
     "Settling",
     "bus_call",
     "decode_batch",

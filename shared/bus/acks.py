@@ -104,6 +104,14 @@ class AckTracker:
         await self.nc.subscribe(self.prefix + "*", cb=self._on_reply)
         self._sweeper = asyncio.create_task(self._sweep(), name="bus.ack-sweeper")
 
+    async def resubscribe(self) -> None:
+        """The connection signed in anew (a new nats-py client, shared/bus/connection.py):
+        replies come to a new inbox. Publishes still waiting for a reply on the old one time
+        out and are retried by their senders with the same message id."""
+        if self._sweeper is not None:
+            self.prefix = self.nc.new_inbox() + "."
+            await self.nc.subscribe(self.prefix + "*", cb=self._on_reply)
+
     async def _on_reply(self, msg: Msg) -> None:
         held = self._pending.pop(msg.subject[len(self.prefix) :], None)
         if held is None or held[0].done():

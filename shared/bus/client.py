@@ -27,6 +27,7 @@ class Bus(Publishing, Consuming):
         """Unsubscribe pull subscriptions, then drain the connection: a timed-out pull
         otherwise makes ``drain()`` hang for its whole timeout."""
         self.closing = True
+        await self.stop_signing_in()
         await self.acks.close()
         for pump in list(self._pumps.values()):
             await pump.close()

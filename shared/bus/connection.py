@@ -4,6 +4,7 @@ stream and the buckets (:class:`Connection`, the base of ``Bus``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Self, TypeVar
@@ -20,13 +21,14 @@ from nats.js.kv import KeyValue
 from shared.auth import ClientAuth
 from shared.bus.acks import AckTracker
 from shared.bus.buckets import Bucket, Listeners, open_bucket
+from shared.bus.current import CurrentClient
 from shared.bus.errors import BusError, NoResponders, translated
 from shared.bus.pulling import PullPump
 from shared.bus.settings import STREAM, STREAM_SUBJECTS, BusSettings
 from shared.fencing import Fence
 from shared.logging import get_logger
 
-__all__ = ["DUPLICATE_WINDOW_S", "OUTAGE_SETTLE_S", "Connection", "ErrorCallback"]
+__all__ = ["DUPLICATE_WINDOW_S", "OUTAGE_SETTLE_S", "Connection", "ErrorCallback", "Served"]
 
 log = get_logger("bus")
 
@@ -41,18 +43,47 @@ JETSTREAM_OUTAGE_S = 30.0  # how long setup calls wait out an unanswering JetStr
 # part per client, so a cluster's clients do not all come back in the same instant.
 RECONNECT_WAIT_S = 0.25
 RECONNECT_JITTER_S = 0.25
+# A connection signing in anew with a rotated seed gives NATS this long to accept it.
+SIGN_IN_TIMEOUT_S = 5.0
 
 T = TypeVar("T")
 ErrorCallback = Callable[[Exception], Awaitable[None]]
 RequestHandler = Callable[[str, bytes], Awaitable[dict[str, Any]]]
+MsgCallback = Callable[[Msg], Awaitable[None]]
+
+
+class Served:
+    """A request subject this connection answers (:meth:`Connection.serve_requests`); it is
+    served again on the new client when the connection signs in anew."""
+
+    def __init__(self, subject: str, queue: str, callback: MsgCallback) -> None:
+        self.subject = subject
+        self.queue = queue
+        self.callback = callback
+        self.subscription: Subscription | None = None
+        self.ended = False
+
+    async def subscribe(self, nc: Client) -> None:
+        with translated():
+            self.subscription = await nc.subscribe(self.subject, queue=self.queue, cb=self.callback)
+
+    async def unsubscribe(self) -> None:
+        """Stop answering; harmless once the connection is closed or draining."""
+        self.ended = True
+        if self.subscription is not None:
+            with contextlib.suppress(nats.errors.Error, ValueError):
+                await self.subscription.unsubscribe()
 
 
 class Connection:
     """One NATS connection with its JetStream context, shared by a service's tasks."""
 
     def __init__(self, *, source: str, settings: BusSettings | None = None) -> None:
-        self.nc = Client()
-        self.js: JetStreamContext = self.nc.jetstream()
+        # Everything made from the connection holds this handle, never a nats-py client
+        # itself: signing in anew replaces the client behind it (:meth:`_sign_in_anew`).
+        self._current = CurrentClient(Client())
+        self.nc: Client = self._current.as_client()
+        self.js = JetStreamContext(self.nc)
         self.source = source
         self.settings = settings or BusSettings()
         self.closing = False  # an intended close is not worth a "disconnected" warning
@@ -74,6 +105,13 @@ class Connection:
         self.term = 0  # the lease term stamped on what this bus publishes (shared/lease.py)
         # Set while this replica may act (shared/leadership.py): consumers wait while clear.
         self.acting: asyncio.Event | None = None
+        # How to connect again, and as whom: kept to sign in anew after a rotation.
+        self._auth = ClientAuth()
+        self._servers: list[str] = []
+        self._reconnect_wait: Any = RECONNECT_WAIT_S
+        self._signed_in_as: str | None = None  # the public key of the seed connected with
+        self._signing_in: asyncio.Task[None] | None = None
+        self._served: list[Served] = []
 
     @classmethod
     async def connect(
@@ -94,33 +132,22 @@ class Connection:
         bus = cls(source=source, settings=settings)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + connect_timeout
+        bus._auth = auth or ClientAuth.from_env(source)
         try:
-            options = (auth or ClientAuth.from_env(source)).connect_options(url)
+            options = bus._auth.connect_options(url)
+            signed_in_as = bus._auth.public_key()
         except (OSError, ValueError) as error:
             raise BusError(f"cannot use the bus credentials: {error}") from error
         # "nats://a:4222,nats://b:4222": the servers of a cluster; nats-py picks one and fails
         # over to the others.
-        servers = [server.strip() for server in url.split(",") if server.strip()]
+        bus._servers = [server.strip() for server in url.split(",") if server.strip()]
         bus.rides_out_outages = retry
         # nats-py annotates an int but sleeps on whatever number it is given.
-        reconnect_wait: Any = RECONNECT_WAIT_S + random.uniform(0, RECONNECT_JITTER_S)
+        bus._reconnect_wait = RECONNECT_WAIT_S + random.uniform(0, RECONNECT_JITTER_S)
         while True:
             try:
-                await bus.nc.connect(
-                    servers,
-                    **options,
-                    name=f"berth-{source}",
-                    connect_timeout=1,
-                    # A service waits for NATS and rides out outages; a CLI command fails fast
-                    # (nats-py counts -1 as "forever", the initial connection included).
-                    allow_reconnect=retry,
-                    max_reconnect_attempts=-1 if retry else 1,
-                    reconnect_time_wait=reconnect_wait,
-                    error_cb=bus._on_error,
-                    disconnected_cb=bus._on_disconnect,
-                    reconnected_cb=bus._on_reconnect,
-                )
-                bus.js = bus.nc.jetstream()
+                await bus._open(bus._current.client, options)
+                bus._signed_in_as = signed_in_as
                 return bus
             except (OSError, nats.errors.Error, TimeoutError) as error:
                 if _refused_credentials(error):
@@ -132,8 +159,118 @@ class Connection:
                     raise BusError(f"cannot reach NATS at {url}: {error}") from error
                 await asyncio.sleep(0.1)
 
+    async def _open(
+        self, client: Client, options: dict[str, Any], refused: asyncio.Event | None = None
+    ) -> None:
+        """Connect ``client`` with ``options`` (credentials, TLS); its callbacks act only
+        while it is the current client. ``refused``: set if NATS refuses the credentials of
+        a client that is not current yet (one signing in anew)."""
+
+        def current() -> bool:
+            return client is self._current.client
+
+        async def on_error(error: Exception) -> None:
+            if current():
+                await self._on_error(error)
+            elif refused is not None and _refused_credentials(error):
+                refused.set()
+
+        async def on_disconnect() -> None:
+            if current():
+                await self._on_disconnect()
+
+        async def on_reconnect() -> None:
+            if current():
+                await self._on_reconnect()
+
+        retry = self.rides_out_outages
+        await client.connect(
+            self._servers,
+            **options,
+            name=f"berth-{self.source}",
+            connect_timeout=1,
+            # A service waits for NATS and rides out outages; a CLI command fails fast
+            # (nats-py counts -1 as "forever", the initial connection included).
+            allow_reconnect=retry,
+            max_reconnect_attempts=-1 if retry else 1,
+            reconnect_time_wait=self._reconnect_wait,
+            error_cb=on_error,
+            disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect,
+        )
+
     async def _on_error(self, error: Exception) -> None:
+        if _refused_credentials(error):
+            self._credentials_refused()
         await self.on_error(error)
+
+    def _credentials_refused(self) -> None:
+        """NATS refused this connection's credentials as it reconnected: after a rotation
+        (`berth creds rotate`, a Secret updated) it reloaded a configuration without our
+        key. A service signs in anew with its seed file as it is now (one attempt at a
+        time; nats-py refuses again at its next try, which asks again)."""
+        if self._signed_in_as is None or not self.rides_out_outages or self.closing:
+            return  # not connected yet (connect reports it), or a CLI command (it fails)
+        if self._signing_in is None or self._signing_in.done():
+            self._signing_in = asyncio.get_running_loop().create_task(self._sign_in_anew())
+
+    async def _sign_in_anew(self) -> None:
+        """Connect a new nats-py client with the seed file's current key (nats-py fixes a
+        client's key when it connects), make it current, close the old one, and bind again
+        what listened on the old: the publishes' replies, the pull consumers' inboxes, the
+        request subjects served, the buckets' watches (as after a reconnect)."""
+        try:
+            key = self._auth.public_key()
+            options = self._auth.connect_options(self._servers[0])
+        except (OSError, ValueError) as error:
+            log.error("credentials_unreadable", user=self._auth.user, error=str(error))
+            return
+        if key is None or key == self._signed_in_as:
+            log.warning(
+                "credentials_refused",
+                user=self._auth.user,
+                reason="the seed file still holds the key NATS refused; waiting for a new one",
+            )
+            return
+        fresh = Client()
+        refused = asyncio.Event()
+        opening = asyncio.get_running_loop().create_task(self._open(fresh, options, refused))
+        waiting = asyncio.get_running_loop().create_task(refused.wait())
+        await asyncio.wait(
+            {opening, waiting}, timeout=SIGN_IN_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in (opening, waiting):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(opening, waiting, return_exceptions=True)
+        if opening.cancelled() or opening.exception() is not None or self.closing:
+            log.warning("credentials_not_renewed", user=self._auth.user, public_key=key)
+            with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+                await fresh.close()
+            return
+        old, self._current.client = self._current.client, fresh
+        self._signed_in_as = key
+        with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+            await old.close()
+        log.info("credentials_renewed", user=self._auth.user, public_key=key)
+        await self._bind_again()
+
+    async def _bind_again(self) -> None:
+        """What listened on the old client listens on the current one; then, as after any
+        reconnect, watches start again and pull consumers ask again."""
+        await self.acks.resubscribe()
+        for served in list(self._served):
+            if not served.ended:
+                await served.subscribe(self.nc)
+        for pump in list(self._pumps.values()):
+            await pump.resubscribe()
+        await self._on_reconnect()
+
+    async def stop_signing_in(self) -> None:
+        """Cancel and await a sign-in under way (the connection is closing)."""
+        if self._signing_in is not None:
+            self._signing_in.cancel()
+            await asyncio.gather(self._signing_in, return_exceptions=True)
 
     async def _on_disconnect(self) -> None:
         if not self.closing:
@@ -223,7 +360,7 @@ class Connection:
 
     async def serve_requests(
         self, subject: str, answer: RequestHandler, *, queue: str = ""
-    ) -> Subscription:
+    ) -> Served:
         """Answer core request/reply on ``subject`` (wildcards allowed) with JSON.
 
         ``answer(verb, data)`` gets the subject's last token and the request body. Every
@@ -243,8 +380,10 @@ class Connection:
                 await msg.respond(msgspec.json.encode(reply))
 
         # ``queue``: replicas of a service answer as a queue group, one reply per request.
-        with translated():
-            return await self.nc.subscribe(subject, queue=queue, cb=on_request)
+        served = Served(subject, queue, on_request)
+        await served.subscribe(self.nc)
+        self._served.append(served)
+        return served
 
 
 async def _through_jetstream_outage(call: Callable[[], Awaitable[T]], *, what: str) -> T:

@@ -244,7 +244,10 @@ class Consuming(Connection):
                     if not handled:
                         return  # stopped: unacked, so it is delivered again after a restart
             with translated():
-                await last.ack()  # and, by the ack policy, all before it
+                # An ack (and, by the ack policy, of all before it) is an empty publish to the
+                # message's reply subject, sent on the current client: the message may have
+                # come on one that a rotation of the credentials replaced.
+                await self.nc.publish(last.reply)
 
     async def _handle(
         self,

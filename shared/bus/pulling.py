@@ -90,6 +90,13 @@ class PullPump:
         self.requested = 0
         await self.top_up()
 
+    async def resubscribe(self) -> None:
+        """The connection signed in anew (a new nats-py client, shared/bus/connection.py):
+        listen on a new inbox, and ask again."""
+        self.inbox = self.nc.new_inbox()
+        self.subscription = await self.nc.subscribe(self.inbox, cb=self._on_message)
+        await self.ask_again()
+
     async def _on_message(self, msg: Msg) -> None:
         self.last_heard = time.monotonic()
         status = JetStreamContext.is_status_msg(msg)

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from nats.aio.subscription import Subscription
 
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.errors import KubeError, KubeNotFound, KubeRefused
@@ -24,7 +23,7 @@ from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces
 from services.watcher.kube.patching import PODS
 from services.watcher.kube.reading import controller
 from services.watcher.logs_api import CHUNK, LogsRequest, names_are_valid
-from shared.bus import API_SUBJECT, Bus
+from shared.bus import API_SUBJECT, Bus, Served
 from shared.logging import get_logger
 
 __all__ = ["JOB_NAME_LABEL", "read_pod_logs", "serve_pod_logs"]
@@ -85,7 +84,7 @@ async def read_pod_logs(client: KubeClient, request: LogsRequest) -> dict[str, A
 
 async def serve_pod_logs(
     bus: Bus, client: KubeClient, namespaces: ManagedNamespaces = ALL_NAMESPACES
-) -> Subscription:
+) -> Served:
     async def answer(_: str, data: bytes) -> dict[str, Any]:
         try:
             request = msgspec.json.decode(data, type=LogsRequest)
