@@ -11,6 +11,7 @@ holds the quota meanwhile finishes, only once the test creates their trigger fil
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from shared.events import EvictionRequested, WorkloadAdmitted, WorkloadPodsReady
 from tests.conftest import Stack, berth
@@ -23,7 +24,7 @@ from tests.e2e import (
     job_manifest,
     submit_manifest,
 )
-from tests.test_e2e_admission_checks import PODS_READY, _workload
+from tests.test_e2e_admission_checks import PODS_READY
 
 # The start clock (10m) never decides here; quota for one of the 2-cpu workloads at a time.
 CONFIG = (
@@ -33,11 +34,17 @@ CONFIG = (
 )
 
 
+def _workload(url: str, name: str) -> dict[str, Any]:
+    """The workload as `berth get workloads` shows it; an AssertionError (retried by
+    ``eventually``) while it is not listed."""
+    found = [w for w in get_json(url, "workloads") if w["metadata"]["name"] == name]
+    assert found, f"{name} not listed"
+    return found[0]
+
+
 def _pending(url: str, name: str) -> bool:
     """Admission knows the workload, and it waits (no room while flaky runs)."""
-    found = [w for w in get_json(url, "workloads") if w["metadata"]["name"] == name]
-    assert found, f"{name} not known to admission yet"
-    assert not is_admitted(found[0]), f"{name} admitted"
+    assert not is_admitted(_workload(url, name)), f"{name} admitted"
     return True
 
 
@@ -113,8 +120,20 @@ def test_lost_readiness_evicts_after_recovery_timeout_and_requeues_by_eviction_t
 
     eventually(requeued, timeout=60)
     finish.touch()  # holder finishes: the room goes to the first in the queue
-    eventually(lambda: is_admitted(_workload(url, "later")), timeout=60)
-    assert not is_admitted(_workload(url, "flaky")), "flaky queues behind `later`"
+
+    def next_admitted() -> str:
+        names = [
+            e.workload.name
+            for e in event_log(url)
+            if isinstance(e, WorkloadAdmitted)
+            and (e.workload.name, e.generation) in (("later", 1), ("flaky", 2))
+        ]
+        assert names, "neither admitted yet"
+        return names[0]
+
+    # With timestamp Creation this is flaky (created first); checked by hand when written.
+    assert eventually(next_admitted, timeout=60) == "later", "flaky queues behind `later`"
+    assert not is_admitted(_workload(url, "flaky"))
 
     facts = [
         (type(e).__name__, getattr(e, "ready", None), getattr(e, "generation", None))
