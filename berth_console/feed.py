@@ -4,9 +4,10 @@
   its fold), then live; a page never opens a consumer of its own for live updates;
 - the ``berth-jobs`` bucket as a list+watch (managed jobs);
 - the ``berth-config`` bucket's changes, which only mark the queues stale;
-- admission's ``clusterqueues`` and ``localqueues`` answers, asked again when events or config
-  marked them stale, at most once a second and at least every few seconds (the sparkline's
-  samples): whatever the number of browsers, admission answers at most two requests a second.
+- admission's ``clusterqueues``, ``localqueues`` and ``cohorts`` answers, asked again when
+  events or config marked them stale, at most once a second and at least every few seconds
+  (the sparkline's samples): whatever the number of browsers, admission answers at most
+  three requests a second.
 """
 
 from __future__ import annotations
@@ -209,8 +210,9 @@ class BusFeed:
             try:
                 cluster_queues = await self.queries.admission("clusterqueues")
                 local_queues = await self.queries.admission("localqueues")
+                cohorts = await self.queries.admission("cohorts")
             except QueryError as error:
                 self.model.queues_failed(str(error))
             else:
-                self.model.set_queues(cluster_queues, local_queues)
+                self.model.set_queues(cluster_queues, local_queues, cohorts)
             await self._pause(REFRESH_MIN_S)

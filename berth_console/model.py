@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,7 @@ class Model:
         self.caught_up = False  # folded everything the stream held when the console started
         self.cluster_queues: dict[str, dict[str, Any]] = {}  # admission's ClusterQueue objects
         self.local_queues: list[dict[str, Any]] = []
+        self.cohort_objects: dict[str, dict[str, Any]] = {}  # admission's Cohort objects
         self.queues_at = 0.0  # when admission last answered (0: never)
         self.queues_error = ""  # why the last refresh failed, shown on the pages
         self.pending_history: dict[str, deque[tuple[float, int]]] = {}
@@ -85,11 +86,15 @@ class Model:
             self.changes.bump("events")
 
     def set_queues(
-        self, cluster_queues: list[dict[str, Any]], local_queues: list[dict[str, Any]]
+        self,
+        cluster_queues: list[dict[str, Any]],
+        local_queues: list[dict[str, Any]],
+        cohorts: Sequence[dict[str, Any]] = (),  # admission's Cohort objects
     ) -> None:
         now = time.time()
         self.cluster_queues = {item["metadata"]["name"]: item for item in cluster_queues}
         self.local_queues = local_queues
+        self.cohort_objects = {item["metadata"]["name"]: item for item in cohorts}
         self.queues_at = now
         self.queues_error = ""
         for name, item in self.cluster_queues.items():
@@ -140,6 +145,13 @@ class Model:
             spec = item.get("spec", {})
             groups.setdefault(spec.get("cohortName") or spec.get("cohort") or "", []).append(name)
         return dict(sorted(groups.items(), key=lambda pair: (pair[0] == "", pair[0])))
+
+    def cohort_share(self, name: str) -> int | None:
+        """A Cohort object's status.fairSharing.weightedShare (None: no such object, or fair
+        sharing is off)."""
+        status = self.cohort_objects.get(name, {}).get("status", {})
+        share = status.get("fairSharing", {}).get("weightedShare")
+        return None if share is None else int(share)
 
     def job_of_workload(self, namespace: str, name: str) -> ManagedJob | None:
         for job in self.jobs.values():

@@ -194,3 +194,27 @@ def test_a_reservation_waiting_for_checks_says_so_until_admitted() -> None:
     assert row.status == "Admitted" and "waiting for admission checks: budget" in row.reason
     feed(model, [admitted("a"), started("a")])
     assert (row.status, row.reason) == ("Running", "")
+
+
+def _research(share: int | None) -> list[dict[str, object]]:
+    """Admission's Cohort object `research`; ``share``: its weightedShare (None: fair
+    sharing off, no fairSharing in its status)."""
+    status = {} if share is None else {"fairSharing": {"weightedShare": share}}
+    return [{"metadata": {"name": "research"}, "spec": {}, "status": status}]
+
+
+async def test_the_overview_heads_a_cohort_with_its_weighted_share() -> None:
+    """A Cohort object's status.fairSharing.weightedShare is in its heading, and a change of
+    it alone (no ClusterQueue moved) rebuilds the page; without fair sharing, no share."""
+    from berth_console.pages.overview import OverviewView
+
+    queues = [cluster_queue("cq", cohort="research")]
+    model = Model()
+    model.set_queues(queues, [], _research(None))
+    view = OverviewView(Context(model=model, queries=None, pending=PendingCache(None)))
+    off = await view.current()
+    assert "Cohort research<" in view.body(off) and "weighted share" not in view.body(off)
+    model.set_queues(queues, [], _research(250))
+    on = await view.current()
+    assert on.structure != off.structure
+    assert "Cohort research · weighted share 250<" in view.body(on)

@@ -88,7 +88,9 @@ class OverviewView(View):
         for names in cohorts.values():
             for name in names:
                 regions[region_id(name)] = self._row(name, by_queue.get(name, []))
-        structure = tuple((cohort, tuple(names)) for cohort, names in cohorts.items())
+        structure = tuple(
+            (cohort, model.cohort_share(cohort), tuple(names)) for cohort, names in cohorts.items()
+        )
         return Snapshot(regions=regions, structure=structure)
 
     def _summary(self) -> Markup:
@@ -148,6 +150,9 @@ class OverviewView(View):
                 if region_id(name) in snapshot.regions
             )
             heading = f"Cohort {cohort}" if cohort else "ClusterQueues in no cohort"
+            share = self.model.cohort_share(cohort)
+            if share is not None:  # Kueue's status.fairSharing.weightedShare
+                heading += f" · weighted share {share}"
             sections.append(
                 render(
                     '<section aria-labelledby="$hid"><h2 id="$hid">$heading</h2>'
