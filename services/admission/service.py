@@ -49,6 +49,7 @@ from shared.events import (
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadPending,
+    WorkloadPodsReady,
     WorkloadRef,
     WorkloadSubmitted,
 )
@@ -141,6 +142,8 @@ class AdmissionService:
             record = self.records.get(ref.uid)
             if ready_since is not None and record is not None and self.deciding:
                 self._pods_ready(record, event.time.timestamp(), ready_since)
+            if isinstance(event, WorkloadPodsReady) and record is not None:
+                record.on_pods_ready(event)  # Kueue's PodsReady condition
             self.activity.echoed(event)
             if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):
                 self.scheduler.left(ref)

@@ -1,8 +1,8 @@
 """Kueue-shaped Workload objects for ``berth get workloads -o json|yaml`` and scripts.
 
 Admission sees every event of every workload, so it keeps each workload's conditions as
-Kueue would write them (QuotaReserved, Admitted, Evicted, Preempted, Finished, each with
-status, reason, message and lastTransitionTime) and renders the object on request.
+Kueue would write them (QuotaReserved, Admitted, Evicted, Preempted, PodsReady, Finished, each
+with status, reason, message and lastTransitionTime) and renders the object on request.
 """
 
 from __future__ import annotations
@@ -18,11 +18,17 @@ from shared.events import (
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadPending,
+    WorkloadPodsReady,
     WorkloadSubmitted,
 )
 from shared.quantities import format_quantity, is_binary_resource
 
 __all__ = ["WorkloadRecord", "render_workload"]
+
+# Kueue's PodsReady messages (jobframework's generatePodsReadyCondition).
+_NOT_READY = "Not all pods are ready or succeeded"
+_LOST = "At least one pod has failed, waiting for recovery"
+_READY = "All pods reached readiness and the workload is running"
 
 
 @dataclass(slots=True)
@@ -61,8 +67,24 @@ class WorkloadRecord:
             self._set("Admitted", "False", "UnsatisfiedChecks", waiting, event.time)
             return
         self._set("Admitted", "True", "Admitted", "The workload is admitted", event.time)
+        if "PodsReady" in self.conditions:  # a new admission's pods start over
+            self._set("PodsReady", "False", "WaitForStart", _NOT_READY, event.time)
         if "Evicted" in self.conditions:
             self._set("Evicted", "False", "Admitted", "The workload is admitted again", event.time)
+
+    def on_pods_ready(self, event: WorkloadPodsReady) -> None:
+        """Kueue's PodsReady condition of the current admission, once the watcher reported
+        on it: True (``Started``; ``Recovered`` after a loss), or False ``WaitForRecovery``
+        once its pods lost readiness (recoveryTimeout counts from that transition)."""
+        if self.admission is None or self.admission.generation != event.generation:
+            return  # another admission's, late
+        current = self.conditions.get("PodsReady")
+        if not event.ready:
+            self._set("PodsReady", "False", "WaitForRecovery", _LOST, event.time)
+        elif current is not None and current.reason in ("WaitForRecovery", "Recovered"):
+            self._set("PodsReady", "True", "Recovered", _READY, event.time)
+        else:
+            self._set("PodsReady", "True", "Started", _READY, event.time)
 
     def on_eviction_requested(self, event: EvictionRequested) -> None:
         self._set("Evicted", "True", event.reason, event.message, event.time)
@@ -75,6 +97,8 @@ class WorkloadRecord:
         self._set("Evicted", "True", event.reason, event.message, event.time)
         message = "The workload was evicted and is pending again"
         self._set("QuotaReserved", "False", "Pending", message, event.time)
+        if "PodsReady" in self.conditions:  # not admitted: its pods wait to start again
+            self._set("PodsReady", "False", "WaitForStart", _NOT_READY, event.time)
         self._set("Admitted", "False", "NoReservation", message, event.time)
 
     def on_requeue_state(self, status: str, reason: str, message: str) -> None:
