@@ -8,7 +8,9 @@ crosses the wire, with or without TLS.
 Users and what each may publish (subscribe permissions follow the same lines):
 
 - one per service, each publishing only the subjects it owns: the watcher facts
-  (``berth.wl.>``), admission and preemption decisions (``berth.cq.*.admitted|pending|evict``),
+  (``berth.wl.>``) and, for a Workload's ``spec.active`` set in the cluster (kueuectl's
+  ``stop|resume workload``), the CLI's ``SetWorkloadActive`` (``berth.cmd.active.>``),
+  admission and preemption decisions (``berth.cq.*.admitted|pending|evict``),
   recovery's commands and managed-job records (``berth.cmd.create|delete.>``,
   ``berth.job.>``);
 - ``cli``: config (the ``berth-config`` bucket), workload commands for the watcher
@@ -71,6 +73,9 @@ _OWNED: dict[str, tuple[str, ...]] = {
         "$KV.berth-status.>",
         "$KV.berth-objects.>",  # the local backend's private store of workload objects
         "$KV.berth-config.>",  # the kubernetes backend mirrors the cluster's Kueue objects
+        # A Workload's spec.active set in the cluster (kueuectl stop|resume workload): the
+        # kubernetes backend publishes the SetWorkloadActive the CLI would (kube/active.py).
+        "berth.cmd.active.>",
     ),
     "admission": (
         "berth.cq.*.admitted.>",

@@ -325,7 +325,8 @@ class RemoveWorkload(Event, frozen=True, kw_only=True, tag="RemoveWorkload"):
 
 
 class SetWorkloadActive(Event, frozen=True, kw_only=True, tag="SetWorkloadActive"):
-    """``berth stop|resume workload`` sets Kueue's ``spec.active`` (source ``cli``).
+    """``berth stop|resume workload`` sets Kueue's ``spec.active`` (source ``cli``); so does
+    a Workload's ``spec.active`` set in the cluster (source ``watcher``: kube/active.py).
 
     Not a command for the watcher: admission folds it (an inactive workload is evicted,
     reason ``Deactivated``, and never admitted until it is active again). ``workload.uid``

@@ -45,6 +45,7 @@ PUBLISH_CASES = [
     ("cli", "berth.cmd.active.default.job-a", True, "and stops or resumes one (spec.active)"),
     ("console", "berth.cmd.active.default.job-a", False, "the console stops no workload"),
     ("admission", "berth.cmd.active.default.job-a", False, "admission follows spec.active, never sets it"),
+    ("watcher", "berth.cmd.active.default.job-a", True, "the kube backend relays spec.active set on a Workload (kueuectl)"),
     ("cli", "berth.cmd.create.default.job-a", False, "never a managed job's attempt"),
     ("cli", "$KV.berth-objects.default.job-a", False, "the objects bucket is the local backend's"),
     ("cli", "berth.api.admission.workloads", True, "the CLI asks the services"),

@@ -843,11 +843,13 @@ def _watcher_needs() -> tuple[set[Triple], set[Triple]]:
     names, for the kinds its ``if obj.get("kind") == ...`` guard lets through.
     """
     from services.watcher.kube.backend import WORKLOAD_RESOURCES
+    from services.watcher.kube.kueue_status import WORKLOADS
     from services.watcher.kube.mirroring import CONFIG_RESOURCES
 
     trees = {p.stem: ast.parse(p.read_text()) for p in sorted(WATCHER_KUBE.glob("*.py"))}
     trees.pop("api.py".removesuffix(".py"))  # where the methods are defined
     followed = [*WORKLOAD_RESOURCES.values(), *(r for rs in CONFIG_RESOURCES.values() for r in rs)]
+    followed.append(WORKLOADS)  # Kueue's Workloads, for their spec.active (kube/active.py)
     patched = set().union(
         *(_subresource_patches(t, set(WORKLOAD_RESOURCES)) for t in trees.values())
     )

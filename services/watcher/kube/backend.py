@@ -33,11 +33,12 @@ from services.watcher import metrics, reporting
 from services.watcher.backend import COMMAND_SUBJECTS, carry_out
 from services.watcher.command_order import create_stands
 from services.watcher.kube.acting import WORKLOAD_RESOURCES, KubeActions, Tracked
+from services.watcher.kube.active import ActiveFollower
 from services.watcher.kube.api import KubeClient, Resource
 from services.watcher.kube.creating import DEFAULT_IMAGE
 from services.watcher.kube.default_queues import DefaultQueues
 from services.watcher.kube.errors import KubeError, KubeRefused
-from services.watcher.kube.kueue_status import KueueStatusWriter, StatusSettings
+from services.watcher.kube.kueue_status import WORKLOADS, KueueStatusWriter, StatusSettings
 from services.watcher.kube.logs import serve_pod_logs
 from services.watcher.kube.mirroring import CONFIG_RESOURCES, ConfigMirror, follow_config
 from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces, ignored
@@ -126,8 +127,14 @@ class KubernetesBackend:
             bus=self.bus,
         )
         status = status or StatusSettings()
+        self.active = ActiveFollower(self.bus)  # spec.active set on Workloads (active.py)
         self.status = KueueStatusWriter(
-            runtime.bus, client, self.workloads, settings=status, namespaces=namespaces
+            runtime.bus,
+            client,
+            self.workloads,
+            settings=status,
+            namespaces=namespaces,
+            observed=self.active.observed,
         )
         self.unqueued: dict[str, Obj] = {}  # uid -> top-level objects without a queue (yet)
         self.announced: set[str] = set()
@@ -160,6 +167,16 @@ class KubernetesBackend:
                     synced = self.synced[f"{kind}.{namespace}"] = asyncio.Event()
                     follow = self._follow_workloads(kind, resource, namespace, synced)
                     tasks.append(asyncio.create_task(follow, name=f"kube.{kind}.{namespace}"))
+            for namespace in self.namespaces.scopes(WORKLOADS):  # kueuectl stop|resume
+                synced = self.synced[f"Workload.{namespace}"] = asyncio.Event()
+                active = self.active.follow(
+                    self.client,
+                    WORKLOADS,
+                    namespace=namespace,
+                    settings=self.settings,
+                    synced=synced,
+                )
+                tasks.append(asyncio.create_task(active, name=f"kube.Workload.{namespace}"))
             for kind, alternatives in self.config_resources.items():
                 for namespace in self.namespaces.scopes(alternatives[0]):
                     synced = self.synced[f"config.{kind}.{namespace}"] = asyncio.Event()

@@ -9,7 +9,8 @@ in its log which are off. Then:
   ``spec.podSets`` (the Job's pod template, count), ``queueName``, ``priority``, and the status
   admission renders for ``berth get -o json`` (conditions QuotaReserved, Admitted, Evicted,
   Preempted, Requeued, Finished with Kueue's reasons; ``admission`` with flavors per pod
-  set), asked of admission's status API (``berth.api.admission.workloads``): one shape, one
+  set; ``spec.active`` with the annotation that says Berth wrote it, :mod:`.active`), asked of
+  admission's status API (``berth.api.admission.workloads``): one shape, one
   place that builds it;
 - ClusterQueue and LocalQueue ``status`` as admission's API renders it (pending, reserving and
   admitted counts, flavorsReservation/flavorsUsage, the Active condition; fair sharing's
@@ -43,6 +44,7 @@ from typing import Any
 import msgspec
 from nats.aio.msg import Msg
 
+from services.watcher.kube.active import ACTIVE_ANNOTATION, active_patch
 from services.watcher.kube.api import KubeClient, Resource
 from services.watcher.kube.errors import KubeConflict, KubeError, KubeNotFound, KubeRefused
 from services.watcher.kube.namespaces import ALL_NAMESPACES, ManagedNamespaces
@@ -160,6 +162,8 @@ def kueue_workload(rendered: Obj, owner: Obj) -> Obj:
             "name": workload_name(str(metadata["name"]), str(metadata["uid"])),
             "namespace": metadata.get("namespace") or "default",
             "labels": {"kueue.x-k8s.io/job-uid": str(metadata["uid"])},
+            # spec.active as Berth wrote it: a different one is someone else's (active.py)
+            "annotations": {ACTIVE_ANNOTATION: "true" if _is_active(spec) else "false"},
             "ownerReferences": [
                 {
                     "apiVersion": owner.get("apiVersion", "batch/v1"),
@@ -174,6 +178,10 @@ def kueue_workload(rendered: Obj, owner: Obj) -> Obj:
         "spec": spec,
         "status": status,
     }
+
+
+def _is_active(spec: Obj) -> bool:
+    return spec.get("active") is not False  # Kueue's default: true
 
 
 def _conditions(workload: Obj | None) -> dict[str, Obj]:
@@ -220,10 +228,13 @@ class KueueStatusWriter:
         *,
         settings: StatusSettings,
         namespaces: ManagedNamespaces = ALL_NAMESPACES,
+        observed: Mapping[str, Obj] | None = None,
     ) -> None:
         self.bus = bus
         self.client = client
         self.workloads = workloads  # uid -> newest tracked object (the kube backend's)
+        # owner uid -> its Workload as last seen in the cluster (active.ActiveFollower's)
+        self.observed: Mapping[str, Obj] = {} if observed is None else observed
         self.settings = settings
         self.namespaces = namespaces
         self.preemptors = Preemptors()
@@ -345,17 +356,32 @@ class KueueStatusWriter:
     async def _write_workload(self, workload: Obj, owner: Obj) -> None:
         key = f"{owner['metadata'].get('namespace')}/{owner['metadata']['name']}"
         before = self.written.get(key)
-        if before is not None and before["status"] == workload["status"]:
+        active = _is_active(workload["spec"])
+        if (
+            before is not None
+            and before["status"] == workload["status"]
+            and _is_active(before["spec"]) == active
+        ):
             return  # nothing new: no request
         namespace = workload["metadata"]["namespace"]
         name = workload["metadata"]["name"]
+        created = False
         if before is None:
             await self._request()
             try:
-                created = await self.client.create(WORKLOADS, namespace=namespace, body=workload)
-                self.preemptors.note_workload(created)  # its uid is the server's
+                made = await self.client.create(WORKLOADS, namespace=namespace, body=workload)
+                self.preemptors.note_workload(made)  # its uid is the server's
+                created = True
             except KubeConflict:
                 pass  # written by an earlier watcher: its status is brought up to date below
+        if not created and (before is None or _is_active(before["spec"]) != active):
+            # Berth's spec.active changed (or is not known to be written): write it, unless
+            # the Workload's annotation says it already (active.py).
+            observed = self.observed.get(str(owner["metadata"]["uid"]))
+            patch = active_patch(observed, active)
+            if patch is not None:
+                await self._request()
+                await self.client.patch(WORKLOADS, namespace=namespace, name=name, body=patch)
         await self._request()
         await self.client.patch(
             WORKLOADS,
