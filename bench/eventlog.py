@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nats.aio.msg import Msg
@@ -28,11 +28,15 @@ from shared.events import (
     WorkloadFinished,
     decode_event,
     quota_of,
+    subject_for,
 )
+from shared.subjects import subject_family
 
 __all__ = [
+    "Published",
     "UsageChange",
     "Violation",
+    "published_by_subject",
     "quota_violations",
     "read_events",
     "signed_in_as",
@@ -67,6 +71,26 @@ async def read_events(url: str, *, within_s: float = 600.0) -> list[AnyEvent]:
         return [decode_event(data) for data in raw]
     finally:
         await bus.close()
+
+
+@dataclass(slots=True)
+class Published:
+    """The events of one subject family in a log, and who published them."""
+
+    count: int = 0
+    sources: set[str] = field(default_factory=set)
+
+
+def published_by_subject(events: list[AnyEvent]) -> dict[str, Published]:
+    """The log's events per subject family (``cq.*.admitted``, ``wl.started``...: see
+    :func:`shared.subjects.subject_family`), most first; each event's subject is the one it
+    was published on (:func:`shared.events.subject_for`)."""
+    families: dict[str, Published] = {}
+    for event in events:
+        published = families.setdefault(subject_family(subject_for(event)), Published())
+        published.count += 1
+        published.sources.add(event.source)
+    return dict(sorted(families.items(), key=lambda item: -item[1].count))
 
 
 @dataclass(frozen=True, slots=True)

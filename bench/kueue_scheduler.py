@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import csv
 import os
+import re
 import resource
 import sys
 import tempfile
@@ -48,7 +49,13 @@ import aiohttp
 import msgspec
 from rich.console import Console
 
-from bench.eventlog import quota_violations, read_events, signed_in_as
+from bench.eventlog import (
+    Published,
+    published_by_subject,
+    quota_violations,
+    read_events,
+    signed_in_as,
+)
 from bench.kueue_config import CONFIGS, ScenarioConfig
 from bench.kueue_ideal import IdealResult, simulate_ideal
 from berth_cli.up import CONSOLE, Stack
@@ -77,6 +84,11 @@ SPEC_IDEAL = {
     "large-scale": {"wall": 4.6, "small": 2.0, "medium": 1.4, "large": 0.1},
 }
 SERVICE_NAMES = ("admission", "preemption", "watcher", "recovery")
+# The machine is shared: printed under every run, with the load average at its end.
+LOAD_CAVEAT = (
+    "Caveat: load average at the end {load} (1/5/15 min) on a shared machine; other work"
+    " inflates wall time more than CPU per workload."
+)
 GOALS = {
     "baseline": {"wall": 77.0, "small": 25.0, "medium": 21.0, "large": 2.0},
     "large-scale": {"wall": 60.0},
@@ -430,6 +442,37 @@ async def stream_messages(url: str, stack: Stack) -> dict[str, int]:
         await bus.close()
 
 
+_READ_LINE = re.compile(r"^berth_bus_messages_read_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+async def consumer_reads(stack: Stack) -> dict[str, dict[str, tuple[int, int]]]:
+    """What each service's consumers were sent and decoded over the run, per subject family
+    (their ``berth_bus_messages_read_total``): service -> subject -> (delivered, decoded).
+    Ordered consumers and bucket watches are not counted."""
+    reads: dict[str, dict[str, tuple[int, int]]] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        for service in stack.services:
+            if service.role not in SERVICE_NAMES:
+                continue
+            async with session.get(f"{service.url}/metrics") as response:
+                text = await response.text()
+            subjects = reads.setdefault(service.name, {})
+            for line in text.splitlines():
+                match = _READ_LINE.match(line)
+                if match is None:
+                    continue
+                labels = dict(_LABEL.findall(match["labels"]))
+                delivered, decoded = subjects.get(labels["subject"], (0, 0))
+                count = int(float(match["value"]))
+                if labels["stage"] == "delivered":
+                    delivered += count
+                else:
+                    decoded += count
+                subjects[labels["subject"]] = (delivered, decoded)
+    return reads
+
+
 def proc_stats(pid: int) -> tuple[float, float]:
     """(CPU seconds user+system, peak RSS in MiB) of a live process, from /proc."""
     try:
@@ -476,6 +519,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     console_messages: int | None = None  # None: run without the console
     creations_per_s: float | None = None  # the generator's client limit, if any
+    published: dict[str, Published] = field(default_factory=dict)  # subject family -> events
+    reads: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)  # see above
 
 
 def _mean_p99(values: list[float]) -> tuple[float, float, int]:
@@ -650,6 +695,7 @@ def run_benchmark(
             processes[service.name] = proc_stats(service.process.pid)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         processes["bench (generator)"] = (usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+        reads = asyncio.run(consumer_reads(stack))
         with signed_in_as(stack.admin_auth.seed):
             events = asyncio.run(read_events(stack.nats_url))
         bus_messages = asyncio.run(stream_messages(stack.nats_url, stack))
@@ -719,6 +765,8 @@ def run_benchmark(
         overhold=metrics["overhold"],
         console_messages=drive_result.console_messages,
         creations_per_s=creations_per_s,
+        published=published_by_subject(events),
+        reads=reads,
     )
 
 
@@ -890,6 +938,55 @@ def render(result: RunResult) -> str:
     return "\n".join(lines)
 
 
+def render_subjects(result: RunResult) -> str:
+    """Per subject family: events published per workload and by whom, and per service the
+    messages its consumers decoded per workload, with those sent to it only to be dropped
+    (``+0.50 dropped``: delivered, framed and called back for, never decoded)."""
+    workloads = max(1, result.workloads)
+    services = [name for name in SERVICE_NAMES if name in result.reads]
+    families = list(result.published)
+    families += sorted({s for r in result.reads.values() for s in r} - set(families))
+    headers = ("subject", "published/wl", "by", *(f"{name} reads/wl" for name in services))
+    rows: list[tuple[str, ...]] = []
+
+    def cell(delivered: int, decoded: int) -> str:
+        if delivered == 0:
+            return "-"
+        text = f"{decoded / workloads:.2f}"
+        if delivered > decoded:
+            text += f" +{(delivered - decoded) / workloads:.2f} dropped"
+        return text
+
+    for family in families:
+        published = result.published.get(family, Published())
+        rows.append(
+            (
+                family,
+                f"{published.count / workloads:.2f}",
+                ",".join(sorted(published.sources)) or "-",
+                *(cell(*result.reads[name].get(family, (0, 0))) for name in services),
+            )
+        )
+    totals = [
+        (
+            sum(d for d, _ in result.reads[name].values()),
+            sum(c for _, c in result.reads[name].values()),
+        )
+        for name in services
+    ]
+    total_published = sum(p.count for p in result.published.values())
+    rows.append(("all", f"{total_published / workloads:.2f}", "", *(cell(*t) for t in totals)))
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = [
+        "Event stream by subject: published per workload (the event log) and read per workload"
+        " by each service's consumers (decoded; '+x dropped': sent to it, dropped undecoded)",
+        "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+    ]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default="baseline")
@@ -971,6 +1068,9 @@ def main(argv: list[str] | None = None) -> int:
         save_events=args.save_events,
     )
     print(render(result))
+    print()
+    print(render_subjects(result))
+    print(LOAD_CAVEAT.format(load=" / ".join(f"{v:.2f}" for v in os.getloadavg())))
     return 0 if result.violations == 0 and result.finished == result.workloads else 1
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -16,8 +18,9 @@ from nats.js import JetStreamContext
 
 from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
+from shared.subjects import subject_family
 
-__all__ = ["PULL_EXPIRES_S", "PullPump", "decode_batch"]
+__all__ = ["PULL_EXPIRES_S", "PullPump", "ReadCounts", "decode_batch"]
 
 log = get_logger("bus")
 
@@ -154,16 +157,30 @@ class PullPump:
         return leftover
 
 
+@dataclass
+class ReadCounts:
+    """What one consumer was sent and what it decoded, per subject family
+    (:func:`shared.subjects.subject_family`): a message sent and not decoded was paid for
+    (framing, delivery, a Python callback) only to be dropped."""
+
+    delivered: Counter[str] = field(default_factory=Counter)
+    decoded: Counter[str] = field(default_factory=Counter)
+
+
 def decode_batch(
     messages: Sequence[Msg],
     wanted: Callable[[str], bool] | None = None,
     malformed: Callable[[Msg, str], None] | None = None,
+    counts: ReadCounts | None = None,
 ) -> list[AnyEvent]:
     """Decode a fetched batch into events; messages whose subject ``wanted`` refuses are
     skipped undecoded, a malformed one is skipped (acking past it drops it) and handed to
-    ``malformed`` (a dead letter), else logged."""
+    ``malformed`` (a dead letter), else logged. ``counts`` tallies both."""
     events: list[AnyEvent] = []
     for msg in messages:
+        family = subject_family(msg.subject) if counts is not None else ""
+        if counts is not None:
+            counts.delivered[family] += 1
         if wanted is not None and not wanted(msg.subject):
             continue
         try:
@@ -173,4 +190,7 @@ def decode_batch(
                 malformed(msg, str(error))
             else:
                 log.error("malformed_event", subject=msg.subject, error=str(error))
+            continue
+        if counts is not None:
+            counts.decoded[family] += 1
     return events
