@@ -216,21 +216,39 @@ async def test_unanswered_publish_times_out(nats_url: str) -> None:
         await bus.close()
 
 
-async def test_consumer_sees_only_its_subjects(nats_url: str) -> None:
-    """Consumers read the whole stream and keep their subjects on the client: the others
-    are acked unread, so nothing stays pending for them."""
+async def test_consumer_is_sent_only_its_subjects(nats_url: str) -> None:
+    """The server filters a consumer's subjects: an event on another subject is never sent
+    to it (not only dropped here), yet acking past it leaves nothing pending."""
     bus = await _bus(nats_url)
     try:
         await bus.publish_many([_submitted(i) for i in range(5)])
         await bus.js.publish("berth.cmd.other.default.x", b"not even an event")
         await bus.publish(_submitted(5))
-        subscription = await bus.durable_subscription(
-            "only-wl", ["berth.wl.>"], most_of_stream=True
-        )
+        subscription = await bus.durable_subscription("only-wl", ["berth.wl.>"])
         handled = await _consume_until(bus, subscription, 6)
         info = await bus.js.consumer_info(STREAM, "only-wl")
         assert handled == [f"u{i}" for i in range(6)]
         assert info.num_ack_pending == 0 and info.num_pending == 0
+        assert "cmd.other" not in consuming.READS["only-wl"].delivered  # never sent
+    finally:
+        await bus.close()
+
+
+async def test_refilter_changes_what_is_sent_from_the_next_message(nats_url: str) -> None:
+    """A replay consumer refiltered mid-stream keeps its place: what it was sent stays, and
+    from then on the server sends only the new subjects (admission's deciding leader is not
+    sent its own admissions this way)."""
+    bus = await _bus(nats_url)
+    try:
+        for i in range(4):
+            await bus.publish(_submitted(i))
+            await bus.js.publish(f"berth.cmd.create.default.c{i}", b"{}")
+        subscription = await bus.replay_subscription(["berth.wl.>", "berth.cmd.>"])
+        first = await subscription.fetch(4, timeout=1)
+        await bus.refilter(subscription, ["berth.wl.>"])
+        rest = await subscription.fetch(100, timeout=1)
+        assert [m.subject.split(".")[1] for m in first] == ["wl", "cmd", "wl", "cmd"]
+        assert [m.subject for m in rest] == [f"berth.wl.submitted.default.job-{i}" for i in (2, 3)]
     finally:
         await bus.close()
 

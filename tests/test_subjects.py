@@ -5,11 +5,13 @@ from typing import cast
 
 import pytest
 
+from services.admission import service as admission
+from services.preemption import service as preemption
 from services.recovery.service import RecoveryService
 from shared.events import _SUBJECTS, STATE_SUBJECTS, WorkloadRef, WorkloadStarted, subject_for
 from shared.jobs import Attempt, ManagedJob
 from shared.service import Runtime
-from shared.subjects import subject_matcher
+from shared.subjects import covers, server_filters, subject_family, subject_matcher
 
 
 @pytest.mark.parametrize(
@@ -65,3 +67,86 @@ def test_state_subjects_carry_every_fact_but_started() -> None:
         if family == "wl":
             subject = f"berth.wl.{verb}.ns.name"
             assert wanted(subject) is (event_type is not WorkloadStarted), subject
+
+
+@pytest.mark.parametrize(
+    ("wide", "narrow", "expected", "reason"),
+    [
+        ("berth.>", "berth.lease.>", True, "'>' covers any longer tail"),
+        ("berth.cq.*.admitted.>", "berth.cq.a.admitted.>", True, "'*' covers one name"),
+        ("berth.cq.a.admitted.>", "berth.cq.*.admitted.>", False, "a name covers no '*'"),
+        ("berth.wl.*", "berth.wl.>", False, "'*' is one token, '>' may be several"),
+        ("berth.wl.>", "berth.wl", False, "'>' needs at least one token"),
+        ("berth.wl.started.>", "berth.wl.finished.>", False, "different verbs"),
+        ("berth.job.status.*", "berth.job.status.7", True, "'*' matches the job id"),
+    ],
+)
+def test_covers(wide: str, narrow: str, expected: bool, reason: str) -> None:
+    assert covers(wide, narrow) is expected, reason
+
+
+@pytest.mark.parametrize(
+    ("patterns", "expected", "reason"),
+    [
+        (["berth.>", "berth.lease.>"], ["berth.>"], "everything covers the markers"),
+        (["berth.wl.>", "berth.lease.>"], ["berth.wl.>", "berth.lease.>"], "disjoint: both"),
+        (["berth.lease.>", "berth.lease.>"], ["berth.lease.>"], "a duplicate once"),
+        (["berth.cq.*.admitted.>", "berth.cq.>"], ["berth.cq.>"], "the wider one stays"),
+    ],
+)
+def test_server_filters_never_overlap(
+    patterns: list[str], expected: list[str], reason: str
+) -> None:
+    """nats-server refuses a consumer whose filters overlap."""
+    assert server_filters(patterns) == expected, reason
+
+
+@pytest.mark.parametrize(
+    ("subject", "family", "reason"),
+    [
+        ("berth.cq.team-a.admitted.ns.job", "cq.*.admitted", "the queue is a name"),
+        ("berth.wl.started.ns.job", "wl.started", "the verb, not the workload"),
+        ("berth.check.prov.ns.job", "check.*", "any check's answer"),
+        ("berth.lease.admission", "lease.*", "any role's marker"),
+        ("berth.job.status.7", "job.status", "not the job id"),
+        ("berth.cmd", "berth.cmd", "too short to have names: as it is"),
+    ],
+)
+def test_subject_family(subject: str, family: str, reason: str) -> None:
+    assert subject_family(subject) == family, reason
+
+
+def _folded_types(subjects: tuple[str, ...]) -> set[str]:
+    """The event kinds (verbs, 'reserved' apart) whose subjects ``subjects`` carry."""
+    wanted = subject_matcher(subjects)
+    kinds = {
+        verb or family: f"berth.{family}.q.{verb}.ns.name"
+        if family == "cq"
+        else f"berth.{family}.{verb or 'x'}.ns.name"
+        for family, verb in _SUBJECTS.values()
+    }
+    kinds["reserved"] = "berth.cq.q.reserved.ns.name"
+    return {kind for kind, subject in kinds.items() if wanted(subject)}
+
+
+def test_admission_leader_is_not_sent_only_its_own_decisions() -> None:
+    """The deciding leader is not sent what only admission publishes (admissions and
+    reservations, folded when published); everything else its fold reads it still is
+    (preemption's evictions and pending reports share their subjects with admission's)."""
+    left_out = _folded_types(admission.FOLDED_SUBJECTS) - _folded_types(admission.DECIDING_SUBJECTS)
+    assert left_out == {"admitted", "reserved"}
+
+
+def test_preemption_is_sent_what_its_cluster_folds() -> None:
+    """Cluster.apply folds these kinds; a reservation holds quota as an admission does."""
+    assert _folded_types(preemption.FOLDED_SUBJECTS) == {
+        "submitted",
+        "finished",
+        "evicted",
+        "deleted",
+        "admitted",
+        "reserved",
+        "evict",
+        "pending",
+        "boost",
+    }

@@ -12,6 +12,11 @@ Every decision is applied in memory before it is published and carries a determi
 (``admitted-<uid>-<generation>``), so its echo from the stream changes nothing, and a decision
 re-published after a crash is dropped by the stream's duplicate window. If a publish fails for
 good, the service stops: a restart rebuilds the truth from the stream.
+
+The deciding leader is not sent its own admissions and reservations (``DECIDING_SUBJECTS``):
+once published, each is folded as its echo would have been (:meth:`_publish`). A replay and a
+standby read them from the stream. A leader never widens its filter again: suspended, nobody
+else decided meanwhile (its renewal proves it); deposed, it exits and restarts as a standby.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from services.admission.gates import Gates
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Inadmissible, Scheduler
 from services.admission.workload_objects import WorkloadRecord
+from shared.bus import BusError
 from shared.config import LocalQueue
 from shared.config_mirror import ConfigMirror
 from shared.events import (
@@ -64,6 +70,12 @@ log = get_logger("admission")
 # A pending workload's message alone (its numbers) is republished at most this often.
 PENDING_MESSAGE_INTERVAL_S = 1.0
 
+# What the fold reads: a replay and a standby are sent all of it, the deciding leader all but
+# its own admissions and reservations (only admission publishes on these two subjects).
+FOLDED_SUBJECTS = (*STATE_SUBJECTS, *ACTIVITY_SUBJECTS)
+OWN_SUBJECTS = ("berth.cq.*.admitted.>", "berth.cq.*.reserved.>")
+DECIDING_SUBJECTS = tuple(s for s in FOLDED_SUBJECTS if s not in OWN_SUBJECTS)
+
 
 class AdmissionService:
     def __init__(self, runtime: Runtime) -> None:
@@ -86,7 +98,7 @@ class AdmissionService:
         self.scheduler.set_config(self.config.values())
         self.gates.set_config(self.config.values())
 
-        subscription = await self.bus.replay_subscription((*STATE_SUBJECTS, *ACTIVITY_SUBJECTS))
+        subscription = await self.bus.replay_subscription(FOLDED_SUBJECTS)
         started = time.monotonic()
         replayed = await self.bus.replay_to_end(subscription, self._apply)
         log.info("state_rebuilt", events=replayed, seconds=round(time.monotonic() - started, 3))
@@ -115,6 +127,10 @@ class AdmissionService:
             if not self.deciding:
                 self.deciding = True
                 log.info("deciding", replica=self.runtime.replica, term=self.bus.term)
+                try:  # not sent its own admissions (see the docstring)
+                    await self.bus.refilter(subscription, DECIDING_SUBJECTS)
+                except BusError as error:  # still sent them: folded twice, idempotent
+                    log.warning("refilter_failed", workload="", queue="", reason=str(error))
                 await self._decide()  # whatever became admissible while nobody decided
             elif events or self.config.changed.is_set():
                 await self._decide()
@@ -331,7 +347,7 @@ class AdmissionService:
                         waited=max(0.0, now - record.submitted.created.timestamp()),
                         checks_waited=max(0.0, now - reserved_at),
                     )
-            await self.bus.publish_many(gated)
+            await self._publish(gated)
         released = self.gates.released(now)
         for ref, reason, generation in released:
             record = self.records.get(ref.uid)
@@ -432,7 +448,15 @@ class AdmissionService:
                 if self.pending_throttle.offer(pending, now):
                     _log_pending(pending)
                     outgoing.append(pending)
-        await self.bus.publish_many(outgoing)
+        await self._publish(outgoing)
+
+    async def _publish(self, events: list[Event]) -> None:
+        """Publish decisions, then fold this replica's admissions and reservations as their
+        echo would be folded: the deciding leader is not sent them (``DECIDING_SUBJECTS``).
+        Idempotent like every echo: one that comes back anyway (the filter could not be
+        changed) changes nothing."""
+        await self.bus.publish_many(events)
+        self._apply([event for event in events if isinstance(event, WorkloadAdmitted)])
 
 
 def _at(moment: float) -> Callable[[], float]:

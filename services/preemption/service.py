@@ -40,6 +40,12 @@ __all__ = ["PreemptionService"]
 
 log = get_logger("preemption")
 
+# What the cluster's fold reads (Cluster.apply): the state subjects but pod readiness and
+# admission checks' answers. A reservation (cq.*.reserved) holds quota as an admission does.
+FOLDED_SUBJECTS = tuple(
+    s for s in STATE_SUBJECTS if s not in ("berth.wl.podsready.>", "berth.check.>")
+)
+
 # After a preemptor's victims are gone, give admission this long to admit it before looking
 # again (it may have lost the room to a higher-priority workload meanwhile).
 SETTLE_SECONDS = 1.0
@@ -65,7 +71,7 @@ class PreemptionService:
         await self.config.start(self.runtime)
         self.config.take_change()
         self.cluster.set_config(self.config.values())
-        subscription = await self.bus.replay_subscription(STATE_SUBJECTS)
+        subscription = await self.bus.replay_subscription(FOLDED_SUBJECTS)
         lag = sample_consumer_lag(self.runtime, consumer="preemption", subscription=subscription)
         self.runtime.spawn(lag, name="preemption.lag")
         await self.bus.replay_to_end(subscription, lambda events: self._fold(events, live=False))

@@ -60,7 +60,13 @@ __all__ = ["LaunchRequest", "RecoveryService"]
 
 log = get_logger("recovery")
 
-SUBJECTS = ["berth.wl.>", "berth.cq.*.admitted.>", "berth.cq.*.pending.>"]
+# What its consumer is sent: every workload fact a wait needs and a managed job's
+# WorkloadStarted (_kept drops the other workloads' before decoding); never pod readiness.
+SUBJECTS = [
+    *(f"berth.wl.{verb}.>" for verb in sorted(WAIT_VERBS | {"started"})),
+    "berth.cq.*.admitted.>",
+    "berth.cq.*.pending.>",
+]
 AGEING_TICK_SECONDS = 1.0
 
 
@@ -113,7 +119,7 @@ class RecoveryService:
         self.kv = await self.bus.kv(JOBS_BUCKET, history=1)
         await self._load_jobs()
         subscription = await self.bus.durable_subscription(
-            "recovery", SUBJECTS, most_of_stream=True, keep_subject=self._kept
+            "recovery", SUBJECTS, keep_subject=self._kept
         )
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")

@@ -11,25 +11,27 @@ message is logged and skipped (never redelivered forever).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
+from prometheus_client import REGISTRY
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from shared.bus.connection import Connection
 from shared.bus.errors import bus_call, translated
 from shared.bus.fences import fence_before
-from shared.bus.pulling import PULL_EXPIRES_S, PullPump, decode_batch
+from shared.bus.pulling import PULL_EXPIRES_S, PullPump, ReadCounts, decode_batch
 from shared.bus.settings import JS_API_PREFIX, STREAM
 from shared.events import AnyEvent
 from shared.fencing import LEASE_SUBJECTS, MARKER_PREFIX, Fence, screen
 from shared.logging import get_logger
-from shared.subjects import subject_matcher
+from shared.subjects import server_filters
 
-__all__ = ["HANDLER_ATTEMPTS", "Consuming", "Handler", "Settling"]
+__all__ = ["HANDLER_ATTEMPTS", "READS", "Consuming", "Handler", "Settling"]
 
 log = get_logger("bus")
 
@@ -39,9 +41,40 @@ HANDLER_ATTEMPTS = 10  # a batch whose handler keeps raising is retried this oft
 Settling = Awaitable[None]
 Handler = Callable[[list[AnyEvent]], Awaitable[Settling | None]]
 
+# consumer (a durable's name, else the service's) -> what it was sent and decoded, per subject
+READS: dict[str, ReadCounts] = {}
+_COUNTED: dict[int, ReadCounts] = {}  # id(pull subscription) -> its consumer's counts
+
+
+class _ReadsCollector:
+    """``berth_bus_messages_read_total{consumer, subject, stage}``: the messages each consumer
+    of this process was sent (``delivered``) and decoded (``decoded``), per subject family;
+    what the Kueue benchmark's table of readers is made of."""
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "berth_bus_messages_read",
+            "Messages a consumer was sent (delivered) and decoded, per subject family",
+            labels=["consumer", "subject", "stage"],
+        )
+        for consumer, counts in sorted(READS.items()):
+            for stage, counter in (("delivered", counts.delivered), ("decoded", counts.decoded)):
+                for subject, count in sorted(counter.items()):
+                    family.add_metric([consumer, subject, stage], count)
+        yield family
+
+
+REGISTRY.register(_ReadsCollector())
+
 
 class Consuming(Connection):
     """What ``Bus`` does to consume the event stream."""
+
+    def _count_reads(self, subscription: JetStreamContext.PullSubscription, consumer: str) -> None:
+        _COUNTED[id(subscription)] = READS.setdefault(consumer, ReadCounts())
 
     async def durable_subscription(
         self,
@@ -49,22 +82,17 @@ class Consuming(Connection):
         subjects: Sequence[str],
         *,
         max_ack_pending: int = 20_000,
-        most_of_stream: bool = False,
         keep_subject: Callable[[str], bool] | None = None,
     ) -> JetStreamContext.PullSubscription:
         """A durable pull consumer on some subjects: a restarted service resumes where it was.
 
-        ``most_of_stream``: the subjects are most of what the stream carries, so the
-        consumer reads everything and keeps its subjects here (see :meth:`_filtered`);
-        ``keep_subject`` narrows them further, before anything is decoded.
+        The server sends it only ``subjects`` (and the lease markers: :func:`_filters`);
+        ``keep_subject`` narrows them further here, for a choice the server cannot make (it
+        depends on the service's state), before anything is decoded.
         """
         with translated():
             return await self._durable_subscription(
-                durable,
-                subjects,
-                max_ack_pending=max_ack_pending,
-                most_of_stream=most_of_stream,
-                keep_subject=keep_subject,
+                durable, subjects, max_ack_pending=max_ack_pending, keep_subject=keep_subject
             )
 
     async def _durable_subscription(
@@ -73,7 +101,6 @@ class Consuming(Connection):
         subjects: Sequence[str],
         *,
         max_ack_pending: int,
-        most_of_stream: bool,
         keep_subject: Callable[[str], bool] | None,
     ) -> JetStreamContext.PullSubscription:
         config = api.ConsumerConfig(
@@ -82,25 +109,29 @@ class Consuming(Connection):
             # CPU and nats-server as many ack messages as events.
             ack_policy=api.AckPolicy.ALL,
             deliver_policy=api.DeliverPolicy.ALL,
-            # Markers travel with the events they fence (shared/fencing.py).
-            filter_subjects=[] if most_of_stream else [*subjects, LEASE_SUBJECTS],
+            filter_subjects=_filters(subjects),
             max_ack_pending=max_ack_pending,
             ack_wait=30.0,
         )
         try:
+            # A consumer made by an older Berth with other filters (or none) is updated in
+            # place: it resumes where it was, and what follows is filtered anew.
             await self.js.add_consumer(STREAM, config)
         except nats.js.errors.APIError:  # 10012, "ack policy can not be updated", or other
             if not await self._recreated_with_new_ack_policy(config):
                 raise  # some other change to the consumer was refused
         subscription = await self.js.pull_subscribe_bind(durable, stream=STREAM)
+        self._count_reads(subscription, durable)
         # It resumes after its ack floor: its fence starts from the markers stored up to there.
         floor = (await self.js.consumer_info(STREAM, durable)).ack_floor
         resume = (floor.stream_seq if floor and floor.stream_seq else 0) + 1
         self._fences[id(subscription)] = await fence_before(self.js, stream=STREAM, sequence=resume)
-        if not most_of_stream:
-            self._pull_subscriptions.append(subscription)
-            return subscription
-        return self._filtered(subscription, subjects, keep_subject)
+        self._pull_subscriptions.append(subscription)
+        if keep_subject is not None:
+            self._wanted[id(subscription)] = lambda s: (
+                keep_subject(s) or s.startswith(MARKER_PREFIX)
+            )
+        return subscription
 
     async def _recreated_with_new_ack_policy(self, config: api.ConsumerConfig) -> bool:
         """A durable consumer made by an older Berth acks each message, and NATS cannot
@@ -121,52 +152,50 @@ class Consuming(Connection):
     async def replay_subscription(
         self, subjects: Sequence[str]
     ) -> JetStreamContext.PullSubscription:
-        """An ephemeral consumer reading the whole stream from its first message.
+        """An ephemeral consumer reading ``subjects`` (and the lease markers) from the
+        stream's first message, filtered by the server.
 
-        For a service whose state is the fold of every event (admission): no acks to keep;
-        it wants most of the stream, so its subjects are kept here (see :meth:`_filtered`).
+        For a service whose state is the fold of every event (admission, preemption): no
+        acks to keep. :meth:`refilter` changes its subjects later.
         """
         config = api.ConsumerConfig(
             ack_policy=api.AckPolicy.NONE,
             deliver_policy=api.DeliverPolicy.ALL,
+            filter_subjects=_filters(subjects),
             inactive_threshold=60.0,
         )
         with translated():
             subscription = await self.js.pull_subscribe("", stream=STREAM, config=config)
-        return self._filtered(subscription, subjects)
-
-    def _filtered(
-        self,
-        subscription: JetStreamContext.PullSubscription,
-        subjects: Sequence[str],
-        keep_subject: Callable[[str], bool] | None = None,
-    ) -> JetStreamContext.PullSubscription:
-        """A consumer that wants most of the stream reads all of it and keeps ``subjects``
-        here, before decoding.
-
-        Why not the server's ``filter_subjects``: with several filters, a consumer that lags
-        makes nats-server find each next message by walking the block's whole index of
-        subjects once subjects repeat in it (``firstMatchingMulti``; every workload has
-        subjects of its own), several times the CPU of reading everything. Unfiltered, the
-        next message is the next sequence.
-        A consumer that wants a small part (the watcher's decisions) keeps the server's
-        filter: receiving and acking the rest would cost it more.
-        """
+        self._count_reads(subscription, self.source)
         self._pull_subscriptions.append(subscription)
-        matcher = subject_matcher([*subjects, LEASE_SUBJECTS])
-        self._wanted[id(subscription)] = (
-            matcher
-            if keep_subject is None
-            else lambda s: (keep_subject(s) and matcher(s)) or s.startswith(MARKER_PREFIX)
-        )
         return subscription
+
+    async def refilter(
+        self, subscription: JetStreamContext.PullSubscription, subjects: Sequence[str]
+    ) -> None:
+        """From the next message the server sends on, the consumer gets ``subjects`` (and
+        the lease markers) instead of what it got so far; what was sent before stays as it
+        is, in stream order (nats-server 2.10 updates a consumer's filters in place, keeping
+        its position)."""
+        with translated():
+            info = await subscription.consumer_info()
+            config = info.config
+            config.filter_subjects = _filters(subjects)
+            config.filter_subject = None
+            await self.js.add_consumer(info.stream_name, config)
+        log.info("consumer_refiltered", consumer=info.name, subjects=config.filter_subjects)
 
     def _decode(
         self, subscription: JetStreamContext.PullSubscription, messages: Sequence[Msg]
     ) -> list[AnyEvent]:
-        """The events of a batch, kept to the subjects this consumer filters here, that pass
-        its fence."""
-        events = decode_batch(messages, self._wanted.get(id(subscription)), self.on_malformed)
+        """The events of a batch, kept to the subjects this consumer keeps here (if it does),
+        that pass its fence."""
+        events = decode_batch(
+            messages,
+            self._wanted.get(id(subscription)),
+            self.on_malformed,
+            _COUNTED.get(id(subscription)),
+        )
         return screen(self.fence(subscription), events)
 
     def fence(self, subscription: JetStreamContext.PullSubscription) -> Fence:
@@ -365,6 +394,20 @@ class Consuming(Connection):
     async def _close_pump(self, subscription: JetStreamContext.PullSubscription) -> list[Msg]:
         pump = self._pumps.pop(id(subscription), None)
         return [] if pump is None else await pump.close()
+
+
+def _filters(subjects: Sequence[str]) -> list[str]:
+    """A consumer's ``filter_subjects``: its subjects and the lease markers, which travel with
+    the events they fence (shared/fencing.py).
+
+    Why the server filters and not the service: a message sent only to be dropped costs its
+    framing, a delivery and a Python callback, most of what reading it costs. (Consumers used
+    to read the whole stream and drop here, because an older nats-server found a lagging
+    multi-filter consumer's next message by walking each block's index of subjects; the
+    pinned release reads a filtered replay for no more server CPU than an unfiltered one:
+    bench/kueue_scheduler.py prints what each service is sent and decodes per subject.)
+    """
+    return server_filters([*subjects, LEASE_SUBJECTS])
 
 
 async def _cancelled(task: asyncio.Task[Any]) -> None:
