@@ -106,11 +106,17 @@ class AckTracker:
 
     async def resubscribe(self) -> None:
         """The connection signed in anew (a new nats-py client, shared/bus/connection.py):
-        replies come to a new inbox. Publishes still waiting for a reply on the old one time
-        out and are retried by their senders with the same message id."""
-        if self._sweeper is not None:
-            self.prefix = self.nc.new_inbox() + "."
-            await self.nc.subscribe(self.prefix + "*", cb=self._on_reply)
+        replies come to a new inbox. No reply can come for the publishes still waiting on the
+        old one: they fail now as timed out, and their senders retry them at once with the
+        same message id (stored once), rather than after the whole timeout."""
+        if self._sweeper is None:
+            return
+        self.prefix = self.nc.new_inbox() + "."
+        await self.nc.subscribe(self.prefix + "*", cb=self._on_reply)
+        waiting, self._pending = self._pending, {}
+        for future, _ in waiting.values():
+            if not future.done():
+                future.set_exception(AckTimeout("the connection signed in anew: no reply"))
 
     async def _on_reply(self, msg: Msg) -> None:
         held = self._pending.pop(msg.subject[len(self.prefix) :], None)
