@@ -4,7 +4,8 @@ or a single workload.
 What a queue's stop or resume writes (its ``spec.stopPolicy``) is one rule shared with the
 web console: shared/queue_stop.py. A workload's is Kueue's ``spec.active``: the CLI names
 the workload (its uid, asked of admission, so a later one of the same name is not touched)
-in a ``SetWorkloadActive`` command, which admission folds (services/admission/activation.py).
+in a ``SetWorkloadActive`` command, which admission folds (services/admission/activation.py);
+a resume reactivates a workload whatever deactivated it (services/admission/deactivation.py).
 """
 
 from __future__ import annotations
@@ -118,8 +119,10 @@ def stop(nats_url: str, kind: str, name: str, namespace: str, keep_already_runni
 )
 @click.pass_obj
 def resume(nats_url: str, kind: str, name: str, namespace: str) -> None:
-    """Resume a stopped ClusterQueue or LocalQueue (stopPolicy None), or a stopped workload
-    (spec.active: true; it is queued again)."""
+    """Resume a stopped ClusterQueue or LocalQueue (stopPolicy None), or an inactive workload
+    (spec.active: true), whatever deactivated it: berth stop, its maximum execution time, a
+    Rejected admission check or the pods-ready requeue limit. It is queued again at once,
+    its requeue state reset."""
     resolved = _kind(kind)
     if resolved == "Workload":
         click.echo(asyncio.run(_set_active(nats_url, name, namespace, active=True)))
