@@ -114,7 +114,9 @@ def run(queues: int, cohorts: int, workloads: int, fair: bool) -> None:
     )
 
 
-def run_afs(local_queues: int, workloads: int, on: bool) -> None:
+def afs_world(local_queues: int, on: bool) -> list[ConfigObject]:
+    """ClusterQueue `shared` (2,000 CPUs, ``admissionScope`` usage-based) and LocalQueues
+    lq-0...; the Configuration's ``admissionFairSharing`` (half-life 1h) when ``on``."""
     spec = {"admissionFairSharing": {"usageHalfLifeTime": "1h"}} if on else {}
     cluster_queue = _queue("shared", "", 2000)
     cluster_queue["spec"]["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
@@ -137,8 +139,12 @@ def run_afs(local_queues: int, workloads: int, on: bool) -> None:
         }
         for i in range(local_queues)
     ]
+    return [parse_object(document) for document in documents]
+
+
+def run_afs(local_queues: int, workloads: int, on: bool) -> None:
     scheduler = Scheduler()
-    scheduler.set_config([parse_object(document) for document in documents])
+    scheduler.set_config(afs_world(local_queues, on))
     _submit(scheduler, workloads, local_queues)
     admitted, first, steady = _timed_passes(scheduler)
     cpus: dict[str, int] = {}

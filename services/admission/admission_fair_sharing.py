@@ -118,7 +118,7 @@ class Ledger:
 
     def _fold(self, lq: tuple[str, str], now: float) -> _Entry:
         entry = self._entries.setdefault(lq, _Entry())
-        if entry.since is not None:
+        if entry.since is not None and now > entry.since:  # no time passed: nothing decays
             entry.consumed = decayed(
                 entry.consumed, entry.current, now - entry.since, self._half_life
             )
@@ -135,10 +135,11 @@ class Ledger:
         or as a standby, so the history after a replay is the history before it."""
         entry = self._fold(lq, now)
         self.version += 1
-        for name, value in per_resource(usage).items():
+        amounts = per_resource(usage)
+        for name, value in amounts.items():
             entry.current[name] = max(0.0, entry.current.get(name, 0.0) + sign * value)
         if sign > 0:
-            self.penalize(lq, usage, now)
+            self._charge(entry, amounts)
 
     def penalize(
         self, lq: tuple[str, str], usage: Mapping[FlavorResource, int], now: float
@@ -148,7 +149,10 @@ class Ledger:
         persists at the next sample)."""
         entry = self._fold(lq, now)
         self.version += 1
-        for name, value in per_resource(usage).items():
+        self._charge(entry, per_resource(usage))
+
+    def _charge(self, entry: _Entry, amounts: Mapping[str, float]) -> None:
+        for name, value in amounts.items():
             entry.consumed[name] = entry.consumed.get(name, 0.0) + value * self._penalty_share
 
     def running(self, lq: tuple[str, str], usage: Mapping[FlavorResource, int], now: float) -> None:
