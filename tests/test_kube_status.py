@@ -325,28 +325,60 @@ async def test_the_preempted_event_names_the_preemptor(
     assert conditions["Preempted"] == conditions["Evicted"] == kueue
 
 
-async def test_kube_status_writes_the_cohort_weighted_share(
-    kmock: kmock.KubernetesEmulator, nats_url: str
+FAIR_STATUS_CASES = [
+    (
+        "cohorts",
+        None,
+        {"fairSharing": {"weightedShare": 250}},
+        "/apis/kueue.x-k8s.io/v1beta2/cohorts/root/status",
+        "a Cohort's weightedShare: `kubectl get cohorts -o yaml` shows it",
+    ),
+    (
+        "localqueues",
+        "ns",
+        {
+            "pendingWorkloads": 0,
+            "fairSharing": {
+                "weightedShare": 0,
+                "admissionFairSharingStatus": {
+                    "consumedResources": {"cpu": "85m"},
+                    "lastUpdate": "2025-01-01T00:00:00Z",
+                },
+            },
+        },
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues/root/status",
+        "a LocalQueue's admission fair sharing history, under Kueue's field names",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("view", "namespace", "status", "path", "why"),
+    FAIR_STATUS_CASES,
+    ids=[c[4] for c in FAIR_STATUS_CASES],
+)
+async def test_kube_status_writes_fair_sharing_status(
+    kmock: kmock.KubernetesEmulator,
+    nats_url: str,
+    view: str,
+    namespace: str | None,
+    status: dict[str, Any],
+    path: str,
+    why: str,
 ) -> None:
-    """With Kueue's Cohort CRD served, the writer patches each Cohort's status as admission's
-    API renders it (status.fairSharing.weightedShare, so `kubectl get cohorts -o yaml` shows
-    it) from its first round, before any event; then not again while it is unchanged."""
-    cohorts = km.resource("kueue.x-k8s.io/v1beta2/cohorts")
-    kmock.objects[cohorts, None, "root"] = {"metadata": {"name": "root"}}
-    bus = await Bus.connect(nats_url, source="watcher")
-    status = {"fairSharing": {"weightedShare": 250}}
-    rendered = {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
-        "kind": "Cohort",
-        "metadata": {"name": "root"},
-        "spec": {},
-        "status": status,
+    """With the CRD served, the writer patches the object's status as admission's API renders
+    it from its first round, before any event; then not again while it is unchanged."""
+    kmock.objects[km.resource(f"kueue.x-k8s.io/v1beta2/{view}"), namespace, "root"] = {
+        "metadata": {"name": "root"}
     }
+    bus = await Bus.connect(nats_url, source="watcher")
+    metadata = {"name": "root"} if namespace is None else {"name": "root", "namespace": namespace}
+    rendered = {"metadata": metadata, "spec": {}, "status": status}
 
     async def admission(_: str, data: bytes) -> dict[str, Any]:
         return {"items": [rendered], "next": None}
 
-    api = await bus.serve_requests("berth.api.admission.cohorts", admission)
+    api = await bus.serve_requests(f"berth.api.admission.{view}", admission)
     client = KubeClient.for_host(str(kmock.url).rstrip("/"))
     writer = KueueStatusWriter(bus, client, {}, settings=StatusSettings())
     stopping = asyncio.Event()
@@ -365,6 +397,6 @@ async def test_kube_status_writes_the_cohort_weighted_share(
             await client.close()
             await bus.close()
     patches = [r for r in kmock if r.method == "PATCH"]
-    assert [r.url.path for r in patches] == ["/apis/kueue.x-k8s.io/v1beta2/cohorts/root/status"]
-    assert patches[0].data == {"status": status}
-    assert writer.views == {"cohorts"}
+    assert [r.url.path for r in patches] == [path], why
+    assert patches[0].data == {"status": status}, why
+    assert writer.views == {view}, why
