@@ -318,8 +318,14 @@ def test_resume_resets_the_requeue_state() -> None:
 
 def test_resume_gives_a_fresh_execution_budget() -> None:
     """Kueue clears accumulatedPastExecutionTimeSeconds when the limit deactivates: resumed,
-    the workload has its whole limit again; one a user stopped keeps what it used."""
-    for cause, due in (("exceed", False), ("stop", True)):
+    the workload has its whole limit again, also when a user had stopped it first; one only
+    a user stopped keeps what it used."""
+    cases = [
+        (["exceed a"], False, "its limit deactivated it: a fresh budget"),
+        (["stop a"], True, "a user stopped it: 9 of its 10 s stay used"),
+        (["stop a", "exceed a"], False, "stopped, then its limit's eviction: a fresh budget"),
+    ]
+    for steps, due, why in cases:
         world = World()
         limits = world.activity.limits
         limits.submitted("uid-a", {"kueue.x-k8s.io/max-exec-time-seconds": "10"})
@@ -327,7 +333,7 @@ def test_resume_gives_a_fresh_execution_budget() -> None:
             world.step(action)
         limits.admitted("uid-a", 0.0)
         limits.stopped("uid-a", 9.0)  # 9 of its 10 s used
-        world.step(f"{cause} a")
-        world.step("resume a")
+        for action in [*steps, "resume a"]:
+            world.step(action)
         limits.admitted("uid-a", 100.0)
-        assert limits.due(101.0) == (["uid-a"] if due else []), cause
+        assert limits.due(101.0) == (["uid-a"] if due else []), why

@@ -126,10 +126,13 @@ class Activity:
             return
         if isinstance(event, EvictionRequested):
             asked = (ref.uid, event.generation)
+            cause = cause_of(event)
             # Seen already (a redelivery, a user's stop carried out), or no deactivation.
-            if asked in self.evictions_asked or cause_of(event) is None:
+            if asked in self.evictions_asked or cause is None:
                 return
             self.evictions_asked.add(asked)  # this admission's eviction: none other is asked
+            if cause.cause == EXEC_CAUSE:  # its limit reported (a replay does not report it
+                self.limits.exceeded.add(ref.uid)  # again; a resume gives a fresh budget)
         current = self.inactive.get(ref.uid)
         after = active_after(current, event)
         if after is current:
@@ -149,8 +152,6 @@ class Activity:
         event: Event,
     ) -> None:
         self.inactive[ref.uid] = deactivation
-        if deactivation.cause == EXEC_CAUSE:
-            self.limits.exceeded.add(ref.uid)  # reported: a replay does not report it again
         if record.admission is None:  # pending: out of its queue (and any backoff) now
             self._leave(ref, scheduler)
             self.unannounced[ref.uid] = (f"inactive-{event.id}", cluster_queue)
