@@ -67,12 +67,12 @@ def rotate(directory: Path, user: str) -> None:
             "No running NATS of `berth up` uses this directory: reload yours to apply"
             " (kill -HUP <nats-server pid>)."
         )
-    if user in SERVICE_USERS:
+    if user in (*SERVICE_USERS, "console"):
         # The reload drops the service's connection and refuses its old key; the service
         # reads its seed file again and signs in with the new key (shared/bus/connection.py).
         console.print(
-            f"The running {user} service signs in anew with the new seed, without a restart,"
-            " once NATS has reloaded (it reads its seed file again when its old key is refused)."
+            f"The running {user} signs in anew with the new seed, without a restart, once"
+            " NATS has reloaded (it reads its seed file again when its old key is refused)."
         )
 
 

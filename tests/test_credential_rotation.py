@@ -18,6 +18,9 @@ from nats.js.kv import KeyValue
 
 import shared.bus.connection
 from berth_cli.natsserver import NatsServer
+from berth_console.feed import BusFeed
+from berth_console.model import Model
+from berth_console.queries import Queries
 from shared.auth import ClientAuth, CredentialStore
 from shared.bus import JOBS_BUCKET, STREAM, BucketWatch, Bus, BusError
 from shared.events import AnyEvent, WorkloadFinished, WorkloadRef
@@ -156,6 +159,45 @@ async def test_an_unchanged_seed_is_not_signed_in_with_again(
     # Refused (maybe several times, at each reconnect) before the file changed, then renewed.
     assert told[0] == "credentials_refused" and told[-1] == "credentials_renewed", told
     assert told.count("credentials_renewed") == 1, told
+
+
+async def test_the_console_follows_the_events_on_after_its_seed_rotates(
+    server: NatsServer, store: CredentialStore
+) -> None:
+    """The console's event feed subscribes again on the reconnect that signing in anew
+    announces: an event published after the rotation reaches its model."""
+    admin = await connect_as(server.url, store, "admin")
+    await admin.ensure_stream()
+    bus = await Bus.connect(
+        server.url, source="console", auth=ClientAuth(seed=store.seed_path("console"))
+    )
+    model = Model()
+    feed = BusFeed(bus, model, Queries(bus))
+    following = asyncio.create_task(feed.run())
+
+    async def folded(name: str) -> None:
+        event = WorkloadFinished(
+            source="test", workload=WorkloadRef("default", name, name), generation=1, succeeded=True
+        )
+        seq = (await admin.publish(event)).seq
+
+        async def reached() -> None:
+            while model.seq < seq:  # noqa: ASYNC110 - the model has no event to wait on
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(reached(), WAIT_S)
+
+    try:
+        await folded("before")
+        store.rotate("console")
+        assert server.process is not None
+        os.kill(server.process.pid, signal.SIGHUP)
+        await folded("after")
+    finally:
+        feed.stop()
+        await asyncio.wait_for(asyncio.gather(following, return_exceptions=True), WAIT_S)
+        await bus.close()
+        await admin.close()
 
 
 SERVICES = ("watcher", "admission", "preemption", "recovery")
