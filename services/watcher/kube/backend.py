@@ -18,7 +18,9 @@ Same duties as the local backend, same reports (see :mod:`services.watcher.repor
 - mirror Namespaces and Kueue's configuration kinds into the config bucket (:mod:`.mirroring`);
 - answer ``berth.api.watcher.logs`` from the pods' logs through the API server (:mod:`.logs`);
 - write what Kueue would (Workloads, queue status, Events on the Job), rate-limited, in a
-  task of its own (:mod:`.kueue_status`).
+  task of its own (:mod:`.kueue_status`);
+- list-watch those Workloads: a ``spec.active`` set by someone else (kueuectl's ``stop|resume
+  workload``) is published as the CLI's ``SetWorkloadActive`` (:mod:`.active`).
 
 Ready once every initial list is done (a CRD that is not installed counts as an empty list).
 """
