@@ -11,6 +11,7 @@ from services.recovery.waiting import Aged, Waits, earlier_totals
 from shared.events import (
     AnyEvent,
     PodSet,
+    PriorityBoosted,
     WorkloadAdmitted,
     WorkloadEvicted,
     WorkloadFinished,
@@ -54,6 +55,11 @@ def finished(t: float) -> WorkloadFinished:
                             succeeded=True)  # fmt: skip
 
 
+def boosted(clock: float) -> PriorityBoosted:
+    return PriorityBoosted(id="b", source="recovery", time=at(clock), workload=REF, boost=5,
+                           reserved=True, since=at(clock))  # fmt: skip
+
+
 CASES: list[tuple[str, list[AnyEvent], float, float | None]] = [
     # (why, facts, now, its clock then)
     ("waiting less than reserveAfter: no clock yet",
@@ -71,6 +77,11 @@ CASES: list[tuple[str, list[AnyEvent], float, float | None]] = [
     ("no ClusterQueue known yet (admission has not queued it): no clock",
      [submitted(100)], 10_000.0, None),
     ("finished: forgotten", [submitted(100), pending(101), finished(150)], 10_000.0, None),
+    ("its announced clock, read back at a restart, is kept through a later wait",
+     [submitted(100), pending(101), boosted(100), admitted(170, 1), evicted(200, 1)], 201.0,
+     100.0),
+    ("an announcement for a workload already finished brings back nothing",
+     [submitted(100), pending(101), finished(150), boosted(100)], 10_000.0, None),
 ]
 
 

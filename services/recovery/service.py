@@ -8,7 +8,9 @@
   job is stored, then the batch is acked: a crash anywhere replays to the same result.
 - Every second, each waiting preempted job's ageing boost is recomputed from its policy and
   published (``PriorityBoosted``) when it changes; admission reorders its queue with it. Every
-  other workload ages too once one wait has lasted ``reserveAfter`` (``waiting.Waits``).
+  other workload ages too once one wait has lasted ``reserveAfter`` (``waiting.Waits``). At
+  start, before it decides anything, it reads every wait back from the stream
+  (``WAIT_HISTORY``): a restarted or failed-over recovery keeps every workload's clock.
 - A standby replica only follows the config; all of the above starts once it leads
   (docs/replicas.md).
 """
@@ -27,7 +29,7 @@ from nats.js.kv import KeyValue
 from services.recovery import lifecycle, metrics
 from services.recovery.ageing import boost_at, reservation_granted
 from services.recovery.reserving import Reservations
-from services.recovery.waiting import WAIT_VERBS, Aged, Waits, earlier_totals
+from services.recovery.waiting import WAIT_HISTORY, WAIT_VERBS, Aged, Waits, earlier_totals
 from shared.bus import API_SUBJECT, JOBS_BUCKET, KeyExists, KeyNotFound, Served
 from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
 from shared.config_mirror import ConfigMirror
@@ -118,6 +120,9 @@ class RecoveryService:
             return
         self.kv = await self.bus.kv(JOBS_BUCKET, history=1)
         await self._load_jobs()
+        waits = await self.bus.replay_once(WAIT_HISTORY, self._rebuild)
+        self.announced = {u: a for u, a in self.announced.items() if u in self.waits.waits}
+        log.info("waits_rebuilt", events=waits, waiting=len(self.waits.waits))
         subscription = await self.bus.durable_subscription(
             "recovery", SUBJECTS, keep_subject=self._kept
         )
@@ -140,6 +145,15 @@ class RecoveryService:
         for job in await load_jobs(self.kv, malformed=partial(letters.send, "object")):
             self._index(job)
         log.info("jobs_loaded", jobs=len(self.jobs))
+
+    def _rebuild(self, events: list[AnyEvent]) -> None:
+        """Every wait from the stream's start; what it announced is not announced again.
+        (The durable consumer then delivers again what it had not acknowledged: folding a
+        fact twice changes nothing.)"""
+        for event in events:
+            self.waits.apply(event)
+            if isinstance(event, PriorityBoosted) and event.source == "recovery":
+                self.announced[event.workload.uid] = (event.boost, event.reserved)
 
     def _index(self, job: ManagedJob) -> None:
         self.jobs[job.id] = job

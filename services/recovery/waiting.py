@@ -5,6 +5,10 @@ when its current wait began) and gives a waiting workload its ageing clock by
 ``shared.starvation.ageing_clock``: the start of the first wait that lasted ``reserveAfter``.
 From then on it is boosted and due a reservation like a preempted managed job
 (docs/ageing.md); ``Aged`` lists every clock of a ClusterQueue for the share rule.
+
+Recovery's own announcements (``PriorityBoosted``) fold here too: read back from the stream
+at start, they give a restarted recovery each clock it had set (kept for good, even when the
+wait under way began later) and the reservations it had granted (kept while the job waits).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 
 from shared.events import (
     AnyEvent,
+    PriorityBoosted,
     WorkloadAdmitted,
     WorkloadDeleted,
     WorkloadEvicted,
@@ -24,11 +29,19 @@ from shared.events import (
 )
 from shared.starvation import ageing_clock
 
-__all__ = ["WAIT_VERBS", "Aged", "Wait", "Waits", "earlier_totals"]
+__all__ = ["WAIT_HISTORY", "WAIT_VERBS", "Aged", "Wait", "Waits", "earlier_totals"]
 
 # The workload facts (berth.wl.<verb>.…) a wait needs; admission's admitted and pending
 # decisions (berth.cq.…) too.
 WAIT_VERBS = frozenset({"submitted", "evicted", "finished", "deleted"})
+# What recovery reads back from the stream's start when it starts (its durable consumer
+# resumes after what it acknowledged): those, and its own announcements with their clocks.
+WAIT_HISTORY = (
+    *(f"berth.wl.{verb}.>" for verb in sorted(WAIT_VERBS)),
+    "berth.cq.*.admitted.>",
+    "berth.cq.*.pending.>",
+    "berth.job.boost.>",
+)
 
 
 @dataclass(slots=True)
@@ -96,6 +109,10 @@ class Waits:
                 if wait.running and event.generation == wait.generation:
                     wait.running = False
                     wait.waiting_since = event.time.timestamp()
+            case PriorityBoosted() if wait is not None and event.source == "recovery":
+                if wait.since is None and event.since is not None:
+                    wait.since = event.since.timestamp()  # the clock it was given, for good
+                wait.boost, wait.reserved = event.boost, event.reserved
             case WorkloadFinished() | WorkloadDeleted():
                 self.waits.pop(uid, None)
 

@@ -354,6 +354,24 @@ class Consuming(Connection):
             if messages[-1].metadata.num_pending == 0:
                 return count
 
+    async def replay_once(
+        self, subjects: Sequence[str], fold: Callable[[list[AnyEvent]], None]
+    ) -> int:
+        """Fold every stored event on ``subjects`` through ``fold`` with a consumer of its
+        own, closed once it reached the end; returns how many messages there were.
+
+        For a service that rebuilds part of its state from the stream at start and follows
+        the rest with its durable consumer (recovery's waits: docs/ageing.md).
+        """
+        subscription = await self.replay_subscription(subjects)
+        try:
+            return await self.replay_to_end(subscription, fold)
+        finally:
+            await self._close_pump(subscription)
+            self._pull_subscriptions.remove(subscription)
+            with translated():
+                await subscription.unsubscribe()
+
     async def next_batch(
         self, subscription: JetStreamContext.PullSubscription, *, wait: float
     ) -> list[AnyEvent] | None:
