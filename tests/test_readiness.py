@@ -4,11 +4,19 @@ and when a run counts as ready."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from services.watcher.local.readiness import ExecProbe, exec_probes, first_failure, wait_ready
+from services.watcher.local.readiness import (
+    ExecProbe,
+    exec_probes,
+    first_failure,
+    readiness_changes,
+    wait_ready,
+)
 
 
 def _pod(*containers: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -38,6 +46,21 @@ PROBES: list[tuple[dict[str, dict[str, Any]], list[ExecProbe], list[str], str]] 
         [ExecProbe("a", ["true"], initial_delay=2.0, period=3.0, timeout=4.0)],
         [],
         "its timings are read",
+    ),
+    (
+        _pod(
+            {
+                "name": "a",
+                "readinessProbe": {
+                    "exec": {"command": ["true"]},
+                    "failureThreshold": 5,
+                    "successThreshold": 2,
+                },
+            }
+        ),
+        [ExecProbe("a", ["true"], failure_threshold=5, success_threshold=2)],
+        [],
+        "its thresholds are read (kept probing once ready; defaults 3 and 1)",
     ),
     (
         _pod({"name": "web", "readinessProbe": {"httpGet": {"path": "/", "port": 80}}}),
@@ -104,4 +127,64 @@ async def test_first_failure(
         for _, process in processes:
             if process.returncode is None:
                 process.kill()
+            await process.wait()
+
+
+# (why, probed, steps): each step an action and the change it must bring, or None for "the
+# changes end". Actions: "unready"/"ready" remove/create the probe's file, "fail" makes pod a
+# exit 3 while pod b runs, "end" makes both exit 0 (the run ends well).
+LOST = (False, "readiness probe of c failed 2 times")
+BACK = (True, "every readiness probe passes again")
+FAILED = (False, "pod a exited with code 3 while others run")
+CHANGES: list[tuple[str, bool, list[tuple[str, tuple[bool, str] | None]]]] = [
+    (
+        "a probe that fails failureThreshold times is a loss, passing again a recovery",
+        True,
+        [("unready", LOST), ("ready", BACK), ("end", None)],
+    ),
+    ("a failed process is a loss for good: nothing restarts it", False, [("fail", FAILED)]),
+    (
+        "a process failing while a probe already says not ready is no second loss",
+        True,
+        [("unready", LOST), ("fail", None)],
+    ),
+    ("without probes nothing changes until the run ends", False, [("end", None)]),
+]
+
+
+@pytest.mark.parametrize(("why", "probed", "steps"), CHANGES, ids=[c[0] for c in CHANGES])
+async def test_readiness_changes(
+    why: str, probed: bool, steps: list[tuple[str, tuple[bool, str] | None]], tmp_path: Path
+) -> None:
+    """Real processes and probes: each readiness change of a run already ready."""
+    ok, fail, end = tmp_path / "ok", tmp_path / "fail", tmp_path / "end"
+    ok.touch()
+    scripts = [
+        f"while true; do [ -f {fail} ] && exit 3; [ -f {end} ] && exit 0; sleep 0.02; done",
+        f"while [ ! -f {end} ]; do sleep 0.02; done",
+    ]
+    processes = [
+        (name, await asyncio.create_subprocess_exec("sh", "-c", script))
+        for name, script in zip("ab", scripts, strict=True)
+    ]
+    probe = ExecProbe("c", ["test", "-f", str(ok)], period=0.01, failure_threshold=2)
+    changes = readiness_changes(processes, [probe] if probed else [], running=lambda: True)
+    files: dict[str, Callable[[], object]] = {
+        "unready": ok.unlink,
+        "ready": ok.touch,
+        "fail": fail.touch,
+        "end": end.touch,
+    }
+    try:
+        for action, expected in steps:
+            files[action]()
+            if expected is None:
+                with pytest.raises(StopAsyncIteration):
+                    await anext(changes)
+            else:
+                assert await anext(changes) == expected, why
+    finally:
+        await changes.aclose()
+        end.touch()
+        for _, process in processes:
             await process.wait()

@@ -8,19 +8,22 @@ they count as ready, and :func:`exec_probes` says which were skipped.
 
 A ready run loses readiness (Kueue's PodsReady False, WaitForRecovery; recoveryTimeout counts
 from then) when one of its processes exits with failure while others still run
-(:func:`first_failure`): as a Job's ready count drops when a pod fails. A process that exits 0
+(:func:`first_failure`), as a Job's ready count drops when a pod fails; a process that exits 0
 stays counted, as a succeeded pod does. The local backend restarts no process, so such a run
-never recovers: it is evicted after recoveryTimeout, or finishes (failed) first.
+never recovers: it is evicted after recoveryTimeout, or finishes (failed) first. Its exec
+probes keep running once it is ready, as a kubelet's do: ``failureThreshold`` (default 3)
+failures in a row of one of them is a loss too, and ``successThreshold`` (default 1) passes
+in a row of every one a recovery (:func:`readiness_changes`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["ExecProbe", "exec_probes", "first_failure", "wait_ready"]
+__all__ = ["ExecProbe", "exec_probes", "first_failure", "readiness_changes", "wait_ready"]
 
 DEFAULT_PERIOD_S = 10.0
 PROBE_TIMEOUT_S = 1.0  # Kubernetes' default timeoutSeconds
@@ -33,6 +36,8 @@ class ExecProbe:
     initial_delay: float = 0.0
     period: float = DEFAULT_PERIOD_S
     timeout: float = PROBE_TIMEOUT_S
+    failure_threshold: int = 3  # Kubernetes' defaults
+    success_threshold: int = 1
 
 
 def exec_probes(pod_specs: Mapping[str, dict[str, Any]]) -> tuple[list[ExecProbe], list[str]]:
@@ -57,6 +62,8 @@ def exec_probes(pod_specs: Mapping[str, dict[str, Any]]) -> tuple[list[ExecProbe
                     initial_delay=float(probe.get("initialDelaySeconds") or 0),
                     period=float(probe.get("periodSeconds") or DEFAULT_PERIOD_S),
                     timeout=float(probe.get("timeoutSeconds") or PROBE_TIMEOUT_S),
+                    failure_threshold=int(probe.get("failureThreshold") or 3),
+                    success_threshold=int(probe.get("successThreshold") or 1),
                 )
             )
     return probes, skipped
@@ -113,3 +120,60 @@ async def first_failure(
     finally:
         for task in waits:
             task.cancel()
+
+
+async def _probes_turn(probes: list[ExecProbe], *, ready: bool, running: Callable[[], bool]) -> str:
+    """Run the probes every (shortest) period until the run's readiness turns: from ready,
+    a probe failing ``failure_threshold`` times in a row; from not ready, every probe passing
+    ``success_threshold`` times in a row. Returns why; waits for good if there is no probe."""
+    if not probes:
+        await _until_cancelled()  # nothing to probe
+    period = min(probe.period for probe in probes)
+    streaks = dict.fromkeys(range(len(probes)), 0)  # consecutive results against `ready`
+    while running():
+        await asyncio.sleep(period)
+        for index, probe in enumerate(probes):
+            passed = await _succeeds(probe)
+            streaks[index] = streaks[index] + 1 if passed != ready else 0
+            if ready and streaks[index] >= probe.failure_threshold:
+                return f"readiness probe of {probe.container} failed {streaks[index]} times"
+        if not ready and all(
+            streaks[i] >= probe.success_threshold for i, probe in enumerate(probes)
+        ):
+            return "every readiness probe passes again"
+    await _until_cancelled()  # the run ended: the process watch ends this
+
+
+async def _until_cancelled() -> NoReturn:
+    """Wait for the owner's cancellation, and nothing else."""
+    await asyncio.Event().wait()
+    raise AssertionError("an event nobody sets was set")
+
+
+async def readiness_changes(
+    processes: list[tuple[str, asyncio.subprocess.Process]],
+    probes: list[ExecProbe],
+    *,
+    running: Callable[[], bool],
+) -> AsyncGenerator[tuple[bool, str], None]:
+    """After a run was first reported ready: each change of its readiness, (ready, why),
+    until the run ends. A process that fails while others run is a loss for good (nothing is
+    restarted); a probe's failures a loss its passes end (see the module docstring)."""
+    failure = asyncio.ensure_future(first_failure(processes, running=running))
+    ready = True
+    try:
+        while True:
+            turn = asyncio.ensure_future(_probes_turn(probes, ready=ready, running=running))
+            try:
+                await asyncio.wait({failure, turn}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                turn.cancel()
+            if failure.done():
+                failed = failure.result()
+                if failed is not None and ready:
+                    yield False, f"pod {failed[0]} exited with code {failed[1]} while others run"
+                return
+            ready = not ready
+            yield ready, turn.result()
+    finally:
+        failure.cancel()

@@ -13,7 +13,7 @@ from services.watcher.local.finishes import Finishes
 from services.watcher.local.objects import find_object
 from services.watcher.local.pods import local_pods
 from services.watcher.local.processes import RunningPods, kill_leftover, workload_log_dir
-from services.watcher.local.readiness import exec_probes, first_failure, wait_ready
+from services.watcher.local.readiness import exec_probes, readiness_changes, wait_ready
 from services.watcher.local.run_files import RunSetupError, prepare_run
 from services.watcher.local.simulated import Simulated
 from services.watcher.local.statuses import StatusStore, StatusWrites
@@ -142,19 +142,14 @@ class Runs:
             return
         await self.runtime.bus.publish(reporting.pods_ready(ref, running.generation))
         log.info("pods_ready", workload=ref.key, generation=running.generation)
-        # Then a process that fails while others run is a loss of readiness (readiness.py).
+        # Then each loss (a process fails while others run, a probe fails) and recovery.
         processes = [(pod.name, pod.process) for pod in running.pods]
-        failure = await first_failure(processes, running=still)
-        if failure is not None:
+        async for ready, why in readiness_changes(processes, probes, running=still):
             await self.runtime.bus.publish(
-                reporting.pods_ready(ref, running.generation, ready=False, first=False)
+                reporting.pods_ready(ref, running.generation, ready=ready, first=False)
             )
-            log.info(
-                "pods_not_ready",
-                workload=ref.key,
-                generation=running.generation,
-                reason=f"pod {failure[0]} exited with code {failure[1]} while others run",
-            )
+            event = "pods_ready" if ready else "pods_not_ready"
+            log.info(event, workload=ref.key, generation=running.generation, reason=why)
 
     def simulated_run(self, event: AnyEvent) -> tuple[Simulated, float] | None:
         """The run to start for an admission of a simulated workload not started yet."""
