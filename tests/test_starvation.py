@@ -232,9 +232,44 @@ def test_share_and_grant() -> None:
     """The share rule, as recovery grants reservations with it."""
     assert fits_share(0.5, cpu(4), [cpu(1), cpu(1)])
     assert not fits_share(0.5, cpu(4), [cpu(1), cpu(1.5)])
-    ageing = AgeingPolicy(max_reserved_share=0.5)
-    assert reservation_granted(ageing, request=cpu(2), nominal=cpu(4), earlier=[])
-    assert not reservation_granted(ageing, request=cpu(2), nominal=cpu(4), earlier=[cpu(1)])
+
+
+MEM = {"memory": 8 << 30}
+PRICES: list[tuple[str, float, dict[str, int], dict[str, int], list[dict[str, int]], bool]] = [
+    # (why, maxReservedShare, request, nominal, earlier clocks' requests, granted)
+    ("alone, within the share", 0.5, cpu(2), cpu(4), [], True),
+    ("alone, over the share: the higher classes keep their half", 0.5, cpu(3), cpu(4), [], False),
+    ("with the earlier clocks, within it", 0.5, cpu(1), cpu(4), [cpu(1)], True),
+    ("the earlier clocks fill it: it waits for one of them to end", 0.5, cpu(2), cpu(4),
+     [cpu(1)], False),
+    ("earlier clocks count whether they run or wait, summed", 0.75, cpu(1), cpu(4),
+     [cpu(1), cpu(1)], True),
+    ("share 1: reservations may hold the whole quota", 1.0, cpu(4), cpu(4), [], True),
+    ("share 0: no reservation, ever", 0.0, cpu(1), cpu(4), [], False),
+    ("per resource: cpu within, memory over", 0.5, cpu(1) | {"memory": 5 << 30}, cpu(4) | MEM,
+     [], False),
+    ("per resource: an earlier clock's other resource takes nothing from this one", 0.5,
+     cpu(2), cpu(4) | MEM, [{"memory": 4 << 30}], True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("why", "share", "asked", "nominal", "earlier", "granted"), PRICES, ids=[p[0] for p in PRICES]
+)
+def test_the_price_rule(
+    why: str,
+    share: float,
+    asked: dict[str, int],
+    nominal: dict[str, int],
+    earlier: list[dict[str, int]],
+    granted: bool,
+) -> None:
+    """What ageing may cost a higher class: a due reservation is granted only within
+    maxReservedShare of the nominal quota, together with every earlier clock
+    (``reservation_granted``, docs/ageing.md "The price")."""
+    ageing = AgeingPolicy(max_reserved_share=share)
+    answer = reservation_granted(ageing, request=asked, nominal=nominal, earlier=earlier)
+    assert answer is granted, why
 
 
 CLOCKS = [
