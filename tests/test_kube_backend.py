@@ -69,6 +69,19 @@ def labelled_job(**labels: str) -> dict[str, Any]:
     }
 
 
+def admitted_job() -> WorkloadAdmitted:
+    """Admission's decision for the test Job (REF), generation 1, on ASSIGNMENT."""
+    return WorkloadAdmitted(
+        source="admission",
+        workload=REF,
+        cluster_queue="cq",
+        local_queue="team-a",
+        priority=0,
+        assignments=[ASSIGNMENT],
+        generation=1,
+    )
+
+
 class Harness:
     def __init__(self, handler: kmock.KubernetesEmulator, bus: Bus, runtime: Runtime) -> None:
         self.kmock = handler
@@ -174,15 +187,7 @@ async def test_admission_eviction_and_finish(harness: Harness) -> None:
     harness.kmock.objects[JOBS_KEY, "ns", "j1"] = obj
     task = await start(harness)
     await harness.wait_for(lambda e: isinstance(e, WorkloadSubmitted))
-    admitted = WorkloadAdmitted(
-        source="admission",
-        workload=REF,
-        cluster_queue="cq",
-        local_queue="team-a",
-        priority=0,
-        assignments=[ASSIGNMENT],
-        generation=1,
-    )
+    admitted = admitted_job()
     await harness.bus.publish(admitted)
     # A redelivery: the same decision again (another message id, or the stream would dedupe).
     await harness.bus.publish(msgspec.structs.replace(admitted, id="again"))

@@ -3,18 +3,19 @@ kind, and the fact reported once a Job's pods are ready (kmock as the API server
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from services.watcher.kube.readiness import group_ready, pods_ready
-from shared.events import WorkloadAdmitted, WorkloadPodsReady, WorkloadStarted, WorkloadSubmitted
+from shared.events import WorkloadPodsReady, WorkloadStarted, WorkloadSubmitted
 from tests.test_kube_backend import (  # noqa: F401 - harness is a fixture
-    ASSIGNMENT,
     JOBS_KEY,
     PODS_KEY,
     REF,
     Harness,
+    admitted_job,
     harness,
     labelled_job,
     start,
@@ -98,14 +99,20 @@ def test_pods_ready_rule(kind: str, obj: dict[str, Any], expected: bool | None, 
     assert pods_ready(kind, obj) is expected, why
 
 
-async def test_a_job_with_all_pods_ready_is_reported_once(harness: Harness) -> None:  # noqa: F811
-    """Admitted, then status.ready reaches the Job's parallelism: PodsReady of generation 1."""
+async def _started_job(harness: Harness) -> asyncio.Task[None]:  # noqa: F811
+    """The test Job, suspended until admitted, then admitted and started."""
     obj = labelled_job()
     obj["spec"]["suspend"] = True
     harness.kmock.objects[JOBS_KEY, "ns", "j1"] = obj
     task = await start(harness)
-    await harness.bus.publish(_admitted_job())
+    await harness.bus.publish(admitted_job())
     await harness.wait_for(lambda e: isinstance(e, WorkloadStarted))
+    return task
+
+
+async def test_a_job_with_all_pods_ready_is_reported_once(harness: Harness) -> None:  # noqa: F811
+    """Admitted, then status.ready reaches the Job's parallelism: PodsReady of generation 1."""
+    task = await _started_job(harness)
     await harness.api("PATCH", "/apis/batch/v1/namespaces/ns/jobs/j1", {"status": {"ready": 2}})
     ready = await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady))
     await stop(harness, task)
@@ -132,12 +139,7 @@ async def test_a_job_that_loses_a_ready_pod_reports_the_loss_and_the_recovery(
 ) -> None:
     """Ready 2 of 2, then a pod fails (ready 1): PodsReady false with its own id; its
     replacement ready (2): PodsReady true again; each transition reported once."""
-    obj = labelled_job()
-    obj["spec"]["suspend"] = True
-    harness.kmock.objects[JOBS_KEY, "ns", "j1"] = obj
-    task = await start(harness)
-    await harness.bus.publish(_admitted_job())
-    await harness.wait_for(lambda e: isinstance(e, WorkloadStarted))
+    task = await _started_job(harness)
     path = "/apis/batch/v1/namespaces/ns/jobs/j1"
     await harness.api("PATCH", path, {"status": {"ready": 2}})
     await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady))
@@ -176,15 +178,3 @@ async def test_a_pod_group_is_ready_when_all_its_pods_are(harness: Harness) -> N
     lost = await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady) and not e.ready)
     await stop(harness, task)
     assert lost.workload.name == "g"
-
-
-def _admitted_job() -> WorkloadAdmitted:
-    return WorkloadAdmitted(
-        source="admission",
-        workload=REF,
-        cluster_queue="cq",
-        local_queue="team-a",
-        priority=0,
-        assignments=[ASSIGNMENT],
-        generation=1,
-    )

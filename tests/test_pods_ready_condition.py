@@ -3,40 +3,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import msgspec
 import pytest
 
 from services.admission.workload_objects import WorkloadRecord
 from shared.events import (
-    FlavorAssignment,
-    PodSet,
     WorkloadAdmitted,
     WorkloadEvicted,
     WorkloadPodsReady,
-    WorkloadRef,
-    WorkloadSubmitted,
 )
-
-REF = WorkloadRef("default", "job", "uid-1")
-SUBMITTED = WorkloadSubmitted(
-    source="watcher",
-    workload=REF,
-    kind="Job",
-    queue_name="user-queue",
-    pod_sets=[PodSet(name="main", count=1, requests={"cpu": 1000})],
-    created=datetime(2025, 1, 1, tzinfo=UTC),
-)
-ADMITTED = WorkloadAdmitted(
-    source="admission",
-    workload=REF,
-    cluster_queue="cq",
-    local_queue="user-queue",
-    priority=0,
-    assignments=[FlavorAssignment(pod_set="main", count=1, flavors={"cpu": "f"}, usage={})],
-    generation=1,
-)
+from tests.test_kube_status import ADMITTED, REF, SUBMITTED
 
 
 def _fact(step: str) -> WorkloadAdmitted | WorkloadPodsReady | WorkloadEvicted:
