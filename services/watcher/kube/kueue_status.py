@@ -43,6 +43,7 @@ from typing import Any
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from services.watcher.kube.active import ACTIVE_ANNOTATION, active_patch
 from services.watcher.kube.api import KubeClient, Resource
@@ -274,15 +275,21 @@ class KueueStatusWriter:
     async def run(self, stopping: asyncio.Event) -> None:
         if not await self.served():
             return
-        subscriptions = await follow_triggers(self.bus, self._on_trigger)
-        self.dirty.overflowed = True  # start with a full round: we missed what came before
-        self.queues_dirty = True  # and the queues' and cohorts' status with it
+        subscriptions = await self._follow([])
+        # After a reconnect the triggers are followed anew: a client replaced by a sign-in with a
+        # rotated seed (shared/bus/connection.py) took its subscriptions with it.
+        reconnected = asyncio.Event()
+        self.bus.reconnects.add(reconnected.set)
         recorder = asyncio.create_task(self.recorder.run(), name="kube.events")
         try:
             while not stopping.is_set():
+                if reconnected.is_set():
+                    reconnected.clear()
+                    subscriptions = await self._follow(subscriptions)
                 await self._round()
                 waits = [asyncio.ensure_future(self.dirty.wanted.wait())]
                 waits.append(asyncio.ensure_future(stopping.wait()))
+                waits.append(asyncio.ensure_future(reconnected.wait()))
                 timeout = self.settings.queues_every if self.queues_dirty else None
                 _, pending = await asyncio.wait(
                     waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -290,8 +297,18 @@ class KueueStatusWriter:
                 for task in pending:
                     task.cancel()
         finally:
+            self.bus.reconnects.discard(reconnected.set)
             recorder.cancel()
             await stop_following(subscriptions)
+
+    async def _follow(self, following: list[Subscription]) -> list[Subscription]:
+        """Follow the triggers (again), then start with a full round: what came before, or
+        while the old subscriptions were gone, was missed."""
+        await stop_following(following)
+        subscriptions = await follow_triggers(self.bus, self._on_trigger)
+        self.dirty.overflowed = True
+        self.queues_dirty = True  # and the queues' and cohorts' status with it
+        return subscriptions
 
     async def _on_trigger(self, msg: Msg) -> None:
         try:
