@@ -10,6 +10,7 @@ import pytest
 
 from services.watcher.kube.readiness import group_ready, pods_ready
 from shared.events import WorkloadPodsReady, WorkloadStarted, WorkloadSubmitted
+from shared.workload_kinds import KINDS
 from tests.test_kube_backend import (  # noqa: F401 - harness is a fixture
     JOBS_KEY,
     PODS_KEY,
@@ -178,3 +179,15 @@ async def test_a_pod_group_is_ready_when_all_its_pods_are(harness: Harness) -> N
     lost = await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady) and not e.ready)
     await stop(harness, task)
     assert lost.workload.name == "g"
+
+
+def test_every_kind_the_backend_admits_has_a_readiness_rule() -> None:
+    """A kind added to shared/workload_kinds.py without a rule here fails this test: with
+    waitForPodsReady on, it would time out on every admission (never reported ready)."""
+    unread = [
+        name
+        for name, kind in KINDS.items()
+        if kind.submittable and pods_ready(name, {"metadata": {}}) is None
+    ]
+    assert unread == [], unread
+    assert "PodGroup" in KINDS and not KINDS["PodGroup"].submittable, "read from its pods"
