@@ -88,6 +88,7 @@ class Harness:
         self.bus = bus
         self.runtime = runtime
         self.events: list[AnyEvent] = []
+        self._subscription: Any = None  # the fixture's replay of berth.wl.>
 
     async def wait_for(self, predicate: Callable[[AnyEvent], bool]) -> AnyEvent:
         subscription = self._subscription
@@ -122,7 +123,7 @@ async def harness(
     runtime = Runtime(name="watcher", bus=bus, data_dir=str(tmp_path))
     kmock.objects[PODS_KEY, "ns", "unrelated"] = {"metadata": {"name": "unrelated", "uid": "x"}}
     harness = Harness(kmock, bus, runtime)
-    harness._subscription = await bus.replay_subscription(["berth.wl.>"])  # type: ignore[attr-defined]
+    harness._subscription = await bus.replay_subscription(["berth.wl.>"])
     yield harness
     runtime.stopping.set()
     task = getattr(harness, "task", None)
