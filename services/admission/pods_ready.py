@@ -38,9 +38,14 @@ from shared.events import (
 __all__ = [
     "JITTER",
     "REASON",
+    "WAIT_FOR_RECOVERY",
+    "WAIT_FOR_START",
     "PodsReadyClock",
     "after_timeout",
     "backoff_seconds",
+    "not_ready_timeout",
+    "queue_order_time",
+    "recovery_seconds",
 ]
 
 REASON = "PodsReadyTimeout"
