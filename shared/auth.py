@@ -76,6 +76,12 @@ _OWNED: dict[str, tuple[str, ...]] = {
         # A Workload's spec.active set in the cluster (kueuectl stop|resume workload): the
         # kubernetes backend publishes the SetWorkloadActive the CLI would (kube/active.py).
         "berth.cmd.active.>",
+        # The Kubernetes status writer asks admission's read API for what it writes to the
+        # cluster (kube/kueue_status.py): Workloads, queues' and Cohorts' status; nothing else.
+        "berth.api.admission.workloads",
+        "berth.api.admission.clusterqueues",
+        "berth.api.admission.localqueues",
+        "berth.api.admission.cohorts",
     ),
     "admission": (
         "berth.cq.*.admitted.>",
