@@ -26,6 +26,7 @@ from berth_cli.launcher import start_stack as start_live_stack
 from berth_cli.natsserver import NatsServer
 from shared.auth import ClientAuth, CredentialStore
 from shared.bus import Bus
+from tests.stack_pool import StackPool
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = REPO.parent / "shared" / "seeds"
@@ -81,13 +82,18 @@ def berth(
 Stack = LiveStack
 
 
-def start_stack(data_dir: Path) -> LiveStack:
-    """`berth up` on a free NATS port; short pod grace so evictions in tests are quick.
+# Short pod grace so evictions in tests are quick.
+STACK_ENV = {"BERTH_POD_GRACE_SECONDS": "2"}
 
-    The CLI then runs with the stack's `cli` credentials, and this process's own bus
-    connections (audits of the event log, peeks into buckets) with its `admin` ones.
-    """
-    running = start_live_stack(data_dir, env={"BERTH_POD_GRACE_SECONDS": "2"})
+
+def start_stack(data_dir: Path) -> LiveStack:
+    """`berth up` on a free NATS port, with :data:`STACK_ENV`; see :func:`signed_in`."""
+    return signed_in(start_live_stack(data_dir, env=STACK_ENV))
+
+
+def signed_in(running: LiveStack) -> LiveStack:
+    """The CLI then runs with the stack's `cli` credentials, and this process's own bus
+    connections (audits of the event log, peeks into buckets) with its `admin` ones."""
     if running.cli_credentials is not None:
         CLI_CREDENTIALS[running.url] = str(running.cli_credentials)
     admin = running.credentials("admin")
@@ -96,15 +102,45 @@ def start_stack(data_dir: Path) -> LiveStack:
     return running
 
 
+_POOL = pytest.StashKey[StackPool]()
+
+
+@pytest.fixture(scope="session")
+def stack_pool(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StackPool]:
+    pool = StackPool(lambda: tmp_path_factory.mktemp("stack") / "berth", STACK_ENV)
+    request.config.stash[_POOL] = pool
+    try:
+        yield pool
+    finally:
+        pool.close()
+        del request.config.stash[_POOL]
+
+
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    running = start_stack(tmp_path / "berth")
+def stack(request: pytest.FixtureRequest, stack_pool: StackPool) -> Iterator[Stack]:
+    """A `berth up` of this test's own (tests/stack_pool.py: if the next test asks for one
+    too, its stack starts meanwhile)."""
+    items = request.session.items
+    after = items[items.index(request.node) + 1 :][:1] if request.node in items else []
+    wanted = any("stack" in getattr(item, "fixturenames", ()) for item in after)
+    running = signed_in(stack_pool.take(another_wanted=wanted))
     try:
         yield running
     finally:
-        running.stop()
+        stack_pool.release(running)
         CLI_CREDENTIALS.pop(running.url, None)
         os.environ.pop("BERTH_CREDS", None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test without ``stack`` runs once the spare is ready: no two `berth up` start at
+    once (a test of its own may start one)."""
+    pool = item.config.stash.get(_POOL, None)
+    if pool is not None and "stack" not in getattr(item, "fixturenames", ()):
+        pool.settle()
 
 
 @contextmanager
