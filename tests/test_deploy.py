@@ -41,8 +41,9 @@ BASE = DEPLOY / "base"
 SECRETS = DEPLOY / "secrets"
 CERT_MANAGER = DEPLOY / "cert-manager"
 NAMESPACE_OVERLAYS = sorted(p.parent for p in (DEPLOY / "namespaces").glob("*/kustomization.yaml"))
+CLUSTER_WIDE = DEPLOY / "cluster-wide"  # the watcher's grant when every namespace is managed
 # Rendered by render_base as well as by kubectl (no generators).
-PLAIN_KUSTOMIZATIONS = [BASE, CERT_MANAGER, *NAMESPACE_OVERLAYS]
+PLAIN_KUSTOMIZATIONS = [BASE, CERT_MANAGER, *NAMESPACE_OVERLAYS, CLUSTER_WIDE]
 WATCHER_KUBE = REPO / "services" / "watcher" / "kube"
 
 NAMESPACE = "berth-system"
@@ -173,6 +174,11 @@ def manifests() -> list[Manifest]:
 def namespace_grants() -> dict[str, list[Manifest]]:
     """Each deploy/namespaces/<dir> overlay, rendered: the watcher's Role in one namespace."""
     return {overlay.name: render(overlay) for overlay in NAMESPACE_OVERLAYS}
+
+
+@pytest.fixture(scope="module")
+def cluster_wide() -> list[Manifest]:
+    return render(CLUSTER_WIDE)
 
 
 @pytest.fixture(scope="module")
@@ -373,7 +379,7 @@ def test_python_renderer_matches_kubectl_kustomize(kustomization: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "kustomization", [BASE, CERT_MANAGER, DEPLOY / "managed-namespace"], ids=_rel
+    "kustomization", [BASE, CERT_MANAGER, DEPLOY / "managed-namespace", CLUSTER_WIDE], ids=_rel
 )
 def test_every_yaml_file_is_listed_and_loads(kustomization: Path) -> None:
     """Every YAML file in a kustomization directory parses and is listed in its resources."""
@@ -878,10 +884,12 @@ def _watcher_needs() -> tuple[set[Triple], set[Triple]]:
 
 
 def test_only_the_watcher_service_account_is_bound(
-    manifests: list[Manifest], namespace_grants: dict[str, list[Manifest]]
+    manifests: list[Manifest],
+    namespace_grants: dict[str, list[Manifest]],
+    cluster_wide: list[Manifest],
 ) -> None:
     """Only the watcher's ServiceAccount is bound to any role, and no rule uses a '*' wildcard."""
-    everything = manifests + [m for grant in namespace_grants.values() for m in grant]
+    everything = manifests + cluster_wide + [m for g in namespace_grants.values() for m in g]
     bindings = [m for m in everything if m["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     assert bindings, "the watcher needs a binding"
     for binding in bindings:
@@ -937,6 +945,57 @@ def test_watcher_role_per_namespace_grants_exactly_what_its_code_calls(
         namespace = roles[0]["metadata"]["namespace"]
         assert binding["metadata"]["namespace"] == namespace != NAMESPACE
         assert {m["kind"] for m in grant} == {"Role", "RoleBinding"}, "grants only, nothing else"
+
+
+def test_cluster_wide_grant_holds_exactly_the_namespaced_calls_in_every_namespace(
+    cluster_wide: list[Manifest],
+) -> None:
+    """deploy/cluster-wide (BERTH_MANAGED_NAMESPACES empty: every namespace) grants through a
+    ClusterRole exactly what a managed namespace's Role grants, the watcher's namespaced
+    calls, bound cluster-wide to the watcher alone; nothing else."""
+    _, namespaced = _watcher_needs()
+    assert {m["kind"] for m in cluster_wide} == {"ClusterRole", "ClusterRoleBinding"}
+    binding = _one(cluster_wide, "ClusterRoleBinding", "berth-watcher-workloads")
+    role = _one(cluster_wide, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+    assert role["kind"] == "ClusterRole"
+    assert _rules_as_triples(role["rules"]) == namespaced
+    assert binding["subjects"] == [WATCHER_SA]
+
+
+# What the watcher does with Kueue's Workloads, and the permission each needs, in whichever
+# scope it manages: the grants above are derived from the code, these pin the features.
+WORKLOAD_GRANTS = [
+    ("workloads", "list", "the status writer probes the view; ActiveFollower lists spec.active"),
+    ("workloads", "watch", "ActiveFollower follows kueuectl's stop|resume workload"),
+    ("workloads", "create", "the status writer creates a Workload per workload"),
+    ("workloads", "patch", "and writes Berth's spec.active on it"),
+    ("workloads/status", "patch", "and its status: QuotaReserved, Admitted, Evicted, Finished"),
+]
+WORKLOAD_SCOPES = ["managed namespace", "cluster-wide"]
+
+
+@pytest.mark.parametrize("scope", WORKLOAD_SCOPES)
+@pytest.mark.parametrize(
+    ("resource", "verb", "why"), WORKLOAD_GRANTS, ids=[f"{r} {v}" for r, v, _ in WORKLOAD_GRANTS]
+)
+def test_workload_features_are_granted_in_every_scope(
+    namespace_grants: dict[str, list[Manifest]],
+    cluster_wide: list[Manifest],
+    scope: str,
+    resource: str,
+    verb: str,
+    why: str,
+) -> None:
+    """Each Workload feature's permission is granted in each managed namespace and, for a
+    cluster that manages every namespace, cluster-wide; never `update`."""
+    grants = (
+        list(namespace_grants.values()) if scope == "managed namespace" else [cluster_wide]
+    )
+    for grant in grants:
+        roles = [m for m in grant if m["kind"] in ("Role", "ClusterRole")]
+        granted = {t for role in roles for t in _rules_as_triples(role["rules"])}
+        assert ("kueue.x-k8s.io", resource, verb) in granted, f"{scope}: {why}"
+        assert ("kueue.x-k8s.io", resource, "update") not in granted, scope
 
 
 def test_managed_namespaces_setting_lists_exactly_the_granted_namespaces(

@@ -13,7 +13,15 @@ import kmock as km
 import pytest
 
 from services.admission.service import AdmissionService
-from services.watcher.kube.active import ACTIVE_ANNOTATION, active_patch, external_active
+from services.watcher.kube import active
+from services.watcher.kube.active import (
+    ACTIVE_ANNOTATION,
+    ActiveFollower,
+    active_patch,
+    external_active,
+)
+from services.watcher.kube.api import KubeClient
+from services.watcher.kube.kueue_status import WORKLOADS
 from shared.bus import CONFIG_BUCKET, Bus
 from shared.config import encode_object, object_key, parse_object
 from shared.events import (
@@ -23,7 +31,9 @@ from shared.events import (
     WorkloadStarted,
 )
 from shared.service import Runtime
+from tests.conftest import captured_logs
 from tests.test_kube_backend import (  # noqa: F401 - harness is a fixture
+    FAST,
     JOBS_KEY,
     Harness,
     harness,
@@ -195,3 +205,56 @@ async def test_kubectl_kueue_stop_and_resume_on_the_workload(
             await admission
         await runtime.cancel_tasks(grace=1)
         await admission_bus.close()
+
+
+WORKLOADS_IN_BATCH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/batch/workloads"
+# (why, the API server's answer to listing Workloads, the permission said missing, GETs made)
+REFUSALS = [
+    (
+        "no RBAC for Workloads there (e.g. every namespace managed without deploy/cluster-wide):"
+        " said once, naming the permission, not retried; synced, so the watcher becomes ready",
+        403,
+        ["list, watch workloads.kueue.x-k8s.io in namespace batch"],
+        1,
+    ),
+    (
+        "Kueue's CRDs absent: nothing is missing; listed as absent (the probe, then the list)",
+        404,
+        [],
+        2,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "status", "missing", "gets"), REFUSALS, ids=[r[0][:40] for r in REFUSALS]
+)
+async def test_a_refused_workload_list_is_said_once_and_holds_nothing_up(
+    kmock: km.KubernetesEmulator,
+    watcher_bus: Bus,
+    why: str,
+    status: int,
+    missing: list[str],
+    gets: int,
+) -> None:
+    """The follower of spec.active, refused its list of Workloads, warns once with the
+    permission it lacks and counts as synced instead of retrying for ever (which kept the
+    whole watcher from becoming ready)."""
+    kmock[WORKLOADS_IN_BATCH] << status << {"kind": "Status", "apiVersion": "v1", "code": status}
+    client = KubeClient.for_host(str(kmock.url).rstrip("/"))
+    synced = asyncio.Event()
+    with captured_logs(active) as logs:
+        follow = ActiveFollower(watcher_bus).follow(
+            client, WORKLOADS, namespace="batch", settings=FAST, synced=synced
+        )
+        task = asyncio.create_task(follow)
+        try:
+            await asyncio.wait_for(synced.wait(), 10)  # never synced on the old code
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await client.close()
+    warned = [line["missing"] for line in logs if line["event"] == "workloads_not_followed"]
+    assert warned == missing, why
+    made = [r for r in kmock if r.method == "GET" and r.url.path == WORKLOADS_IN_BATCH]
+    assert len(made) == gets, why

@@ -24,6 +24,7 @@ from contextlib import aclosing
 from typing import Any
 
 from services.watcher.kube.api import KubeClient, Resource
+from services.watcher.kube.errors import KubeError, KubeRefused
 from services.watcher.kube.watching import EventType, Listed, WatchSettings, watch_objects
 from shared.bus import Bus
 from shared.events import SetWorkloadActive, WorkloadRef
@@ -100,7 +101,15 @@ class ActiveFollower:
         settings: WatchSettings,
         synced: asyncio.Event,
     ) -> None:
-        """List-watch the Workloads of one namespace scope; ``synced`` once listed."""
+        """List-watch the Workloads of one namespace scope; ``synced`` once listed.
+
+        Refused by the API server (no RBAC for Workloads in that scope, e.g. every namespace
+        managed without deploy/cluster-wide), it says so once, naming the permission it lacks,
+        and counts as synced: the watcher goes on without following ``spec.active``, instead
+        of never becoming ready while the list is retried."""
+        if await self._refused(client, resource, namespace):
+            synced.set()
+            return
         stream = watch_objects(client, [resource], namespace=namespace, settings=settings)
         async with aclosing(stream) as items:
             async for item in items:
@@ -115,6 +124,23 @@ class ActiveFollower:
                         self.reported.pop(ref.uid, None)
                 else:
                     await self.note(item.object)
+
+    async def _refused(self, client: KubeClient, resource: Resource, namespace: str | None) -> bool:
+        """Whether the server refuses to list ``resource`` there (one list, at start); logged."""
+        try:
+            await client.list(resource, namespace=namespace)
+        except KubeRefused as error:
+            scope = "cluster-wide" if namespace is None else f"in namespace {namespace}"
+            log.warning(
+                "workloads_not_followed",
+                missing=f"list, watch {resource.plural}.{resource.group} {scope}",
+                reason=f"the API server refused ({error}); kueuectl's stop|resume workload"
+                " (spec.active) is not followed until the watcher is granted it and restarted",
+            )
+            return True
+        except KubeError:
+            pass  # not served (no Kueue CRDs) or transient: the list-watch handles both
+        return False
 
     async def note(self, workload: Obj) -> None:
         """One Workload as it is now: kept, and a change of ``spec.active`` by someone else
