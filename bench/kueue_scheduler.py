@@ -446,10 +446,26 @@ _READ_LINE = re.compile(r"^berth_bus_messages_read_total\{(?P<labels>[^}]*)\} (?
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-async def consumer_reads(stack: Stack) -> dict[str, dict[str, tuple[int, int]]]:
+async def consumer_reads(
+    stack: Stack, *, settle_s: float = 1.0, within_s: float = 30.0
+) -> dict[str, dict[str, tuple[int, int]]]:
     """What each service's consumers were sent and decoded over the run, per subject family
     (their ``berth_bus_messages_read_total``): service -> subject -> (delivered, decoded).
-    Ordered consumers and bucket watches are not counted."""
+    Read again every ``settle_s`` until nothing changes (a service still behind the stream
+    when the last workload finished catches up first), for at most ``within_s``. Ordered
+    consumers and bucket watches are not counted."""
+    reads = await _scrape_reads(stack)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(settle_s)
+        again = await _scrape_reads(stack)
+        if again == reads:
+            break
+        reads = again
+    return reads
+
+
+async def _scrape_reads(stack: Stack) -> dict[str, dict[str, tuple[int, int]]]:
     reads: dict[str, dict[str, tuple[int, int]]] = {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         for service in stack.services:
@@ -979,7 +995,8 @@ def render_subjects(result: RunResult) -> str:
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     lines = [
         "Event stream by subject: published per workload (the event log) and read per workload"
-        " by each service's consumers (decoded; '+x dropped': sent to it, dropped undecoded)",
+        " by each service's consumers once they caught up (decoded; '+x dropped': sent to it,"
+        " dropped undecoded)",
         "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
         "  ".join("-" * w for w in widths),
     ]

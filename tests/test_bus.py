@@ -10,6 +10,7 @@ import pytest
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.kv import KeyValue
+from prometheus_client import REGISTRY
 
 from berth_cli.natsserver import NatsServer
 from shared.bus import (
@@ -30,6 +31,8 @@ from shared.bus import (
 )
 from shared.bus.acks import AckTimeout, AckTracker, PublishRefused
 from shared.events import AnyEvent, PodSet, WorkloadRef, WorkloadSubmitted, now
+
+MESSAGES_READ = "berth_bus_messages_read_total"
 
 
 def _submitted(index: int) -> WorkloadSubmitted:
@@ -229,7 +232,9 @@ async def test_consumer_is_sent_only_its_subjects(nats_url: str) -> None:
         info = await bus.js.consumer_info(STREAM, "only-wl")
         assert handled == [f"u{i}" for i in range(6)]
         assert info.num_ack_pending == 0 and info.num_pending == 0
-        assert "cmd.other" not in consuming.READS["only-wl"].delivered  # never sent
+        sent = {"consumer": "only-wl", "stage": "delivered"}
+        assert REGISTRY.get_sample_value(MESSAGES_READ, {**sent, "subject": "wl.submitted"}) == 6
+        assert REGISTRY.get_sample_value(MESSAGES_READ, {**sent, "subject": "cmd.other"}) is None
     finally:
         await bus.close()
 

@@ -11,15 +11,14 @@ message is logged and skipped (never redelivered forever).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
-from prometheus_client import REGISTRY
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client import Counter
 
 from shared.bus.connection import Connection
 from shared.bus.errors import bus_call, translated
@@ -31,7 +30,7 @@ from shared.fencing import LEASE_SUBJECTS, MARKER_PREFIX, Fence, screen
 from shared.logging import get_logger
 from shared.subjects import server_filters
 
-__all__ = ["HANDLER_ATTEMPTS", "READS", "Consuming", "Handler", "Settling"]
+__all__ = ["HANDLER_ATTEMPTS", "MESSAGES_READ", "Consuming", "Handler", "Settling"]
 
 log = get_logger("bus")
 
@@ -41,40 +40,23 @@ HANDLER_ATTEMPTS = 10  # a batch whose handler keeps raising is retried this oft
 Settling = Awaitable[None]
 Handler = Callable[[list[AnyEvent]], Awaitable[Settling | None]]
 
-# consumer (a durable's name, else the service's) -> what it was sent and decoded, per subject
-READS: dict[str, ReadCounts] = {}
-_COUNTED: dict[int, ReadCounts] = {}  # id(pull subscription) -> its consumer's counts
-
-
-class _ReadsCollector:
-    """``berth_bus_messages_read_total{consumer, subject, stage}``: the messages each consumer
-    of this process was sent (``delivered``) and decoded (``decoded``), per subject family;
-    what the Kueue benchmark's table of readers is made of."""
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(
-            "berth_bus_messages_read",
-            "Messages a consumer was sent (delivered) and decoded, per subject family",
-            labels=["consumer", "subject", "stage"],
-        )
-        for consumer, counts in sorted(READS.items()):
-            for stage, counter in (("delivered", counts.delivered), ("decoded", counts.decoded)):
-                for subject, count in sorted(counter.items()):
-                    family.add_metric([consumer, subject, stage], count)
-        yield family
-
-
-REGISTRY.register(_ReadsCollector())
+# What each consumer was sent and decoded per subject family: what the Kueue benchmark's
+# table of readers is made of.
+MESSAGES_READ = Counter(
+    "berth_bus_messages_read",
+    "Messages this service's consumer was sent (stage delivered) and decoded (stage decoded),"
+    " per subject without its names (cq.*.admitted, wl.started...): what was sent and not"
+    " decoded was dropped unread.",
+    ["consumer", "subject", "stage"],
+)
+_CONSUMER: dict[int, str] = {}  # id(pull subscription) -> its consumer's name (the label)
 
 
 class Consuming(Connection):
     """What ``Bus`` does to consume the event stream."""
 
     def _count_reads(self, subscription: JetStreamContext.PullSubscription, consumer: str) -> None:
-        _COUNTED[id(subscription)] = READS.setdefault(consumer, ReadCounts())
+        _CONSUMER[id(subscription)] = consumer
 
     async def durable_subscription(
         self,
@@ -190,12 +172,14 @@ class Consuming(Connection):
     ) -> list[AnyEvent]:
         """The events of a batch, kept to the subjects this consumer keeps here (if it does),
         that pass its fence."""
+        counts = ReadCounts()
         events = decode_batch(
-            messages,
-            self._wanted.get(id(subscription)),
-            self.on_malformed,
-            _COUNTED.get(id(subscription)),
+            messages, self._wanted.get(id(subscription)), self.on_malformed, counts
         )
+        consumer = _CONSUMER.get(id(subscription), self.source)
+        for stage, counter in (("delivered", counts.delivered), ("decoded", counts.decoded)):
+            for family, count in counter.items():
+                MESSAGES_READ.labels(consumer, family, stage).inc(count)
         return screen(self.fence(subscription), events)
 
     def fence(self, subscription: JetStreamContext.PullSubscription) -> Fence:
