@@ -2,6 +2,8 @@
 cohort_status), as Kueue's cohort controller writes it from CohortStats: the Cohort's dominant
 resource share (what its subtree uses above its subtree quota, over what its parent could
 lend, over its own fair weight), rounded up; 0 for a root; absent with fair sharing off.
+The same number is the metric berth_cohort_weighted_share{cohort} (Kueue's
+kueue_cohort_weighted_share), absent with fair sharing off.
 
 The cases replay the Cohort rows of Kueue's TestDominantResourceShare
 (pkg/cache/scheduler/fair_sharing_test.go, named in the ids); the ``berth:`` ones add the
@@ -15,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from services.admission.metrics import cohort_shares, queue_samples
 from services.admission.scheduler import Scheduler
+from shared.config import ClusterQueue, Cohort
 from tests.test_scheduler import V1, config, cq, flavor, group
 
 GPU = "example.com/gpu"
@@ -115,6 +119,13 @@ CASES = [
         {"child-cohort": 2**63 - 1, "root": 0},
     ),
     Case(
+        "berth: a cohort only ClusterQueues name (no Cohort object) is a root: 0, and its"
+        " metric is served, as Kueue's cache holds such a cohort too",
+        [_queue("cq", "implicit", 5), _queue("lending-cq", "implicit", 5)],
+        10,
+        {"implicit": 0},
+    ),
+    Case(
         "berth: fair sharing off, no fairSharing in a Cohort's status (Kueue sets it nil)",
         _child_of_root(5, "2", 45),
         10,
@@ -133,9 +144,16 @@ def test_cohort_weighted_share(case: Case) -> None:
         "metadata": {"name": "berth"},
         "spec": {"fairSharing": {"enable": case.fair}},
     }
-    s.set_config(config(flavor("default"), configuration, *case.objects))
+    objects = config(flavor("default"), configuration, *case.objects)
+    s.set_config(objects)
     s.quota.add_usage("cq", {("default", GPU): case.usage * 1000})
+    queues = [o for o in objects if isinstance(o, ClusterQueue)]
+    shares = cohort_shares(s.cohort_status, queues, [o for o in objects if isinstance(o, Cohort)])
+    samples = dict(
+        queue_samples(s.queue_stats(), queues, [], shares)["berth_cohort_weighted_share"]
+    )
     for name, share in case.shares.items():
         status = s.cohort_status(name)
         expected = {} if share is None else {"fairSharing": {"weightedShare": share}}
         assert status == expected, case.name
+        assert samples.get((name,)) == share, f"the metric: {case.name}"

@@ -9,13 +9,13 @@ state would double every sum.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Histogram
 
 from services.admission.model import QueueStats
-from shared.config import ClusterQueue, LocalQueue
+from shared.config import ClusterQueue, Cohort, LocalQueue
 from shared.metrics import GaugeSpec, Samples, StateGauges
 from shared.quantities import QuantityError, parse_quantity
 
@@ -27,6 +27,7 @@ __all__ = [
     "admitted",
     "attempt",
     "checks_passed",
+    "cohort_shares",
     "evicted",
     "pods_ready",
     "queue_samples",
@@ -198,6 +199,13 @@ QUEUES = StateGauges(
         ("cluster_queue", "cohort"),
     ),
     GaugeSpec(
+        "berth_cohort_weighted_share",
+        "With fair sharing on: the Cohort's dominant resource share (what its subtree uses"
+        " above its subtree quota over what its parent could lend, per mille, over its"
+        " fairSharing.weight, rounded up; 0 for a root), as its status.fairSharing shows it.",
+        ("cohort",),
+    ),
+    GaugeSpec(
         "berth_local_queue_pending_workloads",
         "Pending workloads per LocalQueue; status active or inadmissible.",
         ("name", "namespace", "status"),
@@ -331,10 +339,34 @@ def _quota(value: str | int | float | None) -> float | None:
         return None  # config validation refused it already; nothing to report
 
 
+def cohort_shares(
+    cohort_status: Callable[[str], Mapping[str, Any]],
+    cluster_queues: Iterable[ClusterQueue],
+    cohorts: Iterable[Cohort],
+) -> dict[str, int]:
+    """Each cohort's weightedShare exactly as its status shows it (``cohort_status``: the
+    scheduler's, which `berth get cohorts -o wide` reads), for every cohort a ClusterQueue
+    or a Cohort object names (a cohort only a ClusterQueue names counts, as in Kueue's
+    cache); none with fair sharing off (no ``fairSharing`` in the status)."""
+    objects = list(cohorts)
+    names = {queue.cohort_name for queue in cluster_queues}
+    names |= {c.metadata.name for c in objects} | {c.parent_name for c in objects}
+    shares: dict[str, int] = {}
+    for name in sorted(n for n in names if n):
+        fair = cohort_status(name).get("fairSharing") or {}
+        if "weightedShare" in fair:
+            shares[name] = int(fair["weightedShare"])
+    return shares
+
+
 def queue_samples(
-    stats: QueueStats, cluster_queues: Iterable[ClusterQueue], local_queues: Iterable[LocalQueue]
+    stats: QueueStats,
+    cluster_queues: Iterable[ClusterQueue],
+    local_queues: Iterable[LocalQueue],
+    cohort_weighted_shares: Mapping[str, int] | None = None,
 ) -> Samples:
-    """Every queue gauge's samples from the scheduler's stats and the queues' config."""
+    """Every queue gauge's samples from the scheduler's stats, the queues' config and the
+    cohorts' shares (:func:`cohort_shares`)."""
     samples: dict[str, list[tuple[tuple[str, ...], float]]] = {
         spec.name: [] for spec in QUEUES.specs
     }
@@ -373,6 +405,8 @@ def queue_samples(
                     )
                     add("berth_cluster_queue_lending_limit", labels, _quota(quota.lending_limit))
         add("berth_cluster_queue_weighted_share", (name, cohort), stats.weighted_share.get(name))
+    for cohort_name, share in (cohort_weighted_shares or {}).items():
+        add("berth_cohort_weighted_share", (cohort_name,), share)
     for local in local_queues:
         key = (local.metadata.namespace or "default", local.metadata.name)
         lq = (key[1], key[0])  # Kueue's label order: name, namespace
@@ -410,10 +444,14 @@ def watch_queues(service: AdmissionService) -> None:
     def read() -> Samples:
         if not service.deciding:
             return {}
+        cluster_queues = service.config.of_kind(ClusterQueue)
         return queue_samples(
             service.scheduler.queue_stats(),
-            service.config.of_kind(ClusterQueue),
+            cluster_queues,
             service.config.of_kind(LocalQueue),
+            cohort_shares(
+                service.scheduler.cohort_status, cluster_queues, service.config.of_kind(Cohort)
+            ),
         )
 
     QUEUES.read = read
