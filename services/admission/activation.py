@@ -39,6 +39,7 @@ from services.admission.deactivation import (
     cause_of,
     deactivating,
 )
+from services.admission.evictions import eviction as evict
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
 from services.admission.model import QueuedWorkload
@@ -255,14 +256,8 @@ class Activity:
             if not scheduler.holds_quota(ref, generation):
                 continue
             self.evictions_asked.add((uid, generation))
-            eviction = EvictionRequested(
-                id=f"deactivate-{uid}-{generation}",
-                source="admission",
-                workload=ref,
-                cluster_queue=record.admission.cluster_queue,
-                generation=generation,
-                reason=DEACTIVATED,
-            )
+            queue = record.admission.cluster_queue
+            eviction = evict("deactivate", ref, queue, generation, DEACTIVATED)
             eviction = deactivating(eviction, self.inactive[uid])
             record.on_eviction_requested(eviction)
             log.info(

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from services.admission.deactivation import Deactivation, deactivating
+from services.admission.evictions import eviction as evict
 from services.admission.pods_ready import backoff_seconds
 from shared.admission_checks import CheckState, RequeuingStrategy, is_active
 from shared.config import AdmissionCheck, ClusterQueue, ConfigObject, Configuration
@@ -38,6 +39,7 @@ from shared.events import (
     WorkloadDeleted,
     WorkloadEvicted,
     WorkloadFinished,
+    WorkloadRef,
 )
 
 __all__ = [
@@ -257,14 +259,7 @@ class CheckGate:
             noun = "AdmissionChecks" if len(named) > 1 else "AdmissionCheck"
             what = f"{noun} in {found} state: {detail}"
             if found == "Rejected":
-                event = EvictionRequested(
-                    id=f"checkrejected-{uid}-{reserved.generation}",
-                    source="admission",
-                    workload=reserved.workload,
-                    cluster_queue=reserved.cluster_queue,
-                    generation=reserved.generation,
-                    reason=REASON,
-                )
+                event = evict("checkrejected", *_run(reserved), REASON)
                 event = deactivating(event, Deactivation(REASON, what))
             else:
                 counts = self.retries.get(uid, {})
@@ -277,18 +272,20 @@ class CheckGate:
                     )
                     for n in named
                 )
-                event = EvictionRequested(
-                    id=f"checkretry-{uid}-{reserved.generation}",
-                    source="admission",
-                    workload=reserved.workload,
-                    cluster_queue=reserved.cluster_queue,
-                    generation=reserved.generation,
-                    reason=REASON,
+                event = evict(
+                    "checkretry",
+                    *_run(reserved),
+                    REASON,
                     message=f"Evicted due to {what}; requeued after {wait:.0f}s",
                     requeue_at=datetime.fromtimestamp(now + wait, UTC),
                 )
             out.append((found, event))
         return out
+
+
+def _run(reserved: WorkloadAdmitted) -> tuple[WorkloadRef, str, int]:
+    """The workload, ClusterQueue and generation of a reservation."""
+    return reserved.workload, reserved.cluster_queue, reserved.generation
 
 
 def _admitted(reserved: WorkloadAdmitted) -> WorkloadAdmitted:

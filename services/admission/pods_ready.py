@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from services.admission.evictions import eviction as evict
 from shared.admission_checks import WaitForPodsReady
 from shared.durations import parse_duration
 from shared.events import (
@@ -328,13 +329,12 @@ class PodsReadyClock:
             )
             requeue_at = datetime.fromtimestamp(now + wait, UTC)
             message += f"; requeued after a {wait:.0f}s backoff (requeue {requeues + 1})"
-        return EvictionRequested(
-            id=f"podsreadytimeout-{uid}-{run.generation}",
-            source="admission",
-            workload=run.ref,
-            cluster_queue=run.cluster_queue,
-            generation=run.generation,
-            reason=reason,
+        return evict(
+            "podsreadytimeout",
+            run.ref,
+            run.cluster_queue,
+            run.generation,
+            reason,
             detail=run.cause,
             message=message,
             requeue_at=requeue_at,

@@ -32,6 +32,7 @@ from services.admission.activation import Activity, queued
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
 from services.admission.deactivation import Deactivation, deactivating
+from services.admission.evictions import eviction as evict
 from services.admission.exec_time import MESSAGE as EXEC_MESSAGE
 from services.admission.exec_time import REASON as EXEC_REASON
 from services.admission.exec_time import ExecutionLimits
@@ -271,13 +272,12 @@ class AdmissionService:
         for ref, cluster_queue, reason in self.scheduler.draining():
             generation = self.scheduler.generation(ref)
             record = self.records.get(ref.uid)
-            event = EvictionRequested(
-                id=f"drain-{ref.uid}-{generation}",
-                source="admission",
-                workload=ref,
-                cluster_queue=cluster_queue,
-                generation=generation,
-                reason=reason,
+            event = evict(
+                "drain",
+                ref,
+                cluster_queue,
+                generation,
+                reason,
                 message=f"The {'ClusterQueue' if reason.startswith('Cluster') else 'LocalQueue'}"
                 " is stopped (HoldAndDrain)",
             )
@@ -296,14 +296,7 @@ class AdmissionService:
                 continue
             ref = record.admission.workload
             generation = self.scheduler.generation(ref)
-            event = EvictionRequested(
-                id=f"maxexec-{uid}-{generation}",
-                source="admission",
-                workload=ref,
-                cluster_queue=record.admission.cluster_queue,
-                generation=generation,
-                reason=EXEC_REASON,
-            )
+            event = evict("maxexec", ref, record.admission.cluster_queue, generation, EXEC_REASON)
             event = deactivating(event, Deactivation(EXEC_REASON, EXEC_MESSAGE))
             record.on_eviction_requested(event)
             log.info("evicting", workload=ref.key, queue=event.cluster_queue, reason=event.reason)

@@ -1,0 +1,41 @@
+"""The evictions admission itself asks for (a drain, a time limit, a stop, an admission check's
+answer, a pods-ready timeout), built one way."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shared.events import EvictionRequested, WorkloadRef
+
+__all__ = ["eviction"]
+
+
+def eviction(
+    kind: str,
+    ref: WorkloadRef,
+    cluster_queue: str,
+    generation: int,
+    reason: str,
+    *,
+    message: str = "",
+    detail: str = "",
+    requeue_at: datetime | None = None,
+    deactivated: bool = False,
+) -> EvictionRequested:
+    """Admission's request to evict one run (``generation``) of a workload.
+
+    Its id is ``<kind>-<uid>-<generation>``: the same decision about the same run, made again
+    by a restarted or standby replica, is stored once (the stream deduplicates by id).
+    """
+    return EvictionRequested(
+        id=f"{kind}-{ref.uid}-{generation}",
+        source="admission",
+        workload=ref,
+        cluster_queue=cluster_queue,
+        generation=generation,
+        reason=reason,
+        message=message,
+        detail=detail,
+        requeue_at=requeue_at,
+        deactivated=deactivated,
+    )
