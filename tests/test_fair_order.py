@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from services.admission.fair_order import Head, Weights, _flat_round, _tree_round, tournament
+from services.admission.fair_order import (
+    Head,
+    Weights,
+    _flat_round,
+    _Pass,
+    _tree_round,
+    tournament,
+)
 from shared.config import ClusterQueue, Cohort, parse_object
 from shared.quota import QuotaTree
 
@@ -282,7 +289,8 @@ def _play(round_: Any, seed: int) -> list[str]:
             tree.add_usage(name, result.usage)
             order.append(job.name)
 
-    round_(tree, tree.cohorts["a"], names, Weights(cluster_queues, []), head_of, assign, decide)
+    weights = Weights(cluster_queues, [])
+    round_(_Pass(tree, tree.cohorts["a"], weights, head_of, assign, decide), names)
     return order
 
 

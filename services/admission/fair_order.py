@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from shared.config import ClusterQueue, Cohort
 from shared.fair_share import Share, lendable, node_share
@@ -156,6 +156,18 @@ R = TypeVar("R")  # a queued record (it has an order ``key``)
 A = TypeVar("A", bound=Assigned)
 
 
+@dataclass(frozen=True, slots=True)
+class _Pass(Generic[R, A]):
+    """What one round works with: the cohort tree and :func:`fair_round`'s callbacks."""
+
+    tree: QuotaTree
+    root: QuotaNode
+    weight: Callable[[QuotaNode], float]
+    head_of: Callable[[str], tuple[R, tuple[Any, ...]] | None]
+    assign: Callable[[str, R], A]
+    decide: Callable[[str, R, A], None]
+
+
 def fair_round(
     tree: QuotaTree,
     root: QuotaNode,
@@ -175,21 +187,16 @@ def fair_round(
     ClusterQueue's head and its order key (None when it has none or is blocked); ``decide``
     must take the head out of the way, so the round always moves on.
     """
+    pass_ = _Pass(tree, root, weight, head_of, assign, decide)
     if all(child.is_cluster_queue for child in root.children):
-        return _flat_round(tree, root, names, weight, head_of, assign, decide)
-    return _tree_round(tree, root, names, weight, head_of, assign, decide)
+        return _flat_round(pass_, names)
+    return _tree_round(pass_, names)
 
 
-def _tree_round(
-    tree: QuotaTree,
-    root: QuotaNode,
-    names: Iterable[str],
-    weight: Callable[[QuotaNode], float],
-    head_of: Callable[[str], tuple[R, tuple[Any, ...]] | None],
-    assign: Callable[[str, R], A],
-    decide: Callable[[str, R, A], None],
-) -> int:
+def _tree_round(pass_: _Pass[R, A], names: Iterable[str]) -> int:
     """:func:`fair_round` for any cohort tree: a tournament for every admission."""
+    tree, root, weight = pass_.tree, pass_.root, pass_.weight
+    head_of, assign, decide = pass_.head_of, pass_.assign, pass_.decide
     tried = 0
     active = sorted(set(names))
     # A head's assignment is made once, when it becomes its queue's head, as Kueue nominates
@@ -227,18 +234,12 @@ def _tree_round(
     return tried
 
 
-def _flat_round(
-    tree: QuotaTree,
-    root: QuotaNode,
-    names: Iterable[str],
-    weight: Callable[[QuotaNode], float],
-    head_of: Callable[[str], tuple[R, tuple[Any, ...]] | None],
-    assign: Callable[[str, R], A],
-    decide: Callable[[str, R, A], None],
-) -> int:
+def _flat_round(pass_: _Pass[R, A], names: Iterable[str]) -> int:
     """:func:`fair_round` for a cohort of ClusterQueues only: a ClusterQueue's share depends
     on its own usage alone, so a head's standing holds until its queue is decided, and a heap
     gives the tournament's winner in O(log n) instead of comparing every head each time."""
+    tree, root, weight = pass_.tree, pass_.root, pass_.weight
+    head_of, assign, decide = pass_.head_of, pass_.assign, pass_.decide
     totals = lendable(root)
     tried = 0
     heap: list[tuple[tuple[Any, ...], str]] = []
