@@ -206,33 +206,41 @@ def runs_by(policy: ClusterQueuePolicy, waiting: Waiting) -> Bound:
     clock = waiting.waiting_since if waiting.since is None else waiting.since
     start = max(clock + parse_duration(ageing.reserve_after), waiting.waiting_since)
     # The earlier-aged workloads only leave: the reservation fits the share from the first
-    # moment, at or after ``start``, when those still there leave it room.
+    # moment, at or after ``start``, when those still there leave it room. With what never
+    # leaves, take the latest-ending ones back while they fit (a set that fits only gets
+    # smaller as they leave): the first that does not is the last to wait for.
     alive = [e for e in waiting.earlier if e.ended_at is None or e.ended_at > start]
-    total = dict(waiting.request)
+    staying = dict(waiting.request)  # it, and those with no end yet
+    ahead = 0
     for e in alive:
-        for resource, value in e.request.items():
-            total[resource] = total.get(resource, 0) + value
-    ahead = sum(e.count for e in alive)
+        if e.ended_at is None:
+            ahead += e.count
+            for resource, value in e.request.items():
+                staying[resource] = staying.get(resource, 0) + value
+    share, nominal = ageing.max_reserved_share, waiting.queue.nominal
+    if not fits_share(share, nominal, [staying]):
+        waiting_for = sum(e.count for e in waiting.earlier if e.ended_at is None)
+        return Bound(
+            None,
+            f"waits for {waiting_for} workload(s) that started ageing first: together they"
+            f" need more than the {share:.0%} of the quota reservations may hold",
+        )
     leaving = sorted((e for e in alive if e.ended_at is not None), key=_ended)
-    share, moment, index = ageing.max_reserved_share, start, 0
-    staying = dict(total)  # once all that will leave has left
-    for e in leaving:
-        for resource, value in e.request.items():
-            staying[resource] -= value
-    while not fits_share(share, waiting.queue.nominal, [total]):
-        if index == len(leaving) or not fits_share(share, waiting.queue.nominal, [staying]):
-            waiting_for = sum(e.count for e in waiting.earlier if e.ended_at is None)
-            return Bound(
-                None,
-                f"waits for {waiting_for} workload(s) that started ageing first: together they"
-                f" need more than the {share:.0%} of the quota reservations may hold",
-            )
-        moment = _ended(leaving[index])
-        while index < len(leaving) and _ended(leaving[index]) == moment:
-            for resource, value in leaving[index].request.items():
-                total[resource] -= value
-            ahead -= leaving[index].count
-            index += 1
+    moment, index = start, len(leaving)
+    while index:
+        end = _ended(leaving[index - 1])
+        first = index - 1
+        while first and _ended(leaving[first - 1]) == end:
+            first -= 1
+        with_them = dict(staying)
+        for e in leaving[first:index]:
+            for resource, value in e.request.items():
+                with_them[resource] = with_them.get(resource, 0) + value
+        if not fits_share(share, nominal, [with_them]):
+            moment = end  # it fits once these (and all that end before them) have left
+            break
+        ahead += sum(e.count for e in leaving[first:index])
+        staying, index = with_them, first
     protection = max(_seconds(spec.minimum_run_time), _seconds(ageing.protect_for))
     step = parse_duration(spec.eviction_grace_period) + DECISION_CYCLE_SECONDS
     at = moment + protection + (ahead + 2) * step + DECISION_CYCLE_SECONDS
