@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from berth_cli.client import CliError, connect, query_all
+from berth_cli.client import CliError, connect, one_workload
 from shared.admission_checks import CHECK_STATES
 from shared.events import AdmissionCheckUpdated, WorkloadRef
 from shared.names import InvalidName, check_name, check_namespace
@@ -49,12 +49,7 @@ async def answer_check(
     if requeue_after is not None and state != "Retry":
         raise CliError("--requeue-after goes with Retry only")
     async with connect(url) as bus:
-        items = await query_all(
-            bus, "workloads", namespace=namespace, names=[f"{namespace}/{name}"]
-        )
-        if not items:
-            raise CliError(f'workload "{name}" not found in namespace "{namespace}"')
-        item = items[0]
+        item = await one_workload(bus, name, namespace)
         waiting = waiting_checks(item)
         if waiting is None:
             raise CliError(

@@ -12,7 +12,7 @@ import msgspec
 from berth_cli.exit_codes import ExitCode
 from shared.bus import API_SUBJECT, Bus, BusError, BusSettings, BusTimeout, NoResponders
 
-__all__ = ["CliError", "connect", "query_all"]
+__all__ = ["CliError", "connect", "one_workload", "query_all"]
 
 T = TypeVar("T")
 
@@ -57,3 +57,11 @@ async def query_all(bus: Bus, resource: str, **request: Any) -> list[dict[str, A
         items.extend(body["items"])
         offset = body.get("next")
     return items
+
+
+async def one_workload(bus: Bus, name: str, namespace: str) -> dict[str, Any]:
+    """The workload ``namespace/name`` as admission shows it; a clear error if there is none."""
+    items = await query_all(bus, "workloads", namespace=namespace, names=[f"{namespace}/{name}"])
+    if not items:
+        raise CliError(f'workload "{name}" not found in namespace "{namespace}"')
+    return items[0]

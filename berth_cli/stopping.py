@@ -14,7 +14,7 @@ import asyncio
 
 import click
 
-from berth_cli.client import CliError, connect, query_all
+from berth_cli.client import CliError, connect, one_workload
 from shared.bus import CONFIG_BUCKET
 from shared.config import KIND_PLURALS
 from shared.events import SetWorkloadActive, WorkloadRef
@@ -39,12 +39,7 @@ WORKLOAD_RESOURCE = "workload.kueue.x-k8s.io"
 async def _set_active(url: str, name: str, namespace: str, active: bool) -> str:
     """Publish the workload's ``spec.active``; the kubectl-style line to print."""
     async with connect(url) as bus:
-        found = await query_all(
-            bus, "workloads", namespace=namespace, names=[f"{namespace}/{name}"]
-        )
-        if not found:
-            raise CliError(f"workload {name} not found in namespace {namespace}")
-        workload = found[0]
+        workload = await one_workload(bus, name, namespace)
         resource = f"{WORKLOAD_RESOURCE}/{name}"
         conditions = {c["type"]: c for c in workload.get("status", {}).get("conditions", [])}
         if "Finished" in conditions:

@@ -186,12 +186,12 @@ def test_stop_and_resume_a_workload(stack: Stack, tmp_path: Path) -> None:
 BAD_WORKLOAD_INPUTS = [
     (
         ["stop", "workload", "missing"],
-        "workload missing not found in namespace default",
+        'workload "missing" not found in namespace "default"',
         "an unknown workload",
     ),
     (
         ["resume", "wl", "runner", "-n", "other"],
-        "workload runner not found in namespace other",
+        'workload "runner" not found in namespace "other"',
         "a workload of that name in another namespace only",
     ),
     (
