@@ -10,7 +10,7 @@ protection, a workload over its preemption budget, reservations over their share
 the waits that showed no bound by why (the last reason shown: the bound is claimed only
 where its conditions hold, docs/ageing.md).
 
-    .venv/bin/python bench/starvation.py                  # 20 x 5,000 jobs
+    .venv/bin/python bench/starvation.py                  # 20 x 5,000 jobs, a process per core
     .venv/bin/python bench/starvation.py --runs 2 --jobs 1000
 """
 
