@@ -20,12 +20,13 @@ from rich.table import Table
 
 from services.admission.bounds import AgeingBook, queues_of
 from services.admission.model import WorkloadView
-from shared.config import ClusterQueue, ClusterQueuePolicy, ConfigObject
+from shared.config import ClusterQueue, ClusterQueuePolicy, ConfigObject, LocalQueue
 from shared.events import (
     AnyEvent,
     EvictionRequested,
     PriorityBoosted,
     WorkloadAdmitted,
+    WorkloadDeleted,
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadRef,
@@ -195,18 +196,31 @@ def analyse(
 
 def shown_bounds(events: list[AnyEvent], managed: set[str], config: list[ConfigObject]) -> Bounds:
     """Replay the log through admission's ``AgeingBook``; each managed wait's bound is the
-    earliest one shown while it lasted."""
+    earliest one shown while it lasted, with every pending workload (the stream's too: each
+    ages, and one waiting since earlier goes first) as admission lists them."""
     book = AgeingBook()
     policies = [o for o in config if isinstance(o, ClusterQueuePolicy)]
     queues = queues_of(o for o in config if isinstance(o, ClusterQueue))
+    local = {(o.metadata.namespace, o.metadata.name): o.spec.cluster_queue
+             for o in config if isinstance(o, LocalQueue)}  # fmt: skip
     queue_of: dict[str, str] = {}
+    pending: dict[str, str] = {}  # every pending workload -> its ClusterQueue
     waiting: dict[str, tuple[float, float | None, str]] = {}  # uid -> (start, least, reason)
     found = Bounds()
     for event in events:
         book.apply(event)
         uid, at = event.workload.uid, event.time.timestamp()
+        match event:
+            case WorkloadSubmitted():
+                pending[uid] = local.get((event.workload.namespace, event.queue_name), "")
+            case WorkloadAdmitted():
+                queue_of[uid] = event.cluster_queue
+                pending.pop(uid, None)
+            case WorkloadEvicted():
+                pending[uid] = queue_of.get(uid, "")
+            case WorkloadFinished() | WorkloadDeleted():
+                pending.pop(uid, None)
         if uid in managed and isinstance(event, WorkloadAdmitted):
-            queue_of[uid] = event.cluster_queue
             if uid in waiting:
                 start, least, reason = waiting.pop(uid)
                 found.waits += 1
@@ -220,8 +234,9 @@ def shown_bounds(events: list[AnyEvent], managed: set[str], config: list[ConfigO
             waiting[uid] = (at, None, "")
         elif uid in managed and isinstance(event, WorkloadFinished | WorkloadEvicted):
             waiting.pop(uid, None)
-        views = {waiter: _pending(waiter, queue_of.get(waiter, "")) for waiter in waiting}
-        # Only the managed waits are replayed here: plain waits ahead are not counted.
+        views = {other: _pending(other, queue) for other, queue in pending.items()}
+        for waiter in waiting:
+            views.setdefault(waiter, _pending(waiter, queue_of.get(waiter, "")))
         waits = book.waits(views.values())
         for waiter, (start, least, _) in list(waiting.items()):
             view = views[waiter]
