@@ -10,6 +10,8 @@ input is an event time, so every replica (and a restarted one) shows the same bo
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -73,6 +75,10 @@ class AgeingBook:
         self._queue: dict[str, str] = {}  # uid -> ClusterQueue of its last admission
         self._waiting_since: dict[str, float] = {}  # uid -> its creation or last eviction
         self.aged: dict[str, Aged] = {}  # uid -> ageing facts, kept after it ends
+        # For _forget_ended: the clocks not ended by their start, the ended ones by their end.
+        self._running_clocks: list[tuple[float, int, Aged]] = []
+        self._ended_clocks: list[tuple[float, int, str, Aged]] = []
+        self._order = itertools.count()  # ties broken by arrival, never by comparing records
 
     def apply(self, event: AnyEvent) -> None:
         """Fold one event; idempotent."""
@@ -90,11 +96,13 @@ class AgeingBook:
             case WorkloadEvicted():
                 self._waiting_since[uid] = at
             case PriorityBoosted() if event.since is not None and uid not in self.aged:
-                self.aged[uid] = Aged(
+                clock = Aged(
                     since=event.since.timestamp(),
                     queue=self._queue.get(uid, ""),
                     request=self._requests.get(uid, {}),
                 )
+                self.aged[uid] = clock
+                heapq.heappush(self._running_clocks, (clock.since, next(self._order), clock))
             case WorkloadFinished() | WorkloadDeleted():
                 self._requests.pop(uid, None)
                 self._queue.pop(uid, None)
@@ -102,16 +110,21 @@ class AgeingBook:
                 aged = self.aged.get(uid)
                 if aged is not None and aged.ended_at is None:
                     aged.ended_at = at
+                    heapq.heappush(self._ended_clocks, (at, next(self._order), uid, aged))
                     self._forget_ended()
 
     def _forget_ended(self) -> None:
         """An ended workload matters to later clocks only while it ended after one of them
         started (before that, it was gone before their reservations could begin)."""
-        alive = [aged.since for aged in self.aged.values() if aged.ended_at is None]
-        oldest = min(alive, default=float("inf"))
-        gone = [u for u, a in self.aged.items() if a.ended_at is not None and a.ended_at <= oldest]
-        for uid in gone:
-            del self.aged[uid]
+        running = self._running_clocks
+        while running and running[0][2].ended_at is not None:
+            heapq.heappop(running)
+        oldest = running[0][0] if running else float("inf")
+        ended = self._ended_clocks
+        while ended and ended[0][0] <= oldest:
+            _, _, uid, aged = heapq.heappop(ended)
+            if self.aged.get(uid) is aged:
+                del self.aged[uid]
 
     def waiting_since(self, view: WorkloadView) -> float:
         return self._waiting_since.get(view.ref.uid, view.queue_time)
