@@ -22,7 +22,7 @@ from berth_console.feed import BusFeed
 from berth_console.model import Model
 from berth_console.queries import Queries
 from shared.auth import ClientAuth, CredentialStore
-from shared.bus import JOBS_BUCKET, STREAM, BucketWatch, Bus, BusError
+from shared.bus import JOBS_BUCKET, STREAM, BucketWatch, Bus, BusError, NoResponders
 from shared.events import AnyEvent, WorkloadFinished, WorkloadRef
 from tests.conftest import FIXTURES, Stack, berth, captured_logs, connect_as
 from tests.e2e import eventually, get_json, is_admitted
@@ -69,12 +69,26 @@ class Recovery:
         await self.admin.publish(finished)
         assert (await asyncio.wait_for(self.consumed.get(), WAIT_S)).workload.name == name
         subject = f"berth.job.rotation.{name}"
-        ack = await asyncio.wait_for(self.bus.publish_raw(subject, b"{}", f"rotation-{name}"), WAIT_S)
+        ack = await asyncio.wait_for(
+            self.bus.publish_raw(subject, b"{}", f"rotation-{name}"), WAIT_S
+        )
         stored = await self.admin.js.get_last_msg(STREAM, subject)
         assert stored.seq == ack.seq
         await asyncio.wait_for(self.kv.put(f"rotation.{name}", b"{}"), WAIT_S)
         assert await asyncio.wait_for(self.watched.get(), WAIT_S) == f"rotation.{name}"
-        reply = await self.admin.request("berth.api.recovery.ping", b'{"n": 1}', wait=WAIT_S)
+        # Served again once its subscription is bound anew: until then, as after any
+        # reconnect, a request finds no responder and a client asks again.
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while True:
+            try:
+                reply = await self.admin.request(
+                    "berth.api.recovery.ping", b'{"n": 1}', wait=WAIT_S
+                )
+                break
+            except NoResponders:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
         assert msgspec.json.decode(reply.data) == {"verb": "ping", "asked": {"n": 1}}
 
 
@@ -123,6 +137,12 @@ async def test_a_service_keeps_working_across_a_rotation_of_its_seed(
         store.rotate("recovery")
         assert server.process is not None
         os.kill(server.process.pid, signal.SIGHUP)  # what `berth creds rotate` does
+        # The reload takes effect some time after the signal: round trips before it would
+        # still run on the old key and prove nothing.
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while not any(line["event"] == "credentials_renewed" for line in logs):
+            assert asyncio.get_running_loop().time() < deadline, logs
+            await asyncio.sleep(0.05)
         await recovery.round_trip(2)
         await recovery.round_trip(3)
     assert recovery.bus.nc is handle  # the same connection, signed in anew: no restart
