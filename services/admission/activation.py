@@ -37,9 +37,8 @@ from services.admission.deactivation import (
     Deactivation,
     active_after,
     cause_of,
-    deactivating,
 )
-from services.admission.evictions import eviction as evict
+from services.admission.evictions import deactivation as deactivate
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
 from services.admission.model import QueuedWorkload
@@ -257,8 +256,7 @@ class Activity:
                 continue
             self.evictions_asked.add((uid, generation))
             queue = record.admission.cluster_queue
-            eviction = evict("deactivate", ref, queue, generation, DEACTIVATED)
-            eviction = deactivating(eviction, self.inactive[uid])
+            eviction = deactivate("deactivate", ref, queue, generation, self.inactive[uid])
             record.on_eviction_requested(eviction)
             log.info(
                 "evicting", workload=ref.key, queue=eviction.cluster_queue, reason=eviction.reason

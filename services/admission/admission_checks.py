@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from services.admission.deactivation import Deactivation, deactivating
+from services.admission.deactivation import Deactivation
+from services.admission.evictions import deactivation as deactivate
 from services.admission.evictions import eviction as evict
 from services.admission.pods_ready import backoff_seconds
 from shared.admission_checks import CheckState, RequeuingStrategy, is_active
@@ -259,8 +260,7 @@ class CheckGate:
             noun = "AdmissionChecks" if len(named) > 1 else "AdmissionCheck"
             what = f"{noun} in {found} state: {detail}"
             if found == "Rejected":
-                event = evict("checkrejected", *_run(reserved), REASON)
-                event = deactivating(event, Deactivation(REASON, what))
+                event = deactivate("checkrejected", *_run(reserved), Deactivation(REASON, what))
             else:
                 counts = self.retries.get(uid, {})
                 wait = max(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from services.admission.deactivation import Deactivation, deactivating
 from shared.events import EvictionRequested, WorkloadRef
 
-__all__ = ["eviction"]
+__all__ = ["deactivation", "eviction"]
 
 
 def eviction(
@@ -39,3 +40,11 @@ def eviction(
         requeue_at=requeue_at,
         deactivated=deactivated,
     )
+
+
+def deactivation(
+    kind: str, ref: WorkloadRef, cluster_queue: str, generation: int, why: Deactivation
+) -> EvictionRequested:
+    """Admission's request to evict and deactivate one run, with the reason and message of
+    ``why`` (:func:`services.admission.deactivation.deactivating`)."""
+    return deactivating(eviction(kind, ref, cluster_queue, generation, why.reason), why)

@@ -10,13 +10,14 @@ eviction's own event marks the workload past its limit (activation.py folds it).
 
 from __future__ import annotations
 
-from services.admission.deactivation import EXEC_CAUSE
+from services.admission.deactivation import EXEC_CAUSE, Deactivation
 
-__all__ = ["MAX_EXEC_TIME_ANNOTATION", "REASON", "ExecutionLimits"]
+__all__ = ["DEACTIVATION", "MAX_EXEC_TIME_ANNOTATION", "REASON", "ExecutionLimits"]
 
 MAX_EXEC_TIME_ANNOTATION = "kueue.x-k8s.io/max-exec-time-seconds"
 REASON = EXEC_CAUSE  # the deactivation's cause (Kueue's)
 MESSAGE = "exceeding the maximum execution time"  # what follows "deactivated due to"
+DEACTIVATION = Deactivation(REASON, MESSAGE)
 
 
 class ExecutionLimits:

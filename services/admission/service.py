@@ -31,10 +31,9 @@ from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from services.admission.activation import Activity, queued
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
-from services.admission.deactivation import Deactivation, deactivating
+from services.admission.evictions import deactivation as deactivate
 from services.admission.evictions import eviction as evict
-from services.admission.exec_time import MESSAGE as EXEC_MESSAGE
-from services.admission.exec_time import REASON as EXEC_REASON
+from services.admission.exec_time import DEACTIVATION as EXEC_DEACTIVATION
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
 from services.admission.pending_throttle import PendingThrottle
@@ -296,8 +295,8 @@ class AdmissionService:
                 continue
             ref = record.admission.workload
             generation = self.scheduler.generation(ref)
-            event = evict("maxexec", ref, record.admission.cluster_queue, generation, EXEC_REASON)
-            event = deactivating(event, Deactivation(EXEC_REASON, EXEC_MESSAGE))
+            queue = record.admission.cluster_queue
+            event = deactivate("maxexec", ref, queue, generation, EXEC_DEACTIVATION)
             record.on_eviction_requested(event)
             log.info("evicting", workload=ref.key, queue=event.cluster_queue, reason=event.reason)
             events.append(event)
