@@ -49,14 +49,10 @@ MESSAGES_READ = Counter(
     " decoded was dropped unread.",
     ["consumer", "subject", "stage"],
 )
-_CONSUMER: dict[int, str] = {}  # id(pull subscription) -> its consumer's name (the label)
 
 
 class Consuming(Connection):
     """What ``Bus`` does to consume the event stream."""
-
-    def _count_reads(self, subscription: JetStreamContext.PullSubscription, consumer: str) -> None:
-        _CONSUMER[id(subscription)] = consumer
 
     async def durable_subscription(
         self,
@@ -103,7 +99,7 @@ class Consuming(Connection):
             if not await self._recreated_with_new_ack_policy(config):
                 raise  # some other change to the consumer was refused
         subscription = await self.js.pull_subscribe_bind(durable, stream=STREAM)
-        self._count_reads(subscription, durable)
+        self._consumer_names[id(subscription)] = durable
         # It resumes after its ack floor: its fence starts from the markers stored up to there.
         floor = (await self.js.consumer_info(STREAM, durable)).ack_floor
         resume = (floor.stream_seq if floor and floor.stream_seq else 0) + 1
@@ -148,7 +144,6 @@ class Consuming(Connection):
         )
         with translated():
             subscription = await self.js.pull_subscribe("", stream=STREAM, config=config)
-        self._count_reads(subscription, self.source)
         self._pull_subscriptions.append(subscription)
         return subscription
 
@@ -176,7 +171,7 @@ class Consuming(Connection):
         events = decode_batch(
             messages, self._wanted.get(id(subscription)), self.on_malformed, counts
         )
-        consumer = _CONSUMER.get(id(subscription), self.source)
+        consumer = self._consumer_names.get(id(subscription), self.source)
         for stage, counter in (("delivered", counts.delivered), ("decoded", counts.decoded)):
             for family, count in counter.items():
                 MESSAGES_READ.labels(consumer, family, stage).inc(count)
@@ -402,12 +397,11 @@ def _filters(subjects: Sequence[str]) -> list[str]:
     """A consumer's ``filter_subjects``: its subjects and the lease markers, which travel with
     the events they fence (shared/fencing.py).
 
-    Why the server filters and not the service: a message sent only to be dropped costs its
-    framing, a delivery and a Python callback, most of what reading it costs. (Consumers used
-    to read the whole stream and drop here, because an older nats-server found a lagging
-    multi-filter consumer's next message by walking each block's index of subjects; the
-    pinned release reads a filtered replay for no more server CPU than an unfiltered one:
-    bench/kueue_scheduler.py prints what each service is sent and decodes per subject.)
+    Why the server filters and not the service: a message sent only to be dropped costs the
+    service its framing, a delivery and a Python callback, most of what reading it costs. The
+    server pays for it instead (it looks up each message's subject against the filters):
+    bench/filtered_replay.py measures that, and bench/kueue_scheduler.py prints what each
+    service is sent and decodes per subject.
     """
     return server_filters([*subjects, LEASE_SUBJECTS])
 
