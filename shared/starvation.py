@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy
 from shared.durations import kube_timestamp, parse_duration
+from shared.events import PodSet
 from shared.quota import quotas_of
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "ageing_clock",
     "fits_share",
     "queue_facts",
+    "request_of",
     "runs_by",
 ]
 
@@ -77,6 +79,16 @@ class Bound:
     @property
     def timestamp(self) -> str | None:
         return None if self.at is None else kube_timestamp(self.at)
+
+
+def request_of(pod_sets: Iterable[PodSet]) -> dict[str, int]:
+    """A workload's whole request, what the share rule weighs: milli-units per resource over
+    all its pods."""
+    total: dict[str, int] = {}
+    for pod_set in pod_sets:
+        for resource, value in pod_set.requests.items():
+            total[resource] = total.get(resource, 0) + value * pod_set.count
+    return total
 
 
 def queue_facts(cluster_queue: ClusterQueue) -> QueueFacts:

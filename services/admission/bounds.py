@@ -20,7 +20,6 @@ from services.admission.model import WorkloadView
 from shared.config import ClusterQueue, ClusterQueuePolicy, policy_for
 from shared.events import (
     AnyEvent,
-    PodSet,
     PriorityBoosted,
     WorkloadAdmitted,
     WorkloadDeleted,
@@ -28,18 +27,17 @@ from shared.events import (
     WorkloadFinished,
     WorkloadSubmitted,
 )
-from shared.starvation import Bound, Earlier, QueueFacts, Waiting, queue_facts, runs_by
+from shared.starvation import (
+    Bound,
+    Earlier,
+    QueueFacts,
+    Waiting,
+    queue_facts,
+    request_of,
+    runs_by,
+)
 
-__all__ = ["AgeingBook", "QueueWaits", "request_of"]
-
-
-def request_of(pod_sets: Iterable[PodSet]) -> dict[str, int]:
-    """A workload's whole request: milli-units per resource over its pods."""
-    total: dict[str, int] = {}
-    for pod_set in pod_sets:
-        for resource, value in pod_set.requests.items():
-            total[resource] = total.get(resource, 0) + value * pod_set.count
-    return total
+__all__ = ["AgeingBook", "QueueWaits"]
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from services.recovery.ageing import reservation_granted
 from shared.config import AgeingPolicy, ClusterQueue
 from shared.jobs import ManagedJob
-from shared.starvation import queue_facts
+from shared.starvation import queue_facts, request_of
 from shared.workloads import WorkloadError, workload_spec
 
 __all__ = ["Reservations"]
@@ -21,15 +21,11 @@ class Reservations:
     def request(self, job: ManagedJob) -> dict[str, int]:
         cached = self._requests.get(job.id)
         if cached is None:
-            cached = {}
             try:
                 pod_sets = workload_spec(dict(job.template)).pod_sets
             except WorkloadError:
                 pod_sets = []  # launched jobs were checked; an odd old record asks nothing
-            for pod_set in pod_sets:
-                for resource, value in pod_set.requests.items():
-                    cached[resource] = cached.get(resource, 0) + value * pod_set.count
-            self._requests[job.id] = cached
+            cached = self._requests[job.id] = request_of(pod_sets)
         return cached
 
     def granted(

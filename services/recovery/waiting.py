@@ -27,7 +27,7 @@ from shared.events import (
     WorkloadRef,
     WorkloadSubmitted,
 )
-from shared.starvation import ageing_clock
+from shared.starvation import ageing_clock, request_of
 
 __all__ = ["WAIT_HISTORY", "WAIT_VERBS", "Aged", "Wait", "Waits", "earlier_totals"]
 
@@ -94,10 +94,7 @@ class Waits:
         match event:
             case WorkloadSubmitted():
                 if wait is None:
-                    request: dict[str, int] = {}
-                    for pod_set in event.pod_sets:
-                        for resource, value in pod_set.requests.items():
-                            request[resource] = request.get(resource, 0) + value * pod_set.count
+                    request = request_of(event.pod_sets)
                     self.waits[uid] = Wait(event.workload, request, event.created.timestamp())
             case WorkloadPending() if wait is not None and event.source == "admission":
                 wait.cluster_queue = event.cluster_queue or wait.cluster_queue
@@ -116,9 +113,7 @@ class Waits:
             case WorkloadFinished() | WorkloadDeleted():
                 self.waits.pop(uid, None)
 
-    def ageing(
-        self, now: float, reserve_after: Callable[[str], float | None]
-    ) -> Iterator[Wait]:
+    def ageing(self, now: float, reserve_after: Callable[[str], float | None]) -> Iterator[Wait]:
         """Every workload with an ageing clock, setting it on those whose wait has lasted
         ``reserveAfter`` of their ClusterQueue's policy (``ageing_clock``)."""
         for wait in self.waits.values():
