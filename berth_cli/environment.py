@@ -84,7 +84,8 @@ VARIABLES = (
     ),
     Variable(
         "BERTH_HTTP_PORT",
-        "The port of those endpoints.",
+        "The port of those endpoints. Taken by another process, the service exits with code 76;"
+        " `berth up` then starts it again at once on a free port.",
         "watcher 8481, admission 8482, preemption 8483, recovery 8484",
         _SERVICES,
     ),

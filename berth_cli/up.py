@@ -39,7 +39,7 @@ from berth_cli.natsserver import NatsServer, NatsServerError
 from berth_cli.supervision import Restarts, die_with_parent
 from shared.auth import ClientAuth, CredentialStore
 from shared.bus import BusError
-from shared.service import DEFAULT_PORTS
+from shared.service import DEFAULT_PORTS, PORT_IN_USE_EXIT
 
 __all__ = ["SERVICES", "ServiceProcess", "Stack", "run_up"]
 
@@ -214,6 +214,8 @@ class Stack:
                 raise KeyboardInterrupt
             for service in list(waiting):
                 assert service.process is not None
+                if self._moved(service):
+                    continue
                 if service.process.poll() is not None:
                     raise RuntimeError(
                         f"{service.name} exited with code {service.process.returncode} while"
@@ -239,9 +241,25 @@ class Stack:
                 self._restart_node(node, restarts)
         for service in self.services:
             assert service.process is not None
+            if self._moved(service):
+                continue
             code = service.process.poll()
             if self._restart_due(service.name, code, service.restarts, where=str(service.log_path)):
                 self._spawn(service)
+
+    def _moved(self, service: ServiceProcess) -> bool:
+        """A service that exited because its HTTP port was taken (another stack chose the
+        same free port at the same instant) starts again at once on another port: that was
+        no crash, so no back-off."""
+        assert service.process is not None
+        if service.process.poll() != PORT_IN_USE_EXIT:
+            return False
+        taken, service.port = service.port, free_port()
+        self.console.print(
+            f"[yellow]{service.name}: port {taken} was taken; now on {service.port}[/]"
+        )
+        self._spawn(service)
+        return True
 
     def _restart_due(
         self, name: str, code: int | str | None, restarts: Restarts, *, where: str

@@ -9,6 +9,7 @@ the bus. Nothing is left running.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import signal
 import sys
@@ -24,6 +25,7 @@ from berth_console.queries import Queries
 from berth_console.settings import Settings
 from shared.bus import Bus, BusError
 from shared.logging import get_logger
+from shared.service import PORT_IN_USE_EXIT
 
 __all__ = ["run_console"]
 
@@ -69,7 +71,7 @@ async def run_console(settings: Settings) -> int:
                 f"berth console: cannot listen on {settings.host}:{settings.port}: {error}",
                 file=sys.stderr,
             )
-            return 1
+            return PORT_IN_USE_EXIT if error.errno == errno.EADDRINUSE else 1
         host, port = runner.addresses[0][:2]
         url = f"http://{host}:{port}/"
         log.info("listening", url=url, nats=settings.nats_url, actions=settings.token is not None)

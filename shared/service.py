@@ -20,6 +20,7 @@ order, modelled on aiohttp's documented graceful shutdown and kopf's reactor:
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import socket
@@ -36,9 +37,13 @@ from shared.lease import LeaseSettings, replica_id_from_env, rfc3339
 from shared.logging import configure_logging, get_logger
 from shared.membership import Member, keep_record
 
-__all__ = ["Runtime", "run_service", "serve_probes"]
+__all__ = ["PORT_IN_USE_EXIT", "Runtime", "run_service", "serve_probes"]
 
 log = get_logger("service")
+
+# Its HTTP port was taken between `berth up` choosing it and the process binding it (another
+# stack starting at the same instant): `berth up` restarts it at once on another port.
+PORT_IN_USE_EXIT = 76
 
 
 class Runtime:
@@ -229,7 +234,13 @@ async def _run(
     supervisor = os.environ.get("BERTH_SUPERVISOR_PID")
     if supervisor:
         runtime.spawn(_follow_supervisor(runtime, int(supervisor)), name=f"{name}.supervisor")
-    runner = await serve_probes(runtime, host=host, port=port)
+    try:
+        runner = await serve_probes(runtime, host=host, port=port)
+    except OSError as error:
+        log.error("cannot_listen", service=name, http=runtime.http, error=str(error))
+        await runtime.cancel_tasks(grace=0)
+        await bus.close()
+        return PORT_IN_USE_EXIT if error.errno == errno.EADDRINUSE else 1
     log.info("listening", service=name, replica=replica, http=runtime.http, nats=nats_url)
     try:
         await bus.ensure_stream()
