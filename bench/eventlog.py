@@ -20,13 +20,13 @@ from pathlib import Path
 from nats.aio.msg import Msg
 
 from shared.bus import STREAM, Bus
+from shared.bus.batches import record_of
 from shared.events import (
     AnyEvent,
     WorkloadAdmitted,
     WorkloadDeleted,
     WorkloadEvicted,
     WorkloadFinished,
-    decode_event,
     quota_of,
     subject_for,
 )
@@ -45,7 +45,9 @@ __all__ = [
 
 
 async def read_events(url: str, *, within_s: float = 600.0) -> list[AnyEvent]:
-    """Every event stored so far, in stream order.
+    """Every event stored so far, in stream order: the record, i.e. the events of the
+    batches and of single messages, never the per-workload copies of batched events
+    (docs/events.md "Batches"), so nothing is counted twice.
 
     An ordered push consumer: one callback per message and no per-message task, which is
     what makes reading a 200,000-event log take seconds rather than minutes.
@@ -55,11 +57,11 @@ async def read_events(url: str, *, within_s: float = 600.0) -> list[AnyEvent]:
         last = (await bus.js.stream_info(STREAM)).state.last_seq
         if last == 0:
             return []
-        raw: list[bytes] = []
+        events: list[AnyEvent] = []
         done = asyncio.Event()
 
         async def on_message(msg: Msg) -> None:
-            raw.append(msg.data)
+            events.extend(record_of(msg))  # batches, not their per-workload copies
             if msg.metadata.sequence.stream >= last:
                 done.set()
 
@@ -68,7 +70,7 @@ async def read_events(url: str, *, within_s: float = 600.0) -> list[AnyEvent]:
         )
         await asyncio.wait_for(done.wait(), timeout=within_s)
         await subscription.unsubscribe()
-        return [decode_event(data) for data in raw]
+        return events
     finally:
         await bus.close()
 

@@ -26,6 +26,10 @@ Users and what each may publish (subscribe permissions follow the same lines):
 - ``reader``: nothing at all; it may follow the event stream (external tools);
 - ``admin``: everything (operators' own tools, the tests' audits).
 
+A service publishes its events in batches too (``berth.b.<family>``): each user may publish
+the batch subjects of the families it may publish whole (:func:`batch_subjects`), and a
+consumer refuses an event inside a batch that is not of the batch's family.
+
 Each user replies on its own inbox prefix (``_INBOX_<user>``) and may subscribe only there
 and to its own request subjects, so no user reads another's replies. JetStream's API is
 allowed per stream: a user may create consumers on, and read, only the streams it reads.
@@ -47,6 +51,8 @@ from typing import Any
 
 import nkeys
 
+from shared.subjects import batched_filters
+
 __all__ = [
     "SERVICE_USERS",
     "USERS",
@@ -54,6 +60,7 @@ __all__ = [
     "CredentialStore",
     "Permissions",
     "authorization_config",
+    "batch_subjects",
     "owned_subjects",
     "permissions_for",
 ]
@@ -180,7 +187,7 @@ def permissions_for(user: str) -> Permissions:
     streams.append(EVENT_STREAM)  # everyone reads the events (the CLI: `berth events`)
     if user in ("cli", "reader"):
         streams.append(DEAD_LETTER_STREAM)
-    publish = [*_OWNED[user], *_jetstream_api(user, streams)]
+    publish = [*_OWNED[user], *batch_subjects(_OWNED[user]), *_jetstream_api(user, streams)]
     subscribe = [f"{inbox_prefix(user)}.>"]
     if user in SERVICE_USERS:
         publish += [
@@ -197,6 +204,14 @@ def permissions_for(user: str) -> Permissions:
         subscribe=tuple(subscribe),
         allow_responses=user in SERVICE_USERS,
     )
+
+
+def batch_subjects(owned: tuple[str, ...]) -> list[str]:
+    """The batch subjects (``berth.b.<family>``, docs/events.md "Batches") a user may
+    publish: those of the batched families it may publish whole. A user owning only part of
+    a family gets none: a batch's events are checked against the family, not the user."""
+    _, twins = batched_filters(owned)
+    return [twin for twin, whole in twins.items() if whole]
 
 
 def _jetstream_api(user: str, streams: list[str]) -> list[str]:

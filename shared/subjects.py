@@ -5,7 +5,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-__all__ = ["covers", "server_filters", "subject_family", "subject_matcher"]
+__all__ = [
+    "BATCHED_FAMILIES",
+    "BATCH_PREFIX",
+    "BATCH_SUBJECTS",
+    "FAMILY_PATTERNS",
+    "batch_subject",
+    "batched_filters",
+    "covers",
+    "overlap",
+    "server_filters",
+    "subject_family",
+    "subject_matcher",
+]
 
 
 def subject_matcher(patterns: Sequence[str]) -> Callable[[str], bool]:
@@ -74,3 +86,96 @@ def server_filters(patterns: Sequence[str]) -> list[str]:
             continue
         kept.append(pattern)
     return kept
+
+
+# Every family of subject on the event stream (:func:`subject_family`) and the pattern of
+# its subjects. The services publish the batched ones in batches (shared/bus/batches.py,
+# docs/events.md "Batches"); the CLI's commands, the admission checks' answers and the lease
+# markers stay one message each.
+FAMILY_PATTERNS: dict[str, str] = {
+    **{
+        f"wl.{verb}": f"berth.wl.{verb}.>"
+        for verb in ("submitted", "started", "finished", "evicted", "deleted", "podsready")
+    },
+    **{
+        f"cq.*.{verb}": f"berth.cq.*.{verb}.>"
+        for verb in ("admitted", "reserved", "pending", "evict")
+    },
+    **{
+        f"cmd.{verb}": f"berth.cmd.{verb}.>"
+        for verb in ("create", "delete", "submit", "remove", "active")
+    },
+    "job.boost": "berth.job.boost.>",
+    "job.status": "berth.job.status.>",
+    "check.*": "berth.check.>",
+    "lease.*": "berth.lease.>",
+}
+BATCHED_FAMILIES = frozenset(
+    family
+    for family in FAMILY_PATTERNS
+    if family.startswith(("wl.", "cq.", "job.")) or family in ("cmd.create", "cmd.delete")
+)
+BATCH_PREFIX = "berth.b."
+
+
+def batch_subject(family: str) -> str:
+    """The subject a batched family's batches are published on: ``berth.b.`` and the family
+    without its names (``cq.*.admitted`` -> ``berth.b.cq.admitted``)."""
+    return BATCH_PREFIX + family.replace("*.", "")
+
+
+BATCH_SUBJECTS = {batch_subject(family): family for family in BATCHED_FAMILIES}
+
+
+def overlap(first: str, second: str) -> str | None:
+    """The pattern of the subjects both patterns match, None if there is none
+    (``berth.>`` and ``berth.cmd.submit.>``: ``berth.cmd.submit.>``; ``berth.cq.a.>`` and
+    ``berth.cq.*.admitted.>``: ``berth.cq.a.admitted.>``)."""
+    left, right = first.split("."), second.split(".")
+    tokens: list[str] = []
+    for index in range(max(len(left), len(right))):
+        a = left[index] if index < len(left) else None
+        b = right[index] if index < len(right) else None
+        if a == ">" and b is not None:
+            return ".".join(tokens + right[index:])
+        if b == ">" and a is not None:
+            return ".".join(tokens + left[index:])
+        if a is None or b is None:
+            return None
+        if a == "*":
+            tokens.append(b)
+        elif b in ("*", a):
+            tokens.append(a)
+        else:
+            return None
+    return ".".join(tokens)
+
+
+def batched_filters(patterns: Sequence[str]) -> tuple[list[str], dict[str, bool]]:
+    """What a consumer of ``patterns`` is sent when the services publish batches: the
+    server's filters, and each batch subject among them with whether the consumer wants
+    every event of its family (else each event inside is matched against ``patterns``).
+
+    The rule: the part of a pattern on a batched family becomes that family's batch subject
+    (its twin), never the per-workload copies (a service that read both would handle every
+    event twice); the part on a single family stays as it is (narrowed to that family). A
+    pattern that touches no batched family is kept whole."""
+    filters: list[str] = []
+    twins: dict[str, bool] = {}
+    for pattern in patterns:
+        touched = {
+            family: common
+            for family, subjects in FAMILY_PATTERNS.items()
+            if (common := overlap(pattern, subjects)) is not None
+        }
+        if not BATCHED_FAMILIES.intersection(touched):
+            filters.append(pattern)
+            continue
+        for family, common in touched.items():
+            if family in BATCHED_FAMILIES:
+                twin = batch_subject(family)
+                whole = covers(pattern, FAMILY_PATTERNS[family])
+                twins[twin] = twins.get(twin, False) or whole
+            else:
+                filters.append(common)
+    return server_filters([*filters, *twins]), twins

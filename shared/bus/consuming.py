@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from prometheus_client import Counter
 
+from shared.bus.batches import BatchView
 from shared.bus.connection import Connection
 from shared.bus.errors import bus_call, translated
 from shared.bus.fences import fence_before
@@ -28,7 +29,7 @@ from shared.bus.settings import JS_API_PREFIX, STREAM
 from shared.events import AnyEvent
 from shared.fencing import LEASE_SUBJECTS, MARKER_PREFIX, Fence, screen
 from shared.logging import get_logger
-from shared.subjects import server_filters
+from shared.subjects import batched_filters, server_filters
 
 __all__ = ["HANDLER_ATTEMPTS", "MESSAGES_READ", "Consuming", "Handler", "Settling"]
 
@@ -53,6 +54,13 @@ MESSAGES_READ = Counter(
 
 class Consuming(Connection):
     """What ``Bus`` does to consume the event stream."""
+
+    _views: dict[int, BatchView] | None = None  # id(pull subscription) -> batches it keeps
+
+    def _batch_views(self) -> dict[int, BatchView]:
+        if self._views is None:
+            self._views = {}
+        return self._views
 
     async def durable_subscription(
         self,
@@ -87,7 +95,7 @@ class Consuming(Connection):
             # CPU and nats-server as many ack messages as events.
             ack_policy=api.AckPolicy.ALL,
             deliver_policy=api.DeliverPolicy.ALL,
-            filter_subjects=_filters(subjects),
+            filter_subjects=_filters(subjects, batching=self.settings.batching),
             max_ack_pending=max_ack_pending,
             ack_wait=30.0,
         )
@@ -105,6 +113,7 @@ class Consuming(Connection):
         resume = (floor.stream_seq if floor and floor.stream_seq else 0) + 1
         self._fences[id(subscription)] = await fence_before(self.js, stream=STREAM, sequence=resume)
         self._pull_subscriptions.append(subscription)
+        self._batch_views()[id(subscription)] = BatchView.of(subjects)
         if keep_subject is not None:
             self._wanted[id(subscription)] = lambda s: (
                 keep_subject(s) or s.startswith(MARKER_PREFIX)
@@ -139,12 +148,13 @@ class Consuming(Connection):
         config = api.ConsumerConfig(
             ack_policy=api.AckPolicy.NONE,
             deliver_policy=api.DeliverPolicy.ALL,
-            filter_subjects=_filters(subjects),
+            filter_subjects=_filters(subjects, batching=self.settings.batching),
             inactive_threshold=60.0,
         )
         with translated():
             subscription = await self.js.pull_subscribe("", stream=STREAM, config=config)
         self._pull_subscriptions.append(subscription)
+        self._batch_views()[id(subscription)] = BatchView.of(subjects)
         return subscription
 
     async def refilter(
@@ -157,9 +167,10 @@ class Consuming(Connection):
         with translated():
             info = await subscription.consumer_info()
             config = info.config
-            config.filter_subjects = _filters(subjects)
+            config.filter_subjects = _filters(subjects, batching=self.settings.batching)
             config.filter_subject = None
             await self.js.add_consumer(info.stream_name, config)
+        self._batch_views()[id(subscription)] = BatchView.of(subjects)
         log.info("consumer_refiltered", consumer=info.name, subjects=config.filter_subjects)
 
     def _decode(
@@ -169,7 +180,11 @@ class Consuming(Connection):
         that pass its fence."""
         counts = ReadCounts()
         events = decode_batch(
-            messages, self._wanted.get(id(subscription)), self.on_malformed, counts
+            messages,
+            self._wanted.get(id(subscription)),
+            self.on_malformed,
+            counts,
+            self._batch_views().get(id(subscription)),
         )
         consumer = self._consumer_names.get(id(subscription), self.source)
         for stage, counter in (("delivered", counts.delivered), ("decoded", counts.decoded)):
@@ -393,9 +408,11 @@ class Consuming(Connection):
         return [] if pump is None else await pump.close()
 
 
-def _filters(subjects: Sequence[str]) -> list[str]:
+def _filters(subjects: Sequence[str], *, batching: bool) -> list[str]:
     """A consumer's ``filter_subjects``: its subjects and the lease markers, which travel with
-    the events they fence (shared/fencing.py).
+    the events they fence (shared/fencing.py). With ``batching``, the batch subjects of the
+    batched families it wants instead of their per-workload copies
+    (:func:`shared.subjects.batched_filters`): the consumer expands them (:meth:`_decode`).
 
     Why the server filters and not the service: a message sent only to be dropped costs the
     service its framing, a delivery and a Python callback, most of what reading it costs. The
@@ -403,6 +420,8 @@ def _filters(subjects: Sequence[str]) -> list[str]:
     bench/filtered_replay.py measures that, and bench/kueue_scheduler.py prints what each
     service is sent and decodes per subject.
     """
+    if batching:
+        return batched_filters([*subjects, LEASE_SUBJECTS])[0]
     return server_filters([*subjects, LEASE_SUBJECTS])
 
 

@@ -1,10 +1,13 @@
 """Publishing events and updating keys, pipelined, with retries of unknown outcomes
 (:class:`Publishing`, a part of ``Bus``).
 
-Every publish carries ``Nats-Msg-Id`` = the event's id, and a publish that times out is
-retried with the *same* id: its outcome was unknown, and the stream's duplicate window drops
-the copy if the first attempt was in fact stored. Hot paths publish in pipelined batches
-(:meth:`Publishing.publish_many`), never one awaited ack at a time.
+With ``BusSettings.batching`` the events of one call go as batches, one message per subject
+family, each followed by its events' per-workload copies once stored (shared/bus/batches.py).
+
+Every publish carries ``Nats-Msg-Id`` = the event's id (a batch: a digest of its contents),
+and a publish that times out is retried with the *same* id: its outcome was unknown, and the
+stream's duplicate window drops the copy if the first attempt was in fact stored. Hot paths
+publish pipelined (:meth:`Publishing.publish_many`), never one awaited ack at a time.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import nats.errors
 from nats.js.kv import KeyValue
 
 from shared.bus.acks import NO_RESPONDERS, WRONG_LAST_SEQUENCE, Ack, AckTimeout, PublishRefused
+from shared.bus.batches import COPY_HEADER, Prepared, Wire, batched
 from shared.bus.buckets import Bucket
 from shared.bus.connection import Connection
 from shared.bus.errors import BusError, KeyExists, NoStream
@@ -52,20 +56,24 @@ class SentEvents:
     def __init__(
         self,
         bus: Publishing,
-        prepared: list[tuple[str, bytes, str]],
+        prepared: list[Wire],
         futures: list[asyncio.Future[Ack]],
+        copies: list[Wire] | None = None,
     ) -> None:
         self.bus = bus
         self.prepared = prepared  # subject, payload, message id
         self.futures = futures
+        self.copies = copies or []
 
     async def settle(self) -> None:
-        """Wait for every ack; publish again (same id) any that failed or went unanswered."""
+        """Wait for every ack; publish again (same id) any that failed or went unanswered;
+        then the per-workload copies of what went in batches."""
         for (subject, payload, msg_id), future in zip(self.prepared, self.futures, strict=True):
             try:
                 await future
             except (AckTimeout, PublishRefused):
                 await self.bus.publish_raw(subject, payload, msg_id)
+        await self.bus.publish_copies(self.copies)
 
 
 class KeyUpdates:
@@ -100,16 +108,36 @@ class Publishing(Connection):
     """What ``Bus`` does to publish: events to the stream, values to buckets."""
 
     async def publish(self, event: Event) -> Ack:
-        """Publish one event and wait for the stream to store it (retrying on timeout)."""
-        return await self.publish_raw(*self._prepared(event))
+        """Publish one event and wait for the stream to store it (retrying on timeout); an
+        event of a batched family goes as a batch of one (with its copy)."""
+        prepared = self._prepared(event)
+        if not self.settings.batching:
+            return await self.publish_raw(prepared.subject, prepared.payload, prepared.msg_id)
+        [message], copies = batched([prepared])
+        ack = await self.publish_raw(*message)
+        await self.publish_copies(copies)
+        return ack
 
-    def _prepared(self, event: Event) -> tuple[str, bytes, str]:
+    def _prepared(self, event: Event) -> Prepared:
         """Subject, payload and message id of an event, stamped with this bus's lease term:
         ``term``, and ``-t<term>`` on the id, so that a new leader's decision is never dropped
         as a copy of a deposed leader's void one (docs/events.md)."""
         if self.term:
             event = msgspec.structs.replace(event, term=self.term, id=f"{event.id}-t{self.term}")
-        return subject_for(event), encode_event(event), event.id
+        return Prepared(subject_for(event), encode_event(event), event.id, event.workload.key)
+
+    async def publish_copies(self, copies: Sequence[Wire]) -> None:
+        """The per-workload copies of events a stored batch carried: each on its own subject
+        with its id, not awaited (no reply subject: the stream stores it, acks nothing).
+        Best effort: the batch is the record, and a copy lost with the connection is only
+        missing from the per-workload view (docs/events.md "Batches")."""
+        try:
+            for subject, payload, msg_id in copies:
+                await self.nc.publish(
+                    subject, payload, headers={"Nats-Msg-Id": msg_id, COPY_HEADER: "1"}
+                )
+        except nats.errors.Error as error:
+            log.warning("copies_unsent", count=len(copies), error=repr(error))
 
     async def publish_raw(self, subject: str, payload: bytes, msg_id: str) -> Ack:
         """Publish a prepared message until the stream stores it, or give up (BusError)."""
@@ -159,11 +187,15 @@ class Publishing(Connection):
         """Send the batch of :meth:`publish_many` and return at once: the caller may send
         more (key updates) before it awaits ``settle()``, one round trip for all."""
         prepared = [self._prepared(e) for e in events]
+        if self.settings.batching:
+            wire, copies = batched(prepared)
+        else:
+            wire, copies = [(p.subject, p.payload, p.msg_id) for p in prepared], []
         futures = [
             await self.acks.send(subject, payload, {"Nats-Msg-Id": msg_id})
-            for subject, payload, msg_id in prepared
+            for subject, payload, msg_id in wire
         ]
-        return SentEvents(self, prepared, futures)
+        return SentEvents(self, wire, futures, copies)
 
     async def update_key(self, kv: KeyValue, key: str, value: bytes, *, last: int) -> int:
         """``kv.update`` (compare-and-swap on the key's last revision), pipelined like a

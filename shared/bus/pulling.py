@@ -16,6 +16,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from shared.bus.batches import BatchView, expand, is_batch
 from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
 from shared.subjects import subject_family
@@ -172,12 +173,31 @@ def decode_batch(
     wanted: Callable[[str], bool] | None = None,
     malformed: Callable[[Msg, str], None] | None = None,
     counts: ReadCounts | None = None,
+    batches: BatchView | None = None,
 ) -> list[AnyEvent]:
     """Decode a fetched batch into events; messages whose subject ``wanted`` refuses are
     skipped undecoded, a malformed one is skipped (acking past it drops it) and handed to
-    ``malformed`` (a dead letter), else logged. ``counts`` tallies both."""
+    ``malformed`` (a dead letter), else logged. ``counts`` tallies both, per event.
+
+    A batch message (``berth.b.*``, shared/bus/batches.py) becomes the events inside it that
+    this consumer keeps: those ``batches`` (the consumer's view) and ``wanted`` keep by their
+    own per-workload subject; an event of another family than the batch's is malformed."""
+    refuse = malformed or _log_malformed
     events: list[AnyEvent] = []
     for msg in messages:
+        if is_batch(msg.subject):
+            try:
+                inside = expand(msg, batches, wanted, refuse)
+            except msgspec.DecodeError as error:
+                refuse(msg, str(error))
+                continue
+            for subject, event in inside:
+                if counts is not None:
+                    family = subject_family(subject)
+                    counts.delivered[family] += 1
+                    counts.decoded[family] += 1
+                events.append(event)
+            continue
         family = subject_family(msg.subject) if counts is not None else ""
         if counts is not None:
             counts.delivered[family] += 1
@@ -186,11 +206,12 @@ def decode_batch(
         try:
             events.append(decode_event(msg.data))
         except msgspec.DecodeError as error:
-            if malformed is not None:
-                malformed(msg, str(error))
-            else:
-                log.error("malformed_event", subject=msg.subject, error=str(error))
+            refuse(msg, str(error))
             continue
         if counts is not None:
             counts.decoded[family] += 1
     return events
+
+
+def _log_malformed(msg: Msg, error: str) -> None:
+    log.error("malformed_event", subject=msg.subject, error=error)

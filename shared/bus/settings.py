@@ -35,6 +35,7 @@ STREAM_SUBJECTS = (
     "berth.job.>",
     "berth.cmd.>",
     "berth.check.>",  # admission checks' answers (docs/admission-checks.md)
+    "berth.b.>",  # batches of the services' events (shared/bus/batches.py)
     LEASE_SUBJECTS,
 )
 API_SUBJECT = "berth.api"
@@ -48,13 +49,16 @@ class BusSettings:
     reads the environment.
 
     ``stream_replicas``: copies of the event stream and of every bucket it creates (3 in a
-    clustered NATS, so the history survives losing a server)."""
+    clustered NATS, so the history survives losing a server). ``batching``: the services
+    publish their events in batches and read batches (shared/bus/batches.py)."""
 
     stream_replicas: int = 1
+    batching: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BusSettings:
-        """From ``BERTH_STREAM_REPLICAS``; a value that is not a positive count is refused."""
+        """From ``BERTH_STREAM_REPLICAS`` and ``BERTH_BUS_BATCHES`` (``1``/``0``); a value
+        that is not a positive count, or not 0 or 1, is refused."""
         env = os.environ if environ is None else environ
         raw = env.get("BERTH_STREAM_REPLICAS", "1")
         try:
@@ -63,7 +67,10 @@ class BusSettings:
             replicas = 0
         if replicas < 1:
             raise ValueError(f"BERTH_STREAM_REPLICAS must be a positive count, not {raw!r}")
-        return cls(stream_replicas=replicas)
+        batches = env.get("BERTH_BUS_BATCHES", "1" if cls.batching else "0")
+        if batches not in ("0", "1"):
+            raise ValueError(f"BERTH_BUS_BATCHES must be 0 or 1, not {batches!r}")
+        return cls(stream_replicas=replicas, batching=batches == "1")
 
 
 def nats_url_from_env() -> str:

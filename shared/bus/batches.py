@@ -1,0 +1,182 @@
+"""Batches on the bus: the events a service publishes in one round, one message per subject
+family (docs/events.md "Batches").
+
+A batch is published on ``berth.b.<family>`` (``berth.b.cq.admitted``, ``berth.b.wl.started``:
+:func:`shared.subjects.batch_subject`); its payload is the JSON array of its events, each
+encoded once and keeping its own id and term; its ``Nats-Msg-Id`` is ``b-`` and a digest of the
+payload, so a retried batch is stored once and a batch with other contents never passes for a
+copy of it. Why: a message costs its publisher, nats-server and every consumer a fixed price
+(framing, an ack, a delivery, a Python callback), paid here once per batch instead of once
+per event.
+
+After a batch is stored, each of its events is also published on its per-workload subject
+without awaiting an ack (:class:`Copy`): the view external tools follow. Services read only the
+batches of batched families (:func:`shared.subjects.batched_filters`), never those copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import msgspec
+from nats.aio.msg import Msg
+
+from shared.events import AnyEvent, decode_event, subject_for
+from shared.logging import get_logger
+from shared.subjects import (
+    BATCH_PREFIX,
+    BATCH_SUBJECTS,
+    BATCHED_FAMILIES,
+    batch_subject,
+    batched_filters,
+    subject_family,
+    subject_matcher,
+)
+
+__all__ = [
+    "COPY_HEADER",
+    "MAX_BATCH_BYTES",
+    "BatchView",
+    "Prepared",
+    "Wire",
+    "batched",
+    "expand",
+    "is_batch",
+    "record_of",
+]
+
+log = get_logger("bus")
+
+# The header that marks a per-workload copy of an event stored in a batch: a tool auditing
+# the record reads the batches and skips these (:func:`record_of`).
+COPY_HEADER = "Berth-Copy"
+# Well under nats-server's default max_payload (1 MiB): a bigger round is split.
+MAX_BATCH_BYTES = 256 * 1024
+
+# subject, payload, message id: one message as it goes on the wire.
+Wire = tuple[str, bytes, str]
+
+_list_decoder: msgspec.json.Decoder[list[AnyEvent]] = msgspec.json.Decoder(list[AnyEvent])
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One event ready to publish: its per-workload subject, encoded body, id (term stamped),
+    and the workload it is about (batches keep each workload's events in order)."""
+
+    subject: str
+    payload: bytes
+    msg_id: str
+    workload: str
+
+
+def is_batch(subject: str) -> bool:
+    return subject.startswith(BATCH_PREFIX)
+
+
+def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
+    """The messages that publish ``prepared`` (batches, and single messages for the families
+    that are not batched), and the per-workload copies to publish once they are stored.
+
+    The rule: an event joins the open batch of its family, unless that batch is full
+    (:data:`MAX_BATCH_BYTES`) or its workload already has an event in a message after that
+    batch; then it opens a new one. So the events about one workload stay in the order they
+    were given (an eviction before the next admission), while a round of many workloads is
+    one message per family."""
+    groups: list[tuple[str | None, list[Prepared], int]] = []  # batch subject, events, bytes
+    open_batch: dict[str, int] = {}  # batch subject -> index in groups
+    latest: dict[str, int] = {}  # workload -> index of the last group holding one of its events
+    copies: list[Wire] = []
+    for event in prepared:
+        family = subject_family(event.subject)
+        if family not in BATCHED_FAMILIES:
+            groups.append((None, [event], len(event.payload)))
+            latest[event.workload] = len(groups) - 1
+            continue
+        subject = batch_subject(family)
+        index = open_batch.get(subject)
+        if (
+            index is None
+            or latest.get(event.workload, -1) > index
+            or groups[index][2] + len(event.payload) + 1 > MAX_BATCH_BYTES
+        ):
+            groups.append((subject, [], 2))
+            index = open_batch[subject] = len(groups) - 1
+        _, events, size = groups[index]
+        events.append(event)
+        groups[index] = (subject, events, size + len(event.payload) + 1)
+        latest[event.workload] = index
+        copies.append((event.subject, event.payload, event.msg_id))
+    wire: list[Wire] = []
+    for batch_on, events, _ in groups:
+        if batch_on is None:
+            [single] = events
+            wire.append((single.subject, single.payload, single.msg_id))
+            continue
+        payload = b"[" + b",".join(event.payload for event in events) + b"]"
+        digest = hashlib.blake2b(payload, digest_size=16).hexdigest()
+        wire.append((batch_on, payload, f"b-{digest}"))
+    return wire, copies
+
+
+@dataclass(frozen=True, slots=True)
+class BatchView:
+    """What a consumer keeps of the batches it is sent: per batch subject, whether it wants
+    every event of the family (else each event's own subject must match its patterns)."""
+
+    twins: dict[str, bool]
+    wanted: Callable[[str], bool]
+
+    @classmethod
+    def of(cls, patterns: Sequence[str]) -> BatchView:
+        _, twins = batched_filters(patterns)
+        return cls(twins, subject_matcher(patterns) if patterns else lambda _: False)
+
+
+def expand(
+    msg: Msg,
+    view: BatchView | None,
+    keep: Callable[[str], bool] | None,
+    malformed: Callable[[Msg, str], None],
+) -> list[tuple[str, AnyEvent]]:
+    """The events of one batch message this consumer keeps, each with its own subject.
+
+    One decode of the whole array. An event whose own family is not the batch's is refused
+    (a user allowed to publish pending reports must not smuggle an admission in a batch on
+    ``berth.b.cq.pending``): handed to ``malformed``, never to a handler. Raises
+    ``msgspec.DecodeError`` if the payload is not an array of events."""
+    family = BATCH_SUBJECTS.get(msg.subject)
+    if family is None:
+        malformed(msg, f"{msg.subject} is no batch subject of a batched family")
+        return []
+    events = _list_decoder.decode(msg.data)
+    whole = view is None or view.twins.get(msg.subject, False)
+    kept: list[tuple[str, AnyEvent]] = []
+    for event in events:
+        subject = subject_for(event)
+        if subject_family(subject) != family:
+            malformed(
+                msg,
+                f"event {event.id} ({type(event).__name__}, subject {subject}) in a batch on"
+                f" {msg.subject}: only {family} events belong there",
+            )
+            continue
+        if not whole and view is not None and not view.wanted(subject):
+            continue
+        if keep is not None and not keep(subject):
+            continue
+        kept.append((subject, event))
+    return kept
+
+
+def record_of(msg: Msg) -> list[AnyEvent]:
+    """The events a stored message adds to the record: a batch's events, a single message's
+    event, nothing for a per-workload copy of a batched event (its batch holds it). For
+    tools that audit the stream (bench/eventlog.py); raises ``msgspec.DecodeError``."""
+    if is_batch(msg.subject):
+        return _list_decoder.decode(msg.data)
+    if msg.headers and COPY_HEADER in msg.headers:
+        return []
+    return [decode_event(msg.data)]

@@ -1,0 +1,338 @@
+"""Batches on the bus (shared/bus/batches.py, docs/events.md "Batches"): the rules as tables,
+and the round trip against a real nats-server, secured where permissions matter."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import pytest
+from nats.aio.msg import Msg
+
+from bench.eventlog import read_events
+from shared.auth import ClientAuth, CredentialStore
+from shared.bus import STREAM, Bus
+from shared.bus.batches import MAX_BATCH_BYTES, Prepared, batched
+from shared.bus.settings import BusSettings
+from shared.events import (
+    AnyEvent,
+    Event,
+    EvictionRequested,
+    PodSet,
+    WorkloadAdmitted,
+    WorkloadPending,
+    WorkloadRef,
+    WorkloadStarted,
+    WorkloadSubmitted,
+    encode_event,
+    now,
+    subject_for,
+)
+from shared.subjects import batched_filters
+from tests.conftest import connect_as
+
+BATCHES = BusSettings(batching=True)
+
+# (a consumer's pattern, the server's filters, batch subjects wanted whole, why)
+FILTER_CASES = [
+    (
+        "berth.cq.*.admitted.>",
+        ["berth.b.cq.admitted"],
+        {"berth.b.cq.admitted": True},
+        "one batched family: its batch subject, never the per-workload copies",
+    ),
+    (
+        "berth.cq.team-a.>",
+        ["berth.b.cq.admitted", "berth.b.cq.reserved", "berth.b.cq.pending", "berth.b.cq.evict"],
+        dict.fromkeys(
+            [
+                "berth.b.cq.admitted",
+                "berth.b.cq.reserved",
+                "berth.b.cq.pending",
+                "berth.b.cq.evict",
+            ],
+            False,
+        ),
+        "one ClusterQueue: every cq batch, each event inside matched against the pattern",
+    ),
+    (
+        "berth.cmd.>",
+        [
+            "berth.cmd.submit.>",
+            "berth.cmd.remove.>",
+            "berth.cmd.active.>",
+            "berth.b.cmd.create",
+            "berth.b.cmd.delete",
+        ],
+        {"berth.b.cmd.create": True, "berth.b.cmd.delete": True},
+        "the CLI's commands stay single messages; recovery's come in batches",
+    ),
+    (
+        "berth.check.>",
+        ["berth.check.>"],
+        {},
+        "admission checks' answers are never batched: the pattern is kept whole",
+    ),
+    (
+        "berth.lease.>",
+        ["berth.lease.>"],
+        {},
+        "lease markers are single messages",
+    ),
+    (
+        "berth.wl.started.default.job-1",
+        ["berth.b.wl.started"],
+        {"berth.b.wl.started": False},
+        "one workload's fact: its family's batches, the workload picked out inside",
+    ),
+    (
+        "berth.job.>",
+        ["berth.b.job.boost", "berth.b.job.status"],
+        {"berth.b.job.boost": True, "berth.b.job.status": True},
+        "managed-job records are batched, both families",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "filters", "twins", "reason"), FILTER_CASES, ids=[c[3] for c in FILTER_CASES]
+)
+def test_batch_twins_of_a_pattern(
+    pattern: str, filters: list[str], twins: dict[str, bool], reason: str
+) -> None:
+    assert batched_filters([pattern]) == (filters, twins), reason
+
+
+def _ref(name: str) -> WorkloadRef:
+    return WorkloadRef("default", name, f"uid-{name}")
+
+
+def _about(name: str, source: str = "admission") -> dict[str, Any]:
+    """What every test event carries: its source and workload, and the ClusterQueue."""
+    return {"source": source, "workload": _ref(name), "cluster_queue": "cq"}
+
+
+def _submitted(name: str) -> WorkloadSubmitted:
+    return WorkloadSubmitted(
+        id=f"submitted-{name}",
+        source="watcher",
+        workload=_ref(name),
+        kind="Job",
+        queue_name="lq",
+        pod_sets=[PodSet("main", 1, {"cpu": 1000})],
+        created=now(),
+    )
+
+
+def _admitted(name: str, generation: int = 1) -> WorkloadAdmitted:
+    return WorkloadAdmitted(
+        id=f"admitted-{name}-{generation}",
+        local_queue="lq",
+        priority=0,
+        generation=generation,
+        assignments=[],
+        **_about(name),
+    )
+
+
+def _pending(name: str) -> WorkloadPending:
+    return WorkloadPending(id=f"pending-{name}", reason="Pending", message="-", **_about(name))
+
+
+def _evict(name: str) -> EvictionRequested:
+    return EvictionRequested(id=f"evict-{name}", generation=1, reason="Preempted", **_about(name))
+
+
+def _prepared(event: Event) -> Prepared:
+    return Prepared(subject_for(event), encode_event(event), event.id, event.workload.key)
+
+
+def _shape(events: list[Event]) -> list[tuple[str, int]]:
+    """The messages that publish ``events``: (subject, how many events inside)."""
+    wire, _ = batched([_prepared(e) for e in events])
+    return [
+        (subject, len(msgspec.json.decode(payload)) if subject.startswith("berth.b.") else 1)
+        for subject, payload, _ in wire
+    ]
+
+
+# (events published in one round, the messages that carry them, why)
+GROUPING_CASES: list[tuple[Callable[[], list[Event]], list[tuple[str, int]], str]] = [
+    (
+        lambda: [_admitted("a"), _pending("b"), _admitted("c"), _pending("d")],
+        [("berth.b.cq.admitted", 2), ("berth.b.cq.pending", 2)],
+        "a round of many workloads is one message per family",
+    ),
+    (
+        lambda: [_admitted("a"), _evict("a"), _admitted("a", 2)],
+        [("berth.b.cq.admitted", 1), ("berth.b.cq.evict", 1), ("berth.b.cq.admitted", 1)],
+        "one workload's events keep their order: its next admission never overtakes its eviction",
+    ),
+    (
+        lambda: [_submitted("a"), _admitted("b")],
+        [("berth.b.wl.submitted", 1), ("berth.b.cq.admitted", 1)],
+        "each family its own batch subject",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("events", "shape", "reason"), GROUPING_CASES, ids=[c[2] for c in GROUPING_CASES]
+)
+def test_a_round_becomes_batches(
+    events: Callable[[], list[Event]], shape: list[tuple[str, int]], reason: str
+) -> None:
+    assert _shape(events()) == shape, reason
+
+
+def test_a_round_too_big_for_one_message_is_split() -> None:
+    many = [_pending(f"job-{index}-{'x' * 200}") for index in range(3000)]
+    wire, copies = batched([_prepared(e) for e in many])
+    assert len(wire) > 1 and all(len(payload) <= MAX_BATCH_BYTES for _, payload, _ in wire)
+    assert sum(len(msgspec.json.decode(p)) for _, p, _ in wire) == len(copies) == 3000
+
+
+async def _connect(url: str, source: str) -> Bus:
+    bus = await Bus.connect(url, source=source, auth=ClientAuth(), retry=False, settings=BATCHES)
+    await bus.ensure_stream()
+    return bus
+
+
+async def _replayed(bus: Bus, subjects: list[str], count: int) -> list[AnyEvent]:
+    """What a replay consumer of ``subjects`` is handed, once it has ``count`` events."""
+    subscription = await bus.replay_subscription(subjects)
+    events: list[AnyEvent] = []
+    while len(events) < count:
+        batch = await bus.next_batch(subscription, wait=5.0)
+        assert batch, f"only {len(events)} of {count} events came"
+        events += batch
+    assert await bus.next_batch(subscription, wait=0.3) == [], "and nothing more"
+    return events
+
+
+async def test_batches_round_trip_once_each_despite_the_copies(nats_url: str) -> None:
+    """A round goes out as batches plus per-workload copies; a consumer of every subject is
+    handed each event once (the batches, not the copies), and the audit reads it once."""
+    bus = await _connect(nats_url, "admission")
+    try:
+        round_ = [_admitted("a"), _pending("b"), _admitted("c"), _submitted("d")]
+        await bus.publish_many(round_)
+        await bus.publish(_pending("e"))  # a single publish of a batched family: a batch of one
+        events = await _replayed(bus, ["berth.>"], 5)
+        assert sorted(e.id for e in events) == [
+            "admitted-a-1",
+            "admitted-c-1",
+            "pending-b",
+            "pending-e",
+            "submitted-d",
+        ]
+        state = (await bus.js.stream_info(STREAM)).state
+        assert state.messages == 4 + 5, "three batches and a batch of one, and five copies"
+        assert sorted(e.id for e in await read_events(nats_url)) == sorted(e.id for e in events)
+        narrow = await _replayed(bus, ["berth.cq.*.admitted.default.c"], 1)
+        assert [e.id for e in narrow] == ["admitted-c-1"], "a narrow pattern picks inside a batch"
+    finally:
+        await bus.close()
+
+
+async def test_a_retried_batch_is_stored_once(nats_url: str) -> None:
+    """The same round sent again (an unknown outcome retried) has the same message id."""
+    bus = await _connect(nats_url, "admission")
+    try:
+        round_ = [_admitted("a"), _admitted("b")]
+        await bus.publish_many(round_)
+        await bus.publish_many(round_)
+        info = await bus.js.stream_info(STREAM, subjects_filter="berth.b.>")
+        assert info.state.subjects == {"berth.b.cq.admitted": 1}
+    finally:
+        await bus.close()
+
+
+async def test_an_event_smuggled_into_another_familys_batch_is_refused(nats_url: str) -> None:
+    """An admission inside a batch on berth.b.cq.pending never reaches a handler: it is
+    handed to the malformed path (dead letters), and the pending report beside it is kept."""
+    bus = await _connect(nats_url, "preemption")
+    refused: list[str] = []
+
+    def malformed(msg: Msg, reason: str) -> None:
+        refused.append(reason)
+
+    bus.on_malformed = malformed
+    try:
+        payload = b"[" + encode_event(_pending("a")) + b"," + encode_event(_admitted("x")) + b"]"
+        await bus.publish_raw("berth.b.cq.pending", payload, "smuggle-1")
+        events = await _replayed(bus, ["berth.cq.>"], 1)
+        assert [e.id for e in events] == ["pending-a"]
+        assert len(refused) == 1 and "only cq.*.pending events belong there" in refused[0]
+    finally:
+        await bus.close()
+
+
+async def test_copies_are_the_per_workload_view_for_a_read_only_user(
+    secured_url: str, store: CredentialStore
+) -> None:
+    """A tool signed in as the reader follows one ClusterQueue by subject and sees each of
+    admission's batched decisions there; admission may publish its batches, and the reader
+    reads them as well."""
+    admission = await Bus.connect(
+        secured_url,
+        source="admission",
+        auth=ClientAuth(seed=store.seed_path("admission")),
+        retry=False,
+        settings=BATCHES,
+    )
+    reader = await connect_as(secured_url, store, "reader")
+    try:
+        await admission.ensure_stream()
+        await admission.publish_many([_admitted("a"), _pending("b")])
+        received: list[str] = []
+        done = asyncio.Event()
+
+        async def follow(msg: Msg) -> None:
+            received.append(msg.subject)
+            if len(received) == 2:
+                done.set()
+
+        await reader.js.subscribe("berth.cq.cq.>", stream=STREAM, cb=follow, ordered_consumer=True)
+        await asyncio.wait_for(done.wait(), 5)
+        assert received == ["berth.cq.cq.admitted.default.a", "berth.cq.cq.pending.default.b"]
+        assert sorted(e.id for e in await _replayed(reader, ["berth.cq.>"], 2)) == [
+            "admitted-a-1",
+            "pending-b",
+        ]
+    finally:
+        await admission.close()
+        await reader.close()
+
+
+async def test_a_durable_consumer_handles_each_event_once(nats_url: str) -> None:
+    """The watcher's kind of consumer (durable, acks all) is handed batches, never the copies:
+    each decision once."""
+    bus = await _connect(nats_url, "watcher")
+    try:
+        await bus.publish_many([_admitted(f"w{index}") for index in range(50)])
+        await bus.publish_many([_evict("w1"), _admitted("w1", 2)])
+        subscription = await bus.durable_subscription(
+            "watcher", ["berth.cq.*.admitted.>", "berth.cq.*.evict.>"]
+        )
+        handled: list[str] = []
+        stop = asyncio.Event()
+
+        async def handler(events: list[AnyEvent]) -> None:
+            handled.extend(e.id for e in events)
+            if len(handled) >= 52:
+                stop.set()
+
+        await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 10)
+        assert len(handled) == len(set(handled)) == 52
+        assert handled[-2:] == ["evict-w1", "admitted-w1-2"], "in the order they were decided"
+    finally:
+        await bus.close()
+
+
+def test_started_stays_a_fact() -> None:
+    """Guard for the table: WorkloadStarted is a batched watcher fact."""
+    event = WorkloadStarted(id="s", source="watcher", workload=_ref("a"), generation=1)
+    assert _shape([event]) == [("berth.b.wl.started", 1)]
