@@ -16,6 +16,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from services.admission.interning import kept_once
 from services.admission.model import WorkloadView
 from shared.config import ClusterQueue, ClusterQueuePolicy, policy_for
 from shared.events import (
@@ -70,6 +71,8 @@ class QueueWaits:
 class AgeingBook:
     def __init__(self) -> None:
         self._requests: dict[str, dict[str, int]] = {}  # uid -> its whole request
+        # One dict per distinct request, shared by the workloads asking it (read-only).
+        self._distinct: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         self._queue: dict[str, str] = {}  # uid -> ClusterQueue of its last admission
         self._waiting_since: dict[str, float] = {}  # uid -> its creation or last eviction
         self.aged: dict[str, Aged] = {}  # uid -> ageing facts, kept after it ends
@@ -85,7 +88,10 @@ class AgeingBook:
         match event:
             case WorkloadSubmitted():
                 if uid not in self._requests:
-                    self._requests[uid] = request_of(event.pod_sets)
+                    request = request_of(event.pod_sets)
+                    self._requests[uid] = kept_once(
+                        self._distinct, tuple(request.items()), lambda: request
+                    )
                     self._waiting_since.setdefault(uid, event.created.timestamp())
             case WorkloadAdmitted():
                 self._queue[uid] = event.cluster_queue

@@ -22,6 +22,7 @@ from services.admission.model import Decision, Inadmissible
 from services.admission.nominations import Nominations
 from services.admission.priorities import UnknownPriorityClass
 from services.admission.queues import ADMITTED, PENDING, ClusterQueueQueue, Record, order_key
+from services.admission.settled import SettledFailures
 from services.admission.topology import Topology
 from services.admission.waiting import WaitingForRoom
 from shared.config import ConfigObject
@@ -48,6 +49,7 @@ class Placement:
         # one version holds for every same-shaped workload of that ClusterQueue until then.
         self._usage_version: dict[str, int] = {}
         self._waiting = WaitingForRoom()  # who borrowers yield to (borrowingYieldsTo...)
+        self._settled = SettledFailures(self._config.tree)  # failures that still hold
         self._ready: set[str] = set()  # queues to look at in the next pass
         self._dirty: set[str] = set()  # queues whose parked / blocked workloads get a retry
         self._out: list[Decision] = []  # decisions made outside schedule(), drained by it
@@ -62,6 +64,7 @@ class Placement:
     def set_config(self, objects: Iterable[ConfigObject]) -> None:
         """Replace the whole configuration; nothing is evicted, everything is re-evaluated."""
         self._config = config = Topology.build(objects)
+        self._settled = SettledFailures(config.tree)
         self._waiting.clear()  # every pending workload is judged again in the next pass
         for record in self._records.values():
             if record.state == ADMITTED and record.usage:

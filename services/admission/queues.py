@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Final
 
 from services.admission.flavors import pod_sets_shape
+from services.admission.interning import kept_once
 from services.admission.model import QueuedWorkload
 from services.admission.waiting import Rank
 from shared.events import FlavorAssignment
@@ -93,6 +94,11 @@ def standing(key: OrderKey) -> Rank:
     return Rank(key[DEADLINE], key[MINUS_PRIORITY])
 
 
+# One bytes object per distinct shape, shared by the records of that shape (the table starts
+# over at TABLE_LIMIT, as services/admission/interning.py's do).
+_SHAPES: dict[bytes, bytes] = {}
+
+
 class Record:
     """The scheduler's state for one workload; slotted to keep 100k of them small."""
 
@@ -129,7 +135,8 @@ class Record:
     def shape(self) -> bytes:
         """The pod sets as a hashable key (computed once): what the flavor assigner reads."""
         if self._shape is None:
-            self._shape = pod_sets_shape(self.wl.pod_sets)
+            shape = pod_sets_shape(self.wl.pod_sets)
+            self._shape = kept_once(_SHAPES, shape, lambda: shape)
         return self._shape
 
     def replace_workload(self, wl: QueuedWorkload) -> None:

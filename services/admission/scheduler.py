@@ -267,13 +267,20 @@ class Scheduler(Placement):
         cached = failed.get(shape)
         if cached is not None and cached[0] == version:
             return cached[1]
-        result = partial.assign(
-            config.cqs[name],
-            config.flavors,
-            config.tree,
-            record.wl.pod_sets,
-            victims_possible=record.wl.ref.uid not in self._no_victims,
-        )
+        info = config.cqs[name]
+        victims_possible = record.wl.ref.uid not in self._no_victims
+        settled = (name, record.shape, victims_possible)
+        usage = self._settled.usage_read(info, record.shape, record.wl.pod_sets)
+        result = self._settled.get(settled, usage)
+        if result is None:
+            result = partial.assign(
+                info,
+                config.flavors,
+                config.tree,
+                record.wl.pod_sets,
+                victims_possible=victims_possible,
+            )
+            self._settled.put(settled, usage, result)
         if not result.fits:
             failed[shape] = (version, result)
         return result

@@ -36,6 +36,7 @@ from services.admission.evictions import eviction as evict
 from services.admission.exec_time import DEACTIVATION as EXEC_DEACTIVATION
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
+from services.admission.interning import Interner
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Inadmissible, Scheduler
 from services.admission.workload_objects import WorkloadRecord
@@ -83,6 +84,7 @@ class AdmissionService:
         self.bus = runtime.bus
         self.scheduler = Scheduler()
         self.records: dict[str, WorkloadRecord] = {}  # uid -> display record
+        self.interner = Interner()  # what pending workloads repeat, kept once
         self.config = ConfigMirror()
         self.bounds = AgeingBook()
         self.pending_throttle = PendingThrottle(PENDING_MESSAGE_INTERVAL_S)
@@ -170,9 +172,10 @@ class AdmissionService:
             match event:
                 case WorkloadSubmitted():
                     if record is None:
-                        self.records[ref.uid] = WorkloadRecord(submitted=event)
-                        self.limits.submitted(ref.uid, event.annotations)
-                        self.scheduler.submit(queued(event))
+                        kept = self.interner.submitted(event)  # shared values, once
+                        self.records[ref.uid] = WorkloadRecord(submitted=kept)
+                        self.limits.submitted(ref.uid, kept.annotations)
+                        self.scheduler.submit(queued(kept))
                 case WorkloadAdmitted():
                     if record is not None and self.scheduler.generation(ref) < event.generation:
                         self.scheduler.restore_admission(

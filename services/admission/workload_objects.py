@@ -205,7 +205,7 @@ def render_workload(record: WorkloadRecord, view: dict[str, Any]) -> dict[str, A
             "namespace": ref.namespace,
             "uid": ref.uid,
             "creationTimestamp": kube_timestamp(submitted.created),
-            "labels": submitted.labels,
+            "labels": dict(submitted.labels),  # a copy: the stored dict is shared (interning)
         },
         "spec": spec,
         "status": status,

@@ -1,0 +1,101 @@
+"""Failed flavor assignments that still hold across passes, known without assigning again.
+
+When quota is released in a cohort, every parked head of every ClusterQueue in it is tried
+again; most fail exactly as before, because others took the released quota before their
+turn. :class:`SettledFailures` remembers each failure with what it read of the usage and
+hands it back while that reads the same (:meth:`SettledFailures.usage_read` states what that
+is and why it is enough). Built per configuration (the scheduler makes a new one with each
+``set_config``).
+"""
+
+from __future__ import annotations
+
+from services.admission.flavors import AssignResult, ClusterQueueInfo, PodSetsShape
+from shared.events import PodSet
+from shared.quota import FlavorResource, QuotaTree
+
+__all__ = ["SettledFailures"]
+
+# (ClusterQueue, pod sets' shape, whether preemption may still find victims for it)
+Key = tuple[str, PodSetsShape, bool]
+Probe = tuple[dict[FlavorResource, int], FlavorResource]  # a node's usage of a pair
+RootProbe = tuple[dict[FlavorResource, int], dict[FlavorResource, int], FlavorResource]
+FAILURES_LIMIT = 100_000
+
+
+class SettledFailures:
+    """Failed assignments by (ClusterQueue, shape, victims possible), with the usage they
+    read."""
+
+    __slots__ = ("_asked", "_failures", "_probes", "_tree")
+
+    def __init__(self, tree: QuotaTree) -> None:
+        self._tree = tree
+        # ClusterQueue -> the usage it reads: exactly, and of the root (subtree, usage)
+        self._probes: dict[str, tuple[list[Probe], list[RootProbe]]] = {}
+        self._failures: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
+        self._asked: dict[PodSetsShape, dict[str, int]] = {}  # shape -> request per resource
+
+    def usage_read(
+        self, info: ClusterQueueInfo, shape: PodSetsShape, pod_sets: list[PodSet]
+    ) -> tuple[int, ...]:
+        """What an assignment of ``pod_sets`` (of ``shape``) in ``info``'s ClusterQueue reads
+        of the usage now; two assignments that read the same give the same result.
+
+        For each (flavor, resource) of its resource groups: its usage on the ClusterQueue and
+        on each cohort above it but the root, and the root's free quota (subtree minus usage)
+        capped at the most of that resource the pod sets ask for. The cap is enough: the root
+        enters only what is available, as ``min(K, free + M)`` with K and M set by the nodes
+        below it, so once free reaches what is asked, either the request fits or K alone
+        says by how much it does not; and reclaiming within the hierarchy never stops at the
+        root. Everything else the assigner reads is the configuration."""
+        probes = self._probes.get(info.name)
+        if probes is None:
+            probes = self._probes[info.name] = self._probes_of(info)
+        exact, roots = probes
+        asked = self._asked.get(shape)
+        if asked is None:
+            asked = self._asked[shape] = {}
+            for pod_set in pod_sets:
+                for resource, quantity in pod_set.requests.items():
+                    asked[resource] = asked.get(resource, 0) + quantity * pod_set.count
+        return (
+            *[usage.get(fr, 0) for usage, fr in exact],
+            *[
+                min(subtree.get(fr, 0) - usage.get(fr, 0), asked.get(fr[1], 0))
+                for subtree, usage, fr in roots
+            ],
+        )
+
+    def _probes_of(self, info: ClusterQueueInfo) -> tuple[list[Probe], list[RootProbe]]:
+        frs = [
+            (flavor, resource)
+            for flavors, covered in zip(info.groups, info.covered, strict=True)
+            for flavor in flavors
+            for resource in covered
+        ]
+        exact: list[Probe] = []
+        roots: list[RootProbe] = []
+        node = self._tree.cluster_queues.get(info.name)
+        seen: set[int] = set()
+        while node is not None and id(node) not in seen:  # a cycle is read exactly, once
+            seen.add(id(node))
+            if node.parent is None and node.name != info.name:
+                roots.extend((node.subtree, node.usage, fr) for fr in frs)
+            else:
+                exact.extend((node.usage, fr) for fr in frs)
+            node = node.parent
+        return exact, roots
+
+    def get(self, key: Key, usage: tuple[int, ...]) -> AssignResult | None:
+        """The failure remembered for ``key`` if it read this same ``usage``."""
+        found = self._failures.get(key)
+        return found[1] if found is not None and found[0] == usage else None
+
+    def put(self, key: Key, usage: tuple[int, ...], result: AssignResult) -> None:
+        """Remember a failure (a success is not kept: admitting it changes the usage)."""
+        if not result.fits:
+            if len(self._failures) >= FAILURES_LIMIT:
+                self._failures.clear()  # shapes come and go: start over rather than pile up
+                self._asked.clear()
+            self._failures[key] = (usage, result)

@@ -1,0 +1,148 @@
+"""services/admission/settled.py: a failed assignment is reused only while what it read of the
+usage is the same, and then it is the result assigning again would give.
+
+Each case builds a quota tree, charges random usage to its ClusterQueues many times, and
+assigns the same pod sets in one ClusterQueue each time: every two states that read the same
+(``usage_read``) must give the same result, and some states must read the same (else the
+case proves nothing)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from services.admission import partial
+from services.admission.flavors import AssignResult, pod_sets_shape
+from services.admission.settled import SettledFailures
+from services.admission.topology import Topology
+from shared.config import parse_object
+from shared.events import PodSet
+from tests.test_scheduler import V1, cq, flavor, group
+
+GI = 2**30 * 1000  # one Gi in milli-units
+
+
+def cohort(name: str, parent: str = "", cpu: int | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"parentName": parent} if parent else {}
+    if cpu is not None:
+        spec["resourceGroups"] = [group(["cpu", "memory"], ("a", {"cpu": cpu, "memory": "8Gi"}))]
+    return {"apiVersion": V1, "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
+
+
+def two_flavors(cpu: Any) -> dict[str, Any]:
+    return group(["cpu", "memory"], ("a", {"cpu": cpu, "memory": "16Gi"}), ("b", {"cpu": 4}))
+
+
+def pods(*counts: tuple[int, int]) -> list[PodSet]:
+    """Pod sets of ``count`` pods of ``cpu`` cpus and 1Gi each."""
+    return [
+        PodSet(f"ps{i}", count, {"cpu": cpu * 1000, "memory": GI})
+        for i, (count, cpu) in enumerate(counts)
+    ]
+
+
+CASES: list[tuple[str, list[dict[str, Any]], list[PodSet]]] = [
+    (
+        "no limits: only the cohort's free quota matters, capped at the request",
+        [cq(f"q{i}", two_flavors(4), cohort="c") for i in range(3)],
+        pods((2, 1)),
+    ),
+    (
+        "a borrowing limit caps what the root's free quota can add",
+        [cq("q0", two_flavors((4, 2, None)), cohort="c")]
+        + [cq(f"q{i}", two_flavors(4), cohort="c") for i in (1, 2)],
+        pods((3, 2)),
+    ),
+    (
+        "a lending limit keeps part of the quota local (local_available counts)",
+        [cq("q0", two_flavors((4, None, 1)), cohort="c")]
+        + [cq(f"q{i}", two_flavors(4), cohort="c") for i in (1, 2)],
+        pods((5, 1)),
+    ),
+    (
+        "nested cohorts: the middle cohort's usage is read exactly (reclaim in hierarchy)",
+        [
+            cohort("root", cpu=2),
+            cohort("mid", parent="root"),
+            cq("q0", two_flavors(3), cohort="mid", preemption={"reclaimWithinCohort": "Any"}),
+            cq("q1", two_flavors(3), cohort="mid"),
+            cq("q2", two_flavors(3), cohort="root"),
+        ],
+        pods((2, 2)),
+    ),
+    (
+        "two pod sets: the cap is the sum over both",
+        [cq(f"q{i}", two_flavors(4), cohort="c") for i in range(3)],
+        pods((2, 1), (1, 3)),
+    ),
+    (
+        "partial admission: fewer pods are tried under the same caps",
+        [cq(f"q{i}", two_flavors(4), cohort="c") for i in range(3)],
+        [PodSet("workers", 6, {"cpu": 1000, "memory": GI}, min_count=2)],
+    ),
+]
+
+
+def _outcome(result: AssignResult) -> tuple[Any, ...]:
+    return (
+        result.fits,
+        result.message,
+        result.borrows,
+        result.preemption_may_help,
+        result.preempt_flavors,
+        result.contested,
+        result.waits_for_room,
+        result.assignments,
+    )
+
+
+@pytest.mark.parametrize(("reason", "documents", "pod_sets"), CASES, ids=[c[0] for c in CASES])
+def test_same_usage_read_same_result(
+    reason: str, documents: list[dict[str, Any]], pod_sets: list[PodSet]
+) -> None:
+    objects = [flavor("a"), flavor("b"), *documents]
+    topology = Topology.build(parse_object(document) for document in objects)
+    tree, info = topology.tree, topology.cqs["q0"]
+    settled = SettledFailures(tree)
+    shape = pod_sets_shape(pod_sets)
+    rng = random.Random(11)
+    seen: dict[tuple[int, ...], tuple[Any, ...]] = {}
+    states = 0
+    for _ in range(400):
+        charged = []
+        for name in topology.cqs:
+            usage = {
+                (f, "cpu"): rng.randrange(0, 6) * 1000 for f in ("a", "b") if rng.random() < 0.7
+            }
+            usage[("a", "memory")] = rng.randrange(0, 4) * GI
+            tree.add_usage(name, usage)
+            charged.append((name, usage))
+        read = settled.usage_read(info, shape, pod_sets)
+        outcome = _outcome(
+            partial.assign(info, topology.flavors, tree, pod_sets, victims_possible=True)
+        )
+        assert seen.setdefault(read, outcome) == outcome, reason
+        states += 1
+        for name, usage in charged:
+            tree.remove_usage(name, usage)
+    assert len(seen) < states, f"{reason}: no two states read the same; the case proves nothing"
+
+
+def test_a_failure_is_kept_and_a_success_is_not() -> None:
+    """Only failures are remembered (admitting a success changes the usage anyway), and a
+    failure comes back only for the same usage read."""
+    objects = [flavor("a"), flavor("b"), cq("q0", two_flavors(1), cohort="c")]
+    topology = Topology.build(parse_object(document) for document in objects)
+    settled = SettledFailures(topology.tree)
+    info = topology.cqs["q0"]
+    big, small = pods((4, 2)), pods((1, 1))
+    for pod_sets, kept in ((big, True), (small, False)):
+        shape = pod_sets_shape(pod_sets)
+        read = settled.usage_read(info, shape, pod_sets)
+        result = partial.assign(info, topology.flavors, topology.tree, pod_sets)
+        settled.put(("q0", shape, True), read, result)
+        assert (settled.get(("q0", shape, True), read) is result) is kept
+        assert settled.get(("q0", shape, False), read) is None  # victims possible: its own
+        assert settled.get(("q0", shape, True), (*read[:-1], read[-1] + 1)) is None
