@@ -36,6 +36,7 @@ from shared.bus import (
     bus_call,
     live_value,
 )
+from shared.bus.batches import is_batch
 from shared.events import decode_event
 from shared.jobs import decode_job
 from shared.logging import get_logger
@@ -132,9 +133,12 @@ class BusFeed:
     async def _on_event(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         try:
-            event = decode_event(msg.data)
+            # A batch's events come as their per-workload copies (docs/events.md "Batches").
+            event = None if is_batch(msg.subject) else decode_event(msg.data)
         except msgspec.DecodeError as error:
             log.warning("malformed_event", subject=msg.subject, error=str(error))
+            event = None
+        if event is None:
             self.model.seq = max(self.model.seq, seq)
         else:
             self.model.apply(seq, msg.subject, event)

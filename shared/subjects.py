@@ -90,7 +90,8 @@ def server_filters(patterns: Sequence[str]) -> list[str]:
 
 # Every family of subject on the event stream (:func:`subject_family`) and the pattern of
 # its subjects. The services publish the batched ones in batches (shared/bus/batches.py,
-# docs/events.md "Batches"); the CLI's commands, the admission checks' answers and the lease
+# docs/events.md "Batches"); commands (the watcher reads a name's newest command by its
+# subject: services/watcher/command_order.py), the admission checks' answers and the lease
 # markers stay one message each.
 FAMILY_PATTERNS: dict[str, str] = {
     **{
@@ -111,9 +112,7 @@ FAMILY_PATTERNS: dict[str, str] = {
     "lease.*": "berth.lease.>",
 }
 BATCHED_FAMILIES = frozenset(
-    family
-    for family in FAMILY_PATTERNS
-    if family.startswith(("wl.", "cq.", "job.")) or family in ("cmd.create", "cmd.delete")
+    family for family in FAMILY_PATTERNS if family.startswith(("wl.", "cq.", "job."))
 )
 BATCH_PREFIX = "berth.b."
 

@@ -74,8 +74,8 @@ PUBLISH_CASES = [
     ("admission", "berth.b.wl.finished", False, "never a batch of facts"),
     ("preemption", "berth.b.cq.evict", True, "preemption orders evictions in batches"),
     ("preemption", "berth.b.cq.admitted", False, "but never a batch of admissions"),
-    ("recovery", "berth.b.cmd.create", True, "recovery sends its commands in batches"),
-    ("recovery", "berth.b.job.status", True, "and its managed-job records"),
+    ("recovery", "berth.b.job.status", True, "recovery publishes its managed-job records in batches"),
+    ("recovery", "berth.b.cmd.create", False, "but its commands one by one (the watcher reads a name's newest)"),
     ("recovery", "berth.b.cq.evict", False, "but no batch of evictions"),
     ("cli", "berth.b.cmd.create", False, "the CLI's commands are single messages, never batches"),
     ("cli", "berth.b.cq.admitted", False, "nor a batch of decisions"),
@@ -221,7 +221,8 @@ async def test_cli_cannot_store_an_admission_and_reader_follows(
         await reader.nc.flush()
         await asyncio.sleep(0.2)
         info = await admission.js.stream_info(STREAM)
-        assert info.state.messages == 1, "only admission's own decision is stored"
+        # Admission's decision as a batch and its per-workload copy (docs/events.md "Batches").
+        assert info.state.messages == 2, "only admission's own decision is stored"
 
         received: list[str] = []
         done = asyncio.Event()
@@ -230,7 +231,7 @@ async def test_cli_cannot_store_an_admission_and_reader_follows(
             received.append(msg.subject)  # type: ignore[attr-defined]
             done.set()
 
-        await reader.js.subscribe("berth.>", stream=STREAM, cb=follow, ordered_consumer=True)
+        await reader.js.subscribe("berth.cq.>", stream=STREAM, cb=follow, ordered_consumer=True)
         await asyncio.wait_for(done.wait(), 5)
         assert received == ["berth.cq.cq.admitted.default.job-a"]
     finally:

@@ -30,6 +30,7 @@ from shared.bus import (
     watching,
 )
 from shared.bus.acks import AckTimeout, AckTracker, PublishRefused
+from shared.bus.settings import BusSettings
 from shared.events import AnyEvent, PodSet, WorkloadRef, WorkloadSubmitted, now
 
 MESSAGES_READ = "berth_bus_messages_read_total"
@@ -65,7 +66,10 @@ async def _consume_until(
 
 
 async def _bus(url: str) -> Bus:
-    bus = await Bus.connect(url, source="test")
+    """A bus publishing one message per event: the path of the CLI's commands and of
+    BERTH_BUS_BATCHES=0, whose message-level mechanics these tests count (the batched path:
+    tests/test_bus_batches.py)."""
+    bus = await Bus.connect(url, source="test", settings=BusSettings(batching=False))
     await bus.ensure_stream()
     return bus
 

@@ -182,8 +182,8 @@ async def test_a_malformed_event_is_dead_lettered_and_the_consumer_goes_on(bus: 
     dead_letters(bus, "recovery")
     before = dead_lettered("recovery", "event")
     good = WorkloadFinished(source="w", workload=WorkloadRef("default", "a", "u1"), generation=1, succeeded=True)
-    poison_subject = "berth.wl.finished.default.poison"
-    await bus.js.publish(poison_subject, b'{"type": "WorkloadFinished", "generation": "x"}')
+    poison_subject = "berth.b.wl.finished"  # the services' facts come in batches
+    await bus.js.publish(poison_subject, b'[{"type": "WorkloadFinished", "generation": "x"}]')
     await bus.js.publish(poison_subject, b"not json at all")
     await bus.publish(good)
     subscription = await bus.durable_subscription("poison-test", ["berth.wl.>"])
@@ -200,7 +200,7 @@ async def test_a_malformed_event_is_dead_lettered_and_the_consumer_goes_on(bus: 
     assert [e.id for e in handled] == [good.id]
     stored = await dead_letters_in(bus, at_least=2)
     assert [(s["subject"], s["source"], s["reason"]) for s in stored] == [
-        ("berth.dlq.recovery.event", poison_subject, "Expected `int`, got `str` - at `$.generation`"),
+        ("berth.dlq.recovery.event", poison_subject, "Expected `int`, got `str` - at `$[0].generation`"),
         ("berth.dlq.recovery.event", poison_subject, "JSON is malformed: invalid character (byte 4)"),
     ]
     assert stored[1]["raw"] == "not json at all"
@@ -343,7 +343,7 @@ async def test_malformed_config_entries_are_dead_lettered_and_the_mirror_follows
 async def test_a_poison_event_from_the_stream_reaches_no_handler(bus: Bus) -> None:
     """Replay (admission's way of reading the stream) skips and dead-letters it too."""
     dead_letters(bus, "admission")
-    await bus.js.publish("berth.wl.submitted.default.x", encode_event(admitted("x", "u"))[:-5])
+    await bus.js.publish("berth.b.wl.submitted", b"[" + encode_event(admitted("x", "u"))[:-5])
     subscription = await bus.replay_subscription(["berth.wl.>"])
     folded: list[AnyEvent] = []
     assert await bus.replay_to_end(subscription, folded.extend) == 1

@@ -51,8 +51,10 @@ async def _poison(url: str) -> None:
             "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": -4}]}]}]},
         }
         await config.put("clusterqueue._.negative", msgspec.json.encode(negative_cq))
-        await bus.js.publish("berth.wl.submitted.default.garbage", b"\x00not an event")
-        await bus.js.publish("berth.wl.submitted.default.negative", encode_event(NEGATIVE))
+        # On the batch subject: the services read the watcher's facts in batches, never
+        # their per-workload copies (docs/events.md "Batches").
+        await bus.js.publish("berth.b.wl.submitted", b"\x00not an event")
+        await bus.js.publish("berth.b.wl.submitted", b"[" + encode_event(NEGATIVE) + b"]")
     finally:
         await bus.close()
 
@@ -89,7 +91,7 @@ def test_poison_everywhere_then_a_good_job_is_admitted(stack: Stack, tmp_path: P
         stored = asyncio.run(_dead_letters(url))
         subjects = {(s["subject"], s["source"]) for s in stored}
         assert ("berth.dlq.watcher.object", "berth-objects/default.nometa") in subjects
-        assert ("berth.dlq.admission.event", "berth.wl.submitted.default.garbage") in subjects
+        assert ("berth.dlq.admission.event", "berth.b.wl.submitted") in subjects
         assert ("berth.dlq.admission.config", "berth-config/clusterqueue._.broken") in subjects
         assert ("berth.dlq.admission.config", "berth-config/clusterqueue._.negative") in subjects
         return stored

@@ -11,7 +11,6 @@ import aiohttp
 import kmock
 import kmock as km
 import msgspec
-import nats.errors
 import pytest
 
 from services.watcher.kube.api import KubeClient
@@ -30,7 +29,6 @@ from shared.events import (
     WorkloadRef,
     WorkloadStarted,
     WorkloadSubmitted,
-    decode_event,
 )
 from shared.service import Runtime
 
@@ -97,11 +95,8 @@ class Harness:
                 for event in self.events:
                     if predicate(event):
                         return event
-                try:
-                    messages = await subscription.fetch(50, timeout=0.2)
-                except nats.errors.TimeoutError:
-                    continue
-                self.events += [decode_event(m.data) for m in messages]
+                # The bus decodes: batches become their events (shared/bus/batches.py).
+                self.events += await self.bus.next_batch(subscription, wait=0.2) or []
 
     def patches(self) -> list[tuple[str, Any]]:
         return [(r.url.path, r.data) for r in self.kmock if r.method == "PATCH"]

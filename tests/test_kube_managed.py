@@ -18,7 +18,6 @@ import aiohttp
 import kmock
 import kmock as km
 import msgspec
-import nats.errors
 import pytest
 
 from berth_cli.tasks import load_managed_job
@@ -41,7 +40,6 @@ from shared.events import (
     WorkloadFinished,
     WorkloadRef,
     WorkloadSubmitted,
-    decode_event,
 )
 from shared.service import Runtime
 
@@ -79,11 +77,8 @@ class Cluster:
                 for event in self.events:
                     if predicate(event):
                         return event
-                try:
-                    messages = await self.subscription.fetch(100, timeout=0.2)
-                except nats.errors.TimeoutError:
-                    continue
-                self.events += [decode_event(m.data) for m in messages]
+                # The bus decodes: batches become their events (shared/bus/batches.py).
+                self.events += await self.bus.next_batch(self.subscription, wait=0.2) or []
 
     async def status(self, status: str, **fields: Any) -> JobStatusChanged:
         def matches(event: AnyEvent) -> bool:

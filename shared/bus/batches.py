@@ -17,8 +17,9 @@ batches of batched families (:func:`shared.subjects.batched_filters`), never tho
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 from nats.aio.msg import Msg
@@ -40,6 +41,7 @@ __all__ = [
     "MAX_BATCH_BYTES",
     "BatchView",
     "Prepared",
+    "RecentIds",
     "Wire",
     "batched",
     "expand",
@@ -54,6 +56,10 @@ log = get_logger("bus")
 COPY_HEADER = "Berth-Copy"
 # Well under nats-server's default max_payload (1 MiB): a bigger round is split.
 MAX_BATCH_BYTES = 256 * 1024
+
+# How many event ids a consumer remembers to drop a repeat (:class:`RecentIds`): a retried
+# round comes within seconds, far fewer events than this later.
+RECENT_IDS = 100_000
 
 # subject, payload, message id: one message as it goes on the wire.
 Wire = tuple[str, bytes, str]
@@ -121,13 +127,39 @@ def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
     return wire, copies
 
 
-@dataclass(frozen=True, slots=True)
+class RecentIds:
+    """The ids of the last ``size`` events a consumer took from batches.
+
+    Why: the stream's duplicate window drops a single message published again with the same
+    id, but not an event published again inside a batch of other contents (a round
+    re-published with one more event after a handler's retry). A consumer drops such a
+    repeat here, as the stream would have; a redelivery to a restarted service still comes
+    through (handlers are idempotent for those, by uid and generation)."""
+
+    def __init__(self, size: int = RECENT_IDS) -> None:
+        self.order: deque[str] = deque()
+        self.ids: set[str] = set()
+        self.size = size
+
+    def first_time(self, event_id: str) -> bool:
+        if event_id in self.ids:
+            return False
+        if len(self.order) >= self.size:
+            self.ids.discard(self.order.popleft())
+        self.order.append(event_id)
+        self.ids.add(event_id)
+        return True
+
+
+@dataclass(slots=True)
 class BatchView:
     """What a consumer keeps of the batches it is sent: per batch subject, whether it wants
-    every event of the family (else each event's own subject must match its patterns)."""
+    every event of the family (else each event's own subject must match its patterns), and
+    the ids it has taken lately."""
 
     twins: dict[str, bool]
     wanted: Callable[[str], bool]
+    recent: RecentIds = field(default_factory=RecentIds)
 
     @classmethod
     def of(cls, patterns: Sequence[str]) -> BatchView:
@@ -166,6 +198,9 @@ def expand(
         if not whole and view is not None and not view.wanted(subject):
             continue
         if keep is not None and not keep(subject):
+            continue
+        if view is not None and not view.recent.first_time(event.id):
+            log.info("repeat_dropped", event_id=event.id, workload=event.workload.key)
             continue
         kept.append((subject, event))
     return kept

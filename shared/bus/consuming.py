@@ -170,7 +170,11 @@ class Consuming(Connection):
             config.filter_subjects = _filters(subjects, batching=self.settings.batching)
             config.filter_subject = None
             await self.js.add_consumer(info.stream_name, config)
-        self._batch_views()[id(subscription)] = BatchView.of(subjects)
+        views = self._batch_views()
+        view = BatchView.of(subjects)
+        if id(subscription) in views:  # what it took lately still counts as taken
+            view.recent = views[id(subscription)].recent
+        views[id(subscription)] = view
         log.info("consumer_refiltered", consumer=info.name, subjects=config.filter_subjects)
 
     def _decode(

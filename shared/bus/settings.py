@@ -53,7 +53,7 @@ class BusSettings:
     publish their events in batches and read batches (shared/bus/batches.py)."""
 
     stream_replicas: int = 1
-    batching: bool = False
+    batching: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BusSettings:
