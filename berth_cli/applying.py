@@ -23,17 +23,16 @@ from berth_cli.client import CliError, connect
 from berth_cli.ignored import config_ignored, warn_ignored, warn_skipped, workload_ignored
 from berth_cli.writing import (
     apply_config,
-    check_pod_groups,
     check_references,
     parse_config,
-    prepare_workload,
+    prepare_workloads,
     read_documents,
     submit_workloads,
     workload_exists,
 )
 from shared.bus import CONFIG_BUCKET, KeyNotFound
-from shared.config import KIND_PLURALS, encode_object, is_config_kind, object_key
-from shared.workloads import WORKLOAD_KINDS, resource_name
+from shared.config import KIND_PLURALS, encode_object, object_key
+from shared.workloads import resource_name
 
 __all__ = ["apply", "config_diff", "input_files", "submit"]
 
@@ -108,15 +107,7 @@ async def _check_workloads(
     """Validate every workload of every file (and its pod group), its LocalQueue and
     priority class, and with ``names`` that its name is free, as `berth submit` checks them;
     the lines a dry run prints."""
-    prepared = []
-    for documents, source in files:
-        for index, document in enumerate(documents):
-            where = f"{source}: document {index + 1}"
-            kind = str(document.get("kind"))
-            if kind not in WORKLOAD_KINDS and is_config_kind(kind):
-                raise CliError(f"{where}: {kind} is configuration; use `berth apply -f`")
-            prepared.append((prepare_workload(document, namespace=namespace, where=where), where))
-    check_pod_groups(prepared)
+    prepared = prepare_workloads(files, namespace=namespace)
     lines = []
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)

@@ -57,6 +57,7 @@ __all__ = [
     "check_references",
     "delete_config",
     "delete_workload",
+    "prepare_workloads",
     "read_documents",
     "submit_workloads",
 ]
@@ -198,6 +199,25 @@ def check_pod_groups(prepared: list[tuple[dict[str, Any], str]]) -> None:
         seen[key] = (total, queue, pods + 1)
 
 
+def prepare_workloads(
+    files: list[tuple[list[dict[str, Any]], str]], *, namespace: str | None
+) -> list[tuple[dict[str, Any], str]]:
+    """Every workload document of the files (documents, source) prepared as `berth submit`
+    sends it (``prepare_workload``), each with where it stands ("<source>: document <n>"); a
+    configuration kind is refused (it goes through `berth apply -f`), and the Pods of one pod
+    group must agree across all of them (``check_pod_groups``)."""
+    prepared = []
+    for documents, source in files:
+        for index, document in enumerate(documents):
+            where = f"{source}: document {index + 1}"
+            kind = str(document.get("kind"))
+            if kind not in WORKLOAD_KINDS and is_config_kind(kind):
+                raise CliError(f"{where}: {kind} is configuration; use `berth apply -f`")
+            prepared.append((prepare_workload(document, namespace=namespace, where=where), where))
+    check_pod_groups(prepared)
+    return prepared
+
+
 async def check_references(kv: Any, obj: dict[str, Any], where: str) -> None:
     """The queue and priority class a workload names must exist, as Kueue's webhook checks."""
     metadata = obj["metadata"]
@@ -250,15 +270,7 @@ async def submit_workloads(
     url: str, documents: list[dict[str, Any]], source: str, *, namespace: str | None
 ) -> list[str]:
     """Send each workload object to the watcher, as `kubectl create` would create it."""
-    prepared = []
-    for index, document in enumerate(documents):
-        where = f"{source}: document {index + 1}"
-        kind = document.get("kind")
-        if kind not in WORKLOAD_KINDS:
-            if is_config_kind(str(kind)):
-                raise CliError(f"{where}: {kind} is configuration; use `berth apply -f`")
-        prepared.append((prepare_workload(document, namespace=namespace, where=where), where))
-    check_pod_groups(prepared)
+    prepared = prepare_workloads([(documents, source)], namespace=namespace)
     lines = []
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)
