@@ -180,40 +180,61 @@ def _namespaced(command: F) -> F:
 _watch = click.option(
     "-w", "--watch", "watching", is_flag=True, help="Poll every second; print rows that change."
 )
+_output = click.option("-o", "--output", type=OUTPUTS, default=None)
 
 
-@get.command("workloads")
-@_name
-@_namespaced
-@click.option("-o", "--output", type=OUTPUTS, default=None)
-@_watch
-@click.pass_obj
-def get_workloads(
-    nats_url: str,
-    name: str | None,
-    namespace: str | None,
-    all_namespaces: bool,
-    output: str | None,
-    watching: bool,
-) -> None:
-    """Workloads, with Kueue's columns (NAME, QUEUE, RESERVED IN, ADMITTED, FINISHED, AGE)."""
-    wanted = _namespace_filter(namespace, all_namespaces)
-    where = "in any namespace" if all_namespaces else f"in {wanted} namespace"
-    listing = Listing(
-        by_plural("workloads"),
-        _status("workloads", namespace=wanted),
-        lambda items: get_output.workload_rows(
-            items, wide=output == "wide", all_namespaces=all_namespaces
-        ),
-        empty=f"No workloads found {where}.",
-        where="" if all_namespaces else f' in namespace "{wanted}"',
+def _namespaced_status(
+    plural: str, rows: Callable[..., Rows], empty: Callable[[str | None], str], help: str
+) -> click.Command:
+    """`get <plural>` for a namespaced kind admission serves with its status: the objects of
+    ``-n NS`` (``default`` when not given) or, with ``-A``, of every namespace; ``empty`` is
+    what to say when there are none in the namespace asked for (None: any namespace)."""
+
+    @click.command(plural, help=help)
+    @_name
+    @_namespaced
+    @_output
+    @_watch
+    @click.pass_obj
+    def command(
+        nats_url: str,
+        name: str | None,
+        namespace: str | None,
+        all_namespaces: bool,
+        output: str | None,
+        watching: bool,
+    ) -> None:
+        wanted = _namespace_filter(namespace, all_namespaces)
+        listing = Listing(
+            by_plural(plural),
+            _status(plural, namespace=wanted),
+            lambda items: rows(items, wide=output == "wide", all_namespaces=all_namespaces),
+            empty=empty(wanted),
+            where="" if all_namespaces else f' in namespace "{wanted}"',
+        )
+        show(nats_url, listing, output=output, name=name, watching=watching)
+
+    return command
+
+
+def _no_workloads(wanted: str | None) -> str:
+    where = "in any namespace" if wanted is None else f"in {wanted} namespace"
+    return f"No workloads found {where}."
+
+
+get.add_command(
+    _namespaced_status(
+        "workloads",
+        get_output.workload_rows,
+        _no_workloads,
+        help="Workloads, with Kueue's columns (NAME, QUEUE, RESERVED IN, ADMITTED, FINISHED, AGE).",
     )
-    show(nats_url, listing, output=output, name=name, watching=watching)
+)
 
 
 @get.command("clusterqueues")
 @_name
-@click.option("-o", "--output", type=OUTPUTS, default=None)
+@_output
 @_watch
 @click.pass_obj
 def get_cluster_queues(nats_url: str, name: str | None, output: str | None, watching: bool) -> None:
@@ -227,32 +248,14 @@ def get_cluster_queues(nats_url: str, name: str | None, output: str | None, watc
     show(nats_url, listing, output=output, name=name, watching=watching)
 
 
-@get.command("localqueues")
-@_name
-@_namespaced
-@click.option("-o", "--output", type=OUTPUTS, default=None)
-@_watch
-@click.pass_obj
-def get_local_queues(
-    nats_url: str,
-    name: str | None,
-    namespace: str | None,
-    all_namespaces: bool,
-    output: str | None,
-    watching: bool,
-) -> None:
-    """LocalQueues with their status."""
-    wanted = _namespace_filter(namespace, all_namespaces)
-    listing = Listing(
-        by_plural("localqueues"),
-        _status("localqueues", namespace=wanted),
-        lambda items: get_output.local_queue_rows(
-            items, all_namespaces=all_namespaces, wide=output == "wide"
-        ),
-        empty="No localqueues found.",
-        where="" if all_namespaces else f' in namespace "{wanted}"',
+get.add_command(
+    _namespaced_status(
+        "localqueues",
+        get_output.local_queue_rows,
+        lambda _: "No localqueues found.",
+        help="LocalQueues with their status.",
     )
-    show(nats_url, listing, output=output, name=name, watching=watching)
+)
 
 
 @get.command("pending")
@@ -282,7 +285,7 @@ async def cohort_objects(bus: Bus) -> list[dict[str, Any]]:
 
 @get.command("cohorts")
 @_name
-@click.option("-o", "--output", type=OUTPUTS, default=None)
+@_output
 @_watch
 @click.pass_obj
 def get_cohorts(nats_url: str, name: str | None, output: str | None, watching: bool) -> None:
@@ -302,7 +305,7 @@ def _config_command(resource: Resource) -> click.Command:
 
     @click.command(resource.plural, help=f"The {resource.plural} `berth apply` stored.")
     @_name
-    @click.option("-o", "--output", type=OUTPUTS, default=None)
+    @_output
     @_watch
     @click.pass_obj
     def command(nats_url: str, name: str | None, output: str | None, watching: bool) -> None:
