@@ -18,8 +18,8 @@ from berth_cli.ignored import warn_ignored, workload_ignored
 from berth_cli.tasks import Flavor, ManagedJobSpec
 from berth_cli.writing import check_priority_classes
 from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus, BusTimeout, NoResponders
-from shared.durations import ago, run_time
-from shared.jobs import TERMINAL, JobStatus, ManagedJob, load_jobs
+from shared.durations import run_time
+from shared.jobs import QUEUE_COLUMNS, TERMINAL, JobStatus, ManagedJob, load_jobs, queue_row
 from shared.names import InvalidName, check_name, check_namespace, show
 from shared.secrets import new_secret_name
 from shared.yaml_input import YamlInputError, read_input
@@ -144,18 +144,7 @@ def _check_job_names(name: str, namespace: str, source: str) -> None:
 
 
 def job_row(job: ManagedJob, now: float, *, full: bool) -> list[Any]:
-    total = (job.ended_at or now) - job.submitted_at
-    running = job.job_seconds + (now - job.run_started_at if job.run_started_at else 0.0)
-    row: list[Any] = [
-        job.id,
-        job.name,
-        job.resources,
-        ago(now - job.submitted_at),
-        run_time(total),
-        run_time(running) if job.started_at else "-",
-        job.recoveries,
-        job.status.value,
-    ]
+    row: list[Any] = queue_row(job, now)
     if full:
         attempt = job.current
         row += [
@@ -193,8 +182,7 @@ def queue(nats_url: str, full: bool, output: str | None, limit: int | None) -> N
         click.echo(f"In progress tasks: {summary}")
     else:
         click.echo("No in-progress managed jobs.")
-    headers = ["ID", "NAME", "RESOURCES", "SUBMITTED", "TOT. DURATION", "JOB DURATION"]
-    headers += ["#RECOVERIES", "STATUS"]
+    headers = list(QUEUE_COLUMNS)
     if full:
         headers += ["WORKLOAD", "CLUSTERQUEUE", "BOOST", "RESERVED", "MESSAGE"]
     now = time.time()

@@ -16,9 +16,11 @@ import msgspec
 from nats.js.kv import KeyValue
 
 from shared.bus import KeyNotFound
+from shared.durations import ago, run_time
 from shared.logging import get_logger
 
 __all__ = [
+    "QUEUE_COLUMNS",
     "TERMINAL",
     "Attempt",
     "JobStatus",
@@ -27,6 +29,7 @@ __all__ = [
     "decode_job",
     "encode_job",
     "job_key",
+    "queue_row",
 ]
 
 log = get_logger("jobs")
@@ -128,6 +131,37 @@ class ManagedJob(msgspec.Struct):
     @property
     def done(self) -> bool:
         return self.status in TERMINAL
+
+
+# SkyPilot's `sky jobs queue` columns, which `berth jobs queue` and the console's jobs page show
+QUEUE_COLUMNS = (
+    "ID",
+    "NAME",
+    "RESOURCES",
+    "SUBMITTED",
+    "TOT. DURATION",
+    "JOB DURATION",
+    "#RECOVERIES",
+    "STATUS",
+)
+
+
+def queue_row(job: ManagedJob, now: float) -> list[object]:
+    """A job's row under QUEUE_COLUMNS at ``now``: the total duration runs from submission to
+    the end (or now); the job duration sums every run, the current one up to now, and is "-"
+    before the first run."""
+    total = (job.ended_at or now) - job.submitted_at
+    running = job.job_seconds + (now - job.run_started_at if job.run_started_at else 0.0)
+    return [
+        job.id,
+        job.name,
+        job.resources,
+        ago(now - job.submitted_at),
+        run_time(total),
+        run_time(running) if job.started_at else "-",
+        job.recoveries,
+        job.status.value,
+    ]
 
 
 def job_key(job_id: int) -> str:

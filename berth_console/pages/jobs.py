@@ -9,37 +9,18 @@ from berth_console.pages.base import Addition, Context, Snapshot, View, badge, e
 from berth_console.pages.cluster_queue import workload_href
 from berth_console.pages.workload import log_chunk
 from berth_console.queries import QueryError
-from berth_console.timefmt import ago, duration, time_tag
-from shared.jobs import TERMINAL, ManagedJob
+from berth_console.timefmt import time_tag
+from shared.jobs import QUEUE_COLUMNS, TERMINAL, ManagedJob, queue_row
 
 __all__ = ["COLUMNS", "JobView", "JobsView", "job_cells"]
 
-COLUMNS = (
-    "ID",
-    "NAME",
-    "RESOURCES",
-    "SUBMITTED",
-    "TOT. DURATION",
-    "JOB DURATION",
-    "#RECOVERIES",
-    "STATUS",
-)
+COLUMNS = QUEUE_COLUMNS
 
 
 def job_cells(job: ManagedJob, now: float) -> list[object]:
-    """The row `berth jobs queue` prints, cell by cell."""
-    total = (job.ended_at or now) - job.submitted_at
-    running = job.job_seconds + (now - job.run_started_at if job.run_started_at else 0.0)
-    return [
-        link(f"/jobs/{job.id}", job.id),
-        job.name,
-        job.resources,
-        ago(now - job.submitted_at),
-        duration(total),
-        duration(running) if job.started_at else "-",
-        job.recoveries,
-        badge(job.status.value),
-    ]
+    """The row `berth jobs queue` prints, cell by cell: the ID a link, the STATUS a badge."""
+    cells = queue_row(job, now)
+    return [link(f"/jobs/{job.id}", job.id), *cells[1:-1], badge(job.status.value)]
 
 
 def _head() -> Markup:
