@@ -40,23 +40,20 @@ def pod_config(task: dict[str, Any], ignored: list[str]) -> dict[str, Any]:
         overrides, base = task["config"], "config"
     if overrides is None:
         return {}
-    if not isinstance(overrides, dict):
-        raise Fail(base, "must be a mapping")
-    ignored.extend(f"{base}.{key}" for key in overrides if key != "kubernetes")
-    kubernetes = overrides.get("kubernetes")
-    if kubernetes is None:
-        return {}
-    if not isinstance(kubernetes, dict):
-        raise Fail(f"{base}.kubernetes", "must be a mapping")
-    ignored.extend(f"{base}.kubernetes.{key}" for key in kubernetes if key != "pod_config")
-    pod_config = kubernetes.get("pod_config")
-    if pod_config is None:
-        return {}
+    # down overrides -> kubernetes -> pod_config: each a mapping whose other keys are ignored
+    pod_config, path = overrides, base
+    for wanted in ("kubernetes", "pod_config"):
+        if not isinstance(pod_config, dict):
+            raise Fail(path, "must be a mapping")
+        ignored.extend(f"{path}.{key}" for key in pod_config if key != wanted)
+        pod_config, path = pod_config.get(wanted), f"{path}.{wanted}"
+        if pod_config is None:
+            return {}
     if not isinstance(pod_config, dict):
-        raise Fail(f"{base}.kubernetes.pod_config", "must be a mapping")
+        raise Fail(path, "must be a mapping")
     for key in pod_config:
         if key not in ("metadata", "spec", "apiVersion", "kind"):
-            raise Fail(f"{base}.kubernetes.pod_config.{key}", "unknown pod field")
+            raise Fail(f"{path}.{key}", "unknown pod field")
     return pod_config
 
 
