@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
+
 from shared.events import FlavorAssignment, PodSet, WorkloadRef
 from shared.quota import FlavorResource
 
@@ -18,8 +20,11 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
-class QueuedWorkload:
+class QueuedWorkload(msgspec.Struct, gc=False):
+    """A pending workload as the core queues it. Never tracked by the garbage collector (a
+    million of them would make every full collection walk them): it refers to no object
+    that refers back to it."""
+
     ref: WorkloadRef
     local_queue: str  # kueue.x-k8s.io/queue-name; "" means the namespace's LocalQueue "default"
     pod_sets: list[PodSet]

@@ -23,6 +23,8 @@ import heapq
 from enum import Enum
 from typing import Final
 
+import msgspec
+
 from services.admission.flavors import pod_sets_shape
 from services.admission.interning import kept_once
 from services.admission.model import QueuedWorkload
@@ -99,49 +101,35 @@ def standing(key: OrderKey) -> Rank:
 _SHAPES: dict[bytes, bytes] = {}
 
 
-class Record:
-    """The scheduler's state for one workload; slotted to keep 100k of them small."""
+class Record(msgspec.Struct, gc=False, eq=False):
+    """The scheduler's state for one workload. Never tracked by the garbage collector (a
+    million of them would make every full collection walk them): it refers to no object
+    that refers back to it."""
 
-    __slots__ = (
-        "_shape",
-        "assignments",
-        "base",
-        "cq",
-        "emitted",
-        "generation",
-        "key",
-        "parked",
-        "placeholder",
-        "state",
-        "usage",
-        "wl",
-    )
-
-    def __init__(self, wl: QueuedWorkload) -> None:
-        self.wl = wl
-        self.state: State = PENDING
-        self.cq = ""  # resolved (pending) or admitting (admitted) ClusterQueue
-        self.base: int | None = None  # resolved base priority
-        self.key: OrderKey | None = None  # live heap entry; None when not queued
-        self.parked = False
-        self.emitted: tuple[str, str, bool] | None = None  # last (reason, message, may_help)
-        self.generation = 0
-        self.assignments: list[FlavorAssignment] = []
-        self.usage: dict[FlavorResource, int] | None = None
-        self.placeholder = False  # restored admission whose submit has not been seen yet
-        self._shape: bytes | None = None  # see shape
+    wl: QueuedWorkload
+    state: State = PENDING
+    cq: str = ""  # resolved (pending) or admitting (admitted) ClusterQueue
+    base: int | None = None  # resolved base priority
+    key: OrderKey | None = None  # live heap entry; None when not queued
+    parked: bool = False
+    emitted: tuple[str, str, bool] | None = None  # last (reason, message, may_help)
+    generation: int = 0
+    assignments: list[FlavorAssignment] = msgspec.field(default_factory=list)
+    usage: dict[FlavorResource, int] | None = None
+    placeholder: bool = False  # restored admission whose submit has not been seen yet
+    shape_key: bytes | None = None  # see shape
 
     @property
     def shape(self) -> bytes:
         """The pod sets as a hashable key (computed once): what the flavor assigner reads."""
-        if self._shape is None:
+        if self.shape_key is None:
             shape = pod_sets_shape(self.wl.pod_sets)
-            self._shape = kept_once(_SHAPES, shape, lambda: shape)
-        return self._shape
+            self.shape_key = kept_once(_SHAPES, shape, lambda: shape)
+        return self.shape_key
 
     def replace_workload(self, wl: QueuedWorkload) -> None:
         self.wl = wl
-        self._shape = None
+        self.shape_key = None
 
     def set_ageing(self, boost: int, reserved: bool, since: float) -> bool:
         """Take recovery's latest boost, reservation and clock; whether anything changed."""

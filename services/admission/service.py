@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 from nats.js import JetStreamContext
 
@@ -67,6 +68,10 @@ from shared.service import Runtime
 __all__ = ["AdmissionService"]
 
 log = get_logger("admission")
+
+# The contested resources of a pending report that has none: one list, never written (a
+# pass can report half a million pending workloads; each would have had its own empty list).
+_NONE_CONTESTED: list[ContestedResource] = []
 
 # A pending workload's message alone (its numbers) is republished at most this often.
 PENDING_MESSAGE_INTERVAL_S = 1.0
@@ -379,6 +384,7 @@ class AdmissionService:
         outgoing: list[Event] = drains
         now = time.monotonic()
         wall = time.time()  # queue times and deadlines are epoch seconds
+        decided_at = datetime.now(UTC)  # one moment for the pass's pending reports
         for decision in decisions:
             record = self.records.get(decision.ref.uid)
             if isinstance(decision, Admission):
@@ -436,7 +442,10 @@ class AdmissionService:
                     preemption_may_help=decision.preemption_may_help,
                     contested=[
                         ContestedResource(f, r, amount) for f, r, amount in decision.contested
-                    ],
+                    ]
+                    if decision.contested
+                    else _NONE_CONTESTED,
+                    time=decided_at,
                 )
                 if record is not None:
                     record.on_pending(pending)  # what `berth get` shows is never held back

@@ -39,12 +39,17 @@ class Condition:
     time: datetime
 
 
+_NO_CONDITIONS: dict[str, Condition] = {}  # never written (see WorkloadRecord.conditions)
+
+
 @dataclass(slots=True)
 class WorkloadRecord:
     """What admission remembers of a workload for display; updated from its events."""
 
     submitted: WorkloadSubmitted
-    conditions: dict[str, Condition] = field(default_factory=dict)
+    # Shared and empty until a first condition is set (most pending workloads have none):
+    # only _set writes, and it gives the record a dict of its own first.
+    conditions: dict[str, Condition] = field(default_factory=lambda: _NO_CONDITIONS)
     admission: WorkloadAdmitted | None = None
     requeue_count: int = 0
 
@@ -52,6 +57,8 @@ class WorkloadRecord:
         current = self.conditions.get(kind)
         if current is not None and current.status == status:
             time = current.time  # lastTransitionTime moves only on a transition
+        if self.conditions is _NO_CONDITIONS:
+            self.conditions = {}
         self.conditions[kind] = Condition(status, reason, message, time)
 
     def on_pending(self, event: WorkloadPending) -> None:
