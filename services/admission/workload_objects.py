@@ -7,9 +7,10 @@ with status, reason, message and lastTransitionTime) and renders the object on r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import msgspec
 
 from shared.durations import kube_timestamp
 from shared.events import (
@@ -31,8 +32,7 @@ _LOST = "At least one pod has failed, waiting for recovery"
 _READY = "All pods reached readiness and the workload is running"
 
 
-@dataclass(slots=True)
-class Condition:
+class Condition(msgspec.Struct, gc=False):
     status: str
     reason: str
     message: str
@@ -42,14 +42,14 @@ class Condition:
 _NO_CONDITIONS: dict[str, Condition] = {}  # never written (see WorkloadRecord.conditions)
 
 
-@dataclass(slots=True)
-class WorkloadRecord:
-    """What admission remembers of a workload for display; updated from its events."""
+class WorkloadRecord(msgspec.Struct, gc=False):
+    """What admission remembers of a workload for display; updated from its events. Never
+    tracked by the garbage collector (one per workload; nothing it holds refers back)."""
 
     submitted: WorkloadSubmitted
     # Shared and empty until a first condition is set (most pending workloads have none):
     # only _set writes, and it gives the record a dict of its own first.
-    conditions: dict[str, Condition] = field(default_factory=lambda: _NO_CONDITIONS)
+    conditions: dict[str, Condition] = msgspec.field(default_factory=lambda: _NO_CONDITIONS)
     admission: WorkloadAdmitted | None = None
     requeue_count: int = 0
 
