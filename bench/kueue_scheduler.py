@@ -35,10 +35,9 @@ import resource
 import sys
 import tempfile
 import time
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,7 @@ from bench.eventlog import (
 )
 from bench.kueue_config import CONFIGS, ScenarioConfig
 from bench.kueue_ideal import IdealResult, simulate_ideal
+from bench.objects import FLAVOR, cpu_cluster_queue, queue_namespace, simulated_job
 from berth_cli.up import CONSOLE, Stack
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus, BusTimeout, KeyExists, KeyNotFound
 from shared.config import encode_object, object_key, parse_object
@@ -69,13 +69,12 @@ from shared.events import (
     WorkloadStarted,
     encode_event,
 )
-from shared.workloads import QUEUE_NAME_LABEL, SIMULATED_RUNTIME_ANNOTATION, workload_key
+from shared.workloads import workload_key
 
 __all__ = ["SERVICE_NAMES", "RunResult", "main", "run_benchmark"]
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
-V1 = "kueue.x-k8s.io/v1beta1"
 CLASS_LABEL = "berth.dev/bench-class"
 RUNTIME_LABEL = "berth.dev/bench-runtime-ms"
 # Published ideal figures (spec section 6); the simulated ideal is computed, these are quoted.
@@ -99,56 +98,24 @@ GOALS = {
 
 
 def config_documents(config: ScenarioConfig) -> list[dict[str, Any]]:
-    documents: list[dict[str, Any]] = [
-        {"apiVersion": V1, "kind": "ResourceFlavor", "metadata": {"name": "rf"}}
-    ]
+    documents: list[dict[str, Any]] = [FLAVOR]
     for cq, cohort in config.cluster_queues():
-        documents.append(
-            {
-                "apiVersion": V1,
-                "kind": "ClusterQueue",
-                "metadata": {"name": cq},
-                "spec": {
-                    "cohort": cohort,
-                    "namespaceSelector": {},
-                    "queueingStrategy": "StrictFIFO" if config.strict_fifo else "BestEffortFIFO",
-                    "flavorFungibility": {
-                        "whenCanBorrow": "MayStopSearch",
-                        "whenCanPreempt": "TryNextFlavor",
-                    },
-                    "preemption": {
-                        "reclaimWithinCohort": config.reclaim_within_cohort,
-                        "withinClusterQueue": config.within_cluster_queue,
-                    },
-                    "resourceGroups": [
-                        {
-                            "coveredResources": ["cpu"],
-                            "flavors": [
-                                {
-                                    "name": "rf",
-                                    "resources": [
-                                        {
-                                            "name": "cpu",
-                                            "nominalQuota": config.nominal_cpu,
-                                            "borrowingLimit": config.borrowing_limit_cpu,
-                                        }
-                                    ],
-                                }
-                            ],
-                        }
-                    ],
-                },
-            }
+        queue = cpu_cluster_queue(
+            cq,
+            config.nominal_cpu,
+            cohort=cohort,
+            borrowing_limit=config.borrowing_limit_cpu,
+            preemption={
+                "reclaimWithinCohort": config.reclaim_within_cohort,
+                "withinClusterQueue": config.within_cluster_queue,
+            },
         )
-        documents.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cq}})
-        documents.append(
-            {
-                "apiVersion": V1,
-                "kind": "LocalQueue",
-                "metadata": {"name": cq, "namespace": cq},
-                "spec": {"clusterQueue": cq},
-            }
-        )
+        queue["spec"]["queueingStrategy"] = "StrictFIFO" if config.strict_fifo else "BestEffortFIFO"
+        queue["spec"]["flavorFungibility"] = {
+            "whenCanBorrow": "MayStopSearch",
+            "whenCanPreempt": "TryNextFlavor",
+        }
+        documents += [queue, *queue_namespace(cq)]
     admission: dict[str, Any] = {}
     if config.borrowing_yields:
         admission["borrowingYieldsToHigherPriority"] = True
@@ -181,43 +148,6 @@ def parse_wait_targets(text: str) -> tuple[tuple[int | None, str], ...]:
                 f"invalid wait target {item!r} (use PRIORITY=WAIT or WAIT, e.g. 200=2s,25s)"
             ) from None
     return tuple(targets)
-
-
-def job_object(
-    name: str, namespace: str, klass_name: str, cpu: int, priority: int, runtime_ms: int
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": str(uuid.uuid4()),
-            "creationTimestamp": datetime.now(UTC).isoformat(),
-            "labels": {
-                QUEUE_NAME_LABEL: namespace,
-                CLASS_LABEL: klass_name,
-                RUNTIME_LABEL: str(runtime_ms),
-            },
-            "annotations": {SIMULATED_RUNTIME_ANNOTATION: f"{runtime_ms}ms"},
-        },
-        "spec": {
-            "template": {
-                "spec": {
-                    # Kueue's bench sets the workload's priority directly.
-                    "priority": priority,
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": str(cpu)}},
-                        }
-                    ],
-                    "restartPolicy": "Never",
-                }
-            }
-        },
-    }
 
 
 # --- the run ------------------------------------------------------------------------------
@@ -335,8 +265,13 @@ async def drive(
                 if pacer is not None:
                     await pacer.wait()
                 name = f"{klass.name}-{set_index}-{seq}-0"
-                obj = job_object(
-                    name, cq, klass.name, klass.request_cpu, klass.priority, klass.runtime_ms
+                obj = simulated_job(
+                    name,
+                    cq,
+                    klass.runtime_ms,
+                    cpu=str(klass.request_cpu),
+                    priority=klass.priority,
+                    labels={CLASS_LABEL: klass.name, RUNTIME_LABEL: str(klass.runtime_ms)},
                 )
                 metadata = obj["metadata"]
                 # A create is an update of a key that must not exist yet (revision 0); through

@@ -63,13 +63,22 @@ def simulated_job(
     *,
     cpu: str = "1",
     priority_class: str | None = None,
+    priority: int | None = None,
+    labels: dict[str, str] | None = None,
     uid: str | None = None,
 ) -> dict[str, Any]:
     """A one-pod Job queued in its namespace's LocalQueue that the local backend "runs" for
-    ``runtime_ms`` without starting a process."""
-    labels = {QUEUE_NAME_LABEL: namespace}
+    ``runtime_ms`` without starting a process; ``priority`` is set on the pod directly (as
+    Kueue's scheduler benchmark does), ``labels`` are added to the queue's."""
+    job_labels = {QUEUE_NAME_LABEL: namespace}
     if priority_class:
-        labels[PRIORITY_CLASS_LABEL] = priority_class
+        job_labels[PRIORITY_CLASS_LABEL] = priority_class
+    job_labels.update(labels or {})
+    pod: dict[str, Any] = {} if priority is None else {"priority": priority}
+    pod["containers"] = [
+        {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
+    ]
+    pod["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -78,21 +87,8 @@ def simulated_job(
             "namespace": namespace,
             "uid": uid or str(uuid.uuid4()),
             "creationTimestamp": datetime.now(UTC).isoformat(),
-            "labels": labels,
+            "labels": job_labels,
             "annotations": {SIMULATED_RUNTIME_ANNOTATION: f"{runtime_ms}ms"},
         },
-        "spec": {
-            "template": {
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": cpu}},
-                        }
-                    ],
-                    "restartPolicy": "Never",
-                }
-            }
-        },
+        "spec": {"template": {"spec": pod}},
     }
