@@ -22,6 +22,7 @@ from berth_cli.getting import cohort_objects, config_objects
 from berth_cli.kinds import Resource, kind_words, resolve
 from shared.bus import Bus
 from shared.events import SUBJECT_ROOT, subject_token
+from shared.queue_usage import quota_usage
 
 __all__ = ["describe", "event_rows", "fields"]
 
@@ -225,28 +226,18 @@ async def describe_workload(bus: Bus, name: str, namespace: str) -> list[str]:
 
 def _quota_rows(queue: dict[str, Any]) -> list[list[Any]]:
     """Flavor, resource, nominal quota, borrowing and lending limits, usage, borrowed."""
-    usage = {
-        (flavor["name"], resource["name"]): resource
-        for flavor in queue.get("status", {}).get("flavorsUsage", [])
-        for resource in flavor.get("resources", [])
-    }
-    rows = []
-    for group in queue.get("spec", {}).get("resourceGroups", []):
-        for flavor in group.get("flavors", []):
-            for quota in flavor.get("resources", []):
-                used = usage.get((flavor["name"], quota["name"]), {})
-                rows.append(
-                    [
-                        flavor["name"],
-                        quota["name"],
-                        quota.get("nominalQuota", 0),
-                        quota.get("borrowingLimit", "-"),
-                        quota.get("lendingLimit", "-"),
-                        used.get("total", 0),
-                        used.get("borrowed", 0),
-                    ]
-                )
-    return rows
+    return [
+        [
+            flavor,
+            quota["name"],
+            quota.get("nominalQuota", 0),
+            quota.get("borrowingLimit", "-"),
+            quota.get("lendingLimit", "-"),
+            used.get("total", 0),
+            used.get("borrowed", 0),
+        ]
+        for flavor, quota, used in quota_usage(queue)
+    ]
 
 
 def _weighted_share(status: dict[str, Any]) -> list[str]:

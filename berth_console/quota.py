@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.quantities import QuantityError, format_quantity, is_binary_resource, parse_quantity
+from shared.queue_usage import quota_usage
 
 __all__ = ["Quota", "quotas", "show"]
 
@@ -56,31 +57,22 @@ def _milli(value: Any) -> int:
 
 
 def _own(queue: dict[str, Any]) -> list[Quota]:
-    usage: dict[tuple[str, str], dict[str, Any]] = {}
-    for flavor in queue.get("status", {}).get("flavorsUsage", []):
-        for resource in flavor.get("resources", []):
-            usage[(flavor["name"], resource["name"])] = resource
-    found = []
-    for group in queue.get("spec", {}).get("resourceGroups", []):
-        for flavor in group.get("flavors", []):
-            for resource in flavor.get("resources", []):
-                used = usage.get((flavor["name"], resource["name"]), {})
-                found.append(
-                    Quota(
-                        flavor=flavor["name"],
-                        resource=resource["name"],
-                        nominal=_milli(resource.get("nominalQuota")),
-                        used=_milli(used.get("total")),
-                        borrowed=_milli(used.get("borrowed")),
-                        borrowing_limit=None
-                        if resource.get("borrowingLimit") is None
-                        else _milli(resource["borrowingLimit"]),
-                        lending_limit=None
-                        if resource.get("lendingLimit") is None
-                        else _milli(resource["lendingLimit"]),
-                    )
-                )
-    return found
+    return [
+        Quota(
+            flavor=flavor,
+            resource=resource["name"],
+            nominal=_milli(resource.get("nominalQuota")),
+            used=_milli(used.get("total")),
+            borrowed=_milli(used.get("borrowed")),
+            borrowing_limit=None
+            if resource.get("borrowingLimit") is None
+            else _milli(resource["borrowingLimit"]),
+            lending_limit=None
+            if resource.get("lendingLimit") is None
+            else _milli(resource["lendingLimit"]),
+        )
+        for flavor, resource, used in quota_usage(queue)
+    ]
 
 
 def quotas(queues: Iterable[dict[str, Any]]) -> dict[str, list[Quota]]:
