@@ -42,9 +42,10 @@ class QueuedWorkload(msgspec.Struct, gc=False):
     nominated: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """Decision: the workload is admitted with these flavors; its quota is reserved."""
+class Admission(msgspec.Struct, frozen=True, gc=False):
+    """Decision: the workload is admitted with these flavors; its quota is reserved. (The
+    decisions are never tracked by the garbage collector: a first pass makes half a
+    million, and tracked they started full collections in the middle of the pass.)"""
 
     ref: WorkloadRef
     cluster_queue: str
@@ -57,8 +58,7 @@ class Admission:
     weighted_share: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Inadmissible:
+class Inadmissible(msgspec.Struct, frozen=True, gc=False):
     """Decision: the workload stays pending; emitted only when the reason or message changed."""
 
     ref: WorkloadRef
