@@ -234,14 +234,21 @@ async def test_batches_round_trip_once_each_despite_the_copies(nats_url: str) ->
 
 
 async def test_a_retried_batch_is_stored_once(nats_url: str) -> None:
-    """The same round sent again (an unknown outcome retried) has the same message id."""
+    """The same round sent again (an unknown outcome retried) has the same message id, and
+    so has a fact reported again at another time (the kube backend's started, after a
+    redelivered admission): the stream keeps one, as it kept one of a repeated single event."""
     bus = await _connect(nats_url, "admission")
     try:
         round_ = [_admitted("a"), _admitted("b")]
         await bus.publish_many(round_)
         await bus.publish_many(round_)
+        started = WorkloadStarted(
+            id="started-a-1", source="watcher", workload=_ref("a"), generation=1
+        )
+        await bus.publish(started)
+        await bus.publish(msgspec.structs.replace(started, time=now()))
         info = await bus.js.stream_info(STREAM, subjects_filter="berth.b.>")
-        assert info.state.subjects == {"berth.b.cq.admitted": 1}
+        assert info.state.subjects == {"berth.b.cq.admitted": 1, "berth.b.wl.started": 1}
     finally:
         await bus.close()
 
@@ -361,3 +368,40 @@ def test_every_event_has_a_family_that_is_batched_or_not() -> None:
             name = f"{family}.{verb}"
         assert name in FAMILY_PATTERNS, name
     assert "cq.*.reserved" in FAMILY_PATTERNS
+
+
+async def test_a_stream_written_before_batches_is_read_whole(nats_url: str) -> None:
+    """Events stored one message each (an older Berth, or batches off) before the first
+    batch reach a replay and a durable consumer once each, in stream order, with the batched
+    events after them; once past them, the consumers are sent batch subjects only."""
+    before = await Bus.connect(
+        nats_url, source="test", auth=ClientAuth(), settings=BusSettings(batching=False)
+    )
+    bus = await _connect(nats_url, "watcher")
+    try:
+        await before.ensure_stream()
+        await before.publish_many([_admitted("a"), _submitted("b"), _evict("a")])
+        await bus.publish_many([_admitted("a", 2), _pending("c")])
+        subjects = ["berth.cq.>", "berth.wl.>"]
+        order = ["admitted-a-1", "submitted-b", "evict-a", "admitted-a-2", "pending-c"]
+        replay = await bus.replay_subscription(subjects)
+        folded: list[AnyEvent] = []
+        await bus.replay_to_end(replay, folded.extend)
+        assert [e.id for e in folded] == order
+        durable = await bus.durable_subscription("upgraded", subjects)
+        handled: list[str] = []
+        stop = asyncio.Event()
+
+        async def handler(events: list[AnyEvent]) -> None:
+            handled.extend(e.id for e in events)
+            if len(handled) >= len(order):
+                stop.set()
+
+        await asyncio.wait_for(bus.consume(durable, handler, stopping=stop), 10)
+        assert handled == order
+        for subscription in (replay, durable):
+            filters = (await subscription.consumer_info()).config.filter_subjects or []
+            assert not [f for f in filters if f.startswith(("berth.cq.", "berth.wl."))], filters
+    finally:
+        await before.close()
+        await bus.close()

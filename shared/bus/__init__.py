@@ -7,6 +7,8 @@
   with the same message id while their outcome is unknown;
 - :mod:`~shared.bus.consuming` (with :mod:`~shared.bus.pulling`): batches handed to a
   handler and acked once handled, past the fence read by :mod:`~shared.bus.fences`;
+- :mod:`~shared.bus.batches`: a round's events published as one message per subject family,
+  and expanded by consumers (:mod:`~shared.bus.filters`: what the server sends each one);
 - :mod:`~shared.bus.watching` (with :mod:`~shared.bus.keywatch`): buckets as list+watch;
 - :mod:`~shared.bus.errors`: what callers catch (nats-py's errors never leave the package:
   buckets raise these, and :func:`bus_call` / :func:`translated` wrap any other call on a

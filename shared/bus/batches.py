@@ -3,11 +3,13 @@ family (docs/events.md "Batches").
 
 A batch is published on ``berth.b.<family>`` (``berth.b.cq.admitted``, ``berth.b.wl.started``:
 :func:`shared.subjects.batch_subject`); its payload is the JSON array of its events, each
-encoded once and keeping its own id and term; its ``Nats-Msg-Id`` is ``b-`` and a digest of the
-payload, so a retried batch is stored once and a batch with other contents never passes for a
-copy of it. Why: a message costs its publisher, nats-server and every consumer a fixed price
-(framing, an ack, a delivery, a Python callback), paid here once per batch instead of once
-per event.
+encoded once and keeping its own id and term; its ``Nats-Msg-Id`` is ``b-`` and a digest of its
+events' ids, so a retried batch is stored once, and so is the same set of events published
+again (a fact reported again, with a new time: the ids say it is the same fact, as the stream's
+duplicate window judged single events by their ids), while a batch of other events never
+passes for a copy of it. Why batches: a message costs its publisher, nats-server and every
+consumer a fixed price (framing, an ack, a delivery, a Python callback), paid here once per
+batch instead of once per event.
 
 After a batch is stored, each of its events is also published on its per-workload subject
 without awaiting an ack (:class:`Copy`): the view external tools follow. Services read only the
@@ -46,6 +48,7 @@ __all__ = [
     "batched",
     "expand",
     "is_batch",
+    "is_copy",
     "record_of",
 ]
 
@@ -80,6 +83,11 @@ class Prepared:
 
 def is_batch(subject: str) -> bool:
     return subject.startswith(BATCH_PREFIX)
+
+
+def is_copy(msg: Msg) -> bool:
+    """Whether a message is the per-workload copy of an event stored in a batch."""
+    return msg.headers is not None and COPY_HEADER in msg.headers
 
 
 def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
@@ -122,7 +130,8 @@ def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
             wire.append((single.subject, single.payload, single.msg_id))
             continue
         payload = b"[" + b",".join(event.payload for event in events) + b"]"
-        digest = hashlib.blake2b(payload, digest_size=16).hexdigest()
+        ids = b"\n".join(event.msg_id.encode() for event in events)
+        digest = hashlib.blake2b(ids, digest_size=16).hexdigest()
         wire.append((batch_on, payload, f"b-{digest}"))
     return wire, copies
 
@@ -159,12 +168,16 @@ class BatchView:
 
     twins: dict[str, bool]
     wanted: Callable[[str], bool]
+    # Batches are on: a per-workload copy is never handled (its batch is), even if the server
+    # sends one (a consumer still reading what was stored before batches: filters.py).
+    drops_copies: bool = False
     recent: RecentIds = field(default_factory=RecentIds)
 
     @classmethod
-    def of(cls, patterns: Sequence[str]) -> BatchView:
+    def of(cls, patterns: Sequence[str], batching: bool = False) -> BatchView:
         _, twins = batched_filters(patterns)
-        return cls(twins, subject_matcher(patterns) if patterns else lambda _: False)
+        wanted = subject_matcher(patterns) if patterns else lambda _: False
+        return cls(twins, wanted, drops_copies=batching)
 
 
 def expand(
@@ -212,6 +225,6 @@ def record_of(msg: Msg) -> list[AnyEvent]:
     tools that audit the stream (bench/eventlog.py); raises ``msgspec.DecodeError``."""
     if is_batch(msg.subject):
         return _list_decoder.decode(msg.data)
-    if msg.headers and COPY_HEADER in msg.headers:
+    if is_copy(msg):
         return []
     return [decode_event(msg.data)]

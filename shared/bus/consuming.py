@@ -24,12 +24,17 @@ from shared.bus.batches import BatchView
 from shared.bus.connection import Connection
 from shared.bus.errors import bus_call, translated
 from shared.bus.fences import fence_before
+from shared.bus.filters import (
+    BatchReads,
+    consumer_filters,
+    transition_filters,
+    unbatched_until,
+)
 from shared.bus.pulling import PULL_EXPIRES_S, PullPump, ReadCounts, decode_batch
 from shared.bus.settings import JS_API_PREFIX, STREAM
 from shared.events import AnyEvent
-from shared.fencing import LEASE_SUBJECTS, MARKER_PREFIX, Fence, screen
+from shared.fencing import MARKER_PREFIX, Fence, screen
 from shared.logging import get_logger
-from shared.subjects import batched_filters, server_filters
 
 __all__ = ["HANDLER_ATTEMPTS", "MESSAGES_READ", "Consuming", "Handler", "Settling"]
 
@@ -55,12 +60,13 @@ MESSAGES_READ = Counter(
 class Consuming(Connection):
     """What ``Bus`` does to consume the event stream."""
 
-    _views: dict[int, BatchView] | None = None  # id(pull subscription) -> batches it keeps
+    _batch_reads: BatchReads | None = None
 
-    def _batch_views(self) -> dict[int, BatchView]:
-        if self._views is None:
-            self._views = {}
-        return self._views
+    def _reads(self) -> BatchReads:
+        """What each consumer keeps of batches, and where it still reads unbatched ones."""
+        if self._batch_reads is None:
+            self._batch_reads = BatchReads()
+        return self._batch_reads
 
     async def durable_subscription(
         self,
@@ -95,7 +101,7 @@ class Consuming(Connection):
             # CPU and nats-server as many ack messages as events.
             ack_policy=api.AckPolicy.ALL,
             deliver_policy=api.DeliverPolicy.ALL,
-            filter_subjects=_filters(subjects, batching=self.settings.batching),
+            filter_subjects=consumer_filters(subjects, batching=self.settings.batching),
             max_ack_pending=max_ack_pending,
             ack_wait=30.0,
         )
@@ -112,8 +118,13 @@ class Consuming(Connection):
         floor = (await self.js.consumer_info(STREAM, durable)).ack_floor
         resume = (floor.stream_seq if floor and floor.stream_seq else 0) + 1
         self._fences[id(subscription)] = await fence_before(self.js, stream=STREAM, sequence=resume)
+        if self.settings.batching and (until := await unbatched_until(self.js, resume=resume)):
+            self._reads().unbatched[id(subscription)] = (until, list(subjects))
+            config.filter_subjects = transition_filters(subjects)
+            await self.js.add_consumer(STREAM, config)
+            log.info("consumer_reads_unbatched", consumer=durable, until=until)
         self._pull_subscriptions.append(subscription)
-        self._batch_views()[id(subscription)] = BatchView.of(subjects)
+        self._reads().views[id(subscription)] = BatchView.of(subjects, self.settings.batching)
         if keep_subject is not None:
             self._wanted[id(subscription)] = lambda s: (
                 keep_subject(s) or s.startswith(MARKER_PREFIX)
@@ -148,14 +159,28 @@ class Consuming(Connection):
         config = api.ConsumerConfig(
             ack_policy=api.AckPolicy.NONE,
             deliver_policy=api.DeliverPolicy.ALL,
-            filter_subjects=_filters(subjects, batching=self.settings.batching),
+            filter_subjects=consumer_filters(subjects, batching=self.settings.batching),
             inactive_threshold=60.0,
         )
+        unbatched = self.settings.batching and await unbatched_until(self.js, resume=1)
+        if unbatched:
+            config.filter_subjects = transition_filters(subjects)
         with translated():
             subscription = await self.js.pull_subscribe("", stream=STREAM, config=config)
+        if unbatched:
+            self._reads().unbatched[id(subscription)] = (unbatched, list(subjects))
         self._pull_subscriptions.append(subscription)
-        self._batch_views()[id(subscription)] = BatchView.of(subjects)
+        self._reads().views[id(subscription)] = BatchView.of(subjects, self.settings.batching)
         return subscription
+
+    async def _past_unbatched(
+        self, subscription: JetStreamContext.PullSubscription, messages: Sequence[Msg]
+    ) -> None:
+        """Once a consumer reading unbatched messages has passed them, the server sends it
+        the batch subjects only (and no longer the per-workload copies it drops)."""
+        subjects = self._reads().passed(id(subscription), messages)
+        if subjects is not None:
+            await self.refilter(subscription, subjects)
 
     async def refilter(
         self, subscription: JetStreamContext.PullSubscription, subjects: Sequence[str]
@@ -167,11 +192,17 @@ class Consuming(Connection):
         with translated():
             info = await subscription.consumer_info()
             config = info.config
-            config.filter_subjects = _filters(subjects, batching=self.settings.batching)
+            # Still reading what was stored before batches: on with its new subjects.
+            unbatched = self._reads().unbatched
+            if (pending := unbatched.get(id(subscription))) is not None:
+                unbatched[id(subscription)] = (pending[0], list(subjects))
+                config.filter_subjects = transition_filters(subjects)
+            else:
+                config.filter_subjects = consumer_filters(subjects, batching=self.settings.batching)
             config.filter_subject = None
             await self.js.add_consumer(info.stream_name, config)
-        views = self._batch_views()
-        view = BatchView.of(subjects)
+        views = self._reads().views
+        view = BatchView.of(subjects, self.settings.batching)
         if id(subscription) in views:  # what it took lately still counts as taken
             view.recent = views[id(subscription)].recent
         views[id(subscription)] = view
@@ -188,7 +219,7 @@ class Consuming(Connection):
             self._wanted.get(id(subscription)),
             self.on_malformed,
             counts,
-            self._batch_views().get(id(subscription)),
+            self._reads().views.get(id(subscription)),
         )
         consumer = self._consumer_names.get(id(subscription), self.source)
         for stage, counter in (("delivered", counts.delivered), ("decoded", counts.decoded)):
@@ -229,6 +260,7 @@ class Consuming(Connection):
         try:
             async for messages in self.batches(subscription, stopping=stopping, batch=batch):
                 events = self._decode(subscription, messages)
+                await self._past_unbatched(subscription, messages)
                 if self.acting is not None and not await _acting_again(self.acting, stopping):
                     break  # stopped while its lease was suspended: this batch stays unacked
                 handled, settling = await self._handle(events, handler, stopping=stopping)
@@ -348,6 +380,7 @@ class Consuming(Connection):
                     return count
                 continue
             fold(self._decode(subscription, messages))
+            await self._past_unbatched(subscription, messages)
             count += len(messages)
             if messages[-1].metadata.num_pending == 0:
                 return count
@@ -379,7 +412,9 @@ class Consuming(Connection):
             return None
         pump = await self._pump(subscription)
         messages = await pump.take(None, wait=wait)
-        return self._decode(subscription, messages)
+        events = self._decode(subscription, messages)
+        await self._past_unbatched(subscription, messages)
+        return events
 
     async def batches(
         self,
@@ -410,23 +445,6 @@ class Consuming(Connection):
     async def _close_pump(self, subscription: JetStreamContext.PullSubscription) -> list[Msg]:
         pump = self._pumps.pop(id(subscription), None)
         return [] if pump is None else await pump.close()
-
-
-def _filters(subjects: Sequence[str], *, batching: bool) -> list[str]:
-    """A consumer's ``filter_subjects``: its subjects and the lease markers, which travel with
-    the events they fence (shared/fencing.py). With ``batching``, the batch subjects of the
-    batched families it wants instead of their per-workload copies
-    (:func:`shared.subjects.batched_filters`): the consumer expands them (:meth:`_decode`).
-
-    Why the server filters and not the service: a message sent only to be dropped costs the
-    service its framing, a delivery and a Python callback, most of what reading it costs. The
-    server pays for it instead (it looks up each message's subject against the filters):
-    bench/filtered_replay.py measures that, and bench/kueue_scheduler.py prints what each
-    service is sent and decodes per subject.
-    """
-    if batching:
-        return batched_filters([*subjects, LEASE_SUBJECTS])[0]
-    return server_filters([*subjects, LEASE_SUBJECTS])
 
 
 async def _cancelled(task: asyncio.Task[Any]) -> None:

@@ -4,7 +4,7 @@
 With ``BusSettings.batching`` the events of one call go as batches, one message per subject
 family, each followed by its events' per-workload copies once stored (shared/bus/batches.py).
 
-Every publish carries ``Nats-Msg-Id`` = the event's id (a batch: a digest of its contents),
+Every publish carries ``Nats-Msg-Id`` = the event's id (a batch: a digest of its events' ids),
 and a publish that times out is retried with the *same* id: its outcome was unknown, and the
 stream's duplicate window drops the copy if the first attempt was in fact stored. Hot paths
 publish pipelined (:meth:`Publishing.publish_many`), never one awaited ack at a time.

@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from shared.bus.batches import BatchView, expand, is_batch
+from shared.bus.batches import BatchView, expand, is_batch, is_copy
 from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
 from shared.subjects import subject_family
@@ -202,6 +202,8 @@ def decode_batch(
         if counts is not None:
             counts.delivered[family] += 1
         if wanted is not None and not wanted(msg.subject):
+            continue
+        if batches is not None and batches.drops_copies and is_copy(msg):
             continue
         try:
             events.append(decode_event(msg.data))
