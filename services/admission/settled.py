@@ -19,7 +19,8 @@ __all__ = ["SettledFailures"]
 # (ClusterQueue, pod sets' shape, whether preemption may still find victims for it)
 Key = tuple[str, PodSetsShape, bool]
 Probe = tuple[dict[FlavorResource, int], FlavorResource]  # a node's usage of a pair
-RootProbe = tuple[dict[FlavorResource, int], dict[FlavorResource, int], FlavorResource]
+# the root's usage of a pair, the pair, the root's subtree quota of it, the most asked of it
+RootProbe = tuple[dict[FlavorResource, int], FlavorResource, int, int]
 FAILURES_LIMIT = 100_000
 
 
@@ -27,14 +28,13 @@ class SettledFailures:
     """Failed assignments by (ClusterQueue, shape, victims possible), with the usage they
     read."""
 
-    __slots__ = ("_asked", "_failures", "_probes", "_tree")
+    __slots__ = ("_failures", "_readers", "_tree")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
-        # ClusterQueue -> the usage it reads: exactly, and of the root (subtree, usage)
-        self._probes: dict[str, tuple[list[Probe], list[RootProbe]]] = {}
+        # (ClusterQueue, shape) -> the usage its assignment reads: exactly, and of the root
+        self._readers: dict[tuple[str, PodSetsShape], tuple[list[Probe], list[RootProbe]]] = {}
         self._failures: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
-        self._asked: dict[PodSetsShape, dict[str, int]] = {}  # shape -> request per resource
 
     def usage_read(
         self, info: ClusterQueueInfo, shape: PodSetsShape, pod_sets: list[PodSet]
@@ -49,30 +49,30 @@ class SettledFailures:
         below it, so once free reaches what is asked, either the request fits or K alone
         says by how much it does not; and reclaiming within the hierarchy never stops at the
         root. Everything else the assigner reads is the configuration."""
-        probes = self._probes.get(info.name)
-        if probes is None:
-            probes = self._probes[info.name] = self._probes_of(info)
-        exact, roots = probes
-        asked = self._asked.get(shape)
-        if asked is None:
-            asked = self._asked[shape] = {}
-            for pod_set in pod_sets:
-                for resource, quantity in pod_set.requests.items():
-                    asked[resource] = asked.get(resource, 0) + quantity * pod_set.count
-        return (
-            *[usage.get(fr, 0) for usage, fr in exact],
-            *[
-                min(subtree.get(fr, 0) - usage.get(fr, 0), asked.get(fr[1], 0))
-                for subtree, usage, fr in roots
-            ],
+        reader = self._readers.get((info.name, shape))
+        if reader is None:
+            reader = self._readers[(info.name, shape)] = self._reader(info, pod_sets)
+        exact, roots = reader
+        return tuple(
+            [usage.get(fr, 0) for usage, fr in exact]
+            + [min(subtree - usage.get(fr, 0), cap) for usage, fr, subtree, cap in roots]
         )
 
-    def _probes_of(self, info: ClusterQueueInfo) -> tuple[list[Probe], list[RootProbe]]:
+    def _reader(
+        self, info: ClusterQueueInfo, pod_sets: list[PodSet]
+    ) -> tuple[list[Probe], list[RootProbe]]:
+        """The usage an assignment of ``pod_sets`` reads (only resources they request: the
+        assigner reads nothing of the others), each root pair with its subtree and cap."""
+        asked: dict[str, int] = {}
+        for pod_set in pod_sets:
+            for resource, quantity in pod_set.requests.items():
+                asked[resource] = asked.get(resource, 0) + quantity * pod_set.count
         frs = [
             (flavor, resource)
             for flavors, covered in zip(info.groups, info.covered, strict=True)
             for flavor in flavors
             for resource in covered
+            if asked.get(resource, 0)
         ]
         exact: list[Probe] = []
         roots: list[RootProbe] = []
@@ -81,7 +81,7 @@ class SettledFailures:
         while node is not None and id(node) not in seen:  # a cycle is read exactly, once
             seen.add(id(node))
             if node.parent is None and node.name != info.name:
-                roots.extend((node.subtree, node.usage, fr) for fr in frs)
+                roots.extend((node.usage, fr, node.subtree.get(fr, 0), asked[fr[1]]) for fr in frs)
             else:
                 exact.extend((node.usage, fr) for fr in frs)
             node = node.parent
@@ -97,5 +97,5 @@ class SettledFailures:
         if not result.fits:
             if len(self._failures) >= FAILURES_LIMIT:
                 self._failures.clear()  # shapes come and go: start over rather than pile up
-                self._asked.clear()
+                self._readers.clear()
             self._failures[key] = (usage, result)
