@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 from nats.aio.msg import Msg
+from prometheus_client import REGISTRY
 
 from bench.eventlog import read_events
 from shared.auth import ClientAuth, CredentialStore
@@ -35,6 +36,7 @@ from shared.subjects import FAMILY_PATTERNS, batched_filters
 from tests.conftest import connect_as
 
 BATCHES = BusSettings(batching=True)
+MESSAGES_READ = "berth_bus_messages_read_total"
 
 # (a consumer's pattern, the server's filters, batch subjects wanted whole, why)
 FILTER_CASES = [
@@ -404,4 +406,36 @@ async def test_a_stream_written_before_batches_is_read_whole(nats_url: str) -> N
             assert not [f for f in filters if f.startswith(("berth.cq.", "berth.wl."))], filters
     finally:
         await before.close()
+        await bus.close()
+
+
+async def test_a_batch_counts_each_event_sent_and_each_one_decoded(nats_url: str) -> None:
+    """The read counts (what bench/kueue_scheduler.py tabulates) stay per event: every event
+    of a batch counts as sent, only those the consumer keeps as decoded."""
+    bus = await _connect(nats_url, "recovery")
+    try:
+        started = [
+            WorkloadStarted(
+                id=f"started-{name}", source="watcher", workload=_ref(name), generation=1
+            )
+            for name in ("a", "b", "kept")
+        ]
+        await bus.publish_many(started)
+        subscription = await bus.durable_subscription(
+            "counted", ["berth.wl.>"], keep_subject=lambda subject: subject.endswith(".kept")
+        )
+        stop = asyncio.Event()
+        handled: list[str] = []
+
+        async def handler(events: list[AnyEvent]) -> None:
+            handled.extend(e.id for e in events)
+            stop.set()
+
+        await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 10)
+        assert handled == ["started-kept"]
+        labels = {"consumer": "counted", "subject": "wl.started"}
+        sent = REGISTRY.get_sample_value(MESSAGES_READ, {**labels, "stage": "delivered"})
+        decoded = REGISTRY.get_sample_value(MESSAGES_READ, {**labels, "stage": "decoded"})
+        assert (sent, decoded) == (3, 1)
+    finally:
         await bus.close()

@@ -19,7 +19,7 @@ batches of batched families (:func:`shared.subjects.batched_filters`), never tho
 from __future__ import annotations
 
 import hashlib
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -185,13 +185,15 @@ def expand(
     view: BatchView | None,
     keep: Callable[[str], bool] | None,
     malformed: Callable[[Msg, str], None],
+    delivered: Counter[str] | None = None,
 ) -> list[tuple[str, AnyEvent]]:
     """The events of one batch message this consumer keeps, each with its own subject.
 
     One decode of the whole array. An event whose own family is not the batch's is refused
     (a user allowed to publish pending reports must not smuggle an admission in a batch on
     ``berth.b.cq.pending``): handed to ``malformed``, never to a handler. Raises
-    ``msgspec.DecodeError`` if the payload is not an array of events."""
+    ``msgspec.DecodeError`` if the payload is not an array of events. ``delivered`` counts
+    the events sent in it per family, kept or not."""
     family = BATCH_SUBJECTS.get(msg.subject)
     if family is None:
         malformed(msg, f"{msg.subject} is no batch subject of a batched family")
@@ -208,6 +210,8 @@ def expand(
                 f" {msg.subject}: only {family} events belong there",
             )
             continue
+        if delivered is not None:
+            delivered[family] += 1
         if not whole and view is not None and not view.wanted(subject):
             continue
         if keep is not None and not keep(subject):

@@ -187,15 +187,14 @@ def decode_batch(
     for msg in messages:
         if is_batch(msg.subject):
             try:
-                inside = expand(msg, batches, wanted, refuse)
+                delivered = counts.delivered if counts is not None else None
+                inside = expand(msg, batches, wanted, refuse, delivered)
             except msgspec.DecodeError as error:
                 refuse(msg, str(error))
                 continue
             for subject, event in inside:
                 if counts is not None:
-                    family = subject_family(subject)
-                    counts.delivered[family] += 1
-                    counts.decoded[family] += 1
+                    counts.decoded[subject_family(subject)] += 1
                 events.append(event)
             continue
         family = subject_family(msg.subject) if counts is not None else ""
