@@ -260,9 +260,9 @@ async def drain(url: str, ids: list[int], auth: ClientAuth, within: float) -> di
         await bus.close()
 
 
-async def event_log(url: str) -> list[AnyEvent]:
+async def event_log(url: str, auth: ClientAuth) -> list[AnyEvent]:
     """Every event in the stream, in order."""
-    return await read_events(url)
+    return await read_events(url, auth=auth)
 
 
 # --- one mode -------------------------------------------------------------------------------
@@ -297,7 +297,7 @@ def run_mode(mode: str, ageing: str, scenario: Scenario) -> Result:
                 end = datetime.now(UTC)
                 seconds = time.monotonic() - started
                 drained = all(r.status in TERMINAL for r in records.values())
-                events = asyncio.run(event_log(url))
+                events = asyncio.run(event_log(url, admin))
                 note(f"drained; {len(events)} events read; stopping the stack")
         finally:
             stack.stop()

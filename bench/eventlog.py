@@ -3,9 +3,9 @@
 ``read_events`` returns every event in stream order; ``usage_changes`` replays who held how
 much quota when. The stream's order is the order admission itself saw the facts in, so
 replaying it shows the usage at every instant. ``quota_violations`` reports every instant
-where a ClusterQueue or a cohort held more than it may. ``signed_in_as`` gives a reader (and
-any tool that takes its bus credentials from the environment) the stack's seed to sign in
-with.
+where a ClusterQueue or a cohort held more than it may. ``read_events`` signs in with the
+credentials it is given (the stack's admin, say); ``signed_in_as`` gives the CLI run in this
+process (which takes its credentials from the environment, as a user's shell would) a seed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from nats.aio.msg import Msg
 
+from shared.auth import ClientAuth
 from shared.bus import STREAM, Bus
 from shared.bus.batches import record_of
 from shared.events import (
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 
-async def read_events(url: str, *, within_s: float = 600.0) -> list[AnyEvent]:
+async def read_events(url: str, *, auth: ClientAuth, within_s: float = 600.0) -> list[AnyEvent]:
     """Every event stored so far, in stream order: the record, i.e. the events of the
     batches and of single messages, never the per-workload copies of batched events
     (docs/events.md "Batches"), so nothing is counted twice.
@@ -52,7 +53,7 @@ async def read_events(url: str, *, within_s: float = 600.0) -> list[AnyEvent]:
     An ordered push consumer: one callback per message and no per-message task, which is
     what makes reading a 200,000-event log take seconds rather than minutes.
     """
-    bus = await Bus.connect(url, source="eventlog", retry=False)
+    bus = await Bus.connect(url, source="eventlog", auth=auth, retry=False)
     try:
         last = (await bus.js.stream_info(STREAM)).state.last_seq
         if last == 0:
@@ -137,8 +138,9 @@ def usage_changes(events: list[AnyEvent]) -> Iterator[UsageChange]:
 
 @contextlib.contextmanager
 def signed_in_as(seed: Path | None) -> Iterator[None]:
-    """Within the block, bus clients that read ``BERTH_CREDS`` sign in with ``seed`` (the
-    environment is restored after; None leaves it as it is)."""
+    """Within the block, the CLI run in this process (its connection helper reads
+    ``BERTH_CREDS``) signs in with ``seed`` (the environment is restored after; None leaves it
+    as it is)."""
     if seed is None:
         yield
         return

@@ -54,7 +54,7 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
 import msgspec
 from nats.js.kv import KeyValue
 
-from bench.eventlog import quota_violations, read_events, signed_in_as
+from bench.eventlog import quota_violations, read_events
 from bench.objects import FLAVOR, V1, cpu_cluster_queue, queue_namespace, simulated_job
 from berth_cli.launcher import LiveStack, start_stack
 from shared.auth import ClientAuth
@@ -561,7 +561,7 @@ async def _drive(stack: LiveStack, scenario: Scenario, roles: tuple[str, ...]) -
         async def all_finished() -> bool:
             done = {
                 e.workload.uid
-                for e in await read_events(stack.url)
+                for e in await read_events(stack.url, auth=bus_auth(stack))
                 if isinstance(e, WorkloadFinished)
             }
             return set(gen.created) <= done
@@ -574,7 +574,7 @@ async def _drive(stack: LiveStack, scenario: Scenario, roles: tuple[str, ...]) -
     finally:
         gen.stop.set()
         await bus.close()
-    events = await read_events(stack.url)
+    events = await read_events(stack.url, auth=bus_auth(stack))
     standing = fenced_log(events)
     _figures_from_log(kills, standing)
     after_admitted = [
@@ -604,8 +604,7 @@ def run_failover(
 ) -> Result:
     """Drive a running ``berth up --replicas 2`` stack (a 3-node NATS cluster when
     ``scenario.kill_nats``) through the kills and audit its log; reads the log as admin."""
-    with signed_in_as(stack.credentials("admin")):
-        result = asyncio.run(_drive(stack, scenario, roles))
+    result = asyncio.run(_drive(stack, scenario, roles))
     if events_out is not None:  # for a post-mortem: one event per line, in stream order
         events_out.write_bytes(b"\n".join(msgspec.json.encode(e) for e in result.events))
     return result

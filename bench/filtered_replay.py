@@ -31,6 +31,7 @@ from nats.js import api
 
 from berth_cli.natsserver import nats_server_binary
 from services.admission.service import DECIDING_SUBJECTS, FOLDED_SUBJECTS
+from shared.auth import ClientAuth
 from shared.bus import STREAM, STREAM_SUBJECTS, Bus
 from shared.subjects import server_filters
 
@@ -71,7 +72,7 @@ async def replay(bus: Bus, filters: list[str], pid: int) -> tuple[int, float, fl
 
 
 async def run(workloads: int, url: str, pid: int) -> None:
-    bus = await Bus.connect(url, source="bench", retry=False)
+    bus = await Bus.connect(url, source="bench", auth=ClientAuth(), retry=False)  # an open server
     try:
         await bus.js.add_stream(name=STREAM, subjects=list(STREAM_SUBJECTS))
         for start in range(0, workloads, 1000):

@@ -54,6 +54,7 @@ from services.watcher.kube.kueue_status import KUEUE_BURST, KUEUE_QPS, StatusSet
 from services.watcher.kube.mirroring import CONFIG_RESOURCES
 from services.watcher.kube.namespaces import ManagedNamespaces
 from services.watcher.kube.watching import WatchSettings
+from shared.auth import ClientAuth
 from shared.bus import STREAM, Bus
 from shared.events import WorkloadAdmitted, WorkloadSubmitted, decode_event
 from shared.logging import configure_logging
@@ -233,8 +234,9 @@ async def run(
                 api.objects[km.resource(resource), "kube-system", "placeholder"] = {
                     "metadata": {"name": "placeholder"}
                 }
-            admission_bus = await Bus.connect(server.url, source="admission")
-            bus = await Bus.connect(server.url, source="watcher")
+            open_bus = ClientAuth()  # the bench's own nats-server asks for no credentials
+            admission_bus = await Bus.connect(server.url, source="admission", auth=open_bus)
+            bus = await Bus.connect(server.url, source="watcher", auth=open_bus)
             await bus.ensure_stream()
             stand_in = AdmissionStandIn(admission_bus)
             submitted = await admission_bus.nc.subscribe(

@@ -53,7 +53,6 @@ from bench.eventlog import (
     published_by_subject,
     quota_violations,
     read_events,
-    signed_in_as,
 )
 from bench.kueue_config import CONFIGS, ScenarioConfig
 from bench.kueue_ideal import IdealResult, simulate_ideal
@@ -647,8 +646,7 @@ def run_benchmark(
         usage = resource.getrusage(resource.RUSAGE_SELF)
         processes["bench (generator)"] = (usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
         reads = asyncio.run(consumer_reads(stack))
-        with signed_in_as(stack.admin_auth.seed):
-            events = asyncio.run(read_events(stack.nats_url))
+        events = asyncio.run(read_events(stack.nats_url, auth=stack.admin_auth))
         bus_messages = asyncio.run(stream_messages(stack.nats_url, stack))
     finally:
         stop_started = time.monotonic()

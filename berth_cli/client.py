@@ -10,6 +10,7 @@ import click
 import msgspec
 
 from berth_cli.exit_codes import ExitCode
+from shared.auth import ClientAuth
 from shared.bus import API_SUBJECT, Bus, BusError, BusSettings, BusTimeout, NoResponders
 
 __all__ = ["CliError", "connect", "one_workload", "query_all"]
@@ -25,9 +26,16 @@ class CliError(click.ClickException):
 
 @asynccontextmanager
 async def connect(url: str) -> AsyncIterator[Bus]:
-    """A short-lived connection for one command; a clear error if Berth is not running."""
+    """A short-lived connection for one command, as the ``cli`` user whose seed the
+    environment names (:meth:`ClientAuth.from_env`); a clear error if Berth is not running."""
     try:
-        bus = await Bus.connect(url, source="cli", retry=False, settings=BusSettings.from_env())
+        bus = await Bus.connect(
+            url,
+            source="cli",
+            retry=False,
+            auth=ClientAuth.from_env("cli"),
+            settings=BusSettings.from_env(),
+        )
     except (BusError, ValueError) as error:
         raise CliError(
             f"{error} (is `berth up` running? set --nats-url or BERTH_NATS_URL)"

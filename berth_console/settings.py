@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared.auth import ClientAuth
 from shared.bus import DEFAULT_NATS_URL
@@ -33,7 +33,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     token: str | None = None
-    auth: ClientAuth | None = None
+    auth: ClientAuth = field(default_factory=ClientAuth)  # none: an open bus
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -31,7 +31,8 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from shared.bus import Bus, BusSettings, nats_url_from_env
+from shared.auth import ClientAuth
+from shared.bus import Bus, BusError, BusSettings, nats_url_from_env
 from shared.leadership import Leadership
 from shared.lease import LeaseSettings, replica_id_from_env, rfc3339
 from shared.logging import configure_logging, get_logger
@@ -216,7 +217,17 @@ async def _run(
     except ValueError as error:
         log.error("invalid_setting", service=name, reason=str(error))
         return 2
-    bus = await Bus.connect(nats_url, source=name, connect_timeout=30.0, settings=bus_settings)
+    try:
+        bus = await Bus.connect(
+            nats_url,
+            source=name,
+            connect_timeout=30.0,
+            auth=ClientAuth.from_env(name),  # its own user's seed: BERTH_CREDS or the data dir's
+            settings=bus_settings,
+        )
+    except BusError as error:
+        log.error("bus_unreachable", service=name, nats=nats_url, reason=str(error))
+        return 1
     leadership = Leadership(
         bus=bus, role=name, replica=replica, settings=settings, on_lost=_exit_now
     )

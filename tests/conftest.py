@@ -47,7 +47,7 @@ def nats_url(nats_server: NatsServer) -> str:
 @pytest.fixture
 async def watcher_bus(nats_url: str) -> AsyncIterator[Bus]:
     """A connection as the watcher to a fresh server whose event stream exists."""
-    connected = await Bus.connect(nats_url, source="watcher")
+    connected = await Bus.connect(nats_url, source="watcher", auth=bus_auth(nats_url))
     await connected.ensure_stream()
     yield connected
     await connected.close()
@@ -56,6 +56,16 @@ async def watcher_bus(nats_url: str) -> AsyncIterator[Bus]:
 # The `cli` user's seed of each running stack, by NATS URL: `berth()` runs the CLI as a user
 # of that stack would, with the credentials `berth up` printed.
 CLI_CREDENTIALS: dict[str, str] = {}
+# The `admin` user's seed of each running stack, by NATS URL: see :func:`bus_auth`.
+ADMIN_CREDENTIALS: dict[str, Path] = {}
+
+
+def bus_auth(url: str) -> ClientAuth:
+    """The credentials this test process's own bus connections to ``url`` sign in with (audits
+    of the event log, peeks into buckets, a service's parts run in-process): the `admin` of a
+    running stack (:func:`signed_in`), none on a bare test server (which asks for none). Every
+    test connection takes them from here (``Bus.connect`` reads no environment)."""
+    return ClientAuth(seed=ADMIN_CREDENTIALS.get(url))
 
 
 def berth(
@@ -93,11 +103,13 @@ def start_stack(data_dir: Path) -> LiveStack:
 
 def signed_in(running: LiveStack) -> LiveStack:
     """The CLI then runs with the stack's `cli` credentials, and this process's own bus
-    connections (audits of the event log, peeks into buckets) with its `admin` ones."""
+    connections (:func:`bus_auth`) and CLI commands run in-process (which read
+    ``BERTH_CREDS``, as a user's shell gives it) with its `admin` ones."""
     if running.cli_credentials is not None:
         CLI_CREDENTIALS[running.url] = str(running.cli_credentials)
     admin = running.credentials("admin")
     if admin is not None:
+        ADMIN_CREDENTIALS[running.url] = admin
         os.environ["BERTH_CREDS"] = str(admin)
     return running
 
@@ -131,6 +143,7 @@ def stack(request: pytest.FixtureRequest, stack_pool: StackPool) -> Iterator[Sta
     finally:
         stack_pool.release(running)
         CLI_CREDENTIALS.pop(running.url, None)
+        ADMIN_CREDENTIALS.pop(running.url, None)
         os.environ.pop("BERTH_CREDS", None)
 
 

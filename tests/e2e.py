@@ -13,7 +13,7 @@ from typing import Any
 from bench.eventlog import read_events, usage_changes
 from shared.bus import Bus
 from shared.events import AnyEvent
-from tests.conftest import Stack, berth
+from tests.conftest import Stack, berth, bus_auth
 
 
 def get_json(url: str, *args: str) -> list[dict[str, Any]]:
@@ -51,7 +51,7 @@ def is_admitted(workload: dict[str, Any]) -> bool:
 
 def event_log(url: str) -> list[AnyEvent]:
     """Every event in the stream, in order."""
-    return asyncio.run(read_events(url))
+    return asyncio.run(read_events(url, auth=bus_auth(url)))
 
 
 def peak_usage(
@@ -82,7 +82,7 @@ def objects_status(url: str, namespace: str, name: str) -> dict[str, Any]:
     from shared.workloads import workload_key
 
     async def read() -> dict[str, Any]:
-        bus = await Bus.connect(url, source="test")
+        bus = await Bus.connect(url, source="test", auth=bus_auth(url))
         try:
             kv = await bus.kv(STATUS_BUCKET)
             entry = await kv.get(workload_key(namespace, name))

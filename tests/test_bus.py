@@ -32,6 +32,7 @@ from shared.bus import (
 from shared.bus.acks import AckTimeout, AckTracker, PublishRefused
 from shared.bus.settings import BusSettings
 from shared.events import AnyEvent, PodSet, WorkloadRef, WorkloadSubmitted, now
+from tests.conftest import bus_auth
 
 MESSAGES_READ = "berth_bus_messages_read_total"
 
@@ -69,7 +70,9 @@ async def _bus(url: str) -> Bus:
     """A bus publishing one message per event: the path of the CLI's commands and of
     BERTH_BUS_BATCHES=0, whose message-level mechanics these tests count (the batched path:
     tests/test_bus_batches.py)."""
-    bus = await Bus.connect(url, source="test", settings=BusSettings(batching=False))
+    bus = await Bus.connect(
+        url, source="test", auth=bus_auth(url), settings=BusSettings(batching=False)
+    )
     await bus.ensure_stream()
     return bus
 

@@ -33,7 +33,7 @@ from shared.events import (
     subject_for,
 )
 from shared.subjects import FAMILY_PATTERNS, batched_filters
-from tests.conftest import connect_as
+from tests.conftest import bus_auth, connect_as
 
 BATCHES = BusSettings(batching=True)
 MESSAGES_READ = "berth_bus_messages_read_total"
@@ -227,7 +227,7 @@ async def test_batches_round_trip_once_each_despite_the_copies(nats_url: str) ->
         ]
         state = (await bus.js.stream_info(STREAM)).state
         assert state.messages == 4 + 5, "three batches and a batch of one, and five copies"
-        stored = await read_events(nats_url)
+        stored = await read_events(nats_url, auth=bus_auth(nats_url))
         assert sorted(e.id for e in stored) == sorted(e.id for e in events)
         narrow = await _replayed(bus, ["berth.cq.*.admitted.default.c"], 1)
         assert [e.id for e in narrow] == ["admitted-c-1"], "a narrow pattern picks inside a batch"

@@ -12,7 +12,7 @@ import pytest
 
 from berth_cli.get import due
 from shared.bus import CONFIG_BUCKET, Bus, KeyNotFound
-from tests.conftest import FIXTURES, berth
+from tests.conftest import FIXTURES, berth, bus_auth
 
 GOOD_QUEUE = """
 apiVersion: kueue.x-k8s.io/v1beta1
@@ -28,7 +28,7 @@ spec:
 
 def _keys(url: str, bucket: str) -> list[str]:
     async def read() -> list[str]:
-        bus = await Bus.connect(url, source="test")
+        bus = await Bus.connect(url, source="test", auth=bus_auth(url))
         try:
             kv = await bus.kv(bucket)
             try:
@@ -45,7 +45,7 @@ def _with_stream(url: str) -> None:
     """The event stream, as the first service to start creates it."""
 
     async def create() -> None:
-        bus = await Bus.connect(url, source="test")
+        bus = await Bus.connect(url, source="test", auth=bus_auth(url))
         try:
             await bus.ensure_stream()
         finally:
@@ -58,7 +58,7 @@ def _submitted(url: str) -> list[str]:
     """The workloads `berth submit` sent to the watcher (stored SubmitWorkload commands)."""
 
     async def read() -> list[str]:
-        bus = await Bus.connect(url, source="test")
+        bus = await Bus.connect(url, source="test", auth=bus_auth(url))
         try:
             subscription = await bus.replay_subscription(["berth.cmd.submit.>"])
             try:

@@ -12,6 +12,7 @@ import pytest
 from berth_cli.natsserver import NatsServer, nats_server_binary
 from berth_cli.status import nats_summary, server_facts
 from shared.bus import Bus
+from tests.conftest import bus_auth
 
 
 def _binary_version() -> str:
@@ -35,7 +36,7 @@ async def test_the_nats_row_of_a_lone_server(
     reason: str, stream: bool, shown: str, tmp_path: Path
 ) -> None:
     with NatsServer(store_dir=tmp_path / "nats", server_name="berth-0") as server:
-        bus = await Bus.connect(server.url, source="test", retry=False)
+        bus = await Bus.connect(server.url, source="test", auth=bus_auth(server.url), retry=False)
         try:
             if stream:
                 await bus.ensure_stream()

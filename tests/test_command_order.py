@@ -30,6 +30,7 @@ from shared.events import (
 )
 from shared.service import Runtime
 from shared.workloads import workload_key
+from tests.conftest import bus_auth
 
 REF = WorkloadRef("ns", "train-1", "uid-1")
 CREATE = CreateWorkload(id="create-uid-1", source="recovery", workload=REF, object={})
@@ -93,7 +94,7 @@ def _job(ref: WorkloadRef) -> dict[str, Any]:
 
 @pytest.fixture
 async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(nats_url, source="watcher")
+    bus = await Bus.connect(nats_url, source="watcher", auth=bus_auth(nats_url))
     await bus.ensure_stream()
     yield bus
     await bus.close()

@@ -15,7 +15,7 @@ import msgspec
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus
 from shared.deadletter import DEAD_LETTER_STREAM
 from shared.events import PodSet, WorkloadRef, WorkloadSubmitted, encode_event, now
-from tests.conftest import FIXTURES, Stack, berth
+from tests.conftest import FIXTURES, Stack, berth, bus_auth
 from tests.e2e import (
     condition,
     eventually,
@@ -37,7 +37,7 @@ NEGATIVE = WorkloadSubmitted(
 
 
 async def _poison(url: str) -> None:
-    bus = await Bus.connect(url, source="test")
+    bus = await Bus.connect(url, source="test", auth=bus_auth(url))
     try:
         objects = await bus.kv(OBJECTS_BUCKET)
         # Once: KeyError 'metadata', and the watcher crash-looped on it forever.
@@ -60,7 +60,7 @@ async def _poison(url: str) -> None:
 
 
 async def _dead_letters(url: str) -> list[dict[str, Any]]:
-    bus = await Bus.connect(url, source="test")
+    bus = await Bus.connect(url, source="test", auth=bus_auth(url))
     try:
         info = await bus.js.stream_info(DEAD_LETTER_STREAM)
         letters = []

@@ -37,7 +37,7 @@ from shared.events import (
 from shared.fencing import fenced_log
 from shared.lease import LEASE_BUCKET, LeaseRecord
 from shared.service import LEASE_LOST_EXIT
-from tests.conftest import FIXTURES, REPO, Stack, berth
+from tests.conftest import FIXTURES, REPO, Stack, berth, bus_auth
 from tests.e2e import eventually, get_json, job_manifest, peak_usage, submit_manifest
 
 CPU = 1000  # milli-units
@@ -138,7 +138,7 @@ def lead_with(url: str, role: str, replica: str) -> tuple[dict[str, Any], str]:
 
 
 def events(url: str) -> list[AnyEvent]:
-    return asyncio.run(read_events(url))
+    return asyncio.run(read_events(url, auth=bus_auth(url)))
 
 
 def admitted(url: str, name: str) -> list[WorkloadAdmitted]:
@@ -380,7 +380,7 @@ def _pending(url: str, name: str) -> dict[str, Any] | None:
 
 
 async def _publish_as_deposed_leader(url: str, event: WorkloadAdmitted, *, term: int) -> None:
-    bus = await Bus.connect(url, source="admission")
+    bus = await Bus.connect(url, source="admission", auth=bus_auth(url))
     try:
         bus.term = term  # what a paused leader's bus still holds
         await bus.publish(event)
@@ -389,7 +389,7 @@ async def _publish_as_deposed_leader(url: str, event: WorkloadAdmitted, *, term:
 
 
 async def _take_lease(url: str, role: str) -> None:
-    bus = await Bus.connect(url, source="test")
+    bus = await Bus.connect(url, source="test", auth=bus_auth(url))
     try:
         kv = await bus.kv(LEASE_BUCKET)
         taken = LeaseRecord(f"{role}-x", 9, "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z")

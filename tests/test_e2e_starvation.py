@@ -25,7 +25,7 @@ from berth_cli.writing import submit_workloads
 from shared.bus import JOBS_BUCKET, Bus
 from shared.events import EvictionRequested, WorkloadAdmitted
 from shared.jobs import decode_job, job_key
-from tests.conftest import Stack, berth
+from tests.conftest import Stack, berth, bus_auth
 from tests.e2e import event_log, job_manifest
 
 SETUP = AGEING_SCENARIO.replace("CPUS", "2")  # one ClusterQueue, low/high classes, a policy
@@ -61,7 +61,7 @@ async def _bound(bus: Bus, name: str) -> tuple[str | None, str]:
 
 async def _stream(url: str, seconds: float, job_id: int) -> list[Sample]:
     """Submit a 1-CPU high-priority job every 0.5 s; sample the managed job and its bound."""
-    bus = await Bus.connect(url, source="test")
+    bus = await Bus.connect(url, source="test", auth=bus_auth(url))
     samples: list[Sample] = []
     started = time.monotonic()
     index = 0
@@ -92,7 +92,7 @@ def _run(stack: Stack, tmp_path: Path, ageing: str, seconds: float) -> list[Samp
     job_id = int(launched[3])
 
     async def wait_running() -> None:
-        bus = await Bus.connect(url, source="test")
+        bus = await Bus.connect(url, source="test", auth=bus_auth(url))
         try:
             for _ in range(100):
                 if (await _job_status(bus, job_id))[0] == "RUNNING":
@@ -159,7 +159,7 @@ def test_without_ageing_the_stream_starves_the_job(stack: Stack, tmp_path: Path)
 async def _plain_under_stream(url: str, seconds: float) -> list[Sample]:
     """The stream of 1-CPU high-priority jobs; after two of them, a plain 2-CPU low-priority
     Job (not a managed job, never preempted); its bound sampled every 0.5 s."""
-    bus = await Bus.connect(url, source="test")
+    bus = await Bus.connect(url, source="test", auth=bus_auth(url))
     samples: list[Sample] = []
     started = time.monotonic()
     try:

@@ -20,6 +20,7 @@ from shared.events import (
     now,
 )
 from shared.fencing import FENCED, Fence, Verdict, fenced_log
+from tests.conftest import bus_auth
 
 KEEP, MARKER, VOID = Verdict.KEEP, Verdict.MARKER, Verdict.VOID
 
@@ -108,7 +109,7 @@ def test_a_fenced_log_keeps_what_the_services_kept() -> None:
 
 
 async def _bus(url: str, *, term: int = 0) -> Bus:
-    bus = await Bus.connect(url, source="test")
+    bus = await Bus.connect(url, source="test", auth=bus_auth(url))
     await bus.ensure_stream()
     bus.term = term
     return bus

@@ -2,6 +2,7 @@
 
 from shared.bus import JOBS_BUCKET, Bus
 from shared.jobs import NEXT_ID_KEY, ManagedJob, encode_job, job_key, load_jobs
+from tests.conftest import bus_auth
 
 
 def _job(job_id: int) -> ManagedJob:
@@ -11,7 +12,7 @@ def _job(job_id: int) -> ManagedJob:
 
 
 async def test_load_jobs_reads_every_stored_id_and_skips_a_reserved_one(nats_url: str) -> None:
-    bus = await Bus.connect(nats_url, source="test")
+    bus = await Bus.connect(nats_url, source="test", auth=bus_auth(nats_url))
     try:
         kv = await bus.kv(JOBS_BUCKET)
         assert await load_jobs(kv) == []

@@ -31,7 +31,7 @@ from shared.events import (
     WorkloadStarted,
 )
 from shared.service import Runtime
-from tests.conftest import captured_logs
+from tests.conftest import bus_auth, captured_logs
 from tests.test_kube_backend import (  # noqa: F401 - harness is a fixture
     FAST,
     JOBS_KEY,
@@ -172,7 +172,7 @@ async def test_kubectl_kueue_stop_and_resume_on_the_workload(
     harness.kmock.objects[JOBS_KEY, "ns", "j1"] = job
     stream = Harness(harness.kmock, harness.bus, harness.runtime)  # every event, not only facts
     stream._subscription = await harness.bus.replay_subscription(["berth.>"])  # type: ignore[attr-defined]
-    admission_bus = await Bus.connect(nats_url, source="admission")
+    admission_bus = await Bus.connect(nats_url, source="admission", auth=bus_auth(nats_url))
     runtime = Runtime(name="admission", bus=admission_bus, data_dir=str(tmp_path / "admission"))
     admission = asyncio.create_task(AdmissionService(runtime).run())
     try:

@@ -31,6 +31,7 @@ from shared.events import (
     WorkloadSubmitted,
 )
 from shared.service import Runtime
+from tests.conftest import bus_auth
 
 FAST = WatchSettings(server_timeout=5, inactivity_timeout=2, backoff_initial=0.01, absent_retry=30)
 JOBS_KEY = km.resource("batch/v1/jobs")
@@ -113,7 +114,7 @@ class Harness:
 async def harness(
     kmock: kmock.KubernetesEmulator, nats_url: str, tmp_path: Path
 ) -> AsyncIterator[Harness]:
-    bus = await Bus.connect(nats_url, source="watcher")
+    bus = await Bus.connect(nats_url, source="watcher", auth=bus_auth(nats_url))
     await bus.ensure_stream()
     runtime = Runtime(name="watcher", bus=bus, data_dir=str(tmp_path))
     kmock.objects[PODS_KEY, "ns", "unrelated"] = {"metadata": {"name": "unrelated", "uid": "x"}}

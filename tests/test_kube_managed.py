@@ -42,6 +42,7 @@ from shared.events import (
     WorkloadSubmitted,
 )
 from shared.service import Runtime
+from tests.conftest import bus_auth
 
 FAST = WatchSettings(server_timeout=5, inactivity_timeout=2, backoff_initial=0.01, absent_retry=30)
 JOBS_KEY = km.resource("batch/v1/jobs")
@@ -140,7 +141,7 @@ class Cluster:
 async def cluster(
     kmock: kmock.KubernetesEmulator, nats_url: str, tmp_path: Path
 ) -> AsyncIterator[Cluster]:
-    bus = await Bus.connect(nats_url, source="admission")
+    bus = await Bus.connect(nats_url, source="admission", auth=bus_auth(nats_url))
     await bus.ensure_stream()
     config = await bus.kv(CONFIG_BUCKET)
     queue = {
@@ -155,7 +156,7 @@ async def cluster(
     cluster = Cluster(kmock, bus)
     cluster.subscription = await bus.replay_subscription(["berth.>"])
     for name in ("watcher", "recovery"):
-        service_bus = await Bus.connect(nats_url, source=name)
+        service_bus = await Bus.connect(nats_url, source=name, auth=bus_auth(nats_url))
         runtime = Runtime(name=name, bus=service_bus, data_dir=str(tmp_path / name))
         cluster.buses.append(service_bus)
         cluster.runtimes.append(runtime)

@@ -33,6 +33,7 @@ from shared.events import (
     WorkloadRef,
     WorkloadSubmitted,
 )
+from tests.conftest import bus_auth
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 REF = WorkloadRef("ns", "low-3ce1", "u1")
@@ -200,7 +201,7 @@ async def test_kube_status_writes_workload_status_and_events(
     workloads_key = km.resource("kueue.x-k8s.io/v1beta2/workloads")
     kmock.objects[workloads_key, "zz", "placeholder"] = {"metadata": {"name": "placeholder"}}
     kmock.objects[km.resource("v1/events"), "zz", "e"] = {"metadata": {"name": "e"}}
-    bus = await Bus.connect(nats_url, source="watcher")
+    bus = await Bus.connect(nats_url, source="watcher", auth=bus_auth(nats_url))
     rendered = _rendered(PENDING, ADMITTED)
 
     async def admission(_: str, data: bytes) -> dict[str, Any]:
@@ -270,7 +271,7 @@ async def test_the_preempted_event_names_the_preemptor(
         }
     }
     kmock.objects[km.resource("v1/events"), "zz", "e"] = {"metadata": {"name": "e"}}
-    bus = await Bus.connect(nats_url, source="watcher")
+    bus = await Bus.connect(nats_url, source="watcher", auth=bus_auth(nats_url))
     await bus.ensure_stream()
     eviction = EvictionRequested(
         source="preemption",
@@ -371,7 +372,7 @@ async def test_kube_status_writes_fair_sharing_status(
     kmock.objects[km.resource(f"kueue.x-k8s.io/v1beta2/{view}"), namespace, "root"] = {
         "metadata": {"name": "root"}
     }
-    bus = await Bus.connect(nats_url, source="watcher")
+    bus = await Bus.connect(nats_url, source="watcher", auth=bus_auth(nats_url))
     metadata = {"name": "root"} if namespace is None else {"name": "root", "namespace": namespace}
     rendered = {"metadata": metadata, "spec": {}, "status": status}
 

@@ -24,6 +24,7 @@ from shared.lease import (
     LeaseSettings,
     replica_id_from_env,
 )
+from tests.conftest import bus_auth
 
 FAST = LeaseSettings.scaled(0.6)
 
@@ -35,7 +36,7 @@ def _free_port() -> int:
 
 
 async def _kv(url: str) -> tuple[Bus, KeyValue]:
-    bus = await Bus.connect(url, source="test")
+    bus = await Bus.connect(url, source="test", auth=bus_auth(url))
     await bus.ensure_stream()
     return bus, await bus.kv(LEASE_BUCKET)
 
@@ -271,7 +272,7 @@ async def test_a_leader_cut_off_from_nats_stops_acting_in_time_and_resumes_its_t
     consumers nothing) before a standby could take over; NATS back, its next renewal proves
     nobody took the lease and it acts again under the same term, without a new marker."""
     server = NatsServer(store_dir=tmp_path / "nats", port=_free_port()).start()
-    bus = await Bus.connect(server.url, source="admission")
+    bus = await Bus.connect(server.url, source="admission", auth=bus_auth(server.url))
     await bus.ensure_stream()
     lost: list[str] = []
     leader = Leadership(
@@ -338,7 +339,8 @@ async def test_a_standby_cut_off_from_nats_waits_a_whole_duration_again(tmp_path
 async def test_a_leader_announces_its_term_and_hands_over_on_a_clean_stop(nats_url: str) -> None:
     """The first replica leads with term 1 and publishes its marker; the second stands by;
     when the first finishes it releases the lease and the second leads at once, term 2."""
-    buses = [await Bus.connect(nats_url, source="admission") for _ in range(2)]
+    auth = bus_auth(nats_url)
+    buses = [await Bus.connect(nats_url, source="admission", auth=auth) for _ in range(2)]
     await buses[0].ensure_stream()
     finishes = [asyncio.Event(), asyncio.Event()]
     lost: list[str] = []
@@ -381,7 +383,7 @@ async def test_a_leader_announces_its_term_and_hands_over_on_a_clean_stop(nats_u
 async def test_a_leader_whose_lease_is_taken_is_told_at_once(nats_url: str) -> None:
     """A leader deposed behind its back (its key overwritten) stops being active and calls
     ``on_lost`` at its next renewal."""
-    bus = await Bus.connect(nats_url, source="admission")
+    bus = await Bus.connect(nats_url, source="admission", auth=bus_auth(nats_url))
     await bus.ensure_stream()
     lost: list[str] = []
     leader = Leadership(
@@ -406,7 +408,7 @@ async def test_a_suspended_replica_hands_its_consumers_nothing_until_it_acts_aga
 ) -> None:
     """While ``bus.acting`` is clear (a suspended lease) a consumer holds what it fetched
     and hands nothing to its handler; once it is set again the batch is handled."""
-    bus = await Bus.connect(nats_url, source="watcher")
+    bus = await Bus.connect(nats_url, source="watcher", auth=bus_auth(nats_url))
     await bus.ensure_stream()
     try:
         await bus.publish(LeaderElected(source="admission", role="admission", holder="a", term=1))

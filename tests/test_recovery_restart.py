@@ -26,6 +26,7 @@ from shared.events import (
     WorkloadSubmitted,
 )
 from shared.service import Runtime
+from tests.conftest import bus_auth
 
 V1 = "kueue.x-k8s.io/v1beta1"
 REF = WorkloadRef("ns", "plain", "uid-plain")
@@ -44,7 +45,7 @@ def at(seconds: float) -> datetime:
 
 
 async def start_recovery(nats_url: str, data_dir: Path) -> tuple[Runtime, asyncio.Task[None]]:
-    bus = await Bus.connect(nats_url, source="recovery")
+    bus = await Bus.connect(nats_url, source="recovery", auth=bus_auth(nats_url))
     runtime = Runtime(name="recovery", bus=bus, data_dir=str(data_dir))
     task = asyncio.create_task(RecoveryService(runtime).run())
     async with asyncio.timeout(10):
@@ -91,7 +92,7 @@ async def test_a_restarted_recovery_keeps_a_plain_workloads_clock(
     the clock it had (not from the eviction, where a clock counted from this wait alone would
     start, nor not at all, as a recovery that only knows what its durable consumer delivers
     after the restart)."""
-    bus = await Bus.connect(nats_url, source="admission")
+    bus = await Bus.connect(nats_url, source="admission", auth=bus_auth(nats_url))
     await bus.ensure_stream()
     config = await bus.kv(CONFIG_BUCKET)
     for kind, name, namespace, spec in CONFIG:

@@ -15,6 +15,7 @@ from services.watcher.kube.task_secrets import prepare_cluster
 from services.watcher.local.run_files import RunSetupError, _inside, prepare_run
 from shared.bus import Bus
 from shared.secrets import SECRETS_BUCKET
+from tests.conftest import bus_auth
 
 REF = {
     "name": "HF_TOKEN",
@@ -72,7 +73,7 @@ async def test_secrets_and_files_are_ready_before_the_processes(
     )
     pod_specs = {"main": obj["spec"]["template"]["spec"]}
     pods = [("main-0", ["true"], {"HF_TOKEN": ""}, None)]
-    bus = await Bus.connect(nats_url, source="test")
+    bus = await Bus.connect(nats_url, source="test", auth=bus_auth(nats_url))
     try:
         with pytest.raises(RunSetupError) as caught:
             await prepare_run(bus, obj, pod_specs, pods, run_dir=tmp_path / "run")
@@ -93,7 +94,7 @@ async def test_a_cluster_gets_the_secret_before_the_job(
     nats_url: str, kmock: kmock.KubernetesEmulator
 ) -> None:
     """The Kubernetes backend makes the Secret a Job refers to from the bucket, once."""
-    bus = await Bus.connect(nats_url, source="test")
+    bus = await Bus.connect(nats_url, source="test", auth=bus_auth(nats_url))
     try:
         kv = await bus.kv(SECRETS_BUCKET)
         await kv.put("berth-secret-1", json.dumps({"HF_TOKEN": "sekret"}).encode())

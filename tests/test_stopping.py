@@ -13,13 +13,13 @@ import pytest
 from shared.bus import CONFIG_BUCKET, Bus
 from shared.config import ClusterQueue, LocalQueue, decode_object
 from shared.queue_stop import queue_key, stop_policy_for
-from tests.conftest import FIXTURES, Stack, berth
+from tests.conftest import FIXTURES, Stack, berth, bus_auth
 from tests.e2e import condition, eventually, get_json, is_admitted, job_manifest, submit_manifest
 
 
 def _stop_policy(url: str, key: str) -> str:
     async def read() -> str:
-        bus = await Bus.connect(url, source="test")
+        bus = await Bus.connect(url, source="test", auth=bus_auth(url))
         try:
             entry = await (await bus.kv(CONFIG_BUCKET)).get(key)
             assert entry.value is not None

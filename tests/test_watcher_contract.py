@@ -58,6 +58,7 @@ from shared.events import (
 )
 from shared.service import Runtime
 from shared.workloads import workload_key
+from tests.conftest import bus_auth
 
 FAST = WatchSettings(server_timeout=5, inactivity_timeout=2, backoff_initial=0.01, absent_retry=30)
 JOBS = "/apis/batch/v1/namespaces/ns/jobs"
@@ -84,7 +85,7 @@ class Cluster:
 
     async def start(self) -> Backend:
         """A new backend (as a restarted watcher would be), observing, once it is ready."""
-        self.bus = await Bus.connect(self.nats_url, source="watcher")
+        self.bus = await Bus.connect(self.nats_url, source="watcher", auth=bus_auth(self.nats_url))
         await self.bus.ensure_stream()
         self.runtime = Runtime(name="watcher", bus=self.bus, data_dir=str(self.data_dir))
         if self.kind == "local":
@@ -166,7 +167,7 @@ class Cluster:
         return annotations.get("berth.dev/finished-generation") == "1"
 
     async def _status_or_object(self, bucket: str, ref: WorkloadRef) -> dict[str, Any] | None:
-        bus = await Bus.connect(self.nats_url, source="test")
+        bus = await Bus.connect(self.nats_url, source="test", auth=bus_auth(self.nats_url))
         try:
             kv = await bus.kv(bucket)
             try:
@@ -276,7 +277,7 @@ Fact = TypeVar(
 
 async def facts(nats_url: str, kind: type[Fact]) -> list[Fact]:
     """Every fact of this type about the workload stored on the stream so far."""
-    events = await read_events(nats_url)
+    events = await read_events(nats_url, auth=bus_auth(nats_url))
     return [e for e in events if isinstance(e, kind) and e.workload.uid == REF.uid]
 
 

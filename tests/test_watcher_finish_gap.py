@@ -28,7 +28,7 @@ from shared.bus import OBJECTS_BUCKET, STATUS_BUCKET, Bus
 from shared.events import WorkloadFinished, WorkloadRef
 from shared.service import Runtime
 from shared.workloads import workload_key
-from tests.conftest import FIXTURES, Stack, berth
+from tests.conftest import FIXTURES, Stack, berth, bus_auth
 from tests.e2e import (
     condition,
     event_log,
@@ -111,7 +111,8 @@ async def _start_and_stop_watcher(bus: Bus, data_dir: Path) -> None:
 
 
 async def _finishes(url: str) -> list[WorkloadFinished]:
-    return [e for e in await read_events(url) if isinstance(e, WorkloadFinished)]
+    events = await read_events(url, auth=bus_auth(url))
+    return [e for e in events if isinstance(e, WorkloadFinished)]
 
 
 async def test_a_watcher_start_reports_each_terminal_status_left_unreported(
@@ -175,7 +176,7 @@ def _running_status(url: str, name: str) -> dict[str, Any] | None:
 
 def _put_status(url: str, name: str, status: dict[str, Any]) -> None:
     async def put() -> None:
-        bus = await Bus.connect(url, source="test")
+        bus = await Bus.connect(url, source="test", auth=bus_auth(url))
         try:
             kv = await bus.kv(STATUS_BUCKET)
             await kv.put(workload_key("default", name), msgspec.json.encode(status))
@@ -187,7 +188,7 @@ def _put_status(url: str, name: str, status: dict[str, Any]) -> None:
 
 def _publish(url: str, event: WorkloadFinished) -> None:
     async def publish() -> None:
-        bus = await Bus.connect(url, source="test")
+        bus = await Bus.connect(url, source="test", auth=bus_auth(url))
         try:
             await bus.publish(event)
         finally:

@@ -18,7 +18,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
-from shared.auth import ClientAuth
+from shared.auth import SEED_SUFFIX, USERS, ClientAuth
 from shared.bus.acks import AckTracker
 from shared.bus.buckets import Bucket, Listeners, open_bucket
 from shared.bus.current import CurrentClient
@@ -122,18 +122,20 @@ class Connection:
         source: str,
         connect_timeout: float = 5.0,
         retry: bool = True,
-        auth: ClientAuth | None = None,
+        auth: ClientAuth,
         settings: BusSettings | None = None,
     ) -> Self:
         """Connect, retrying the first connection for ``connect_timeout`` seconds.
 
-        ``auth``: the credentials and TLS material; by default those the environment names
-        for the user called ``source`` (:meth:`ClientAuth.from_env`). ``settings``: what the
+        ``auth``: the credentials and TLS material, always given: nothing below an entry point
+        reads the environment, so only a service's main, the CLI's connection helper, the
+        console's entry, a bench script or a test fixture calls :meth:`ClientAuth.from_env`
+        (``ClientAuth()``: none, for a server that asks for none). ``settings``: what the
         deployment decided (:meth:`BusSettings.from_env`); by default a single-node one."""
         bus = cls(source=source, settings=settings)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + connect_timeout
-        bus._auth = auth or ClientAuth.from_env(source)
+        bus._auth = auth
         try:
             options = bus._auth.connect_options(url)
             signed_in_as = bus._auth.public_key()
@@ -147,34 +149,54 @@ class Connection:
         bus._reconnect_wait = RECONNECT_WAIT_S + random.uniform(0, RECONNECT_JITTER_S)
         while True:
             try:
-                await bus._open(bus._current.client, options)
+                await bus._open_first(options)
                 bus._signed_in_as = signed_in_as
                 return bus
             except (OSError, nats.errors.Error, TimeoutError) as error:
                 if _refused_credentials(error):
-                    raise BusError(
-                        f"NATS at {url} refused the credentials ({error}); set BERTH_CREDS"
-                        " to a seed file made by `berth up` or `berth creds init`"
-                    ) from error
+                    raise BusError(_refusal(url, source, auth, error)) from error
                 if not retry or loop.time() >= deadline:
                     raise BusError(f"cannot reach NATS at {url}: {error}") from error
                 await asyncio.sleep(0.1)
+
+    async def _open_first(self, options: dict[str, Any]) -> None:
+        """Open the first connection, raising nats-py's error if NATS refuses the credentials:
+        told to retry (a service), nats-py would offer the same key again forever, so a
+        service started without its seed would wait, logging, instead of saying so."""
+        client = self._current.client
+        refused = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        opening = loop.create_task(self._open(client, options, refused))
+        waiting = loop.create_task(refused.wait())
+        try:
+            await asyncio.wait({opening, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (opening, waiting):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(opening, waiting, return_exceptions=True)
+        if opening.cancelled():  # refused while nats-py was still trying
+            error = client.last_error or nats.errors.Error("authorization violation")
+            with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+                await client.close()
+            raise error
+        opening.result()  # what connecting raised, if anything
 
     async def _open(
         self, client: Client, options: dict[str, Any], refused: asyncio.Event | None = None
     ) -> None:
         """Connect ``client`` with ``options`` (credentials, TLS); its callbacks act only
         while it is the current client. ``refused``: set if NATS refuses the credentials of
-        a client that is not current yet (one signing in anew)."""
+        a client that is not current yet (one signing in anew) or not connected yet."""
 
         def current() -> bool:
             return client is self._current.client
 
         async def on_error(error: Exception) -> None:
+            if refused is not None and _refused_credentials(error):
+                refused.set()
             if current():
                 await self._on_error(error)
-            elif refused is not None and _refused_credentials(error):
-                refused.set()
 
         async def on_disconnect() -> None:
             if current():
@@ -416,6 +438,19 @@ def _refused_credentials(error: BaseException) -> bool:
     """NATS answered, and said no: retrying with the same credentials cannot help."""
     text = str(error).lower()
     return "authorization violation" in text or "authentication" in text
+
+
+def _refusal(url: str, source: str, auth: ClientAuth, error: BaseException) -> str:
+    """Why NATS said no, naming the credential at fault: the seed file it refused, or, when
+    the caller gave none, the seed the user ``source`` signs in with (``<source>.nk``)."""
+    remedy = "set BERTH_CREDS to a seed file made by `berth up` or `berth creds init`"
+    if auth.seed is not None:
+        return f"NATS at {url} refused the credentials in {auth.seed} ({error}); {remedy}"
+    needed = f"{source}{SEED_SUFFIX}" if source in USERS else "a user's seed (<user>.nk)"
+    return (
+        f"NATS at {url} refused the credentials ({error}): none were given,"
+        f" {needed} is missing; {remedy}"
+    )
 
 
 async def _log_error(error: Exception) -> None:
