@@ -74,7 +74,7 @@ class AgeingBook:
         # One dict per distinct request, shared by the workloads asking it (read-only).
         self._distinct: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         self._queue: dict[str, str] = {}  # uid -> ClusterQueue of its last admission
-        self._waiting_since: dict[str, float] = {}  # uid -> its creation or last eviction
+        self._waiting_since: dict[str, float] = {}  # uid -> its last eviction (waiting_since)
         self.aged: dict[str, Aged] = {}  # uid -> ageing facts, kept after it ends
         # For _forget_ended: the clocks not ended by their start, the ended ones by their end.
         self._running_clocks: list[tuple[float, int, Aged]] = []
@@ -92,7 +92,6 @@ class AgeingBook:
                     self._requests[uid] = kept_once(
                         self._distinct, tuple(request.items()), lambda: request
                     )
-                    self._waiting_since.setdefault(uid, event.created.timestamp())
             case WorkloadAdmitted():
                 self._queue[uid] = event.cluster_queue
                 if uid in self.aged:
@@ -131,6 +130,9 @@ class AgeingBook:
                 del self.aged[uid]
 
     def waiting_since(self, view: WorkloadView) -> float:
+        """When the workload's current wait began: its last eviction, else its queue time,
+        which is its creation until it is first evicted (so a million workloads that were
+        never evicted keep no entry here)."""
         return self._waiting_since.get(view.ref.uid, view.queue_time)
 
     def waits(self, views: Iterable[WorkloadView]) -> dict[str, QueueWaits]:

@@ -18,6 +18,7 @@ from services.admission import partial
 from services.admission.admission_fair_sharing import Ledger
 from services.admission.books import QueueBooks
 from services.admission.fair_queues import FairShareQueue
+from services.admission.interning import kept_once
 from services.admission.model import Decision, Inadmissible
 from services.admission.nominations import Nominations
 from services.admission.priorities import UnknownPriorityClass
@@ -50,6 +51,7 @@ class Placement:
         self._usage_version: dict[str, int] = {}
         self._waiting = WaitingForRoom()  # who borrowers yield to (borrowingYieldsTo...)
         self._settled = SettledFailures(self._config.tree)  # failures that still hold
+        self._verdicts: dict[tuple[str, str, bool], tuple[str, str, bool]] = {}  # see _note
         self._ready: set[str] = set()  # queues to look at in the next pass
         self._dirty: set[str] = set()  # queues whose parked / blocked workloads get a retry
         self._out: list[Decision] = []  # decisions made outside schedule(), drained by it
@@ -182,7 +184,8 @@ class Placement:
         emitted = (reason, message, may_help)
         if record.emitted == emitted:
             return
-        record.emitted = emitted
+        # One tuple per distinct verdict: a backlog of one shape shares its message.
+        record.emitted = kept_once(self._verdicts, emitted, lambda: emitted)
         self._out.append(
             Inadmissible(
                 ref=record.wl.ref,
