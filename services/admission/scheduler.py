@@ -260,17 +260,19 @@ class Scheduler(Placement):
         self, name: str, record: Record, failed: dict[tuple[str, bytes], tuple[int, AssignResult]]
     ) -> AssignResult:
         """The head's flavor assignment against the usage now (a failure is remembered for
-        its shape until the usage of its cohort tree changes)."""
+        its shape until the usage of its cohort tree changes, and across passes while what
+        it read of the usage is the same: services/admission/settled.py)."""
         config = self._config
-        shape = (name, record.shape)
+        pod_sets_shape = record.shape
+        shape = (name, pod_sets_shape)
         version = self._usage_version.get(config.root(name), 0)
         cached = failed.get(shape)
         if cached is not None and cached[0] == version:
             return cached[1]
         info = config.cqs[name]
         victims_possible = record.wl.ref.uid not in self._no_victims
-        settled = (name, record.shape, victims_possible)
-        usage = self._settled.usage_read(info, record.shape, record.wl.pod_sets)
+        settled = (name, pod_sets_shape, victims_possible)
+        usage = self._settled.usage_read(info, pod_sets_shape, record.wl.pod_sets)
         result = self._settled.get(settled, usage)
         if result is None:
             result = partial.assign(
