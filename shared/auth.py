@@ -337,7 +337,9 @@ class ClientAuth:
     def from_env(cls, user: str | None = None) -> ClientAuth:
         """Credentials from the environment: ``BERTH_CREDS`` (a seed file), else the
         ``<user>.nk`` seed under ``$BERTH_DATA_DIR/creds`` or ``~/.berth/creds``; TLS from
-        ``BERTH_NATS_CA``, ``BERTH_NATS_CERT`` and ``BERTH_NATS_KEY``."""
+        ``BERTH_NATS_CA``, ``BERTH_NATS_CERT`` and ``BERTH_NATS_KEY``. Only entry points call
+        this (a service's main, the CLI's connection helper, the console's settings, bench
+        scripts, test fixtures): ``Connection.connect`` is handed credentials, never reads them."""
         seed: Path | None = None
         if os.environ.get("BERTH_CREDS"):
             seed = Path(os.environ["BERTH_CREDS"]).expanduser()
