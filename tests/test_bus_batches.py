@@ -32,7 +32,7 @@ from shared.events import (
     now,
     subject_for,
 )
-from shared.subjects import FAMILY_PATTERNS, batched_filters
+from shared.subjects import FAMILY_PATTERNS, batched_filters, subject_family
 from tests.conftest import bus_auth, connect_as
 
 BATCHES = BusSettings(batching=True)
@@ -233,6 +233,38 @@ async def test_batches_round_trip_once_each_despite_the_copies(nats_url: str) ->
         assert [e.id for e in narrow] == ["admitted-c-1"], "a narrow pattern picks inside a batch"
     finally:
         await bus.close()
+
+
+async def test_copies_are_stored_before_their_batch_so_the_view_keeps_cause_and_effect(
+    nats_url: str,
+) -> None:
+    """Each copy is stored before the batch that carries its event, so whatever a service
+    does on reading the batch (here: admission admits what the watcher submitted) comes after
+    the copy in the per-workload view; copies sent after the batch's ack could come after
+    the reaction (`berth events -f` showed an admission before its submission)."""
+    watcher = await _connect(nats_url, "watcher")
+    admission = await _connect(nats_url, "admission")
+    try:
+        await watcher.publish_many([_submitted("a"), _submitted("b")])
+        [submitted_a, submitted_b] = await _replayed(admission, ["berth.wl.submitted.>"], 2)
+        await admission.publish_many(
+            [_admitted(e.workload.name) for e in (submitted_a, submitted_b)]
+        )
+        stored = []  # the stream in order: a batch by its subject, a copy by its family
+        for seq in range(1, (await watcher.js.stream_info(STREAM)).state.last_seq + 1):
+            subject = (await watcher.js.get_msg(STREAM, seq)).subject
+            stored.append(subject if subject.startswith("berth.b.") else subject_family(subject))
+        assert stored == [
+            "wl.submitted",
+            "wl.submitted",
+            "berth.b.wl.submitted",
+            "cq.*.admitted",
+            "cq.*.admitted",
+            "berth.b.cq.admitted",
+        ]
+    finally:
+        await watcher.close()
+        await admission.close()
 
 
 async def test_a_retried_batch_is_stored_once(nats_url: str) -> None:

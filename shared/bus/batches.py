@@ -11,9 +11,10 @@ passes for a copy of it. Why batches: a message costs its publisher, nats-server
 consumer a fixed price (framing, an ack, a delivery, a Python callback), paid here once per
 batch instead of once per event.
 
-After a batch is stored, each of its events is also published on its per-workload subject
-without awaiting an ack (:class:`Copy`): the view external tools follow. Services read only the
-batches of batched families (:func:`shared.subjects.batched_filters`), never those copies.
+Just before a batch is sent, each of its events is also published on its per-workload subject
+without awaiting an ack (``Publishing.publish_copies``): the view external tools follow.
+Services read only the batches of batched families (:func:`shared.subjects.batched_filters`),
+never those copies.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def is_copy(msg: Msg) -> bool:
 
 def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
     """The messages that publish ``prepared`` (batches, and single messages for the families
-    that are not batched), and the per-workload copies to publish once they are stored.
+    that are not batched), and the per-workload copies to publish just before them.
 
     The rule: an event joins the open batch of its family, unless that batch is full
     (:data:`MAX_BATCH_BYTES`) or its workload already has an event in a message after that

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from shared.bus.batches import BatchView
+from shared.bus.batches import COPY_HEADER, BatchView
 from shared.bus.errors import NotFound, translated
 from shared.bus.settings import STREAM
 from shared.fencing import LEASE_SUBJECTS
@@ -50,27 +50,30 @@ async def unbatched_until(js: JetStreamContext, *, resume: int) -> int | None:
     """The stream sequence of the first batch at or after ``resume`` (the end of the stream
     if there is none yet), if a batched family has a message of its own before it, from
     ``resume`` on; else None: a consumer resuming at ``resume`` has nothing unbatched to
-    read."""
+    read. A batch's copies are stored just before it: a family whose first message from
+    ``resume`` is a copy was written with batches from there on."""
     with translated():
         last = (await js.stream_info(STREAM)).state.last_seq
     if last < resume:
         return None
     first_batch = await _first(js, f"{BATCH_PREFIX}>", resume)
-    until = last + 1 if first_batch is None else first_batch
+    until = last + 1 if first_batch is None else first_batch[0]
     for probe in _PROBES:
         found = await _first(js, probe, resume)
-        if found is not None and found < until:
+        if found is not None and found[0] < until and not found[1]:
             return until
     return None
 
 
-async def _first(js: JetStreamContext, subject: str, resume: int) -> int | None:
+async def _first(js: JetStreamContext, subject: str, resume: int) -> tuple[int, bool] | None:
+    """The sequence of the first message on ``subject`` from ``resume``, and whether it is
+    a batch's per-workload copy."""
     try:
         with translated():
             message = await js.get_msg(STREAM, seq=resume, subject=subject, next=True)
     except NotFound:
         return None
-    return message.seq
+    return message.seq or 0, COPY_HEADER in (message.headers or {})
 
 
 def consumer_filters(subjects: Sequence[str], *, batching: bool) -> list[str]:

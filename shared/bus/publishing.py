@@ -2,7 +2,7 @@
 (:class:`Publishing`, a part of ``Bus``).
 
 With ``BusSettings.batching`` the events of one call go as batches, one message per subject
-family, each followed by its events' per-workload copies once stored (shared/bus/batches.py).
+family, each preceded by its events' per-workload copies (shared/bus/batches.py).
 
 Every publish carries ``Nats-Msg-Id`` = the event's id (a batch: a digest of its events' ids),
 and a publish that times out is retried with the *same* id: its outcome was unknown, and the
@@ -58,22 +58,18 @@ class SentEvents:
         bus: Publishing,
         prepared: list[Wire],
         futures: list[asyncio.Future[Ack]],
-        copies: list[Wire] | None = None,
     ) -> None:
         self.bus = bus
         self.prepared = prepared  # subject, payload, message id
         self.futures = futures
-        self.copies = copies or []
 
     async def settle(self) -> None:
-        """Wait for every ack; publish again (same id) any that failed or went unanswered;
-        then the per-workload copies of what went in batches."""
+        """Wait for every ack; publish again (same id) any that failed or went unanswered."""
         for (subject, payload, msg_id), future in zip(self.prepared, self.futures, strict=True):
             try:
                 await future
             except (AckTimeout, PublishRefused):
                 await self.bus.publish_raw(subject, payload, msg_id)
-        await self.bus.publish_copies(self.copies)
 
 
 class KeyUpdates:
@@ -114,9 +110,8 @@ class Publishing(Connection):
         if not self.settings.batching:
             return await self.publish_raw(prepared.subject, prepared.payload, prepared.msg_id)
         [message], copies = batched([prepared])
-        ack = await self.publish_raw(*message)
         await self.publish_copies(copies)
-        return ack
+        return await self.publish_raw(*message)
 
     def _prepared(self, event: Event) -> Prepared:
         """Subject, payload and message id of an event, stamped with this bus's lease term:
@@ -127,10 +122,13 @@ class Publishing(Connection):
         return Prepared(subject_for(event), encode_event(event), event.id, event.workload.key)
 
     async def publish_copies(self, copies: Sequence[Wire]) -> None:
-        """The per-workload copies of events a stored batch carried: each on its own subject
-        with its id, not awaited (no reply subject: the stream stores it, acks nothing).
-        Best effort: the batch is the record, and a copy lost with the connection is only
-        missing from the per-workload view (docs/events.md "Batches")."""
+        """The per-workload copies of the events of batches about to be sent: each on its
+        own subject with its id, not awaited (no reply subject: the stream stores it, acks
+        nothing). Sent *before* their batch on the same connection, so the stream stores them
+        first: whatever a service does on reading the batch (an admission after a submission)
+        comes after them in the per-workload view too. Sent after their batch's ack, a
+        service's reaction could be stored before the copy of what it reacted to. Best effort:
+        the batch is the record (docs/events.md "Batches")."""
         try:
             for subject, payload, msg_id in copies:
                 await self.nc.publish(
@@ -191,11 +189,12 @@ class Publishing(Connection):
             wire, copies = batched(prepared)
         else:
             wire, copies = [(p.subject, p.payload, p.msg_id) for p in prepared], []
+        await self.publish_copies(copies)
         futures = [
             await self.acks.send(subject, payload, {"Nats-Msg-Id": msg_id})
             for subject, payload, msg_id in wire
         ]
-        return SentEvents(self, wire, futures, copies)
+        return SentEvents(self, wire, futures)
 
     async def update_key(self, kv: KeyValue, key: str, value: bytes, *, last: int) -> int:
         """``kv.update`` (compare-and-swap on the key's last revision), pipelined like a
