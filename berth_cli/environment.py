@@ -115,6 +115,14 @@ VARIABLES = (
         "every service (`shared/bus`, `shared/deadletter.py`)",
     ),
     Variable(
+        "BERTH_BUS_BATCHES",
+        "`1`: a service publishes a round's events as batches, one message per subject family,"
+        " each with its events' per-workload copies (docs/events.md, Batches); `0`: one"
+        " message per event. Not to be turned off again on a stream that holds batches.",
+        "1",
+        "every service (`shared/bus/settings.py`)",
+    ),
+    Variable(
         "BERTH_SUPERVISOR_PID",
         "Set by `berth up` for its children: a service whose parent is no longer that process"
         " stops, so nothing outlives the stack.",
