@@ -224,19 +224,12 @@ DESCRIBE_CASES = [
 )
 def test_describe(live: Stack, args: list[str], expected: list[str], reason: str) -> None:
     """`berth describe` shows what kubectl describe would, in its order."""
-
-    def shown() -> bool:
-        text = re.sub(" +", " ", berth("describe", *args, url=live.url).stdout)  # widths aside
-        position = 0
-        for fragment in expected:
-            found = text.find(re.sub(" +", " ", fragment), position)
-            assert found >= 0, f"{reason}: {fragment!r} not after position {position} in:\n{text}"
-            position = found
-        return True
-
-    # Its events come from the per-workload view, each stored just after the batch that
-    # carried it: a decision may show in the status a moment before (docs/events.md "Batches").
-    eventually(shown, timeout=5)
+    text = re.sub(" +", " ", berth("describe", *args, url=live.url).stdout)  # widths aside
+    position = 0
+    for fragment in expected:
+        found = text.find(re.sub(" +", " ", fragment), position)
+        assert found >= 0, f"{reason}: {fragment!r} not after position {position} in:\n{text}"
+        position = found
 
 
 def test_dry_run_writes_nothing(live: Stack, tmp_path: Path) -> None:
