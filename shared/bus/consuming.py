@@ -11,8 +11,7 @@ message is logged and skipped (never redelivered forever).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import nats.errors
 import nats.js.errors
@@ -30,7 +29,23 @@ from shared.bus.filters import (
     transition_filters,
     unbatched_until,
 )
-from shared.bus.pulling import PULL_EXPIRES_S, PullPump, ReadCounts, decode_batch
+from shared.bus.handing import (
+    Handed,
+    Handler,
+    Settling,
+    acting_again,
+    cancelled,
+    hand_over,
+    settled,
+    stopped_within,
+)
+from shared.bus.pulling import (
+    PULL_EXPIRES_S,
+    PullPump,
+    ReadCounts,
+    decode_batch,
+    handling_chunks,
+)
 from shared.bus.settings import JS_API_PREFIX, STREAM
 from shared.events import AnyEvent
 from shared.fencing import MARKER_PREFIX, Fence, screen
@@ -41,10 +56,6 @@ __all__ = ["HANDLER_ATTEMPTS", "MESSAGES_READ", "Consuming", "Handler", "Settlin
 log = get_logger("bus")
 
 HANDLER_ATTEMPTS = 10  # a batch whose handler keeps raising is retried this often, then split
-
-# What a handler may leave in flight when it returns (see Consuming.consume).
-Settling = Awaitable[None]
-Handler = Callable[[list[AnyEvent]], Awaitable[Settling | None]]
 
 # What each consumer was sent and decoded per subject family: what the Kueue benchmark's
 # table of readers is made of.
@@ -213,6 +224,13 @@ class Consuming(Connection):
     ) -> list[AnyEvent]:
         """The events of a batch, kept to the subjects this consumer keeps here (if it does),
         that pass its fence."""
+        return screen(self.fence(subscription), self._unscreened(subscription, messages))
+
+    def _unscreened(
+        self, subscription: JetStreamContext.PullSubscription, messages: Sequence[Msg]
+    ) -> list[AnyEvent]:
+        """:meth:`_decode` before the fence: a piece handed over later is screened then, so
+        the fence (how far the consumer has read) never runs ahead of what was handled."""
         counts = ReadCounts()
         events = decode_batch(
             messages,
@@ -225,7 +243,7 @@ class Consuming(Connection):
         for stage, counter in (("delivered", counts.delivered), ("decoded", counts.decoded)):
             for family, count in counter.items():
                 MESSAGES_READ.labels(consumer, family, stage).inc(count)
-        return screen(self.fence(subscription), events)
+        return events
 
     def fence(self, subscription: JetStreamContext.PullSubscription) -> Fence:
         """The fence this consumer's events pass (shared/fencing.py): void events and markers
@@ -244,6 +262,10 @@ class Consuming(Connection):
         """Fetch batches until ``stopping`` is set, handing each batch to ``handler``; for
         durable consumers (acks all up to a message).
 
+        The events of a take go to the handler in pieces of at most
+        :data:`~shared.bus.pulling.EVENTS_PER_HANDLING` (:func:`handling_chunks`), in order;
+        the take is acked with its last piece.
+
         A handler may return what it still has in flight (an awaitable: writes sent, acks
         not in yet). The next batch is handed over at once, and a batch is acked, in order,
         once its own settling is done; up to ``settling_batches`` batches may be settling.
@@ -253,28 +275,27 @@ class Consuming(Connection):
         What was handed over is always finished (handled, settled and acked) before the
         loop returns, so a SIGTERM drains in-flight work instead of dropping it.
         """
-        queue: asyncio.Queue[tuple[Msg, list[AnyEvent], Settling | None] | None] = asyncio.Queue(
-            maxsize=settling_batches
-        )
+        queue: asyncio.Queue[Handed | None] = asyncio.Queue(maxsize=settling_batches)
         acker = asyncio.create_task(self._ack_in_order(queue, handler, stopping))
         try:
             async for messages in self.batches(subscription, stopping=stopping, batch=batch):
-                events = self._decode(subscription, messages)
+                events = self._unscreened(subscription, messages)
                 await self._past_unbatched(subscription, messages)
-                if self.acting is not None and not await _acting_again(self.acting, stopping):
-                    break  # stopped while its lease was suspended: this batch stays unacked
-                handled, settling = await self._handle(events, handler, stopping=stopping)
-                if not handled:
-                    break  # stopped while retrying: this batch stays unacked
-                if not await _hand_over(queue, (messages[-1], events, settling), acker):
-                    if settling is not None:  # finished, though it will not be acked
-                        await asyncio.gather(settling, return_exceptions=True)
-                    break  # acking failed (the connection): nothing more is acked
-            await _hand_over(queue, None, acker)
+                chunks = handling_chunks(events)
+                for number, chunk in enumerate(chunks, start=1):
+                    last = messages[-1] if number == len(chunks) else None  # acks the take
+                    if not await self._hand_chunk(
+                        subscription, chunk, last, handler, stopping, queue, acker
+                    ):
+                        break
+                else:
+                    continue
+                break  # stopped, or acking failed: the rest of the take stays unacked
+            await hand_over(queue, None, acker)
             await acker
         finally:
             if not acker.done():
-                await _cancelled(acker)
+                await cancelled(acker)
             # Whatever arrived but was not handled goes back now (not after ack_wait), and no
             # pull request of ours outlives the loop to take messages nobody will read.
             for msg in await self._close_pump(subscription):
@@ -283,9 +304,34 @@ class Consuming(Connection):
                 except nats.errors.Error:
                     break
 
+    async def _hand_chunk(
+        self,
+        subscription: JetStreamContext.PullSubscription,
+        chunk: list[AnyEvent],
+        last: Msg | None,
+        handler: Handler,
+        stopping: asyncio.Event,
+        queue: asyncio.Queue[Handed | None],
+        acker: asyncio.Task[None],
+    ) -> bool:
+        """Screen one piece of a take, hand it to the handler and what it left settling to
+        the acker (with ``last``, the message that acks the take, on its last piece); False
+        if the loop must end (stopped, or acking failed)."""
+        events = screen(self.fence(subscription), chunk)
+        if self.acting is not None and not await acting_again(self.acting, stopping):
+            return False  # stopped while its lease was suspended: this batch stays unacked
+        handled, settling = await self._handle(events, handler, stopping=stopping)
+        if not handled:
+            return False  # stopped while retrying: this batch stays unacked
+        if not await hand_over(queue, (last, events, settling), acker):
+            if settling is not None:  # finished, though it will not be acked
+                await asyncio.gather(settling, return_exceptions=True)
+            return False  # acking failed (the connection): nothing more is acked
+        return True
+
     async def _ack_in_order(
         self,
-        queue: asyncio.Queue[tuple[Msg, list[AnyEvent], Settling | None] | None],
+        queue: asyncio.Queue[Handed | None],
         handler: Handler,
         stopping: asyncio.Event,
     ) -> None:
@@ -302,6 +348,8 @@ class Consuming(Connection):
                     handled, _ = await self._handle(events, handler, stopping=stopping, settle=True)
                     if not handled:
                         return  # stopped: unacked, so it is delivered again after a restart
+            if last is None:
+                continue  # not the take's last piece: its last one acks it
             with translated():
                 # An ack (and, by the ack policy, of all before it) is an empty publish to the
                 # message's reply subject, sent on the current client: the message may have
@@ -330,21 +378,21 @@ class Consuming(Connection):
         for number in range(1, HANDLER_ATTEMPTS + 1):
             try:
                 if settle:
-                    await _settled(handler(events))
+                    await settled(handler(events))
                     return True, None
                 return True, await handler(events)
             except Exception:
                 log.exception("handler_failed", count=len(events), attempt=number)
-            if await _stopped_within(stopping, delay):
+            if await stopped_within(stopping, delay):
                 return False, None
             delay = min(delay * 2, 5.0)
         for event in events:
             for _ in range(3):
                 try:
-                    await _settled(handler([event]))  # one at a time, each settled
+                    await settled(handler([event]))  # one at a time, each settled
                     break
                 except Exception:
-                    if await _stopped_within(stopping, delay):
+                    if await stopped_within(stopping, delay):
                         return False, None
             else:
                 log.error(
@@ -406,15 +454,18 @@ class Consuming(Connection):
     async def next_batch(
         self, subscription: JetStreamContext.PullSubscription, *, wait: float
     ) -> list[AnyEvent] | None:
-        """The events that arrived (all of them, returned as soon as there is one), [] when
-        none came within ``wait`` s, None once the connection is closed."""
+        """The events that arrived (returned as soon as there is one), at most
+        :data:`~shared.bus.pulling.EVENTS_PER_HANDLING` (the rest come with the next calls,
+        at once: :func:`handling_chunks`), [] when none came within ``wait`` s, None once
+        the connection is closed."""
         if self.nc.is_closed or self.nc.is_draining:
             return None
         pump = await self._pump(subscription)
-        messages = await pump.take(None, wait=wait)
-        events = self._decode(subscription, messages)
-        await self._past_unbatched(subscription, messages)
-        return events
+        if not pump.held:
+            messages = await pump.take(None, wait=wait)
+            pump.held.extend(handling_chunks(self._unscreened(subscription, messages)))
+            await self._past_unbatched(subscription, messages)
+        return screen(self.fence(subscription), pump.held.popleft())
 
     async def batches(
         self,
@@ -445,52 +496,3 @@ class Consuming(Connection):
     async def _close_pump(self, subscription: JetStreamContext.PullSubscription) -> list[Msg]:
         pump = self._pumps.pop(id(subscription), None)
         return [] if pump is None else await pump.close()
-
-
-async def _cancelled(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` and wait until it has ended."""
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-
-
-async def _hand_over(queue: asyncio.Queue[Any], item: Any, acker: asyncio.Task[None]) -> bool:
-    """Put ``item`` on the acker's queue, waiting for room; False if the acker ended."""
-    if acker.done():
-        return False
-    try:
-        queue.put_nowait(item)
-        return True
-    except asyncio.QueueFull:
-        pass
-    put = asyncio.create_task(queue.put(item))
-    await asyncio.wait({put, acker}, return_when=asyncio.FIRST_COMPLETED)
-    if put.done():
-        return True
-    await _cancelled(put)
-    return False
-
-
-async def _settled(handled: Awaitable[Settling | None]) -> None:
-    settling = await handled
-    if settling is not None:
-        await settling
-
-
-async def _acting_again(acting: asyncio.Event, stopping: asyncio.Event) -> bool:
-    """Whether this replica may act on the batch in hand: at once while its lease is renewed,
-    else once a renewal ends the suspension; False if it stops first."""
-    if acting.is_set():
-        return True
-    waits = [asyncio.create_task(acting.wait()), asyncio.create_task(stopping.wait())]
-    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    for wait in waits:
-        await _cancelled(wait)
-    return acting.is_set() and not stopping.is_set()
-
-
-async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
-    try:
-        await asyncio.wait_for(stopping.wait(), seconds)
-        return True
-    except TimeoutError:
-        return False

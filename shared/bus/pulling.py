@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +21,14 @@ from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
 from shared.subjects import subject_family
 
-__all__ = ["PULL_EXPIRES_S", "PullPump", "ReadCounts", "decode_batch"]
+__all__ = [
+    "EVENTS_PER_HANDLING",
+    "PULL_EXPIRES_S",
+    "PullPump",
+    "ReadCounts",
+    "decode_batch",
+    "handling_chunks",
+]
 
 log = get_logger("bus")
 
@@ -32,6 +39,29 @@ PULL_EXPIRES_S = 5.0  # an outstanding pull request lives this long, then is ren
 # only noticed after two whole request lifetimes.
 PULL_HEARTBEAT_S = 0.5
 PULL_SILENCE_BEATS = 2
+# At most this many events are handed to a handler (or returned by next_batch) at once.
+EVENTS_PER_HANDLING = 512
+
+
+def handling_chunks(
+    events: list[AnyEvent], size: int = EVENTS_PER_HANDLING
+) -> list[list[AnyEvent]]:
+    """The events of one take, in the pieces a consumer hands over one after the other: in
+    stream order, at most ``size`` events each, and always at least one piece (an empty take
+    is still handed over, so that it is acked).
+
+    Why: a take is bounded in messages, and a batch message holds hundreds of events, so one
+    take can be tens of thousands of events. Handed over at once, they made one long round
+    (admission folds them all before it decides; the watcher starts them all before it
+    reports), and the first event's reaction waited for the last one's: what a service
+    decides came in fewer, bigger lumps, each later. A piece the size of an unbatched take
+    keeps the rounds as short as they were without batches; the messages stay batched.
+    """
+    if size < 1:
+        raise ValueError(f"a handling chunk holds at least one event, not {size}")
+    if not events:
+        return [[]]
+    return [events[start : start + size] for start in range(0, len(events), size)]
 
 
 class PullPump:
@@ -56,6 +86,8 @@ class PullPump:
         self.next_subject = next_subject
         self.inbox = nc.new_inbox()
         self.buffer: list[Msg] = []
+        # Events taken and decoded but not yet handed over (Consuming.next_batch), in order.
+        self.held: deque[list[AnyEvent]] = deque()
         self.arrived = asyncio.Event()
         self.requested = 0
         self.last_request = 0.0
@@ -155,6 +187,7 @@ class PullPump:
             except (nats.errors.Error, ValueError):
                 pass
         leftover, self.buffer = self.buffer, []
+        self.held.clear()
         return leftover
 
 
