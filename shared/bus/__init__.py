@@ -5,8 +5,9 @@
   (:mod:`~shared.bus.buckets`: a bucket that raises the bus's errors and names itself);
 - :mod:`~shared.bus.publishing` (with :mod:`~shared.bus.acks`): pipelined publishes, retried
   with the same message id while their outcome is unknown;
-- :mod:`~shared.bus.consuming` (with :mod:`~shared.bus.pulling`): batches handed to a
-  handler and acked once handled, past the fence read by :mod:`~shared.bus.fences`;
+- :mod:`~shared.bus.consuming` (with :mod:`~shared.bus.pulling` and
+  :mod:`~shared.bus.handing`): batches handed to a handler in pieces and acked once handled,
+  past the fence read by :mod:`~shared.bus.fences`;
 - :mod:`~shared.bus.batches`: a round's events published as one message per subject family,
   and expanded by consumers (:mod:`~shared.bus.filters`: what the server sends each one);
 - :mod:`~shared.bus.watching` (with :mod:`~shared.bus.keywatch`): buckets as list+watch;
