@@ -5,7 +5,8 @@
 ``WorkloadSubmitted`` (JSON bytes decoded as the bus does, folded by the service's own
 ``_apply``), then the service's own decision step (``_decide``: the core's pass, then the
 admission and pending events, the pending throttle, the display records), with a bus that
-drops what it is given. Prints:
+drops what it is given; the garbage collector set as every service sets it (shared/gc_tuning.py;
+``BERTH_GC_TUNING=0``: Python's defaults). Prints:
 
 - the first pass: the core's ``schedule()`` alone (target <= 10 s) and the whole step;
 - a steady pass: 1% of what was admitted finishes (50 workloads) and the service decides
@@ -51,6 +52,7 @@ from services.admission.scheduler import Admission
 from services.admission.service import AdmissionService
 from shared.config import ConfigObject
 from shared.events import Event, PodSet, WorkloadFinished, WorkloadRef, WorkloadSubmitted
+from shared.gc_tuning import GC_VARIABLE, tune_gc
 from shared.service import Runtime
 
 V1 = "kueue.x-k8s.io/v1beta1"
@@ -131,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.workloads < 1 or args.cluster_queues < 1:
         parser.error("--workloads and --cluster-queues must be at least 1")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    try:
+        gc_tuned = tune_gc()  # as run_service does for the service
+    except ValueError as error:
+        parser.error(str(error))
     rng = random.Random(7)
     bus = _DroppingBus()
     service = AdmissionService(cast(Runtime, SimpleNamespace(bus=bus)))
@@ -202,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         f"steady pass (50 finish), core:  mean {steady_mean:.0f} ms, max {max(steady):.0f} ms"
         f" over 20 (target <= {STEADY_GOAL_MS:g} ms: {verdict(steady_mean <= STEADY_GOAL_MS)});"
         f" CPU mean {sum(steady_cpu) / len(steady_cpu):.0f} ms"
+    )
+    print(
+        f"garbage collector:              threshold {gc.get_threshold()}"
+        f" ({GC_VARIABLE}={int(gc_tuned)}: {'tuned' if gc_tuned else 'Python defaults'})"
     )
     print(
         f"load average at the end:        {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"

@@ -123,6 +123,14 @@ VARIABLES = (
         "every service (`shared/bus/settings.py`)",
     ),
     Variable(
+        "BERTH_GC_TUNING",
+        "`1`: a service runs Python's young garbage collection every 50,000 net allocations"
+        " instead of 700, so it rescans its long-lived state far less often, at the cost of"
+        " cyclic garbage living a little longer; `0`: Python's defaults.",
+        "1",
+        "every service (`shared/gc_tuning.py`)",
+    ),
+    Variable(
         "BERTH_SUPERVISOR_PID",
         "Set by `berth up` for its children: a service whose parent is no longer that process"
         " stops, so nothing outlives the stack.",

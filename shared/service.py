@@ -33,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from shared.auth import ClientAuth
 from shared.bus import Bus, BusError, BusSettings, nats_url_from_env
+from shared.gc_tuning import tune_gc
 from shared.leadership import Leadership
 from shared.lease import LeaseSettings, replica_id_from_env, rfc3339
 from shared.logging import configure_logging, get_logger
@@ -214,6 +215,7 @@ async def _run(
         replica = replica_id_from_env(name)
         settings = LeaseSettings.from_env()
         bus_settings = BusSettings.from_env()
+        tune_gc()  # before the replay builds the state that collections would rescan
     except ValueError as error:
         log.error("invalid_setting", service=name, reason=str(error))
         return 2
@@ -305,7 +307,8 @@ def run_service(name: str, main: MainCoroutine) -> None:
 
     ``BERTH_NATS_URL`` (default nats://127.0.0.1:4222), ``BERTH_HTTP_HOST`` (127.0.0.1),
     ``BERTH_HTTP_PORT`` (per service), ``BERTH_GRACE_SECONDS`` (20), ``BERTH_DATA_DIR``,
-    ``BERTH_REPLICA_ID`` (default ``<role>-<hostname>-<pid>``), ``BERTH_LEASE_SECONDS`` (3).
+    ``BERTH_REPLICA_ID`` (default ``<role>-<hostname>-<pid>``), ``BERTH_LEASE_SECONDS`` (3),
+    ``BERTH_GC_TUNING`` (1: the garbage collector's setting, shared/gc_tuning.py).
     """
     configure_logging(service=name)
     host = os.environ.get("BERTH_HTTP_HOST", "127.0.0.1")

@@ -1,0 +1,78 @@
+"""The garbage collector's setting (shared/gc_tuning.py): applied unless turned off, a bad value
+refused, and a real service process reads it before it touches the bus."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from berth_cli.nats_cluster import free_port
+from shared.gc_tuning import GC_VARIABLE, YOUNG_THRESHOLD, tune_gc
+from shared.service import DEFAULT_PORTS
+from tests.conftest import REPO
+
+PYTHON_DEFAULT = (700, 10, 10)
+
+
+@pytest.fixture(autouse=True)
+def _restore_threshold() -> Iterator[None]:
+    before = gc.get_threshold()
+    gc.set_threshold(*PYTHON_DEFAULT)
+    yield
+    gc.set_threshold(*before)
+
+
+# (environment, applied, threshold after, why)
+SETTINGS = [
+    ({}, True, (YOUNG_THRESHOLD, 10, 10), "unset: tuned, the older generations' ratios kept"),
+    ({GC_VARIABLE: "1"}, True, (YOUNG_THRESHOLD, 10, 10), "1: tuned"),
+    ({GC_VARIABLE: "0"}, False, PYTHON_DEFAULT, "0: a deployment keeps Python's defaults"),
+]
+
+
+@pytest.mark.parametrize(
+    ("env", "applied", "threshold", "reason"), SETTINGS, ids=[s[3] for s in SETTINGS]
+)
+def test_the_young_threshold_is_raised_unless_turned_off(
+    env: dict[str, str], applied: bool, threshold: tuple[int, int, int], reason: str
+) -> None:
+    assert tune_gc(env) is applied, reason
+    assert gc.get_threshold() == threshold, reason
+
+
+@pytest.mark.parametrize("value", ["", "yes", "true", "2"])
+def test_a_value_other_than_0_or_1_is_refused_and_nothing_changes(value: str) -> None:
+    with pytest.raises(ValueError, match=f"{GC_VARIABLE} must be 0 or 1"):
+        tune_gc({GC_VARIABLE: value})
+    assert gc.get_threshold() == PYTHON_DEFAULT
+
+
+@pytest.mark.parametrize("service", sorted(DEFAULT_PORTS))
+def test_a_service_process_reads_the_setting_at_start(service: str, tmp_path: Path) -> None:
+    """Every service goes through run_service: a bad value stops it with one line naming the
+    variable, before it connects anywhere (no bus is running here)."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "BERTH_DATA_DIR": str(tmp_path / "berth"),
+        "BERTH_NATS_URL": f"nats://127.0.0.1:{free_port()}",
+        "BERTH_HTTP_PORT": str(free_port()),
+        GC_VARIABLE: "yes",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", f"services.{service}"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, (result.returncode, output)
+    assert "invalid_setting" in output and f"{GC_VARIABLE} must be 0 or 1" in output, output
+    assert "Traceback" not in output, "one line, not a crash"
