@@ -26,7 +26,8 @@ def eviction(
     """Admission's request to evict one run (``generation``) of a workload.
 
     Its id is ``<kind>-<uid>-<generation>``: the same decision about the same run, made again
-    by a restarted or standby replica, is stored once (the stream deduplicates by id).
+    by a restarted or standby replica, is carried out once (a consumer drops an event id it
+    already took, as the stream's duplicate window drops a repeated message: docs/events.md).
     """
     return EvictionRequested(
         id=f"{kind}-{ref.uid}-{generation}",
