@@ -82,8 +82,14 @@ async def test_a_durable_take_goes_in_pieces_and_is_acked_after_the_last(nats_ur
         assert len(pieces) >= 3, "more events than two pieces hold came in at least three"
         handled = [event_id for piece in pieces for event_id in piece]
         assert handled == [f"submitted-u{index}" for index in range(count)], "in order, once"
-        info = await bus.js.consumer_info(STREAM, "watcher")
         last = (await bus.js.stream_info(STREAM)).state.last_seq
+        # An ack is a publish nobody answers: the server applies it a moment after consume
+        # returns, so the check waits for it (bounded) instead of reading too early.
+        for _ in range(100):
+            info = await bus.js.consumer_info(STREAM, "watcher")
+            if info.num_ack_pending == 0 and info.ack_floor.stream_seq == last:
+                break
+            await asyncio.sleep(0.05)
         assert info.num_ack_pending == 0 and info.ack_floor.stream_seq == last, "all acked"
     finally:
         await bus.close()
