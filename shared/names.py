@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from functools import lru_cache
 
 __all__ = [
     "InvalidName",
@@ -137,7 +138,24 @@ _RULES: dict[str, tuple[str, Callable[[object], str | None]]] = {
 
 def name_problem(value: object, rule: str = "name") -> str | None:
     """Why ``value`` breaks ``rule`` (one of name, namespace, label-value, label-key, uid,
-    generate-name), or None when it is valid."""
+    generate-name), or None when it is valid.
+
+    A string of at most :data:`MEMO_LONGEST` characters is judged once per rule and the
+    verdict remembered (:func:`_string_problem`, the last :data:`MEMO_SIZE` of them): the
+    watcher judges the same label keys and values, resource names and queue names for every
+    workload. Anything else (longer, not exactly a ``str``) is judged every time."""
+    if type(value) is str and len(value) <= MEMO_LONGEST:
+        return _string_problem(value, rule)
+    return _RULES[rule][1](value)
+
+
+# The longest label key (a subdomain prefix, "/", a name part); longer text is not remembered.
+MEMO_LONGEST = MAX_SUBDOMAIN + 1 + MAX_LABEL
+MEMO_SIZE = 4096
+
+
+@lru_cache(maxsize=MEMO_SIZE)
+def _string_problem(value: str, rule: str) -> str | None:
     return _RULES[rule][1](value)
 
 

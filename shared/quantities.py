@@ -9,6 +9,7 @@ a value finer than a milli-unit is rounded up, as Kubernetes' ``MilliValue`` doe
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 __all__ = ["QuantityError", "format_quantity", "parse_quantity"]
 
@@ -48,6 +49,20 @@ def parse_quantity(value: str | int | float) -> int:
         if value < 0:
             raise QuantityError(f"quantity {value!r} is negative")
         return _bounded(value * 1000, value)
+    if type(value) is str and len(value) <= MAX_QUANTITY_TEXT:
+        return _parse_text(value)
+    return _parse(value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> int:
+    """A quantity string parsed once, the result remembered (the last 4,096 strings): every
+    workload of a batch spells its requests alike ("1", "500m", "4Gi"). A refused string is
+    not remembered (an exception is never cached): it is refused again, with the same error."""
+    return _parse(value)
+
+
+def _parse(value: str | float) -> int:
     text = repr(value) if isinstance(value, float) else value.strip()
     if len(text) > MAX_QUANTITY_TEXT:
         raise QuantityError(f"invalid quantity {_show(value)}: longer than {MAX_QUANTITY_TEXT}")

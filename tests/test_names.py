@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.names import (
+    MEMO_SIZE,
     InvalidName,
+    _string_problem,
     check_generate_name,
     check_label_key,
     check_label_value,
@@ -124,3 +128,60 @@ def test_any_value_gives_a_verdict_never_a_crash(value: object) -> None:
         check_name(value)
     except InvalidName as error:
         assert "\n" not in str(error)
+
+
+class _Text(str):
+    """A str subclass: its equality could be anything, so its verdict is never remembered."""
+
+
+CHECKS: dict[str, Callable[[object], str]] = {
+    "name": check_name,
+    "namespace": check_namespace,
+    "label-value": lambda value: check_label_value(value, "v"),
+    "label-key": lambda value: check_label_key(value, "k"),
+    "uid": check_uid,
+    "generate-name": check_generate_name,
+}
+
+# In order: each verdict is asked twice, the second from the memo where it may be used.
+REMEMBERED_CASES = [
+    # (rule, value, valid, why)
+    ("label-key", "kueue.x-k8s.io/queue-name", True, "the label every workload has"),
+    ("label-value", "Train", True, "uppercase is fine in a label value"),
+    ("name", "Train", False, "the same string under another rule: the rule is in the key"),
+    ("namespace", "Train", False, "and under a third rule"),
+    ("name", "a..b", False, "a refused name is refused again, not remembered as valid"),
+    ("label-value", "team-a ", False, "a changed input (a trailing space) is judged anew"),
+    ("label-value", "team-a", True, "the same value without it"),
+    ("label-value", _Text("team a"), False, "a str subclass: judged every time"),
+    ("label-value", "a" * 400, False, "longer than MEMO_LONGEST: judged every time"),
+    ("label-key", "a" * 250 + "/" + "b" * 60, True, "the longest keys are remembered"),
+    ("label-key", "a" * 254 + "/b", False, "a prefix one too long: refused, and again"),
+]
+
+
+@pytest.mark.parametrize(("rule", "value", "valid", "why"), REMEMBERED_CASES)
+def test_remembered_verdicts_match_a_fresh_check(
+    rule: str, value: str, valid: bool, why: str
+) -> None:
+    """name_problem remembers verdicts on strings; each must equal the check that never
+    remembers (check_*), the first time and every time after."""
+    fresh: str | None = None
+    try:
+        CHECKS[rule](value)
+    except InvalidName as error:
+        fresh = str(error)
+    for _ in range(2):
+        problem = name_problem(value, rule)
+        assert (problem is None) is valid, why
+        assert (fresh is None) is valid, why
+        if problem is not None:
+            assert fresh is not None and fresh.endswith(problem), why
+
+
+def test_the_memo_is_bounded() -> None:
+    """Distinct names by the thousands (every workload's own) never grow it past its size."""
+    for index in range(MEMO_SIZE + 100):
+        assert name_problem(f"job-{index}") is None
+    assert name_problem("job-") is not None  # still judged: ends with '-'
+    assert _string_problem.cache_info().currsize <= MEMO_SIZE

@@ -93,3 +93,38 @@ def test_a_number_parses_like_its_quoted_form(number: float, quoted: str, why: s
 def test_bad_quantities_are_refused_with_a_reason(value: object, message: str, why: str) -> None:
     with pytest.raises(QuantityError, match=message):
         parse_quantity(value)  # type: ignore[arg-type]
+
+
+class _Text(str):
+    """A str subclass: never parsed from the memo."""
+
+
+# In order: each is parsed twice, the second time from the memo where it may be used.
+REMEMBERED_CASES = [
+    # (value, milli or None when refused, why)
+    ("1", 1000, "the request every simulated Job has"),
+    ("500m", 500, "milli-units"),
+    (" 1 ", 1000, "surrounding spaces are stripped, as before"),
+    ("1Q", None, "a refused string is refused again: an error is never remembered"),
+    ("-1", None, "negative, refused both times"),
+    ("1" * 64, None, "64 digits: too large for an int64 of milli-units, refused both times"),
+    ("1" * 65, None, "longer than 64 characters: never remembered, refused"),
+    (_Text("4Gi"), 4 * 2**30 * 1000, "a str subclass parses without the memo"),
+    (2.5, 2500, "a float is parsed from its repr, not remembered"),
+]
+
+
+@pytest.mark.parametrize(("value", "milli", "why"), REMEMBERED_CASES)
+def test_remembered_quantities_parse_the_same_every_time(
+    value: str | float, milli: int | None, why: str
+) -> None:
+    """parse_quantity remembers the strings it parsed; the second answer (and the second
+    refusal, word for word) must be the first."""
+    outcomes: list[object] = []
+    for _ in range(2):
+        try:
+            outcomes.append(parse_quantity(value))
+        except QuantityError as error:
+            outcomes.append(str(error))
+    assert outcomes[0] == outcomes[1], why
+    assert outcomes[0] == milli if milli is not None else isinstance(outcomes[0], str), why
