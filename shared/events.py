@@ -68,6 +68,7 @@ __all__ = [
     "new_event_id",
     "now",
     "quota_of",
+    "subject_family_of",
     "subject_for",
 ]
 
@@ -410,6 +411,20 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
     LeaderElected: ("lease", ""),
     AdmissionCheckUpdated: ("check", ""),
 }
+# event type -> the start of its subjects, for the types whose subject is that and the
+# workload's namespace and name tokens, nothing else (the watcher's facts, commands, boosts).
+_PLAIN_PREFIXES: dict[type[Event], str] = {
+    kind: f"{SUBJECT_ROOT}.{family}.{verb}."
+    for kind, (family, verb) in _SUBJECTS.items()
+    if family in ("wl", "cmd") or kind is PriorityBoosted
+}
+# event type -> the family of its subjects (:func:`subject_family_of`).
+_FAMILIES: dict[type[Event], str] = {
+    kind: {"cq": f"cq.*.{verb}", "check": "check.*", "lease": "lease.*"}.get(
+        family, f"{family}.{verb}"
+    )
+    for kind, (family, verb) in _SUBJECTS.items()
+}
 
 
 # What a service folds to know the decided state of every workload: the facts that change
@@ -434,12 +449,17 @@ STATE_SUBJECTS = (
 
 def subject_token(value: str) -> str:
     """Make a name safe as one subject token (Kubernetes names may contain dots)."""
+    if value and "." not in value and "*" not in value and ">" not in value:
+        return value  # the usual name, kept as it is without three replaces
     return value.replace(".", "_").replace("*", "_").replace(">", "_") or "_"
 
 
 def subject_for(event: Event) -> str:
-    family, verb = _SUBJECTS[type(event)]
     ref = event.workload
+    prefix = _PLAIN_PREFIXES.get(type(event))
+    if prefix is not None:
+        return f"{prefix}{subject_token(ref.namespace)}.{subject_token(ref.name)}"
+    family, verb = _SUBJECTS[type(event)]
     tail = f"{subject_token(ref.namespace)}.{subject_token(ref.name)}"
     if family == "cq":
         queue = subject_token(getattr(event, "cluster_queue", ""))
@@ -453,6 +473,17 @@ def subject_for(event: Event) -> str:
     if isinstance(event, LeaderElected):
         return f"{SUBJECT_ROOT}.lease.{subject_token(event.role)}"
     return f"{SUBJECT_ROOT}.{family}.{verb}.{tail}"
+
+
+def subject_family_of(event: Event) -> str:
+    """The family of the event's subject (``shared.subjects.subject_family`` of
+    :func:`subject_for`: ``cq.*.admitted``, ``wl.started``, ``check.*``) from its type alone,
+    without building the subject: a batch's events are checked against their batch's family
+    and counted by it, and most consumers never need an event's subject. An admission that
+    only reserves quota (``reserved_only``) is ``cq.*.reserved``, as its subject says."""
+    if type(event) is WorkloadAdmitted and event.reserved_only:
+        return "cq.*.reserved"
+    return _FAMILIES[type(event)]
 
 
 def encode_event(event: Event) -> bytes:

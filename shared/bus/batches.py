@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import msgspec
 from nats.aio.msg import Msg
 
-from shared.events import AnyEvent, decode_event, subject_for
+from shared.events import AnyEvent, decode_event, subject_family_of, subject_for
 from shared.logging import get_logger
 from shared.subjects import (
     BATCH_PREFIX,
@@ -187,40 +187,45 @@ def expand(
     keep: Callable[[str], bool] | None,
     malformed: Callable[[Msg, str], None],
     delivered: Counter[str] | None = None,
-) -> list[tuple[str, AnyEvent]]:
-    """The events of one batch message this consumer keeps, each with its own subject.
+) -> list[AnyEvent]:
+    """The events of one batch message this consumer keeps (all of its batch's family).
 
     One decode of the whole array. An event whose own family is not the batch's is refused
     (a user allowed to publish pending reports must not smuggle an admission in a batch on
     ``berth.b.cq.pending``): handed to ``malformed``, never to a handler. Raises
     ``msgspec.DecodeError`` if the payload is not an array of events. ``delivered`` counts
-    the events sent in it per family, kept or not."""
+    the events sent in it per family, kept or not (refused ones not).
+
+    An event's family follows from its type (:func:`shared.events.subject_family_of`); its
+    subject is built only for a view that picks events inside the batch or a ``keep``."""
     family = BATCH_SUBJECTS.get(msg.subject)
     if family is None:
         malformed(msg, f"{msg.subject} is no batch subject of a batched family")
         return []
     events = _list_decoder.decode(msg.data)
-    whole = view is None or view.twins.get(msg.subject, False)
-    kept: list[tuple[str, AnyEvent]] = []
+    pick = None if view is None or view.twins.get(msg.subject, False) else view.wanted
+    recent = None if view is None else view.recent
+    kept: list[AnyEvent] = []
+    sent = 0
     for event in events:
-        subject = subject_for(event)
-        if subject_family(subject) != family:
+        if subject_family_of(event) != family:
             malformed(
                 msg,
-                f"event {event.id} ({type(event).__name__}, subject {subject}) in a batch on"
-                f" {msg.subject}: only {family} events belong there",
+                f"event {event.id} ({type(event).__name__}, subject {subject_for(event)}) in a"
+                f" batch on {msg.subject}: only {family} events belong there",
             )
             continue
-        if delivered is not None:
-            delivered[family] += 1
-        if not whole and view is not None and not view.wanted(subject):
-            continue
-        if keep is not None and not keep(subject):
-            continue
-        if view is not None and not view.recent.first_time(event.id):
+        sent += 1
+        if pick is not None or keep is not None:
+            subject = subject_for(event)
+            if (pick is not None and not pick(subject)) or (keep is not None and not keep(subject)):
+                continue
+        if recent is not None and not recent.first_time(event.id):
             log.info("repeat_dropped", event_id=event.id, workload=event.workload.key)
             continue
-        kept.append((subject, event))
+        kept.append(event)
+    if delivered is not None and sent:
+        delivered[family] += sent
     return kept
 
 

@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 from shared.bus.batches import BatchView, expand, is_batch, is_copy
 from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
-from shared.subjects import subject_family
+from shared.subjects import BATCH_SUBJECTS, subject_family
 
 __all__ = [
     "EVENTS_PER_HANDLING",
@@ -210,7 +210,8 @@ def decode_batch(
 ) -> list[AnyEvent]:
     """Decode a fetched batch into events; messages whose subject ``wanted`` refuses are
     skipped undecoded, a malformed one is skipped (acking past it drops it) and handed to
-    ``malformed`` (a dead letter), else logged. ``counts`` tallies both, per event.
+    ``malformed`` (a dead letter), else logged. ``counts`` tallies both, per event
+    (a batch's at once: its events are all of its family).
 
     A batch message (``berth.b.*``, shared/bus/batches.py) becomes the events inside it that
     this consumer keeps: those ``batches`` (the consumer's view) and ``wanted`` keep by their
@@ -225,10 +226,9 @@ def decode_batch(
             except msgspec.DecodeError as error:
                 refuse(msg, str(error))
                 continue
-            for subject, event in inside:
-                if counts is not None:
-                    counts.decoded[subject_family(subject)] += 1
-                events.append(event)
+            if counts is not None and inside:  # all of the batch's family (expand)
+                counts.decoded[BATCH_SUBJECTS[msg.subject]] += len(inside)
+            events += inside
             continue
         family = subject_family(msg.subject) if counts is not None else ""
         if counts is not None:

@@ -1,0 +1,278 @@
+"""What a consumer takes from one batch message (shared/bus/batches.py ``expand``) and the
+subjects and families of events (shared/events.py ``subject_for``, ``subject_family_of``),
+as tables: the shortcuts that save per-event work (a family from the type, a subject built
+only when something reads it, counts per batch) must decide exactly as before."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import pytest
+from nats.aio.msg import Msg
+
+from shared.bus.batches import BatchView, expand
+from shared.bus.pulling import ReadCounts, decode_batch
+from shared.events import AnyEvent, encode_event, subject_family_of, subject_for
+from shared.subjects import subject_family
+
+WORKLOAD = {"namespace": "team-a", "name": "job-1", "uid": "u1"}
+
+
+def event(type_name: str, workload: dict[str, str] | None = None, /, **fields: Any) -> AnyEvent:
+    """An event of type ``type_name`` about ``workload`` (team-a/job-1 if not given)."""
+    body = {"type": type_name, "source": "admission", "workload": workload or WORKLOAD, **fields}
+    converted: AnyEvent = msgspec.convert(body, AnyEvent)
+    return converted
+
+
+ADMITTED: dict[str, Any] = {
+    "cluster_queue": "cq-1",
+    "local_queue": "lq",
+    "priority": 0,
+    "generation": 1,
+    "assignments": [],
+}
+PENDING: dict[str, Any] = {"cluster_queue": "cq-1", "reason": "Pending", "message": "-"}
+
+# (event, its subject, why)
+SUBJECT_CASES: list[tuple[AnyEvent, str, str]] = [
+    (
+        event(
+            "WorkloadSubmitted",
+            kind="Job",
+            queue_name="lq",
+            pod_sets=[],
+            created="2025-01-01T00:00:00Z",
+        ),
+        "berth.wl.submitted.team-a.job-1",
+        "a watcher fact: its verb, then namespace and name",
+    ),
+    (event("WorkloadStarted", generation=1), "berth.wl.started.team-a.job-1", "started"),
+    (event("WorkloadPodsReady", generation=1), "berth.wl.podsready.team-a.job-1", "pods ready"),
+    (
+        event("WorkloadFinished", generation=1, succeeded=True),
+        "berth.wl.finished.team-a.job-1",
+        "finished",
+    ),
+    (
+        event("WorkloadEvicted", generation=1, reason="x"),
+        "berth.wl.evicted.team-a.job-1",
+        "evicted",
+    ),
+    (event("WorkloadDeleted"), "berth.wl.deleted.team-a.job-1", "deleted"),
+    (
+        event("WorkloadDeleted", {"namespace": "a.b", "name": "x*y>z", "uid": "u"}),
+        "berth.wl.deleted.a_b.x_y_z",
+        "dots and wildcards in names become _: one token each",
+    ),
+    (
+        event("WorkloadDeleted", {"namespace": "", "name": "n", "uid": "u"}),
+        "berth.wl.deleted._.n",
+        "an empty name is still a token",
+    ),
+    (event("WorkloadPending", **PENDING), "berth.cq.cq-1.pending.team-a.job-1", "pending"),
+    (event("WorkloadAdmitted", **ADMITTED), "berth.cq.cq-1.admitted.team-a.job-1", "admitted"),
+    (
+        event("WorkloadAdmitted", **ADMITTED, reserved_only=True),
+        "berth.cq.cq-1.reserved.team-a.job-1",
+        "a reservation is not an admission: same type, other subject and family",
+    ),
+    (
+        event("WorkloadAdmitted", **{**ADMITTED, "cluster_queue": "c.q"}),
+        "berth.cq.c_q.admitted.team-a.job-1",
+        "a ClusterQueue with a dot is one token",
+    ),
+    (
+        event("EvictionRequested", cluster_queue="cq-1", generation=1, reason="x"),
+        "berth.cq.cq-1.evict.team-a.job-1",
+        "evict",
+    ),
+    (event("CreateWorkload", object={}), "berth.cmd.create.team-a.job-1", "command create"),
+    (event("DeleteWorkload"), "berth.cmd.delete.team-a.job-1", "command delete"),
+    (event("SubmitWorkload", object={}), "berth.cmd.submit.team-a.job-1", "command submit"),
+    (event("RemoveWorkload"), "berth.cmd.remove.team-a.job-1", "command remove"),
+    (event("SetWorkloadActive", active=True), "berth.cmd.active.team-a.job-1", "command active"),
+    (event("PriorityBoosted", boost=2), "berth.job.boost.team-a.job-1", "a boost"),
+    (
+        event("JobStatusChanged", job_id=7, status="RUNNING", recoveries=0),
+        "berth.job.status.7",
+        "a managed job's status: by its id",
+    ),
+    (event("LeaderElected", role="admission", holder="h"), "berth.lease.admission", "marker"),
+    (
+        event("AdmissionCheckUpdated", check="prov.a", state="Ready"),
+        "berth.check.prov_a.team-a.job-1",
+        "a check's answer: the check is one token",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("sample", "subject", "why"), SUBJECT_CASES, ids=[c[2] for c in SUBJECT_CASES]
+)
+def test_subject_and_family_of_each_event(sample: AnyEvent, subject: str, why: str) -> None:
+    assert subject_for(sample) == subject, why
+    assert subject_family_of(sample) == subject_family(subject), why
+
+
+def test_every_event_type_has_a_subject_case() -> None:
+    """A new event type gets a row above (its family shortcut is proven there)."""
+    from shared.events import _SUBJECTS
+
+    assert {type(sample) for sample, _, _ in SUBJECT_CASES} == set(_SUBJECTS)
+
+
+def admitted(name: str, **extra: Any) -> AnyEvent:
+    fields = {**ADMITTED, "id": f"admitted-{name}", **extra}
+    return event("WorkloadAdmitted", {"namespace": "ns", "name": name, "uid": name}, **fields)
+
+
+def pending(name: str) -> AnyEvent:
+    fields = {**PENDING, "id": f"pending-{name}"}
+    return event("WorkloadPending", {"namespace": "ns", "name": name, "uid": name}, **fields)
+
+
+def batch(subject: str, events: list[AnyEvent]) -> Msg:
+    payload = b"[" + b",".join(encode_event(e) for e in events) + b"]"
+    return Msg(None, subject=subject, data=payload)  # type: ignore[arg-type]
+
+
+ALL_ADMITTED = ["berth.cq.*.admitted.>"]
+Keep = Callable[[str], bool] | None
+
+# (batch subject, its events, the consumer's patterns (None: no view), keep,
+#  ids kept, events counted as sent, how many refused, why)
+EXPAND_CASES: list[tuple[str, list[AnyEvent], list[str] | None, Keep, list[str], int, int, str]] = [
+    (
+        "berth.b.cq.admitted",
+        [admitted("a"), admitted("b")],
+        ALL_ADMITTED,
+        None,
+        ["admitted-a", "admitted-b"],
+        2,
+        0,
+        "a consumer of the whole family keeps every event, in order",
+    ),
+    (
+        "berth.b.cq.admitted",
+        [admitted("a"), admitted("b", cluster_queue="cq-2")],
+        ["berth.cq.cq-2.>"],
+        None,
+        ["admitted-b"],
+        2,
+        0,
+        "a pattern narrower than the family: each event's own subject is matched",
+    ),
+    (
+        "berth.b.cq.admitted",
+        [admitted("a"), admitted("b")],
+        ALL_ADMITTED,
+        lambda subject: subject.endswith(".b"),
+        ["admitted-b"],
+        2,
+        0,
+        "the service's keep reads each event's subject; both count as sent",
+    ),
+    (
+        "berth.b.cq.pending",
+        [pending("a"), admitted("x"), pending("b")],
+        ["berth.cq.>"],
+        None,
+        ["pending-a", "pending-b"],
+        2,
+        1,
+        "an admission smuggled into a pending batch is refused and not counted as sent",
+    ),
+    (
+        "berth.b.cq.admitted",
+        [admitted("a", reserved_only=True), admitted("b")],
+        ALL_ADMITTED,
+        None,
+        ["admitted-b"],
+        1,
+        1,
+        "a reservation is cq.*.reserved: its type alone does not make it an admission",
+    ),
+    (
+        "berth.b.cq.reserved",
+        [admitted("a", reserved_only=True)],
+        ["berth.cq.*.reserved.>"],
+        None,
+        ["admitted-a"],
+        1,
+        0,
+        "and in a reserved batch it belongs",
+    ),
+    (
+        "berth.b.cq.admitted",
+        [admitted("a"), admitted("a"), admitted("b")],
+        ALL_ADMITTED,
+        None,
+        ["admitted-a", "admitted-b"],
+        3,
+        0,
+        "an id taken already is dropped as a repeat (counted as sent)",
+    ),
+    (
+        "berth.b.cq.admitted",
+        [admitted("a"), admitted("a")],
+        None,
+        None,
+        ["admitted-a", "admitted-a"],
+        2,
+        0,
+        "without a view nothing is remembered: no repeat is dropped",
+    ),
+    (
+        "berth.b.cq.bogus",
+        [admitted("a")],
+        ALL_ADMITTED,
+        None,
+        [],
+        0,
+        1,
+        "a batch subject of no batched family is refused whole",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("subject", "events", "patterns", "keep", "kept", "sent", "refused", "why"),
+    EXPAND_CASES,
+    ids=[c[-1] for c in EXPAND_CASES],
+)
+def test_what_a_consumer_takes_from_a_batch(
+    subject: str,
+    events: list[AnyEvent],
+    patterns: list[str] | None,
+    keep: Keep,
+    kept: list[str],
+    sent: int,
+    refused: int,
+    why: str,
+) -> None:
+    reasons: list[str] = []
+    delivered: Counter[str] = Counter()
+    view = None if patterns is None else BatchView.of(patterns, batching=True)
+    taken = expand(batch(subject, events), view, keep, lambda _, r: reasons.append(r), delivered)
+    assert [e.id for e in taken] == kept, why
+    assert sum(delivered.values()) == sent, why
+    assert len(reasons) == refused, why
+
+
+def test_read_counts_of_a_batch_are_per_event_under_its_family() -> None:
+    """decode_batch counts a batch's events at once: as many as were sent and kept, under
+    the batch's family; a family nothing was kept of is not counted as decoded at all."""
+    counts = ReadCounts()
+    view = BatchView.of(["berth.cq.>"], batching=True)
+    messages = [
+        batch("berth.b.cq.admitted", [admitted("a"), admitted("b"), admitted("c")]),
+        batch("berth.b.cq.pending", [pending("a")]),
+    ]
+    events = decode_batch(messages, lambda s: not s.endswith(".a"), None, counts, view)
+    assert [e.id for e in events] == ["admitted-b", "admitted-c"]
+    assert counts.delivered == {"cq.*.admitted": 3, "cq.*.pending": 1}
+    assert counts.decoded == {"cq.*.admitted": 2}
