@@ -27,7 +27,7 @@ from services.watcher.backend import COMMAND_SUBJECTS
 from services.watcher.command_order import create_stands
 from services.watcher.local.finishes import TERMINAL_PHASES, unreported_finish
 from services.watcher.local.grouping import PodGroups
-from services.watcher.local.objects import find_object, read_object, read_status
+from services.watcher.local.objects import find_object, read_object, read_status, read_workload
 from services.watcher.local.runs import Runs
 from services.watcher.local.simulated import Simulated
 from services.watcher.local.statuses import StatusStore
@@ -47,7 +47,7 @@ from shared.events import (
 )
 from shared.logging import get_logger
 from shared.service import Runtime
-from shared.workloads import WorkloadError, workload_key, workload_spec
+from shared.workloads import workload_key
 
 __all__ = ["LocalBackend", "stop_grace_from_env"]
 
@@ -137,11 +137,12 @@ class LocalBackend:
                 await self.store.forget(entry.key)
                 await self.groups.deleted(self.kv, self.objects, obj)  # see grouping.py
             return
-        read = read_object(entry.key, value)
+        read = read_workload(entry.key, value)
         if isinstance(read, str):  # no poison pill: dead-lettered, skipped, the watch goes on
             await self._dead_letter(OBJECTS_BUCKET, entry, read, value)
             return
-        obj = self.objects[entry.key] = read
+        obj, spec = read
+        self.objects[entry.key] = obj
         if self.groups.grouped(obj):  # not a workload alone: its group is (grouping.py)
             await self.groups.pod_seen(self.kv, entry.key, obj)
             return
@@ -155,14 +156,12 @@ class LocalBackend:
         if initial and phase == "Running" and uid not in self.runs.running:
             await self.runs.orphaned(entry.key, obj)
         if announcements is None:
-            await self._announce(obj)
+            await self._flush_announcements([(reporting.submitted(obj, spec), spec.kind)])
             return
         if uid in self.announcing:
             return  # announced in this batch already
-        announcement = self._announcement(obj)
-        if announcement is not None:
-            announcements.append(announcement)
-            self.announcing.add(uid)
+        announcements.append((reporting.submitted(obj, spec), spec.kind))
+        self.announcing.add(uid)
 
     async def _flush_announcements(
         self, announcements: list[tuple[WorkloadSubmitted, str]]
@@ -178,20 +177,6 @@ class LocalBackend:
             log.info(
                 "workload_submitted", workload=event.workload.key, queue=event.queue_name, kind=kind
             )
-
-    async def _announce(self, obj: dict[str, Any]) -> None:
-        announcement = self._announcement(obj)
-        if announcement is not None:
-            await self._flush_announcements([announcement])
-
-    def _announcement(self, obj: dict[str, Any]) -> tuple[WorkloadSubmitted, str] | None:
-        ref = reporting.ref_of(obj)
-        try:
-            spec = workload_spec(obj)
-        except WorkloadError as error:  # `berth submit` validates; this is a hand-made object
-            log.error("invalid_workload", workload=ref.key, reason=str(error))
-            return None
-        return reporting.submitted(obj, spec), spec.kind
 
     async def _dead_letter(
         self, bucket: str, entry: KeyValue.Entry, reason: str, value: bytes

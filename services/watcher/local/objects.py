@@ -9,23 +9,36 @@ from typing import Any
 import msgspec
 
 from shared.events import WorkloadRef
-from shared.workloads import WorkloadError, check_identity, workload_key, workload_spec
+from shared.workloads import (
+    WorkloadError,
+    WorkloadSpec,
+    check_identity,
+    workload_key,
+    workload_spec,
+)
 
-__all__ = ["find_object", "read_object", "read_status"]
+__all__ = ["find_object", "read_object", "read_status", "read_workload"]
 
 
 def read_object(key: str, value: bytes) -> dict[str, Any] | str:
-    """The workload stored under ``key``, or why it cannot be one.
+    """The workload stored under ``key``, or why it cannot be one (:func:`read_workload`)."""
+    read = read_workload(key, value)
+    return read if isinstance(read, str) else read[0]
+
+
+def read_workload(key: str, value: bytes) -> tuple[dict[str, Any], WorkloadSpec] | str:
+    """The workload stored under ``key`` and its spec, or why it cannot be one.
 
     The rule: the value is a JSON Job, Pod or RayJob that :func:`workload_spec` accepts,
     whose name, namespace, uid and creation time pass :func:`check_identity`, stored under
     the key its namespace and name make (so a decision about it finds it, and nothing
-    derived from its name can point elsewhere).
+    derived from its name can point elsewhere). The spec is returned so that announcing
+    the workload does not read the object a second time.
     """
     try:
         obj = msgspec.json.decode(value)
         ref = check_identity(obj)
-        workload_spec(obj)
+        spec = workload_spec(obj)
     except msgspec.DecodeError as error:
         return f"not JSON: {error}"
     except WorkloadError as error:
@@ -35,7 +48,7 @@ def read_object(key: str, value: bytes) -> dict[str, Any] | str:
         return f"stored under key {key!r}, but {ref.key} belongs under {expected!r}"
     if not isinstance(obj, dict):  # pragma: no cover - check_identity refused it
         return "not a mapping"
-    return obj
+    return obj, spec
 
 
 def read_status(value: bytes) -> dict[str, Any] | str:
