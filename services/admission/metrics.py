@@ -9,11 +9,12 @@ state would double every sum.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Histogram
 
+from services.admission.labelled import Children
 from services.admission.model import QueueStats
 from shared.config import ClusterQueue, Cohort, LocalQueue
 from shared.metrics import GaugeSpec, Samples, StateGauges
@@ -29,6 +30,7 @@ __all__ = [
     "checks_passed",
     "cohort_shares",
     "evicted",
+    "forget_queues",
     "pods_ready",
     "queue_samples",
 ]
@@ -257,13 +259,24 @@ REFUSED_FACTS = Counter(
     ["reason"],
 )
 
+# The children the functions below count on, kept (labelled.py); per queue, for forget_queues.
+_KEPT = Children()
+_BY_CLUSTER_QUEUE = frozenset(
+    {QUOTA_RESERVED, QUOTA_RESERVED_WAIT, ADMITTED, ADMISSION_CHECKS_WAIT, READY_WAIT}
+    | {ADMITTED_UNTIL_READY, ADMISSION_WAIT, EVICTED, LATE}
+)
+_BY_LOCAL_QUEUE = frozenset(
+    {LQ_QUOTA_RESERVED, LQ_QUOTA_RESERVED_WAIT, LQ_ADMITTED, LQ_ADMISSION_CHECKS_WAIT}
+    | {LQ_READY_WAIT, LQ_ADMITTED_UNTIL_READY, LQ_ADMISSION_WAIT, LQ_EVICTED}
+)
+
 
 def attempt(*, admitted_any: bool, seconds: float) -> None:
     """A scheduling pass that tried at least one workload is one of Kueue's admission
     attempts: ``success`` if it admitted one, else ``inadmissible``."""
     result = "success" if admitted_any else "inadmissible"
-    ADMISSION_ATTEMPTS.labels(result=result).inc()
-    ADMISSION_ATTEMPT_DURATION.labels(result=result).observe(seconds)
+    _KEPT.of(ADMISSION_ATTEMPTS, result).inc()
+    _KEPT.of(ADMISSION_ATTEMPT_DURATION, result).observe(seconds)
 
 
 def admitted(
@@ -278,15 +291,15 @@ def admitted(
     """A quota reservation, counted per ClusterQueue and LocalQueue with its wait from queue
     time; ``late`` past its wait target. Without admission checks it is an admission at
     once; with them (``reserved_only``) the admission is counted by :func:`checks_passed`."""
-    lq = {"name": local_queue, "namespace": namespace}
-    QUOTA_RESERVED.labels(cluster_queue=cluster_queue).inc()
-    LQ_QUOTA_RESERVED.labels(**lq).inc()
-    QUOTA_RESERVED_WAIT.labels(cluster_queue=cluster_queue).observe(waited)
-    LQ_QUOTA_RESERVED_WAIT.labels(**lq).observe(waited)
+    of = _KEPT.of
+    of(QUOTA_RESERVED, cluster_queue).inc()
+    of(LQ_QUOTA_RESERVED, local_queue, namespace).inc()
+    of(QUOTA_RESERVED_WAIT, cluster_queue).observe(waited)
+    of(LQ_QUOTA_RESERVED_WAIT, local_queue, namespace).observe(waited)
     if not reserved_only:
-        _admission(cluster_queue, lq, waited)
+        _admission(cluster_queue, namespace, local_queue, waited)
     if late:
-        LATE.labels(cluster_queue=cluster_queue).inc()
+        of(LATE, cluster_queue).inc()
 
 
 def checks_passed(
@@ -294,10 +307,9 @@ def checks_passed(
 ) -> None:
     """A reservation whose admission checks are all Ready is admitted: counted with its wait
     from queue time, and ``checks_waited`` from its reservation."""
-    lq = {"name": local_queue, "namespace": namespace}
-    _admission(cluster_queue, lq, waited)
-    ADMISSION_CHECKS_WAIT.labels(cluster_queue=cluster_queue).observe(checks_waited)
-    LQ_ADMISSION_CHECKS_WAIT.labels(**lq).observe(checks_waited)
+    _admission(cluster_queue, namespace, local_queue, waited)
+    _KEPT.of(ADMISSION_CHECKS_WAIT, cluster_queue).observe(checks_waited)
+    _KEPT.of(LQ_ADMISSION_CHECKS_WAIT, local_queue, namespace).observe(checks_waited)
 
 
 def pods_ready(
@@ -305,25 +317,38 @@ def pods_ready(
 ) -> None:
     """A workload's pods became ready: ``waited`` from its queue time, ``since_admitted``
     from its admission (Kueue's ready and admitted-until-ready wait times)."""
-    lq = {"name": local_queue, "namespace": namespace}
-    READY_WAIT.labels(cluster_queue=cluster_queue).observe(waited)
-    ADMITTED_UNTIL_READY.labels(cluster_queue=cluster_queue).observe(since_admitted)
-    LQ_READY_WAIT.labels(**lq).observe(waited)
-    LQ_ADMITTED_UNTIL_READY.labels(**lq).observe(since_admitted)
+    of = _KEPT.of
+    of(READY_WAIT, cluster_queue).observe(waited)
+    of(ADMITTED_UNTIL_READY, cluster_queue).observe(since_admitted)
+    of(LQ_READY_WAIT, local_queue, namespace).observe(waited)
+    of(LQ_ADMITTED_UNTIL_READY, local_queue, namespace).observe(since_admitted)
 
 
-def _admission(cluster_queue: str, lq: dict[str, str], waited: float) -> None:
-    ADMITTED.labels(cluster_queue=cluster_queue).inc()
-    LQ_ADMITTED.labels(**lq).inc()
-    ADMISSION_WAIT.labels(cluster_queue=cluster_queue).observe(waited)
-    LQ_ADMISSION_WAIT.labels(**lq).observe(waited)
+def _admission(cluster_queue: str, namespace: str, local_queue: str, waited: float) -> None:
+    of = _KEPT.of
+    of(ADMITTED, cluster_queue).inc()
+    of(LQ_ADMITTED, local_queue, namespace).inc()
+    of(ADMISSION_WAIT, cluster_queue).observe(waited)
+    of(LQ_ADMISSION_WAIT, local_queue, namespace).observe(waited)
 
 
 def evicted(*, cluster_queue: str, namespace: str, local_queue: str, reason: str) -> None:
     """An eviction that freed quota (the watcher's WorkloadEvicted of a current admission),
     per ClusterQueue and LocalQueue, with Kueue's reason."""
-    EVICTED.labels(cluster_queue=cluster_queue, reason=reason).inc()
-    LQ_EVICTED.labels(name=local_queue, namespace=namespace, reason=reason).inc()
+    _KEPT.of(EVICTED, cluster_queue, reason).inc()
+    _KEPT.of(LQ_EVICTED, local_queue, namespace, reason).inc()
+
+
+def forget_queues(cluster_queues: Container[str], local_queues: Container[tuple[str, str]]) -> None:
+    """The kept children (labelled.py) of ClusterQueues and LocalQueues ``(namespace,
+    name)`` that no longer exist are dropped; what the metrics serve is unchanged."""
+
+    def gone(metric: object, values: tuple[str, ...]) -> bool:
+        if metric in _BY_LOCAL_QUEUE:  # labels name, namespace[, reason]
+            return (values[1], values[0]) not in local_queues
+        return metric in _BY_CLUSTER_QUEUE and values[0] not in cluster_queues
+
+    _KEPT.forget(gone)
 
 
 def _base_units(milli: int) -> float:

@@ -42,7 +42,7 @@ from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Inadmissible, Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.bus import BusError
-from shared.config import LocalQueue
+from shared.config import ClusterQueue, LocalQueue
 from shared.config_mirror import ConfigMirror
 from shared.events import (
     STATE_SUBJECTS,
@@ -102,8 +102,7 @@ class AdmissionService:
     async def run(self) -> None:
         await self.config.start(self.runtime)
         self.config.take_change()
-        self.scheduler.set_config(self.config.values())
-        self.gates.set_config(self.config.values())
+        self._reconfigure()
 
         subscription = await self.bus.replay_subscription(FOLDED_SUBJECTS)
         started = time.monotonic()
@@ -270,8 +269,20 @@ class AdmissionService:
         stopped queue holds; a standby only follows)."""
         self.deciding = False
         if self.config.take_change():
-            self.scheduler.set_config(self.config.values())
-            self.gates.set_config(self.config.values())
+            self._reconfigure()
+
+    def _reconfigure(self) -> None:
+        """The scheduler and the gates take the config as it is now; the metrics' kept
+        children of deleted queues are dropped."""
+        self.scheduler.set_config(self.config.values())
+        self.gates.set_config(self.config.values())
+        metrics.forget_queues(
+            {cq.metadata.name for cq in self.config.of_kind(ClusterQueue)},
+            {
+                (lq.metadata.namespace or "default", lq.metadata.name)
+                for lq in self.config.of_kind(LocalQueue)
+            },
+        )
 
     def _drain(self) -> list[Event]:
         """Evictions for what a HoldAndDrain queue has admitted (once per admission)."""
@@ -364,8 +375,7 @@ class AdmissionService:
     async def _decide(self) -> None:
         drains: list[Event] = []
         if self.config.take_change():
-            self.scheduler.set_config(self.config.values())
-            self.gates.set_config(self.config.values())
+            self._reconfigure()
             drains = self._drain()
         if self.gates.blocking():  # waitForPodsReady.blockAdmission: pods not ready yet
             if drains:
