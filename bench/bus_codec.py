@@ -39,9 +39,7 @@ from shared.events import (
     FlavorAssignment,
     WorkloadAdmitted,
     WorkloadRef,
-    encode_event,
     new_event_id,
-    subject_for,
 )
 from shared.logging import configure_logging, get_logger
 
@@ -66,7 +64,7 @@ def admitted(index: int, run: int = 0) -> WorkloadAdmitted:
 
 def batch_messages(count: int, run: int) -> list[Msg]:
     events: list[Event] = [admitted(index, run) for index in range(count)]
-    prepared = [Prepared(subject_for(e), encode_event(e), e.id, e.workload.key) for e in events]
+    prepared = [Prepared.of(e) for e in events]
     wire, _ = batched(prepared)
     return [Msg(None, subject=subject, data=payload) for subject, payload, _ in wire]  # type: ignore[arg-type]
 

@@ -30,7 +30,6 @@ from shared.events import (
     WorkloadSubmitted,
     encode_event,
     now,
-    subject_for,
 )
 from shared.subjects import FAMILY_PATTERNS, batched_filters, subject_family
 from tests.conftest import bus_auth, connect_as
@@ -143,7 +142,7 @@ def _evict(name: str) -> EvictionRequested:
 
 
 def _prepared(event: Event) -> Prepared:
-    return Prepared(subject_for(event), encode_event(event), event.id, event.workload.key)
+    return Prepared.of(event)
 
 
 def _shape(events: list[Event]) -> list[tuple[str, int]]:

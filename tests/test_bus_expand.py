@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from shared.bus.batches import BatchView, expand
+from shared.bus.batches import BatchView, RecentIds, expand
 from shared.bus.pulling import ReadCounts, decode_batch
 from shared.events import AnyEvent, encode_event, subject_family_of, subject_for
 from shared.subjects import subject_family
@@ -276,3 +276,23 @@ def test_read_counts_of_a_batch_are_per_event_under_its_family() -> None:
     assert [e.id for e in events] == ["admitted-b", "admitted-c"]
     assert counts.delivered == {"cq.*.admitted": 3, "cq.*.pending": 1}
     assert counts.decoded == {"cq.*.admitted": 2}
+
+
+# (ids in the order taken, the ones taken for the first time, why)
+RECENT_CASES = [
+    (["a", "b", "a"], ["a", "b"], "a repeat within what is remembered is dropped"),
+    (
+        ["a", "b", "a", "c", "a", "b"],
+        ["a", "b", "c", "a", "b"],
+        "two remembered: c forgets a, so a is new again (and forgets b)",
+    ),
+    (["a", "a", "a"], ["a"], "a repeat is not remembered again: it forgets nothing"),
+]
+
+
+@pytest.mark.parametrize(("ids", "fresh", "why"), RECENT_CASES, ids=[c[2] for c in RECENT_CASES])
+def test_recent_ids_remember_the_last_few(ids: list[str], fresh: list[str], why: str) -> None:
+    recent = RecentIds(size=2)
+    one_by_one = [e.id for name in ids for e in recent.firsts([admitted(name)])]
+    assert [e.id for e in RecentIds(size=2).firsts([admitted(n) for n in ids])] == one_by_one
+    assert one_by_one == [f"admitted-{name}" for name in fresh], why

@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 import msgspec
 from nats.aio.msg import Msg
 
-from shared.events import AnyEvent, decode_event, subject_family_of, subject_for
+from shared.events import (
+    AnyEvent,
+    Event,
+    decode_event,
+    encode_event,
+    subject_family_of,
+    subject_for,
+)
 from shared.logging import get_logger
 from shared.subjects import (
     BATCH_PREFIX,
@@ -35,7 +42,6 @@ from shared.subjects import (
     BATCHED_FAMILIES,
     batch_subject,
     batched_filters,
-    subject_family,
     subject_matcher,
 )
 
@@ -68,18 +74,28 @@ RECENT_IDS = 100_000
 # subject, payload, message id: one message as it goes on the wire.
 Wire = tuple[str, bytes, str]
 
+# batched family -> the subject of its batches
+_BATCH_SUBJECT_OF = {family: batch_subject(family) for family in BATCHED_FAMILIES}
+
 _list_decoder: msgspec.json.Decoder[list[AnyEvent]] = msgspec.json.Decoder(list[AnyEvent])
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """One event ready to publish: its per-workload subject, encoded body, id (term stamped),
-    and the workload it is about (batches keep each workload's events in order)."""
+    the workload it is about (batches keep each workload's events in order) and its family."""
 
     subject: str
     payload: bytes
     msg_id: str
     workload: str
+    family: str  # of its subject (shared.subjects.subject_family)
+
+    @classmethod
+    def of(cls, event: Event) -> Prepared:
+        """``event`` as it is (its id and term already stamped) ready to publish."""
+        family = subject_family_of(event)
+        return cls(subject_for(event), encode_event(event), event.id, event.workload.key, family)
 
 
 def is_batch(subject: str) -> bool:
@@ -105,12 +121,11 @@ def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
     latest: dict[str, int] = {}  # workload -> index of the last group holding one of its events
     copies: list[Wire] = []
     for event in prepared:
-        family = subject_family(event.subject)
-        if family not in BATCHED_FAMILIES:
+        subject = _BATCH_SUBJECT_OF.get(event.family)
+        if subject is None:  # not a batched family
             groups.append((None, [event], len(event.payload)))
             latest[event.workload] = len(groups) - 1
             continue
-        subject = batch_subject(family)
         index = open_batch.get(subject)
         if (
             index is None
@@ -151,14 +166,22 @@ class RecentIds:
         self.ids: set[str] = set()
         self.size = size
 
-    def first_time(self, event_id: str) -> bool:
-        if event_id in self.ids:
-            return False
-        if len(self.order) >= self.size:
-            self.ids.discard(self.order.popleft())
-        self.order.append(event_id)
-        self.ids.add(event_id)
-        return True
+    def firsts(self, events: list[AnyEvent]) -> list[AnyEvent]:
+        """The events of ``events`` taken for the first time, in order, each remembered (the
+        oldest id forgotten past ``size``) before the next is judged; a repeat is logged."""
+        ids, order, size = self.ids, self.order, self.size
+        fresh: list[AnyEvent] = []
+        for event in events:
+            event_id = event.id
+            if event_id in ids:
+                log.info("repeat_dropped", event_id=event_id, workload=event.workload.key)
+                continue
+            if len(order) >= size:
+                ids.discard(order.popleft())
+            order.append(event_id)
+            ids.add(event_id)
+            fresh.append(event)
+        return fresh
 
 
 @dataclass(slots=True)
@@ -204,7 +227,6 @@ def expand(
         return []
     events = _list_decoder.decode(msg.data)
     pick = None if view is None or view.twins.get(msg.subject, False) else view.wanted
-    recent = None if view is None else view.recent
     kept: list[AnyEvent] = []
     sent = 0
     for event in events:
@@ -220,13 +242,10 @@ def expand(
             subject = subject_for(event)
             if (pick is not None and not pick(subject)) or (keep is not None and not keep(subject)):
                 continue
-        if recent is not None and not recent.first_time(event.id):
-            log.info("repeat_dropped", event_id=event.id, workload=event.workload.key)
-            continue
         kept.append(event)
     if delivered is not None and sent:
         delivered[family] += sent
-    return kept
+    return kept if view is None else view.recent.firsts(kept)
 
 
 def record_of(msg: Msg) -> list[AnyEvent]:

@@ -24,7 +24,7 @@ from shared.bus.batches import COPY_HEADER, Prepared, Wire, batched
 from shared.bus.buckets import Bucket
 from shared.bus.connection import Connection
 from shared.bus.errors import BusError, KeyExists, NoStream
-from shared.events import Event, encode_event, subject_for
+from shared.events import Event
 from shared.logging import get_logger
 
 __all__ = ["PUBLISH_ATTEMPTS", "KeyUpdates", "Publishing", "SentEvents", "keep_publishing"]
@@ -119,7 +119,7 @@ class Publishing(Connection):
         as a copy of a deposed leader's void one (docs/events.md)."""
         if self.term:
             event = msgspec.structs.replace(event, term=self.term, id=f"{event.id}-t{self.term}")
-        return Prepared(subject_for(event), encode_event(event), event.id, event.workload.key)
+        return Prepared.of(event)
 
     async def publish_copies(self, copies: Sequence[Wire]) -> None:
         """The per-workload copies of the events of batches about to be sent: each on its
