@@ -143,6 +143,13 @@ DONE = [
     ("recovery", "berth_managed_job_recovering_seconds_count", {}, 1.0, "low left RECOVERING once"),
     ("watcher", "berth_watcher_workloads_started_total", {}, 3.0, "three runs"),
     ("watcher", "berth_watcher_workloads_evicted_total", {}, 1.0, "one stopped"),
+    (
+        "watcher",
+        "berth_watcher_workloads_finished_total",
+        {"result": "Succeeded"},
+        2.0,
+        "high, then low's second run; the stopped run never finished",
+    ),
 ]
 
 

@@ -149,12 +149,14 @@ class Finishes:
             [(key, _terminal_status(gen, code, text)) for key, _, gen, code, text in finishes]
         )
         await self.store.settle(writes)
-        for _, ref, gen, code, _ in finishes:
-            metrics.FINISHED.labels(result=phase_of(code)).inc()
+        phases = [phase_of(code) for _, _, _, code, _ in finishes]
+        for phase in set(phases):
+            metrics.FINISHED.labels(result=phase).inc(phases.count(phase))
+        for (_, ref, gen, code, _), phase in zip(finishes, phases, strict=True):
             log.info(
                 "workload_finished",
                 workload=ref.key,
-                phase=phase_of(code),
+                phase=phase,
                 exit_code=code,
                 generation=gen,
             )

@@ -64,13 +64,14 @@ class StatusStore:
         """
         assert self.bus is not None and self.kv is not None
         writes = StatusWrites()
+        updated = datetime.now(UTC).isoformat()  # one moment for the statuses sent together
         for key, change in updates:
             obj = self.objects.get(key)
             if obj is None:
                 continue
             status = {**self.of(key, obj), **change}
             status["uid"] = obj["metadata"]["uid"]
-            status["updated"] = datetime.now(UTC).isoformat()
+            status["updated"] = updated
             self.statuses[key] = status
             writes.values.append((key, msgspec.json.encode(status)))
         writes.sent = await self.bus.send_key_updates(
