@@ -93,7 +93,13 @@ class Fence:
 def screen(fence: Fence, events: list[AnyEvent]) -> list[AnyEvent]:
     """The events of a batch that stand; a void one is logged (``fenced``) and counted."""
     kept: list[AnyEvent] = []
+    terms = fence._terms
     for event in events:
+        # At or above its source's current term, an event other than a marker stands
+        # whatever its source (the rule: Fence.judge); the rest is judged in full.
+        if event.term >= terms.get(event.source, 0) and type(event) is not LeaderElected:
+            kept.append(event)
+            continue
         verdict = fence.judge(event)
         if verdict is Verdict.KEEP:
             kept.append(event)

@@ -19,7 +19,7 @@ from shared.events import (
     WorkloadSubmitted,
     now,
 )
-from shared.fencing import FENCED, Fence, Verdict, fenced_log
+from shared.fencing import FENCED, Fence, Verdict, fenced_log, screen
 from tests.conftest import bus_auth
 
 KEEP, MARKER, VOID = Verdict.KEEP, Verdict.MARKER, Verdict.VOID
@@ -88,6 +88,16 @@ CASES: list[tuple[str, list[AnyEvent], list[Verdict]]] = [
         [marker("recovery", 1), event("recovery", 0)],
         [MARKER, VOID],
     ),
+    (
+        "a marker of a role that holds no lease fences nothing, even below its term",
+        [marker("cli", 3), event("cli", 0)],
+        [MARKER, KEEP],
+    ),
+    (
+        "a marker of a term already passed still moves nothing and reaches no handler",
+        [marker("watcher", 2), event("watcher", 2), marker("watcher", 2)],
+        [MARKER, KEEP, MARKER],
+    ),
 ]
 
 
@@ -96,6 +106,21 @@ def test_the_rule(reason: str, events: list[AnyEvent], verdicts: list[Verdict]) 
     """Each case's events, judged in order, get the verdicts the rule gives them."""
     fence = Fence()
     assert [fence.judge(e) for e in events] == verdicts, reason
+
+
+@pytest.mark.parametrize(("reason", "events", "verdicts"), CASES, ids=[c[0] for c in CASES])
+def test_screen_keeps_what_the_rule_keeps(
+    reason: str, events: list[AnyEvent], verdicts: list[Verdict]
+) -> None:
+    """``screen`` (which decides the plain case without a call to judge) keeps exactly the
+    events the rule keeps, and leaves its fence where judging each would."""
+    fence, judged = Fence(), Fence()
+    kept = screen(fence, events)
+    assert kept == [e for e, v in zip(events, verdicts, strict=True) if v is KEEP], reason
+    for e in events:
+        judged.judge(e)
+    for role in ("watcher", "admission", "recovery", "cli"):
+        assert fence.term(role) == judged.term(role), reason
 
 
 def test_a_fenced_log_keeps_what_the_services_kept() -> None:
