@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     fold_s = search_s = 0.0
     searches = with_victims = 0
     digest = hashlib.sha256()
+    outcomes = hashlib.sha256()  # victims, message and retry time: the whole decision
     for start in range(0, len(events), args.batch):
         batch = events[start : start + args.batch]
         began = time.process_time()
@@ -65,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
             decision = decide(cluster, uid, wall)
             searches += 1
             with_victims += bool(decision.victims)
-            digest.update(repr([v.workload.ref.uid for v in decision.victims]).encode())
+            victims = [(v.workload.ref.uid, v.reason) for v in decision.victims]
+            digest.update(repr([uid for uid, _ in victims]).encode())
+            outcomes.update(repr((uid, victims, decision.message, decision.retry_at)).encode())
         search_s += time.process_time() - began
     print(f"{len(events):,} events from {args.log} ({args.config} x{args.scale:g})")
     print(f"fold:     {fold_s:.2f} s CPU ({fold_s / len(events) * 1e6:.1f} us per event)")
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {search_s / max(1, searches) * 1e6:.0f} us each)"
     )
     print(f"decisions digest: {digest.hexdigest()[:12]}")
+    print(f"outcomes digest (reasons, messages, retry times too): {outcomes.hexdigest()[:12]}")
     return 0
 
 

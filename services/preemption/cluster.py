@@ -8,7 +8,7 @@ feeds it events and asks it questions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from services.preemption.holds import Hold, Holds, held_room
@@ -284,28 +284,41 @@ class Cluster:
     def candidates(
         self, cluster_queue: str, *, reservation: tuple[float, str] | None = None
     ) -> Iterator[Running]:
-        """Running workloads in the cohort tree of ``cluster_queue`` (only there can a victim
-        free room for it) that may be chosen: not already someone else's victim, and not a
-        managed job that got back in through its ageing reservation. For a ``reservation``
-        (its clock, uid): any run but those of workloads whose ageing clock started earlier
-        (they go first; so two aged workloads never preempt each other back and forth).
-
-        Lazy: most searches under load end before looking at a candidate (the workload fits
-        by the time preemption reads its request: 90% of them on the Kueue benchmark).
-        """
+        """The running workloads of the cohort tree of ``cluster_queue`` (only there can a
+        victim free room for it) that may be chosen (``choosable``)."""
         queues = {cluster_queue}
         if cluster_queue in self.tree.cluster_queues:
             queues |= cohort_members(self.tree, cluster_queue)
-        since = self.since
+        of = self.choosable(reservation=reservation)
         for queue in queues:
+            yield from of(queue)
+
+    def choosable(
+        self, *, reservation: tuple[float, str] | None = None
+    ) -> Callable[[str], Iterator[Running]]:
+        """One ClusterQueue's running workloads that may be chosen as victims: not already
+        someone else's victim, and not a managed job that got back in through its ageing
+        reservation. For a ``reservation`` (its clock, uid): any run but those of workloads
+        whose ageing clock started earlier (they go first; so two aged workloads never
+        preempt each other back and forth).
+
+        By queue and lazy: a search reads the queues it needs only, and most searches under
+        load end before looking at a candidate (the workload fits by the time preemption
+        reads its request: 90% of them on the Kueue benchmark).
+        """
+        since, victim_of, reserved = self.since, self.victim_of, self.reserved
+
+        def of(queue: str) -> Iterator[Running]:
             for uid, w in self.running_in.get(queue, {}).items():
-                if uid in self.victim_of:
+                if uid in victim_of:
                     continue
                 if reservation is None:
-                    if uid not in self.reserved:
+                    if uid not in reserved:
                         yield w
                 elif uid not in since or (since[uid], uid) > reservation:
                     yield w
+
+        return of
 
     def reservation(self, uid: str) -> tuple[float, str] | None:
         """(clock, uid) of a waiting workload that holds an ageing reservation, else None."""

@@ -111,7 +111,7 @@ def _search(
         tree=cluster.tree,
         cluster_queues=cluster.cluster_queues,
         preemptor=preemptor,
-        running=cluster.candidates(pending.cluster_queue, reservation=reservation),
+        running=cluster.choosable(reservation=reservation),
         protected=protected,
         fair_sharing=None if configuration is None else configuration.spec.fair_sharing,
         cohorts={cohort.metadata.name: cohort for cohort in cluster.cohorts},

@@ -20,6 +20,7 @@ from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
 __all__ = [
     "Candidates",
+    "RunningOf",
     "cohort_members",
     "find_candidates",
     "is_borrowing",
@@ -32,6 +33,9 @@ _UID = attrgetter("ref.uid")
 _ADMITTED = attrgetter("admitted_at")
 _PREEMPTIONS = attrgetter("preemptions")
 BucketKey = tuple[bool, bool, int, str]  # (not evicting, in own queue, priority, queue)
+Buckets = dict[BucketKey, list[Running]]
+# One ClusterQueue's running workloads (those a search may choose from), by its name.
+RunningOf = Callable[[str], Iterable[Running]]
 
 
 def never(_: Running) -> bool:
@@ -59,24 +63,61 @@ def within_priority(w: Running) -> tuple[int, float, str]:
 
 
 class Candidates:
-    """The allowed candidates, iterable in Kueue's order, overall or per ClusterQueue."""
+    """The allowed candidates, iterable in Kueue's order, overall or per ClusterQueue.
 
-    __slots__ = ("_buckets", "_keys", "_sorted")
+    Each ClusterQueue's candidates are filtered (``find``) when a question first needs them,
+    the preemptor's own queue first: whether there are any stops at the first queue with one,
+    ``only_own_queue`` at the first other queue with one, ``of_queue`` looks at that queue
+    only; the overall order and ``queues`` look at every queue. A search asks its questions
+    before its simulation takes anything out of the tree, so a lender's borrowing is judged
+    on the tree as the search was given it, as if every queue had been filtered at once.
+    """
 
-    def __init__(self, buckets: dict[BucketKey, list[Running]]) -> None:
-        self._buckets = buckets
-        self._keys = sorted(buckets)
+    __slots__ = ("_buckets", "_find", "_keys", "_of_queue", "_sorted", "_unseen")
+
+    def __init__(self, queues: Iterable[str], find: Callable[[str], Buckets]) -> None:
+        self._unseen = list(queues)  # not filtered yet, in the order to look at them
+        self._unseen.reverse()  # popped from the end
+        self._find = find
+        self._buckets: Buckets = {}
+        self._of_queue: dict[str, list[BucketKey]] = {}  # queue -> its keys, sorted
+        self._keys: list[BucketKey] | None = None  # every key, sorted, once all are found
         self._sorted: set[BucketKey] = set()
 
+    def _look(self) -> list[BucketKey]:
+        """Filter the next unseen queue; its bucket keys (none: no candidate there)."""
+        queue = self._unseen.pop()
+        found = self._find(queue)
+        keys = sorted(found)
+        if keys:
+            self._buckets.update(found)
+            self._of_queue[queue] = keys
+        return keys
+
+    def _all(self) -> list[BucketKey]:
+        if self._keys is None:
+            while self._unseen:
+                self._look()
+            self._keys = sorted(self._buckets)
+        return self._keys
+
     def __bool__(self) -> bool:
-        return bool(self._keys)
+        while not self._buckets and self._unseen:
+            self._look()
+        return bool(self._buckets)
 
     @property
     def queues(self) -> set[str]:
-        return {key[3] for key in self._keys}
+        self._all()
+        return set(self._of_queue)
 
     def only_own_queue(self) -> bool:
-        return all(key[1] for key in self._keys)
+        if any(not key[1] for key in self._buckets):
+            return False
+        while self._unseen:
+            if any(not key[1] for key in self._look()):
+                return False
+        return True
 
     def _bucket(self, key: BucketKey) -> list[Running]:
         bucket = self._buckets[key]
@@ -95,7 +136,7 @@ class Candidates:
     def ordered(self, skip: set[str]) -> Iterator[Running]:
         """All candidates in order; whole buckets of queues in ``skip`` (which the consumer may
         grow while iterating) are passed over without being sorted."""
-        keys = self._keys
+        keys = self._all()
         i = 0
         while i < len(keys):
             j = i + 1
@@ -109,9 +150,12 @@ class Candidates:
             i = j
 
     def of_queue(self, queue: str) -> Iterator[Running]:
-        for key in self._keys:
-            if key[3] == queue:
-                yield from self._bucket(key)
+        if queue in self._unseen:
+            self._unseen.remove(queue)
+            self._unseen.append(queue)  # looked at next
+            self._look()
+        for key in self._of_queue.get(queue, ()):
+            yield from self._bucket(key)
 
 
 def is_borrowing(node: QuotaNode, contested: Collection[FlavorResource]) -> bool:
@@ -119,7 +163,10 @@ def is_borrowing(node: QuotaNode, contested: Collection[FlavorResource]) -> bool
     if node.parent is None:
         return False
     usage, subtree = node.usage, node.subtree
-    return any(usage.get(fr, 0) > subtree.get(fr, 0) for fr in contested)
+    for fr in contested:
+        if usage.get(fr, 0) > subtree.get(fr, 0):
+            return True
+    return False
 
 
 def cohort_members(tree: QuotaTree, cluster_queue: str) -> set[str]:
@@ -145,50 +192,53 @@ def find_candidates(
     tree: QuotaTree,
     policy: ClusterQueuePreemption,
     preemptor: Preemptor,
-    running: Iterable[Running],
+    running: RunningOf,
     contested: frozenset[FlavorResource],
     protected: Callable[[Running], bool] = never,
 ) -> Candidates:
     """Running workloads the preemptor's policy allows it to preempt and that use a contested
-    flavor-resource."""
+    flavor-resource: in its own ClusterQueue as withinClusterQueue allows, in the other
+    ClusterQueues of its cohort tree that borrow now (reclaimWithinCohort; re-checked during
+    the simulation) as reclaimWithinCohort allows. ``running`` gives one queue's workloads;
+    each queue is filtered when the search first needs it (``Candidates``)."""
     own = preemptor.cluster_queue
     prio = preemptor.priority
     within = policy.within_cluster_queue
     reclaim = policy.reclaim_within_cohort
-    # Reclaiming only from ClusterQueues borrowing now (re-checked during the simulation).
-    lenders: set[str] = set()
-    if reclaim != "Never":
-        nodes = tree.cluster_queues
-        lenders = {
-            name for name in cohort_members(tree, own) if is_borrowing(nodes[name], contested)
-        }
-    only_lower = reclaim == "LowerPriority"
     own_allowed = within != "Never"
     newer_equal = within == "LowerOrNewerEqualPriority"
+    only_lower = reclaim == "LowerPriority"
     queue_time = preemptor.queue_time
+    nodes = tree.cluster_queues
     check_protected = protected is not never
-    buckets: dict[BucketKey, list[Running]] = {}
-    for w in running:
-        queue = w.cluster_queue
-        if queue == own:
-            if not own_allowed or w.priority > prio:
+
+    def find(queue: str) -> Buckets:
+        is_own = queue == own
+        if not is_own and not is_borrowing(nodes[queue], contested):
+            return {}  # reclaiming only from ClusterQueues borrowing now
+        buckets: Buckets = {}
+        for w in running(queue):
+            if is_own:
+                if w.priority > prio:
+                    continue
+                if w.priority == prio and not (newer_equal and queue_time < w.queue_time):
+                    continue
+            elif only_lower and w.priority >= prio:
                 continue
-            if w.priority == prio and not (newer_equal and queue_time < w.queue_time):
+            # Any entry counts as use, as Kueue looks at the flavors assigned, not the amounts.
+            if contested.isdisjoint(w.usage.keys()):
                 continue
-        elif queue in lenders:
-            if only_lower and w.priority >= prio:
+            if check_protected and protected(w):
                 continue
-        else:
-            continue
-        # Any entry counts as use, as Kueue looks at the flavors assigned, not the amounts.
-        if contested.isdisjoint(w.usage.keys()):
-            continue
-        if check_protected and protected(w):
-            continue
-        key = (not w.evicting, queue == own, w.priority, queue)
-        bucket = buckets.get(key)
-        if bucket is None:
-            buckets[key] = [w]
-        else:
-            bucket.append(w)
-    return Candidates(buckets)
+            key = (not w.evicting, is_own, w.priority, queue)
+            bucket = buckets.get(key)
+            if bucket is None:
+                buckets[key] = [w]
+            else:
+                bucket.append(w)
+        return buckets
+
+    queues = [own] if own_allowed else []
+    if reclaim != "Never":
+        queues += sorted(cohort_members(tree, own))
+    return Candidates(queues, find)

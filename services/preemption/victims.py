@@ -15,12 +15,19 @@ Kueue's attempt order, once the candidates are known and sorted:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from itertools import chain
 
 from services.preemption.fair_hierarchical import hierarchical_fair_preemptions
 from services.preemption.fair_sharing import fair_preemptions, weight_of
 from services.preemption.hierarchical import hierarchical_victims
 from services.preemption.model import Preemptor, Running, SearchResult, Victim
-from services.preemption.ordering import Candidates, find_candidates, never
+from services.preemption.ordering import (
+    Candidates,
+    RunningOf,
+    cohort_members,
+    find_candidates,
+    never,
+)
 from services.preemption.simulation import Simulation
 from shared.config import ClusterQueue, ClusterQueuePreemption, Cohort, FairSharingSettings
 from shared.hierarchy import is_hierarchical
@@ -41,7 +48,7 @@ def find_victims(
     tree: QuotaTree,
     cluster_queues: Mapping[str, ClusterQueue],
     preemptor: Preemptor,
-    running: Iterable[Running],
+    running: Iterable[Running] | RunningOf,
     protected: Callable[[Running], bool] = never,
     fair_sharing: FairSharingSettings | None = None,
     cohorts: Mapping[str, Cohort] | None = None,
@@ -49,7 +56,8 @@ def find_victims(
     """The workloads to evict so that ``preemptor`` fits, each with its Preempted reason.
 
     ``tree`` holds the usage of every running workload (evicting ones included); it is used
-    for the simulation and left exactly as it was.
+    for the simulation and left exactly as it was. ``running``: every running workload, or a
+    function giving one ClusterQueue's, so that a search reads only the queues it needs.
     """
     own = preemptor.cluster_queue
     node = tree.cluster_queues.get(own)
@@ -63,9 +71,10 @@ def find_victims(
     fair = fair_sharing is not None and fair_sharing.enable
     if not fair and is_hierarchical(node):
         # Cohorts under cohorts: Kueue's hierarchical reclaim (services/preemption/hierarchical.py).
-        found = hierarchical_victims(tree, policy, preemptor, running, contested, protected)
+        everyone = _everyone(tree, own, running)
+        found = hierarchical_victims(tree, policy, preemptor, everyone, contested, protected)
         return SearchResult(tuple(found), _summary(found)) if found else SearchResult((), NO_FIT)
-    candidates = find_candidates(tree, policy, preemptor, running, contested, protected)
+    candidates = find_candidates(tree, policy, preemptor, _by_queue(running), contested, protected)
     if not candidates:
         return SearchResult((), NO_CANDIDATES)
     sim = Simulation(tree, own, preemptor.needs, contested)
@@ -80,6 +89,25 @@ def find_victims(
     if not victims:
         return SearchResult((), NO_FIT)
     return SearchResult(tuple(victims), _summary(victims))
+
+
+def _by_queue(running: Iterable[Running] | RunningOf) -> RunningOf:
+    """One ClusterQueue's running workloads at a time, grouped here if given all at once."""
+    if callable(running):
+        return running
+    groups: dict[str, list[Running]] = {}
+    for w in running:
+        groups.setdefault(w.cluster_queue, []).append(w)
+    return lambda queue: groups.get(queue, ())
+
+
+def _everyone(
+    tree: QuotaTree, own: str, running: Iterable[Running] | RunningOf
+) -> Iterable[Running]:
+    """Every running workload of the preemptor's cohort tree (all the search may look at)."""
+    if not callable(running):
+        return running
+    return chain.from_iterable(running(q) for q in (own, *cohort_members(tree, own)))
 
 
 def _weights(
