@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -124,6 +125,46 @@ CASES: list[tuple[AnyEvent, str | None, str]] = [
 def test_the_rule(event: AnyEvent, code: str | None, why: str) -> None:
     found = refusal(event)
     assert (found.code if found else None) == code, why
+
+
+def _assigned(assignment: FlavorAssignment) -> WorkloadAdmitted:
+    return msgspec.structs.replace(admitted({"cpu": 1}), assignments=[assignment])
+
+
+# (fact, the refusal's message word for word, why): where the message names the pod set
+MESSAGE_CASES: list[tuple[AnyEvent, str, str]] = [
+    (
+        submitted([PodSet("main", 0, {"cpu": 1})]),
+        'pod set "main": count 0 is not positive',
+        "a pod set's own field",
+    ),
+    (
+        submitted([PodSet("a", 1, {}), PodSet("b", 1, {"cpu": -1})]),
+        'pod set "b" requests: cpu -1m is negative',
+        "a request of the second pod set: that pod set named",
+    ),
+    (
+        _assigned(FlavorAssignment("main", -1, {"cpu": "f"}, {"cpu": 1})),
+        'assignment of pod set "main": count -1 is negative',
+        "an assignment's count",
+    ),
+    (
+        _assigned(FlavorAssignment("w", 1, {}, {"cpu": 2**64})),
+        'assignment of pod set "w" usage: cpu 18446744073709551616m is too large',
+        "an assignment's usage",
+    ),
+    (
+        _assigned(FlavorAssignment("main", 1, {"cpu": "Bad F"}, {"gpu": 2, "cpu": 1, "mem": 0})),
+        "assignment of pod set \"main\": no valid flavor for ['cpu', 'gpu']",
+        "every used resource without a valid flavor, sorted; an unused one is no problem",
+    ),
+]
+
+
+@pytest.mark.parametrize(("event", "message", "why"), MESSAGE_CASES)
+def test_the_message(event: AnyEvent, message: str, why: str) -> None:
+    found = refusal(event)
+    assert found is not None and found.message == message, why
 
 
 def _service() -> AdmissionService:

@@ -54,8 +54,9 @@ def refusal(event: AnyEvent) -> Refusal | None:
         if (problem := name_problem(value, rule)) is not None:
             return Refusal(code, f"{field} {show(value)}: {problem}")
     if isinstance(event, WorkloadSubmitted):
-        if event.queue_name and (problem := name_problem(event.queue_name)) is not None:
-            return Refusal("invalid_queue", f"queue {show(event.queue_name)}: {problem}")
+        queue = event.queue_name
+        if queue and (problem := name_problem(queue)) is not None:
+            return Refusal("invalid_queue", f"queue {show(queue)}: {problem}")
         return _pod_sets_refusal(event.pod_sets)
     if (problem := name_problem(event.cluster_queue)) is not None:
         return Refusal("invalid_queue", f"ClusterQueue {show(event.cluster_queue)}: {problem}")
@@ -67,50 +68,67 @@ def _pod_sets_refusal(pod_sets: list[PodSet]) -> Refusal | None:
         return Refusal("no_pod_sets", "no pod sets: nothing to admit")
     names: set[str] = set()
     for pod_set in pod_sets:
-        where = f"pod set {show(pod_set.name)}"
-        if not pod_set.name or pod_set.name in names:
-            return Refusal("invalid_pod_set", f"{where}: pod set names must be unique, not empty")
-        names.add(pod_set.name)
-        if pod_set.count < 1:
-            return Refusal("invalid_count", f"{where}: count {pod_set.count} is not positive")
-        if pod_set.min_count is not None and not 0 <= pod_set.min_count <= pod_set.count:
+        name, count, min_count = pod_set.name, pod_set.count, pod_set.min_count
+        if not name or name in names:
+            return Refusal(
+                "invalid_pod_set", f"{_pod_set(name)}: pod set names must be unique, not empty"
+            )
+        names.add(name)
+        if count < 1:
+            return Refusal("invalid_count", f"{_pod_set(name)}: count {count} is not positive")
+        if min_count is not None and not 0 <= min_count <= count:
             return Refusal(
                 "invalid_count",
-                f"{where}: min_count {pod_set.min_count} is not between 0 and {pod_set.count}",
+                f"{_pod_set(name)}: min_count {min_count} is not between 0 and {count}",
             )
-        bad = _quantities_refusal(pod_set.requests, f"{where} requests")
+        bad = _quantities_refusal(pod_set.requests)
         if bad is not None:
-            return bad
+            return Refusal(bad[0], f"{_pod_set(name)} requests: {bad[1]}")
     return None
+
+
+def _pod_set(name: str) -> str:
+    return f"pod set {show(name)}"
 
 
 def _assignments_refusal(assignments: list[FlavorAssignment]) -> Refusal | None:
     for assignment in assignments:
-        where = f"assignment of pod set {show(assignment.pod_set)}"
         if assignment.count < 0:
-            return Refusal("invalid_count", f"{where}: count {assignment.count} is negative")
-        bad = _quantities_refusal(assignment.usage, f"{where} usage")
+            return Refusal(
+                "invalid_count",
+                f"{_assignment(assignment)}: count {assignment.count} is negative",
+            )
+        usage, flavors = assignment.usage, assignment.flavors
+        bad = _quantities_refusal(usage)
         if bad is not None:
-            return bad
-        unassigned = sorted(
-            r
-            for r, amount in assignment.usage.items()
-            if amount
-            and (r not in assignment.flavors or name_problem(assignment.flavors[r]) is not None)
-        )
-        if unassigned:
-            return Refusal("invalid_flavor", f"{where}: no valid flavor for {unassigned}")
+            return Refusal(bad[0], f"{_assignment(assignment)} usage: {bad[1]}")
+        for resource, amount in usage.items():
+            if amount and (resource not in flavors or name_problem(flavors[resource]) is not None):
+                unassigned = sorted(
+                    r
+                    for r, amount in usage.items()
+                    if amount and (r not in flavors or name_problem(flavors[r]) is not None)
+                )
+                return Refusal(
+                    "invalid_flavor",
+                    f"{_assignment(assignment)}: no valid flavor for {unassigned}",
+                )
     return None
 
 
-def _quantities_refusal(quantities: dict[str, int], where: str) -> Refusal | None:
+def _assignment(assignment: FlavorAssignment) -> str:
+    return f"assignment of pod set {show(assignment.pod_set)}"
+
+
+def _quantities_refusal(quantities: dict[str, int]) -> tuple[str, str] | None:
+    """The refusal code and what is wrong, for the first bad resource name or amount."""
     for resource, amount in quantities.items():
         if (problem := name_problem(resource, "label-key")) is not None:
-            return Refusal("invalid_resource", f"{where}: resource {show(resource)}: {problem}")
+            return "invalid_resource", f"resource {show(resource)}: {problem}"
         if amount < 0:
-            return Refusal("negative_quantity", f"{where}: {resource} {amount}m is negative")
+            return "negative_quantity", f"{resource} {amount}m is negative"
         if amount > MAX_MILLI:
-            return Refusal("quantity_too_large", f"{where}: {resource} {amount}m is too large")
+            return "quantity_too_large", f"{resource} {amount}m is too large"
     return None
 
 
