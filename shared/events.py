@@ -3,7 +3,9 @@
 Events are msgspec Structs encoded as JSON; the ``type`` field names the variant. Each carries
 an ``id`` (also sent as ``Nats-Msg-Id``, so a retried publish is stored once), the ``time`` it
 was emitted, the emitting ``source`` service, and the identity of the workload it is about.
-Handlers must be idempotent: a redelivered event changes nothing.
+Handlers must be idempotent: a redelivered event changes nothing. Events and their parts are
+plain data that never hold a cycle, so the garbage collector does not track them (``gc=False``):
+a decoded batch of hundreds of events no longer sets off collections that walk them all.
 
 Subjects (all under ``berth.``, stable and wildcard-friendly; see :func:`subject_for`):
 
@@ -87,7 +89,7 @@ def new_event_id() -> str:
     return uuid.uuid4().hex
 
 
-class WorkloadRef(msgspec.Struct, frozen=True):
+class WorkloadRef(msgspec.Struct, frozen=True, gc=False):
     """Who a workload is: the Kubernetes identity of the Job, Pod or RayJob behind it."""
 
     namespace: str
@@ -99,7 +101,7 @@ class WorkloadRef(msgspec.Struct, frozen=True):
         return f"{self.namespace}/{self.name}"
 
 
-class PodSet(msgspec.Struct, frozen=True):
+class PodSet(msgspec.Struct, frozen=True, gc=False):
     """A group of identical pods: ``count`` of them, each requesting ``requests``."""
 
     name: str
@@ -109,14 +111,14 @@ class PodSet(msgspec.Struct, frozen=True):
     min_count: int | None = None
 
 
-class Toleration(msgspec.Struct, frozen=True, omit_defaults=True):
+class Toleration(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     key: str = ""
     operator: str = "Equal"
     value: str = ""
     effect: str = ""
 
 
-class FlavorAssignment(msgspec.Struct, frozen=True):
+class FlavorAssignment(msgspec.Struct, frozen=True, gc=False):
     """Where one pod set landed: a flavor per resource, and what the watcher must inject."""
 
     pod_set: str
@@ -138,7 +140,7 @@ def quota_of(assignments: Iterable[FlavorAssignment]) -> dict[tuple[str, str], i
     return usage
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     id: str = msgspec.field(default_factory=new_event_id)
     time: UtcTime = msgspec.field(default_factory=now)
     source: str
@@ -183,7 +185,7 @@ class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="WorkloadSubmitted
     annotations: dict[str, str] = {}
 
 
-class ContestedResource(msgspec.Struct, frozen=True):
+class ContestedResource(msgspec.Struct, frozen=True, gc=False):
     """Quota a pending workload needs in a flavor where only preemption can make room."""
 
     flavor: str
@@ -411,8 +413,7 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
     LeaderElected: ("lease", ""),
     AdmissionCheckUpdated: ("check", ""),
 }
-# event type -> the start of its subjects, for the types whose subject is that and the
-# workload's namespace and name tokens, nothing else (the watcher's facts, commands, boosts).
+# event type -> its subjects' start, where the workload's name tokens follow and nothing else
 _PLAIN_PREFIXES: dict[type[Event], str] = {
     kind: f"{SUBJECT_ROOT}.{family}.{verb}."
     for kind, (family, verb) in _SUBJECTS.items()
@@ -476,11 +477,10 @@ def subject_for(event: Event) -> str:
 
 
 def subject_family_of(event: Event) -> str:
-    """The family of the event's subject (``shared.subjects.subject_family`` of
-    :func:`subject_for`: ``cq.*.admitted``, ``wl.started``, ``check.*``) from its type alone,
-    without building the subject: a batch's events are checked against their batch's family
-    and counted by it, and most consumers never need an event's subject. An admission that
-    only reserves quota (``reserved_only``) is ``cq.*.reserved``, as its subject says."""
+    """``shared.subjects.subject_family`` of :func:`subject_for` (``cq.*.admitted``,
+    ``wl.started``, ``check.*``) from the type alone, no subject built: what a batch's events
+    are checked against and counted by. An admission that only reserves quota
+    (``reserved_only``) is ``cq.*.reserved``, as its subject says."""
     if type(event) is WorkloadAdmitted and event.reserved_only:
         return "cq.*.reserved"
     return _FAMILIES[type(event)]

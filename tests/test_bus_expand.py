@@ -5,6 +5,7 @@ only when something reads it, counts per batch) must decide exactly as before.""
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +16,14 @@ from nats.aio.msg import Msg
 
 from shared.bus.batches import BatchView, RecentIds, expand
 from shared.bus.pulling import ReadCounts, decode_batch
-from shared.events import AnyEvent, encode_event, subject_family_of, subject_for
+from shared.events import (
+    AnyEvent,
+    WorkloadAdmitted,
+    decode_event,
+    encode_event,
+    subject_family_of,
+    subject_for,
+)
 from shared.subjects import subject_family
 
 WORKLOAD = {"namespace": "team-a", "name": "job-1", "uid": "u1"}
@@ -116,6 +124,19 @@ SUBJECT_CASES: list[tuple[AnyEvent, str, str]] = [
 def test_subject_and_family_of_each_event(sample: AnyEvent, subject: str, why: str) -> None:
     assert subject_for(sample) == subject, why
     assert subject_family_of(sample) == subject_family(subject), why
+
+
+def test_no_event_is_tracked_by_the_garbage_collector() -> None:
+    """Events are plain data (shared/events.py): neither an event nor its parts (pod sets,
+    assignments) is tracked, decoded or built, so a batch of them sets off no collection."""
+    for sample, _, why in SUBJECT_CASES:
+        decoded = decode_event(encode_event(sample))
+        assert not gc.is_tracked(sample) and not gc.is_tracked(decoded), why
+    admission = admitted(
+        "a", assignments=[{"pod_set": "p", "count": 1, "flavors": {}, "usage": {}}]
+    )
+    assert isinstance(admission, WorkloadAdmitted)
+    assert not gc.is_tracked(admission.assignments[0])
 
 
 def test_every_event_type_has_a_subject_case() -> None:
