@@ -245,7 +245,8 @@ def test_cluster_queue_page_then_a_live_admission(
         browser.get(console.url + path)
         live(browser)
         shoot(browser, tmp_path, name)
-    assert "Deleted" in texts(browser, "#feed .kind")
+    # the feed fills from the event stream after the page is live: wait for the deletion
+    until(browser, lambda d: "Deleted" in texts(d, "#feed .kind"))
 
 
 def _task(folder: Path, name: str, *, cpus: int, priority: str, run: str) -> str:
