@@ -4,7 +4,6 @@ the counts it prints add up."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from bench.kube_status import classify, render, run
@@ -24,7 +23,6 @@ async def test_the_benchmark_counts_add_up(tmp_path: Path) -> None:
     create, one status patch: the two requests through the limiter), its Job unsuspended
     once, two Events each (QuotaReserved, Admitted) sent or still queued; every lag is
     positive."""
-    began = time.monotonic()
     figures = await run(50, qps=1000, burst=1500, give_up_after=20, data_dir=tmp_path)
     assert figures.written == 50
     requests = figures.requests
@@ -35,4 +33,3 @@ async def test_the_benchmark_counts_add_up(tmp_path: Path) -> None:
     assert figures.events_dropped == 0
     assert all(lag > 0 for lag in figures.lags)
     assert "50 of 50" in render(figures)
-    assert time.monotonic() - began < 10
