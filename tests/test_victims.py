@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from services.preemption.ordering import cohort_members, find_candidates, sort_key
+from services.preemption.borrowing import cohort_members
+from services.preemption.ordering import find_candidates, sort_key
 from services.preemption.victims import (
     NO_CANDIDATES,
     NO_FIT,

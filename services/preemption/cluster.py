@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from services.preemption.borrowing import BorrowingTree, cohort_members
 from services.preemption.holds import Hold, Holds, held_room
-from services.preemption.ordering import cohort_members
 from services.preemption.protection import HOUR, Protection, protected_until, recent
 from services.preemption.victims import Preemptor, Running
 from shared.config import (
@@ -57,7 +57,7 @@ class Cluster:
         self.cohorts: list[Cohort] = []
         self.policies: list[ClusterQueuePolicy] = []
         self.configuration: Configuration | None = None
-        self.tree = QuotaTree.build([], [])
+        self.tree: QuotaTree = BorrowingTree.build([], [])
         self.running: dict[str, Running] = {}  # uid -> admitted workload
         self.generations: dict[str, int] = {}  # uid -> generation of its current admission
         self.queue_times: dict[str, float] = {}  # uid -> creation time
@@ -97,7 +97,7 @@ class Cluster:
         self._rebuild_tree()
 
     def _rebuild_tree(self) -> None:
-        self.tree = QuotaTree.build(self.cluster_queues.values(), self.cohorts)
+        self.tree = BorrowingTree.build(self.cluster_queues.values(), self.cohorts)
         for workload in self.running.values():
             if workload.cluster_queue in self.cluster_queues:
                 self.tree.add_usage(workload.cluster_queue, workload.usage)

@@ -11,19 +11,18 @@ priority, queue) while filtering and each bucket is sorted only when the search 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 
+from services.preemption.borrowing import lenders
 from services.preemption.model import Preemptor, Running
 from shared.config import ClusterQueuePreemption
-from shared.quota import FlavorResource, QuotaNode, QuotaTree
+from shared.quota import FlavorResource, QuotaTree
 
 __all__ = [
     "Candidates",
     "RunningOf",
-    "cohort_members",
     "find_candidates",
-    "is_borrowing",
     "never",
     "sort_key",
     "within_priority",
@@ -68,9 +67,9 @@ class Candidates:
     Each ClusterQueue's candidates are filtered (``find``) when a question first needs them,
     the preemptor's own queue first: whether there are any stops at the first queue with one,
     ``only_own_queue`` at the first other queue with one, ``of_queue`` looks at that queue
-    only; the overall order and ``queues`` look at every queue. A search asks its questions
-    before its simulation takes anything out of the tree, so a lender's borrowing is judged
-    on the tree as the search was given it, as if every queue had been filtered at once.
+    only; the overall order and ``queues`` look at every queue. The filter reads workloads
+    only, never the tree the simulation changes, so every answer is the one filtering every
+    queue at once gives.
     """
 
     __slots__ = ("_buckets", "_find", "_keys", "_of_queue", "_sorted", "_unseen")
@@ -158,36 +157,6 @@ class Candidates:
             yield from self._bucket(key)
 
 
-def is_borrowing(node: QuotaNode, contested: Collection[FlavorResource]) -> bool:
-    """Kueue's cqIsBorrowing: in a cohort and above nominal in a contested flavor-resource."""
-    if node.parent is None:
-        return False
-    usage, subtree = node.usage, node.subtree
-    for fr in contested:
-        if usage.get(fr, 0) > subtree.get(fr, 0):
-            return True
-    return False
-
-
-def cohort_members(tree: QuotaTree, cluster_queue: str) -> set[str]:
-    """Every ClusterQueue in the preemptor's cohort tree (hierarchical cohorts: the whole tree
-    under the root), the preemptor's own excluded."""
-    node = tree.cluster_queues[cluster_queue]
-    if node.parent is None:
-        return set()
-    members: set[str] = set()
-    stack = [node.root()]
-    while stack:
-        current = stack.pop()
-        for child in current.children:
-            if child.is_cluster_queue:
-                members.add(child.name)
-            else:
-                stack.append(child)
-    members.discard(cluster_queue)
-    return members
-
-
 def find_candidates(
     tree: QuotaTree,
     policy: ClusterQueuePreemption,
@@ -209,13 +178,10 @@ def find_candidates(
     newer_equal = within == "LowerOrNewerEqualPriority"
     only_lower = reclaim == "LowerPriority"
     queue_time = preemptor.queue_time
-    nodes = tree.cluster_queues
     check_protected = protected is not never
 
     def find(queue: str) -> Buckets:
         is_own = queue == own
-        if not is_own and not is_borrowing(nodes[queue], contested):
-            return {}  # reclaiming only from ClusterQueues borrowing now
         buckets: Buckets = {}
         for w in running(queue):
             if is_own:
@@ -240,5 +206,5 @@ def find_candidates(
 
     queues = [own] if own_allowed else []
     if reclaim != "Never":
-        queues += sorted(cohort_members(tree, own))
+        queues += lenders(tree, own, contested)
     return Candidates(queues, find)

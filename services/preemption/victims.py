@@ -17,17 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 
+from services.preemption.borrowing import cohort_members
 from services.preemption.fair_hierarchical import hierarchical_fair_preemptions
 from services.preemption.fair_sharing import fair_preemptions, weight_of
 from services.preemption.hierarchical import hierarchical_victims
 from services.preemption.model import Preemptor, Running, SearchResult, Victim
-from services.preemption.ordering import (
-    Candidates,
-    RunningOf,
-    cohort_members,
-    find_candidates,
-    never,
-)
+from services.preemption.ordering import Candidates, RunningOf, find_candidates, never
 from services.preemption.simulation import Simulation
 from shared.config import ClusterQueue, ClusterQueuePreemption, Cohort, FairSharingSettings
 from shared.hierarchy import is_hierarchical
