@@ -4,7 +4,9 @@ It loads what `berth apply` (or the kubernetes backend's mirroring) stored, then
 change; an entry that fails validation (not JSON, not a valid object, or stored under another
 object's key) is dead-lettered (shared/deadletter.py: one log line, a count, a copy in
 BERTH_DLQ) and left out, never half applied; the previous valid version of that key stays.
-``changed`` is set on every change so a decision loop can pick it up between passes.
+``changed`` is set on every change so a decision loop can pick it up between passes;
+``behind`` says whether more of the same burst is on its way (the rest of a config applied
+at once, one key at a time), so such a loop can take the burst whole.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class ConfigMirror:
     def __init__(self) -> None:
         self.objects: dict[str, ConfigObject] = {}  # bucket key -> object
         self.changed = asyncio.Event()
+        # Changes the server still had for this watch when it sent the last one handed over
+        # (its num_pending): each of them comes after it. 0: caught up, as far as it knew.
+        self.behind = 0
         self.letters: DeadLetters | None = None  # set by start()
 
     async def start(self, runtime: Runtime) -> None:
@@ -71,6 +76,7 @@ class ConfigMirror:
 
     async def _on_change(self, entry: KeyValue.Entry) -> None:
         self._observe(entry)
+        self.behind = entry.delta or 0
         self.changed.set()
 
     def take_change(self) -> bool:

@@ -32,6 +32,7 @@ from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from services.admission.activation import Activity, queued
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
+from services.admission.config_settling import ConfigSettling
 from services.admission.evictions import deactivation as deactivate
 from services.admission.evictions import eviction as evict
 from services.admission.exec_time import DEACTIVATION as EXEC_DEACTIVATION
@@ -98,6 +99,7 @@ class AdmissionService:
         # spec.active: every deactivation, and reactivation's resets (activation.py)
         self.activity = Activity(self.gates, self.limits)
         self.deciding = False  # this replica leads and its fold has passed its marker
+        self.settling = ConfigSettling()  # a config burst is taken whole
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -268,8 +270,13 @@ class AdmissionService:
         """Not deciding: keep the scheduler's config in step (the leader drains what a
         stopped queue holds; a standby only follows)."""
         self.deciding = False
-        if self.config.take_change():
+        if self._settled() and self.config.take_change():
             self._reconfigure()
+
+    def _settled(self) -> bool:
+        """Whether the config may be read now: not while a burst of changes is arriving."""
+        changed, behind = self.config.changed.is_set(), self.config.behind
+        return self.settling.ready(changed=changed, behind=behind, now=time.monotonic())
 
     def _reconfigure(self) -> None:
         """The scheduler and the gates take the config as it is now; the metrics' kept
@@ -373,6 +380,8 @@ class AdmissionService:
             await self._decide()
 
     async def _decide(self) -> None:
+        if not self._settled():
+            return  # more of this config burst is on its way (config_settling.py)
         drains: list[Event] = []
         if self.config.take_change():
             self._reconfigure()
