@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import itertools
+import math
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from services.admission import metrics
-from services.admission.labelled import Children
+from services.admission.labelled import Children, LightHistogram
 
 _names = itertools.count()
 
@@ -145,3 +147,42 @@ def test_every_kept_queue_metric_is_forgettable() -> None:
     for metric in vars(metrics).values():
         if isinstance(metric, Counter | Histogram) and queue_labels & set(metric._labelnames):
             assert metric in metrics._BY_CLUSTER_QUEUE | metrics._BY_LOCAL_QUEUE, metric
+
+
+def _histogram_samples(kind: type[Histogram], observed: list[float]) -> list[tuple[Any, ...]]:
+    buckets = (0.1, 0.25, 1.0, 2.5)
+    metric = kind(
+        f"h_{next(_names)}", "h", ["queue"], buckets=buckets, registry=CollectorRegistry()
+    )
+    for amount in observed:
+        metric.labels("a").observe(amount)
+    return [
+        (s.name.rsplit("_", 1)[1], s.labels, "created" if s.name.endswith("_created") else s.value)
+        for family in metric.collect()
+        for s in family.samples
+    ]
+
+
+# (observations, why)
+HISTOGRAM_CASES = [
+    ([], "nothing observed: every bucket 0, sum 0"),
+    ([0.1, 0.25, 2.5], "a value on a bound counts in that bound's bucket"),
+    ([0.0, 0.11, 0.3, 1.0, 7.0], "between bounds, and past the last one: +Inf"),
+    ([-1.0], "a negative value: the first bucket"),
+    ([math.inf], "+Inf: only the +Inf bucket"),
+    ([math.nan, 0.2], "NaN: no bucket, its sum NaN (as Histogram)"),
+]
+
+
+@pytest.mark.parametrize(("observed", "why"), HISTOGRAM_CASES, ids=[c[1] for c in HISTOGRAM_CASES])
+def test_light_histogram_serves_what_histogram_serves(observed: list[float], why: str) -> None:
+    """Names, labels and values (the creation time aside, present) exactly as Histogram's."""
+    light, reference = (_histogram_samples(k, observed) for k in (LightHistogram, Histogram))
+    assert repr(light) == repr(reference), why  # repr: NaN equal to NaN
+
+
+def test_light_histogram_without_its_labels_refuses() -> None:
+    """Observing the labelled parent itself is refused, as by Histogram."""
+    metric = LightHistogram("h_parent", "h", ["queue"], registry=CollectorRegistry())
+    with pytest.raises(ValueError, match="missing label values"):
+        metric.observe(1.0)

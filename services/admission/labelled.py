@@ -1,4 +1,5 @@
-"""Labelled Prometheus children kept by their label values, for the admission hot path.
+"""Labelled Prometheus children kept by their label values, and lighter histogram children,
+for the admission hot path.
 
 ``metric.labels(...)`` checks its arguments, stringifies them and takes the metric's lock on
 every call; admission counts several series per admission and per pods-ready report, so at
@@ -6,14 +7,28 @@ tens of thousands of workloads that was a tenth of its CPU. A child, once made, 
 object for as long as the metric holds it, so :class:`Children` keeps it and hands it back.
 The metric still holds every series it ever had: keeping or dropping a child here changes
 no sample, only whether the next call looks it up again.
+
+A histogram child of prometheus_client holds a lock and a float object per bucket, and makes
+them (with each bucket's text) when first labelled: for a thousand ClusterQueues and
+LocalQueues, eight wait-time histograms each, that was 0.4 s of admission's start and
+every observation took a lock and walked the buckets. :class:`LightHistogram` keeps a plain
+list of counts and finds the bucket by bisection; its samples are the same. Admission counts
+and serves metrics on one thread (the event loop), so no lock is needed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, Self, TypeVar, cast
 
-__all__ = ["Children"]
+from prometheus_client import Histogram
+from prometheus_client import metrics as prometheus_metrics
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
+
+__all__ = ["Children", "LightHistogram"]
 
 
 class _Labelled(Protocol):
@@ -45,3 +60,37 @@ class Children:
         deleted): the next call for them asks the metric again."""
         for key in [key for key in self._kept if gone(*key)]:
             del self._kept[key]
+
+
+class LightHistogram(Histogram):
+    """prometheus_client's Histogram, with children that count in a list (one thread only)."""
+
+    def _metric_init(self) -> None:
+        self._counts = [0.0] * len(self._upper_bounds)
+        self._total = 0.0
+        self._created = time.time()
+
+    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
+        """Count ``amount`` in the first bucket whose bound is at least it, as Histogram does
+        (a NaN in none, its sum NaN); exemplars are not kept."""
+        if self._labelnames and not self._labelvalues:  # as Histogram.observe refuses
+            raise ValueError(f"{self._type} metric is missing label values")
+        bounds = self._upper_bounds
+        index = bisect_left(bounds, amount)
+        self._total += amount
+        if index < len(bounds) and amount <= bounds[index]:
+            self._counts[index] += 1
+
+    def _child_samples(self) -> Iterable[Sample]:
+        samples = []
+        acc = 0.0
+        for bound, count in zip(self._upper_bounds, self._counts, strict=True):
+            acc += count
+            le = floatToGoString(bound)  # type: ignore[no-untyped-call]
+            samples.append(Sample("_bucket", {"le": le}, acc, None, None))
+        samples.append(Sample("_count", {}, acc, None, None))
+        if self._upper_bounds[0] >= 0:
+            samples.append(Sample("_sum", {}, self._total, None, None))
+        if prometheus_metrics._use_created:
+            samples.append(Sample("_created", {}, self._created, None, None))
+        return tuple(samples)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter
 
-from services.admission.labelled import Children
+from services.admission.labelled import Children, LightHistogram
 from services.admission.model import QueueStats
 from shared.config import ClusterQueue, Cohort, LocalQueue
 from shared.metrics import GaugeSpec, Samples, StateGauges
@@ -49,7 +49,7 @@ ADMISSION_ATTEMPTS = Counter(
     " success if at least one workload was admitted, else inadmissible.",
     ["result"],
 )
-ADMISSION_ATTEMPT_DURATION = Histogram(
+ADMISSION_ATTEMPT_DURATION = LightHistogram(
     "berth_admission_attempt_duration_seconds",
     "Duration of an admission attempt (one scheduling pass), by result.",
     ["result"],
@@ -58,7 +58,7 @@ ADMISSION_ATTEMPT_DURATION = Histogram(
 QUOTA_RESERVED = Counter(
     "berth_quota_reserved_workloads_total", "Workloads that got quota, per ClusterQueue.", _CQ
 )
-QUOTA_RESERVED_WAIT = Histogram(
+QUOTA_RESERVED_WAIT = LightHistogram(
     "berth_quota_reserved_wait_time_seconds",
     "Time from queue time (creation, kept across evictions) to quota reservation.",
     _CQ,
@@ -67,27 +67,27 @@ QUOTA_RESERVED_WAIT = Histogram(
 ADMITTED = Counter(
     "berth_admitted_workloads_total", "Workloads admitted (each admission), per ClusterQueue.", _CQ
 )
-ADMISSION_CHECKS_WAIT = Histogram(
+ADMISSION_CHECKS_WAIT = LightHistogram(
     "berth_admission_checks_wait_time_seconds",
     "Time from quota reservation to admission, for workloads that waited for admission"
     " checks, per ClusterQueue.",
     _CQ,
     buckets=WAIT_BUCKETS,
 )
-READY_WAIT = Histogram(
+READY_WAIT = LightHistogram(
     "berth_ready_wait_time_seconds",
     "Time from queue time (creation, kept across evictions) until the workload's pods are"
     " ready (waitForPodsReady's PodsReady), per ClusterQueue.",
     _CQ,
     buckets=WAIT_BUCKETS,
 )
-ADMITTED_UNTIL_READY = Histogram(
+ADMITTED_UNTIL_READY = LightHistogram(
     "berth_admitted_until_ready_wait_time_seconds",
     "Time from admission until the workload's pods are ready, per ClusterQueue.",
     _CQ,
     buckets=WAIT_BUCKETS,
 )
-ADMISSION_WAIT = Histogram(
+ADMISSION_WAIT = LightHistogram(
     "berth_admission_wait_time_seconds",
     "Time from queue time (creation, kept across evictions) to admission, per ClusterQueue.",
     _CQ,
@@ -104,7 +104,7 @@ LQ_QUOTA_RESERVED = Counter(
     "Workloads that got quota, per LocalQueue.",
     _LQ,
 )
-LQ_QUOTA_RESERVED_WAIT = Histogram(
+LQ_QUOTA_RESERVED_WAIT = LightHistogram(
     "berth_local_queue_quota_reserved_wait_time_seconds",
     "Time from queue time to quota reservation, per LocalQueue.",
     _LQ,
@@ -113,26 +113,26 @@ LQ_QUOTA_RESERVED_WAIT = Histogram(
 LQ_ADMITTED = Counter(
     "berth_local_queue_admitted_workloads_total", "Workloads admitted, per LocalQueue.", _LQ
 )
-LQ_ADMISSION_CHECKS_WAIT = Histogram(
+LQ_ADMISSION_CHECKS_WAIT = LightHistogram(
     "berth_local_queue_admission_checks_wait_time_seconds",
     "Time from quota reservation to admission, for workloads that waited for admission"
     " checks, per LocalQueue.",
     _LQ,
     buckets=WAIT_BUCKETS,
 )
-LQ_READY_WAIT = Histogram(
+LQ_READY_WAIT = LightHistogram(
     "berth_local_queue_ready_wait_time_seconds",
     "Time from queue time until the workload's pods are ready, per LocalQueue.",
     _LQ,
     buckets=WAIT_BUCKETS,
 )
-LQ_ADMITTED_UNTIL_READY = Histogram(
+LQ_ADMITTED_UNTIL_READY = LightHistogram(
     "berth_local_queue_admitted_until_ready_wait_time_seconds",
     "Time from admission until the workload's pods are ready, per LocalQueue.",
     _LQ,
     buckets=WAIT_BUCKETS,
 )
-LQ_ADMISSION_WAIT = Histogram(
+LQ_ADMISSION_WAIT = LightHistogram(
     "berth_local_queue_admission_wait_time_seconds",
     "Time from queue time to admission, per LocalQueue.",
     _LQ,
