@@ -206,6 +206,26 @@ async def test_lost_compare_and_swap_fails_at_once(nats_url: str) -> None:
         await bus.close()
 
 
+async def test_a_plain_key_update_is_stored_as_kv_put_stores_it(nats_url: str) -> None:
+    """A pipelined update without a revision to swap (the watcher's statuses) is a plain
+    message, headers and all, as nats-py's kv.put writes it, and reads back the same."""
+    bus = await _bus(nats_url)
+    try:
+        kv = await bus.kv("plain-test")
+        await kv.put("by-put", b"one")
+        [revision] = await (
+            await bus.send_key_updates(kv, [("by-update", b"two", None)])
+        ).outcomes()
+        assert isinstance(revision, int) and (await kv.get("by-update")).value == b"two"
+        stored = [
+            await bus.js.get_last_msg("KV_plain-test", f"$KV.plain-test.{key}")
+            for key in ("by-put", "by-update")
+        ]
+        assert (stored[0].hdrs, stored[0].headers) == (stored[1].hdrs, stored[1].headers)
+    finally:
+        await bus.close()
+
+
 async def test_unanswered_publish_times_out(nats_url: str) -> None:
     """A publish nobody acks (a plain subscriber, not a stream) fails with AckTimeout after
     the tracker's timeout instead of waiting forever; one with no listener at all is refused."""

@@ -83,9 +83,10 @@ class AckTracker:
         self._sweeper: asyncio.Task[None] | None = None
 
     async def send(
-        self, subject: str, payload: bytes, headers: dict[str, str]
+        self, subject: str, payload: bytes, headers: dict[str, str] | None
     ) -> asyncio.Future[Ack]:
-        """Publish; the returned future holds the ack, or ``PublishRefused`` / ``AckTimeout``."""
+        """Publish (``headers`` None: a plain message, as ``kv.put`` sends); the returned
+        future holds the ack, or ``PublishRefused`` / ``AckTimeout``."""
         if self._sweeper is None:
             await self._start()
         token = str(next(self._tokens))

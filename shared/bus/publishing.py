@@ -218,7 +218,8 @@ class Publishing(Connection):
             await self.acks.send(
                 f"{kv.prefix}{key}",
                 value,
-                {} if last is None else {"Nats-Expected-Last-Subject-Sequence": str(last)},
+                # A plain put has no headers (as kv.put): not an empty block to build and send.
+                None if last is None else {"Nats-Expected-Last-Subject-Sequence": str(last)},
             )
             for key, value, last in updates
         ]
