@@ -154,6 +154,7 @@ class Cluster:
                 self.generations[uid] = event.generation
                 admitted_at = event.time.timestamp()
                 aged = uid in self.since
+                history = self.preempted_at.get(uid)
                 running = Running(
                     ref=event.workload,
                     cluster_queue=event.cluster_queue,
@@ -163,7 +164,7 @@ class Cluster:
                     queue_time=self.queue_times.get(uid, admitted_at),
                     admitted_at=admitted_at,
                     usage=quota_of(event.assignments),
-                    preemptions=recent(list(self.preempted_at.get(uid, {}).values()), admitted_at),
+                    preemptions=recent(list(history.values()), admitted_at) if history else 0,
                 )
                 self.queue_of[uid] = event.cluster_queue
                 self.running[uid] = running

@@ -103,25 +103,32 @@ class PreemptionService:
             self.cluster.set_config(self.config.values())
             now = time.monotonic()
             self.due.update({uid: now for uid in self.cluster.waiting})
+        cluster = self.cluster
+        apply, queue_of, victims = cluster.apply, cluster.queue_of, cluster.victim_of
         touched: set[str] = set()  # ClusterQueues whose room or reservations changed
         for event in events:
-            victim_of = self.cluster.victim_of.get(event.workload.uid)
-            queue = self.cluster.queue_of.get(event.workload.uid)
-            self.cluster.apply(event)
+            uid = event.workload.uid
+            victim_of = victims.get(uid)
+            queue = queue_of.get(uid)
+            apply(event)
             if not live:
                 continue
-            uid = event.workload.uid
-            touched.update(q for q in (queue, self.cluster.queue_of.get(uid)) if q)
-            if isinstance(event, WorkloadPending) and uid in self.cluster.waiting:
-                self.due[uid] = time.monotonic()
+            if queue:
+                touched.add(queue)
+            queue = queue_of.get(uid)
+            if queue:
+                touched.add(queue)
+            if isinstance(event, WorkloadPending):
+                if uid in cluster.waiting:
+                    self.due[uid] = time.monotonic()
             elif isinstance(event, WorkloadEvicted | WorkloadFinished) and victim_of is not None:
-                if not self.cluster.busy(victim_of) and victim_of in self.cluster.waiting:
+                if not cluster.busy(victim_of) and victim_of in cluster.waiting:
                     self.due[victim_of] = time.monotonic() + SETTLE_SECONDS
         # A waiting reservation is looked at whenever its ClusterQueue changes: room it needs
         # may have been freed or promised elsewhere, and its bound counts every step.
-        for queue in touched:
-            first = self.cluster.first_reservation(queue)
-            if first is not None and first in self.cluster.waiting:
+        for queue in touched if cluster.reserved else ():
+            first = cluster.first_reservation(queue)
+            if first is not None and first in cluster.waiting:
                 self.due[first] = time.monotonic()
 
     # --- decisions ------------------------------------------------------------------------

@@ -1,0 +1,154 @@
+"""Which waiting preemptors the preemption service looks at after folding a batch of events
+(PreemptionService._fold): its pure bookkeeping, without the bus."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+
+from services.preemption.service import SETTLE_SECONDS, PreemptionService
+from shared.events import (
+    AnyEvent,
+    ContestedResource,
+    EvictionRequested,
+    FlavorAssignment,
+    PriorityBoosted,
+    WorkloadAdmitted,
+    WorkloadEvicted,
+    WorkloadPending,
+    WorkloadRef,
+)
+from shared.service import Runtime
+from tests.test_victims import cq
+
+
+def ref(name: str) -> WorkloadRef:
+    return WorkloadRef("default", name, name)
+
+
+def admitted(name: str, queue: str = "a") -> WorkloadAdmitted:
+    return WorkloadAdmitted(
+        source="admission",
+        workload=ref(name),
+        cluster_queue=queue,
+        local_queue="lq",
+        priority=0,
+        assignments=[FlavorAssignment("main", 1, {"cpu": "rf"}, {"cpu": 1000})],
+        generation=1,
+    )
+
+
+def pending(name: str, queue: str = "a", may_help: bool = True) -> WorkloadPending:
+    return WorkloadPending(
+        source="admission",
+        workload=ref(name),
+        cluster_queue=queue,
+        reason="Pending",
+        message="insufficient unused quota",
+        priority=100,
+        preemption_may_help=may_help,
+        contested=[ContestedResource("rf", "cpu", 1000)],
+    )
+
+
+def evict(victim: str, preemptor: str) -> EvictionRequested:
+    return EvictionRequested(
+        source="preemption",
+        workload=ref(victim),
+        cluster_queue="a",
+        generation=1,
+        reason="Preempted",
+        preemptor=ref(preemptor),
+    )
+
+
+def evicted(name: str) -> WorkloadEvicted:
+    return WorkloadEvicted(source="watcher", workload=ref(name), generation=1, reason="Preempted")
+
+
+def reserved(name: str) -> PriorityBoosted:
+    since = datetime(2026, 1, 1, tzinfo=UTC)
+    return PriorityBoosted(
+        source="recovery", workload=ref(name), boost=10, reserved=True, since=since
+    )
+
+
+@dataclass
+class Case:
+    why: str
+    before: list[AnyEvent]  # folded first, nothing due afterwards
+    batch: list[AnyEvent]  # the batch whose fold is checked
+    due_now: set[str]  # due at once
+    due_later: set[str] = field(default_factory=set)  # due after SETTLE_SECONDS
+
+
+CASES = {
+    "asks": Case(
+        "A request that preemption may help is looked at at once.",
+        [],
+        [pending("p")],
+        {"p"},
+    ),
+    "may_not_help": Case(
+        "A request preemption cannot help is not looked at.",
+        [],
+        [pending("p", may_help=False)],
+        set(),
+    ),
+    "flight_ends": Case(
+        "When the last victim of a preemptor's flight leaves, the preemptor is looked at"
+        " again after admission has had time to admit it.",
+        [admitted("v"), pending("p"), evict("v", "p")],
+        [evicted("v")],
+        set(),
+        {"p"},
+    ),
+    "reservation_queue_changes": Case(
+        "A waiting reservation is looked at when its ClusterQueue changes (another"
+        " workload's admission there).",
+        [pending("r"), reserved("r")],
+        [admitted("other")],
+        {"r"},
+    ),
+    "reservation_after_change_in_batch": Case(
+        "A reservation made later in the batch than the change to its queue is looked at"
+        " too: the queue counts as changed for the whole batch.",
+        [pending("r")],
+        [admitted("other"), reserved("r")],
+        {"r"},
+    ),
+    "reservation_other_queue": Case(
+        "A change in another ClusterQueue does not make a reservation due.",
+        [pending("r"), reserved("r")],
+        [admitted("other", queue="b")],
+        set(),
+    ),
+    "no_reservation": Case(
+        "Without a reservation, a queue's change alone makes no one due.",
+        [pending("p")],
+        [admitted("other")],
+        set(),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_due_after_fold(name: str) -> None:
+    case = CASES[name]
+    service = PreemptionService(cast(Runtime, SimpleNamespace(bus=None)))
+    service.cluster.set_config([cq("a", {"rf/cpu": 4}), cq("b", {"rf/cpu": 4})])
+    service._fold(case.before, live=False)
+    service.due.clear()
+    started = time.monotonic()
+    service._fold(case.batch, live=True)
+    ended = time.monotonic()
+    now = {uid for uid, when in service.due.items() if started <= when <= ended}
+    later = {uid for uid, when in service.due.items() if when >= started + SETTLE_SECONDS}
+    assert now == case.due_now, case.why
+    assert later == case.due_later, case.why
+    assert set(service.due) == now | later, case.why
