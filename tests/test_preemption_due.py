@@ -9,66 +9,24 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import cast
 
+import msgspec
 import pytest
 
 from services.preemption.service import SETTLE_SECONDS, PreemptionService
-from shared.events import (
-    AnyEvent,
-    ContestedResource,
-    EvictionRequested,
-    FlavorAssignment,
-    PriorityBoosted,
-    WorkloadAdmitted,
-    WorkloadEvicted,
-    WorkloadPending,
-    WorkloadRef,
-)
+from shared.events import AnyEvent, PriorityBoosted, WorkloadPending
 from shared.service import Runtime
+from tests.test_preemption_holds import admit, ask, evict, evicted, ref
 from tests.test_victims import cq
 
 
-def ref(name: str) -> WorkloadRef:
-    return WorkloadRef("default", name, name)
+def admitted(name: str, queue: str = "a") -> AnyEvent:
+    return admit(name, queue, 1)
 
 
-def admitted(name: str, queue: str = "a") -> WorkloadAdmitted:
-    return WorkloadAdmitted(
-        source="admission",
-        workload=ref(name),
-        cluster_queue=queue,
-        local_queue="lq",
-        priority=0,
-        assignments=[FlavorAssignment("main", 1, {"cpu": "rf"}, {"cpu": 1000})],
-        generation=1,
-    )
-
-
-def pending(name: str, queue: str = "a", may_help: bool = True) -> WorkloadPending:
-    return WorkloadPending(
-        source="admission",
-        workload=ref(name),
-        cluster_queue=queue,
-        reason="Pending",
-        message="insufficient unused quota",
-        priority=100,
-        preemption_may_help=may_help,
-        contested=[ContestedResource("rf", "cpu", 1000)],
-    )
-
-
-def evict(victim: str, preemptor: str) -> EvictionRequested:
-    return EvictionRequested(
-        source="preemption",
-        workload=ref(victim),
-        cluster_queue="a",
-        generation=1,
-        reason="Preempted",
-        preemptor=ref(preemptor),
-    )
-
-
-def evicted(name: str) -> WorkloadEvicted:
-    return WorkloadEvicted(source="watcher", workload=ref(name), generation=1, reason="Preempted")
+def pending(name: str, queue: str = "a", may_help: bool = True) -> AnyEvent:
+    asked = ask(name, queue, 1)
+    assert isinstance(asked, WorkloadPending)
+    return asked if may_help else msgspec.structs.replace(asked, preemption_may_help=False)
 
 
 def reserved(name: str) -> PriorityBoosted:
@@ -103,7 +61,7 @@ CASES = {
     "flight_ends": Case(
         "When the last victim of a preemptor's flight leaves, the preemptor is looked at"
         " again after admission has had time to admit it.",
-        [admitted("v"), pending("p"), evict("v", "p")],
+        [admitted("v"), pending("p"), evict("v", "a", "p")],
         [evicted("v")],
         set(),
         {"p"},
