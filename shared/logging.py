@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict
 
 __all__ = ["UtcStamper", "configure_logging", "get_logger"]
 
@@ -28,8 +29,17 @@ def _processors() -> list[Any]:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         UtcStamper(),
-        structlog.processors.format_exc_info,
+        _exception_rendered,
     ]
+
+
+def _exception_rendered(logger: Any, method: str, event_dict: EventDict) -> EventDict:
+    """structlog's ``format_exc_info``, called only for a line that carries ``exc_info``
+    (``log.exception``, a library's record with a traceback): it leaves any other line as it
+    is, after working out that there is nothing to render (a tenth of a line's cost)."""
+    if "exc_info" in event_dict:
+        return structlog.processors.format_exc_info(logger, method, event_dict)
+    return event_dict
 
 
 class UtcStamper:

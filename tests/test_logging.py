@@ -59,11 +59,17 @@ def test_a_service_line_is_one_json_object_in_its_order() -> None:
         "configure_logging(service='svc')\n"
         "get_logger('admission').info('admitted', workload='ns/a', queue='q', reason='fits')\n"
         "logging.getLogger('nats').warning('lost %s', 'it')\n"
+        "try:\n"
+        "    1 / 0\n"
+        "except ZeroDivisionError:\n"
+        "    get_logger('admission').exception('failed', workload='ns/a')\n"
+        "    logging.getLogger('nats').exception('library failed')\n"
+        "get_logger('admission').info('fine', exc_info=False)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
     )
-    ours, theirs = [json.loads(line) for line in done.stderr.splitlines()]
+    ours, theirs, failed, library, fine = [json.loads(line) for line in done.stderr.splitlines()]
     assert list(ours) == [
         "component",
         "workload",
@@ -76,6 +82,11 @@ def test_a_service_line_is_one_json_object_in_its_order() -> None:
     ]
     assert (ours["event"], ours["service"], ours["level"]) == ("admitted", "svc", "info")
     assert list(theirs) == ["event", "service", "level", "timestamp", "logger"]
+    for line in (failed, library):  # a traceback is rendered, whoever logged it
+        assert "exc_info" not in line and "ZeroDivisionError" in line["exception"], line
+    order = ["component", "workload", "event", "service", "level", "timestamp", "exception"]
+    assert list(failed) == order
+    assert list(fine) == ["component", "event", "service", "level", "timestamp"]
     for line in (ours, theirs):
         parsed = datetime.fromisoformat(line["timestamp"])
         assert parsed.tzinfo == UTC and line["timestamp"].endswith("Z")
