@@ -4,8 +4,7 @@ Events are msgspec Structs encoded as JSON; the ``type`` field names the variant
 an ``id`` (also sent as ``Nats-Msg-Id``, so a retried publish is stored once), the ``time`` it
 was emitted, the emitting ``source`` service, and the identity of the workload it is about.
 Handlers must be idempotent: a redelivered event changes nothing. Events and their parts are
-plain data that never hold a cycle, so the garbage collector does not track them (``gc=False``):
-a decoded batch of hundreds of events no longer sets off collections that walk them all.
+plain data without cycles, untracked by the garbage collector (``gc=False``: cheaper batches).
 
 Subjects (all under ``berth.``, stable and wildcard-friendly; see :func:`subject_for`):
 
@@ -30,7 +29,7 @@ exact identity.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -86,7 +85,10 @@ def now() -> datetime:
 
 
 def new_event_id() -> str:
-    return uuid.uuid4().hex
+    """A random UUID (version 4) in hex, as ``uuid.uuid4().hex``, without a UUID object."""
+    raw = bytearray(os.urandom(16))
+    raw[6], raw[8] = (raw[6] & 0x0F) | 0x40, (raw[8] & 0x3F) | 0x80  # version 4, RFC 4122
+    return raw.hex()
 
 
 class WorkloadRef(msgspec.Struct, frozen=True, gc=False):
@@ -421,9 +423,7 @@ _PLAIN_PREFIXES: dict[type[Event], str] = {
 }
 # event type -> the family of its subjects (:func:`subject_family_of`).
 _FAMILIES: dict[type[Event], str] = {
-    kind: {"cq": f"cq.*.{verb}", "check": "check.*", "lease": "lease.*"}.get(
-        family, f"{family}.{verb}"
-    )
+    kind: f"cq.*.{verb}" if family == "cq" else f"{family}.{verb or '*'}"
     for kind, (family, verb) in _SUBJECTS.items()
 }
 
@@ -477,10 +477,9 @@ def subject_for(event: Event) -> str:
 
 
 def subject_family_of(event: Event) -> str:
-    """``shared.subjects.subject_family`` of :func:`subject_for` (``cq.*.admitted``,
-    ``wl.started``, ``check.*``) from the type alone, no subject built: what a batch's events
-    are checked against and counted by. An admission that only reserves quota
-    (``reserved_only``) is ``cq.*.reserved``, as its subject says."""
+    """``shared.subjects.subject_family`` of :func:`subject_for` (``cq.*.admitted``) from the
+    type alone, no subject built: what a batch's events are checked against and counted by.
+    An admission that only reserves quota (``reserved_only``) is ``cq.*.reserved``."""
     if type(event) is WorkloadAdmitted and event.reserved_only:
         return "cq.*.reserved"
     return _FAMILIES[type(event)]

@@ -82,3 +82,21 @@ def test_schema_lists_every_event_type() -> None:
         "WorkloadPending",
         "WorkloadStarted",
     } <= names
+
+
+def test_an_event_id_is_a_random_uuid_in_hex() -> None:
+    """What uuid.uuid4().hex gave (docs and tools may read ids as UUIDs): 32 lowercase hex
+    digits of a version-4, RFC 4122 UUID, never the same twice, the fixed bits set whatever
+    the random bytes were (so over many ids every other nibble takes many values)."""
+    import uuid
+
+    from shared.events import new_event_id
+
+    ids = [new_event_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids), "never the same twice"
+    for value in ids:
+        parsed = uuid.UUID(hex=value)
+        assert (parsed.hex, parsed.version, parsed.variant) == (value, 4, uuid.RFC_4122), value
+    assert {value[12] for value in ids} == {"4"}, "the version nibble"
+    assert {value[16] for value in ids} == set("89ab"), "the variant bits, the rest random"
+    assert len({value[0] for value in ids}) == 16, "a random nibble takes every value"
