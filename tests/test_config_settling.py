@@ -37,8 +37,16 @@ READY_CASES = [
 
 @pytest.mark.parametrize(("calls", "expected", "why"), READY_CASES, ids=[c[2] for c in READY_CASES])
 def test_ready(calls: list[tuple[bool, int, float]], expected: list[bool], why: str) -> None:
-    settling = ConfigSettling(limit_s=1.0)
-    answers = [settling.ready(changed=c, behind=b, now=t) for c, b, t in calls]
+    config = ConfigMirror()
+    settling = ConfigSettling(config, limit_s=1.0)
+    answers = []
+    for changed, behind, at in calls:
+        if changed:
+            config.changed.set()
+        else:
+            config.changed.clear()
+        config.behind = behind
+        answers.append(settling.ready(at))
     assert answers == expected, why
 
 

@@ -84,7 +84,6 @@ class AgeingBook:
     def apply(self, event: AnyEvent) -> None:
         """Fold one event; idempotent."""
         uid = event.workload.uid
-        at = event.time.timestamp()
         match event:
             case WorkloadSubmitted():
                 if uid not in self._requests:
@@ -97,7 +96,7 @@ class AgeingBook:
                 if uid in self.aged:
                     self.aged[uid].queue = event.cluster_queue
             case WorkloadEvicted():
-                self._waiting_since[uid] = at
+                self._waiting_since[uid] = event.time.timestamp()
             case PriorityBoosted() if event.since is not None and uid not in self.aged:
                 clock = Aged(
                     since=event.since.timestamp(),
@@ -112,7 +111,7 @@ class AgeingBook:
                 self._waiting_since.pop(uid, None)
                 aged = self.aged.get(uid)
                 if aged is not None and aged.ended_at is None:
-                    aged.ended_at = at
+                    aged.ended_at = at = event.time.timestamp()
                     heapq.heappush(self._ended_clocks, (at, next(self._order), uid, aged))
                     self._forget_ended()
 

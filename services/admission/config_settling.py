@@ -16,6 +16,8 @@ watch that stays behind (a consumer re-created mid-burst) holds decisions back f
 
 from __future__ import annotations
 
+from shared.config_mirror import ConfigMirror
+
 __all__ = ["SETTLE_LIMIT_S", "ConfigSettling"]
 
 SETTLE_LIMIT_S = 1.0
@@ -24,15 +26,16 @@ SETTLE_LIMIT_S = 1.0
 class ConfigSettling:
     """Whether a pass may run now, given the config watch (see the module docstring)."""
 
-    def __init__(self, limit_s: float = SETTLE_LIMIT_S) -> None:
+    def __init__(self, config: ConfigMirror, limit_s: float = SETTLE_LIMIT_S) -> None:
+        self.config = config
         self.limit_s = limit_s
         self._since: float | None = None  # when a change began to wait for its burst
 
-    def ready(self, *, changed: bool, behind: int, now: float) -> bool:
+    def ready(self, now: float) -> bool:
         """Yes when the config has not changed, or its change is complete (``behind`` 0), or
         the change has waited ``limit_s`` for the rest of its burst (monotonic ``now``);
         no while more of the burst is on its way."""
-        if not changed or behind <= 0:
+        if not self.config.changed.is_set() or self.config.behind <= 0:
             self._since = None
             return True
         if self._since is None:

@@ -82,6 +82,9 @@ PENDING_MESSAGE_INTERVAL_S = 1.0
 FOLDED_SUBJECTS = (*STATE_SUBJECTS, *ACTIVITY_SUBJECTS)
 OWN_SUBJECTS = ("berth.cq.*.admitted.>", "berth.cq.*.reserved.>")
 DECIDING_SUBJECTS = tuple(s for s in FOLDED_SUBJECTS if s not in OWN_SUBJECTS)
+_LEFT = frozenset({WorkloadEvicted, WorkloadFinished, WorkloadDeleted})  # out of its queue
+_GONE = frozenset({WorkloadFinished, WorkloadDeleted})  # never pending again
+_STOPPED = frozenset({WorkloadEvicted, WorkloadFinished})  # its run has stopped
 
 
 class AdmissionService:
@@ -99,7 +102,7 @@ class AdmissionService:
         # spec.active: every deactivation, and reactivation's resets (activation.py)
         self.activity = Activity(self.gates, self.limits)
         self.deciding = False  # this replica leads and its fold has passed its marker
-        self.settling = ConfigSettling()  # a config burst is taken whole
+        self.settling = ConfigSettling(self.config)  # a config burst is taken whole
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -169,11 +172,12 @@ class AdmissionService:
             if isinstance(event, WorkloadPodsReady) and record is not None:
                 record.on_pods_ready(event)  # Kueue's PodsReady condition
             self.activity.echoed(event)
-            if isinstance(event, WorkloadEvicted | WorkloadFinished | WorkloadDeleted):
+            kind = type(event)  # a set lookup: these tests ran for every event
+            if kind in _LEFT:
                 self.scheduler.left(ref)
-            if isinstance(event, WorkloadFinished | WorkloadDeleted):
+            if kind in _GONE:
                 self.pending_throttle.forget(ref.uid)  # never pending again
-            if isinstance(event, WorkloadEvicted | WorkloadFinished):
+            if kind in _STOPPED:
                 self.limits.stopped(ref.uid, event.time.timestamp())
             match event:
                 case WorkloadSubmitted():
@@ -270,13 +274,8 @@ class AdmissionService:
         """Not deciding: keep the scheduler's config in step (the leader drains what a
         stopped queue holds; a standby only follows)."""
         self.deciding = False
-        if self._settled() and self.config.take_change():
+        if self.settling.ready(time.monotonic()) and self.config.take_change():
             self._reconfigure()
-
-    def _settled(self) -> bool:
-        """Whether the config may be read now: not while a burst of changes is arriving."""
-        changed, behind = self.config.changed.is_set(), self.config.behind
-        return self.settling.ready(changed=changed, behind=behind, now=time.monotonic())
 
     def _reconfigure(self) -> None:
         """The scheduler and the gates take the config as it is now; the metrics' kept
@@ -380,7 +379,7 @@ class AdmissionService:
             await self._decide()
 
     async def _decide(self) -> None:
-        if not self._settled():
+        if not self.settling.ready(time.monotonic()):
             return  # more of this config burst is on its way (config_settling.py)
         drains: list[Event] = []
         if self.config.take_change():
