@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from services.preemption.borrowing import cohort_members
+from services.preemption.borrowing import BorrowingTree, cohort_members
 from services.preemption.ordering import find_candidates, sort_key
 from services.preemption.victims import (
     NO_CANDIDATES,
@@ -151,21 +151,27 @@ def search(
     protected: frozenset[str] = frozenset(),
     fair: FairSharingSettings | None = None,
 ) -> SearchResult:
-    """Run the search on a tree charged with ``running``, checking the tree comes back intact."""
-    tree = QuotaTree.build(queues, cohorts)
-    for w in running:
-        tree.add_usage(w.cluster_queue, w.usage)
-    before = snapshot(tree)
-    result = find_victims(
-        tree=tree,
-        cluster_queues={q.metadata.name: q for q in queues},
-        preemptor=preemptor,
-        running=running,
-        protected=lambda w: w.ref.name in protected,
-        fair_sharing=fair,
-    )
-    assert snapshot(tree) == before
-    return result
+    """Run the search on a tree charged with ``running``, checking the tree comes back intact;
+    on preemption's own tree too (its index of borrowing queues), which must answer alike."""
+    results = []
+    for build in (QuotaTree.build, BorrowingTree.build):
+        tree = build(queues, cohorts)
+        for w in running:
+            tree.add_usage(w.cluster_queue, w.usage)
+        before = snapshot(tree)
+        results.append(
+            find_victims(
+                tree=tree,
+                cluster_queues={q.metadata.name: q for q in queues},
+                preemptor=preemptor,
+                running=running,
+                protected=lambda w: w.ref.name in protected,
+                fair_sharing=fair,
+            )
+        )
+        assert snapshot(tree) == before
+    assert results[0] == results[1]
+    return results[0]
 
 
 def victims_of(result: SearchResult) -> dict[str, str]:
