@@ -411,6 +411,25 @@ def test_set_config_never_evicts() -> None:
     assert {v.ref.name: v.state for v in s.workload_views()} == {"a": "admitted", "b": "admitted"}
 
 
+@pytest.mark.parametrize(
+    ("cpu", "shared", "why"),
+    [
+        ("5", True, "pending (does not fit): the one shared empty value, no list of its own"),
+        ("3", False, "admitted: its own flavor assignments, those of its Admission"),
+    ],
+)
+def test_a_record_holds_assignments_only_once_admitted(cpu: str, shared: bool, why: str) -> None:
+    s = scheduler(simple(cpu=4), wl("a", cpu=cpu, t=1), wl("b", cpu="5", t=2))
+    decisions = s.schedule()
+    record, other = s._records["uid-a"], s._records["uid-b"]
+    assert (record.assignments is other.assignments) is shared, why
+    if not shared:
+        (admission,) = [d for d in decisions if isinstance(d, Admission)]
+        assert list(record.assignments) == admission.assignments, why
+        s.restore_admission(ref("a"), admission.cluster_queue, admission.assignments)
+        assert s.generation(ref("a")) == 1, "replaying the same admission changes nothing"
+
+
 # --- priorities -------------------------------------------------------------------------------
 
 

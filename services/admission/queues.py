@@ -20,6 +20,7 @@ either, so a backlog of a thousand identical jobs costs one try per change, not 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from enum import Enum
 from typing import Final
 
@@ -114,7 +115,8 @@ class Record(msgspec.Struct, gc=False, eq=False):
     parked: bool = False
     emitted: tuple[str, str, bool] | None = None  # last (reason, message, may_help)
     generation: int = 0
-    assignments: list[FlavorAssignment] = msgspec.field(default_factory=list)
+    # Empty and shared until admitted (a list per pending record was 72 bytes of a million).
+    assignments: Sequence[FlavorAssignment] = ()
     usage: dict[FlavorResource, int] | None = None
     placeholder: bool = False  # restored admission whose submit has not been seen yet
     shape_key: bytes | None = None  # see shape
