@@ -146,3 +146,35 @@ def test_a_failure_is_kept_and_a_success_is_not() -> None:
         assert (settled.get(("q0", shape, True), read) is result) is kept
         assert settled.get(("q0", shape, False), read) is None  # victims possible: its own
         assert settled.get(("q0", shape, True), (*read[:-1], read[-1] + 1)) is None
+
+
+# (why, version of the second reading, whether it sees the usage charged in between)
+ROOT_READS: list[tuple[str, int | None, bool]] = [
+    ("the root's usage changed and so did its version: read again", 2, True),
+    ("no version (a caller that keeps none): always read", None, True),
+    (
+        "same version: the root's part is reused, unread (the caller bumps the version with"
+        " every usage change, so nothing changed)",
+        1,
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("why", "version", "sees"), ROOT_READS, ids=[c[0] for c in ROOT_READS])
+def test_the_roots_part_is_read_once_per_version(why: str, version: int | None, sees: bool) -> None:
+    """The cohort's part of a reading is shared by the ClusterQueues of the cohort and read
+    once per version of the root's usage; their own part is always read."""
+    objects = [flavor("a"), flavor("b"), *(cq(f"q{i}", two_flavors(4), cohort="c") for i in (0, 1))]
+    topology = Topology.build(parse_object(document) for document in objects)
+    settled = SettledFailures(topology.tree)
+    pod_sets = pods((2, 1))
+    shape = pod_sets_shape(pod_sets)
+    q0, q1 = topology.cqs["q0"], topology.cqs["q1"]
+    first = settled.usage_read(q0, shape, pod_sets, 1)
+    assert settled.usage_read(q1, shape, pod_sets, 1)[-4:] == first[-4:], "one root, one part"
+    topology.tree.add_usage("q1", {("a", "cpu"): 7000})  # q1 borrows: the cohort's free shrinks
+    again = settled.usage_read(q0, shape, pod_sets, version)
+    assert again[:-4] == first[:-4], "q0's own usage did not change"
+    assert (again[-4:] != first[-4:]) is sees, why
+    assert settled.usage_read(q0, shape, pod_sets) == settled.usage_read(q0, shape, pod_sets, 3)

@@ -272,7 +272,7 @@ class Scheduler(Placement):
         info = config.cqs[name]
         victims_possible = record.wl.ref.uid not in self._no_victims
         settled = (name, pod_sets_shape, victims_possible)
-        usage = self._settled.usage_read(info, pod_sets_shape, record.wl.pod_sets)
+        usage = self._settled.usage_read(info, pod_sets_shape, record.wl.pod_sets, version)
         result = self._settled.get(settled, usage)
         if result is None:
             result = partial.assign(

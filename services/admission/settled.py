@@ -28,16 +28,24 @@ class SettledFailures:
     """Failed assignments by (ClusterQueue, shape, victims possible), with the usage they
     read."""
 
-    __slots__ = ("_failures", "_readers", "_tree")
+    __slots__ = ("_failures", "_readers", "_root_reads", "_roots", "_tree")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
         # (ClusterQueue, shape) -> the usage its assignment reads: exactly, and of the root
         self._readers: dict[tuple[str, PodSetsShape], tuple[list[Probe], list[RootProbe]]] = {}
         self._failures: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
+        # One list per distinct root reading (ClusterQueues of a cohort asked the same share
+        # it), and what it last read: id -> (root usage version, the list, the values).
+        self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], list[RootProbe]] = {}
+        self._root_reads: dict[int, tuple[int, list[RootProbe], list[int]]] = {}
 
     def usage_read(
-        self, info: ClusterQueueInfo, shape: PodSetsShape, pod_sets: list[PodSet]
+        self,
+        info: ClusterQueueInfo,
+        shape: PodSetsShape,
+        pod_sets: list[PodSet],
+        version: int | None = None,
     ) -> tuple[int, ...]:
         """What an assignment of ``pod_sets`` (of ``shape``) in ``info``'s ClusterQueue reads
         of the usage now; two assignments that read the same give the same result.
@@ -53,10 +61,23 @@ class SettledFailures:
         if reader is None:
             reader = self._readers[(info.name, shape)] = self._reader(info, pod_sets)
         exact, roots = reader
-        return tuple(
-            [usage.get(fr, 0) for usage, fr in exact]
-            + [min(subtree - usage.get(fr, 0), cap) for usage, fr, subtree, cap in roots]
-        )
+        read = [usage.get(fr, 0) for usage, fr in exact]
+        if roots:
+            read += self._root_read(roots, version)
+        return tuple(read)
+
+    def _root_read(self, roots: list[RootProbe], version: int | None) -> list[int]:
+        """The root's part of a reading, read once per ``version`` of the root's usage (the
+        caller's count of its changes; None: read it now) for every ClusterQueue that
+        shares it (one list per distinct reading: see _reader)."""
+        cached = self._root_reads.get(id(roots))
+        if version is not None and cached is not None:
+            if cached[0] == version and cached[1] is roots:
+                return cached[2]
+        values = [min(subtree - usage.get(fr, 0), cap) for usage, fr, subtree, cap in roots]
+        if version is not None:
+            self._root_reads[id(roots)] = (version, roots, values)
+        return values
 
     def _reader(
         self, info: ClusterQueueInfo, pod_sets: list[PodSet]
@@ -81,7 +102,13 @@ class SettledFailures:
         while node is not None and id(node) not in seen:  # a cycle is read exactly, once
             seen.add(id(node))
             if node.parent is None and node.name != info.name:
-                roots.extend((node.usage, fr, node.subtree.get(fr, 0), asked[fr[1]]) for fr in frs)
+                key = (id(node), tuple((fr, asked[fr[1]]) for fr in frs))
+                shared = self._roots.get(key)
+                if shared is None:
+                    shared = self._roots[key] = [
+                        (node.usage, fr, node.subtree.get(fr, 0), asked[fr[1]]) for fr in frs
+                    ]
+                roots = shared
             else:
                 exact.extend((node.usage, fr) for fr in frs)
             node = node.parent
@@ -98,4 +125,6 @@ class SettledFailures:
             if len(self._failures) >= FAILURES_LIMIT:
                 self._failures.clear()  # shapes come and go: start over rather than pile up
                 self._readers.clear()
+                self._roots.clear()
+                self._root_reads.clear()
             self._failures[key] = (usage, result)
