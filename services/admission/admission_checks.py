@@ -177,7 +177,10 @@ class CheckGate:
                 states.setdefault(name, CheckStatus("Pending", "", datetime.now(UTC)))
 
     def checks_for(self, cluster_queue: str, assignments: Iterable[FlavorAssignment]) -> list[str]:
-        return applicable_checks(self.rules.get(cluster_queue, ()), assignments)
+        rules = self.rules.get(cluster_queue)
+        if not rules:  # most ClusterQueues have no checks: no flavor set to build
+            return []
+        return applicable_checks(rules, assignments)
 
     def problem(self, cluster_queue: str) -> tuple[str, str] | None:
         return check_problem(self.rules.get(cluster_queue, ()), self.checks)
