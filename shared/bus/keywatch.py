@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from datetime import UTC, datetime
+from typing import NamedTuple
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -22,7 +24,7 @@ from nats.js.kv import KeyValue
 from shared.bus.buckets import Bucket
 from shared.logging import get_logger
 
-__all__ = ["WATCH_HEARTBEAT_S", "KeyWatch"]
+__all__ = ["WATCH_HEARTBEAT_S", "KeyWatch", "Position", "position"]
 
 log = get_logger("bus")
 
@@ -38,6 +40,35 @@ WATCH_API_TIMEOUT_S = 1.0
 KV_OPERATION = "KV-Operation"
 MARKER_REASON = "Nats-Marker-Reason"  # nats-server 2.11+: an expiry marker's operation
 MARKER_OPERATIONS = {"MaxAge": "PURGE", "Purge": "PURGE", "Remove": "DEL"}
+
+
+class Position(NamedTuple):
+    """Where a delivered message stands: what a watch reads of nats-py's ``Msg.metadata``."""
+
+    consumer: int  # the consumer's sequence (a gap: a message lost on the way)
+    stream: int  # the stream's sequence: the key's revision
+    pending: int  # messages still to come
+    nanos: int  # when it was stored, ns since the epoch
+
+
+def position(reply: str) -> Position:
+    """A JetStream message's :class:`Position` from its ack reply subject, read as
+    ``Msg.metadata`` reads it (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer
+    seq>.<ns>.<pending>``, or with a domain and an account hash after ``ACK``: 11 tokens or
+    more), without its two dataclasses and a datetime for every message a watch gets: most
+    are skipped or need no time. Anything else raises ``NotJSMessageError``, as it does."""
+    tokens = reply.split(".")
+    if tokens[0] == "$JS" and len(tokens) > 1 and tokens[1] == "ACK":
+        if len(tokens) == 9:
+            return Position(int(tokens[6]), int(tokens[5]), int(tokens[8]), int(tokens[7]))
+        if len(tokens) >= 11:
+            return Position(int(tokens[8]), int(tokens[7]), int(tokens[10]), int(tokens[9]))
+    raise nats.errors.NotJSMessageError
+
+
+def stored_at(nanos: int) -> datetime:
+    """:attr:`Position.nanos` as the datetime ``Msg.metadata.timestamp`` makes of it."""
+    return datetime.fromtimestamp(nanos / 1_000_000_000.0, UTC)
 
 
 class KeyWatch:
@@ -189,35 +220,35 @@ class KeyWatch:
             else:  # the server ended the consumer (409 Consumer Deleted, say): a new one
                 self._restart_for(f"status {headers.get('Status')}")
             return
-        meta = msg.metadata
-        if meta.sequence.consumer != self._consumer_seq + 1:
+        meta = position(msg.reply)
+        if meta.consumer != self._consumer_seq + 1:
             self._restart_for("gap")  # a message was lost on the way: start after the last
             return
-        self._consumer_seq = meta.sequence.consumer
-        if meta.sequence.stream < self.next_revision:
+        self._consumer_seq = meta.consumer
+        if meta.stream < self.next_revision:
             # Already handed over by the consumer this one replaced.
-            if meta.num_pending == 0:
+            if meta.pending == 0:
                 await self._initial_values_done()
             return
-        self.next_revision = meta.sequence.stream + 1
+        self.next_revision = meta.stream + 1
         operation = headers.get(KV_OPERATION)
         if operation is None and MARKER_REASON in headers:
             operation = MARKER_OPERATIONS.get(headers[MARKER_REASON])
             if operation is None:  # a marker of a kind nats-server may add later: not a key
-                if meta.num_pending == 0:
+                if meta.pending == 0:
                     await self._initial_values_done()
                 return
         entry = KeyValue.Entry(
             bucket=self.bucket.name,
             key=msg.subject[len(self.bucket.prefix) :],
             value=msg.data,
-            revision=meta.sequence.stream,
-            delta=meta.num_pending,
-            created=meta.timestamp,  # type: ignore[arg-type]  # nats-py's own watch does so
+            revision=meta.stream,
+            delta=meta.pending,
+            created=stored_at(meta.nanos),  # type: ignore[arg-type]  # nats-py's own watch does so
             operation=operation,
         )
         await self.queue.put(entry)
-        if meta.num_pending == 0:
+        if meta.pending == 0:
             await self._initial_values_done()
 
     async def _on_control(self, msg: Msg, headers: dict[str, str]) -> None:
