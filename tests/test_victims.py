@@ -873,10 +873,15 @@ def _eager_candidates(
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(worlds(), st.permutations(["bool", "only_own", "own", "other", "queues", "all"]))
-def test_lazy_candidates_answer_as_eager(world: World, questions: list[str]) -> None:
-    """find_candidates filters each ClusterQueue only when a question needs it: whatever the
-    questions and their order, every answer is what filtering every queue at once gives."""
+@given(
+    worlds(),
+    st.permutations(["bool", "only_own", "own", "other", "queues", "all"]),
+    st.booleans(),
+)
+def test_lazy_candidates_answer_as_eager(world: World, questions: list[str], flat: bool) -> None:
+    """find_candidates filters each ClusterQueue only when a question needs it (given one
+    queue's workloads at a time; all at once, in one pass): whatever the questions and their
+    order, every answer is what filtering every queue at once gives."""
     queues, cohorts, running, preemptor, protected, _ = world
     tree = QuotaTree.build(queues, cohorts)
     for w in running:
@@ -891,7 +896,7 @@ def test_lazy_candidates_answer_as_eager(world: World, questions: list[str]) -> 
         tree,
         spec.spec.preemption,
         preemptor,
-        lambda queue: [w for w in running if w.cluster_queue == queue],
+        running if flat else lambda queue: [w for w in running if w.cluster_queue == queue],
         contested,
         lambda w: w.ref.name in protected,
     )

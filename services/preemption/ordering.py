@@ -161,15 +161,16 @@ def find_candidates(
     tree: QuotaTree,
     policy: ClusterQueuePreemption,
     preemptor: Preemptor,
-    running: RunningOf,
+    running: Iterable[Running] | RunningOf,
     contested: frozenset[FlavorResource],
     protected: Callable[[Running], bool] = never,
 ) -> Candidates:
     """Running workloads the preemptor's policy allows it to preempt and that use a contested
     flavor-resource: in its own ClusterQueue as withinClusterQueue allows, in the other
     ClusterQueues of its cohort tree that borrow now (reclaimWithinCohort; re-checked during
-    the simulation) as reclaimWithinCohort allows. ``running`` gives one queue's workloads;
-    each queue is filtered when the search first needs it (``Candidates``)."""
+    the simulation) as reclaimWithinCohort allows. ``running``: every running workload,
+    filtered in one pass, or a function giving one queue's, each queue then filtered when
+    the search first needs it (``Candidates``)."""
     own = preemptor.cluster_queue
     prio = preemptor.priority
     within = policy.within_cluster_queue
@@ -179,17 +180,23 @@ def find_candidates(
     only_lower = reclaim == "LowerPriority"
     queue_time = preemptor.queue_time
     check_protected = protected is not never
+    queues = [own] if own_allowed else []
+    if reclaim != "Never":
+        queues += lenders(tree, own, contested)
+    others = set(queues) - {own}
 
-    def find(queue: str) -> Buckets:
-        is_own = queue == own
+    def sort_in(workloads: Iterable[Running]) -> Buckets:
+        """The allowed ones of ``workloads``, in their buckets."""
         buckets: Buckets = {}
-        for w in running(queue):
+        for w in workloads:
+            queue = w.cluster_queue
+            is_own = queue == own
             if is_own:
-                if w.priority > prio:
+                if not own_allowed or w.priority > prio:
                     continue
                 if w.priority == prio and not (newer_equal and queue_time < w.queue_time):
                     continue
-            elif only_lower and w.priority >= prio:
+            elif queue not in others or (only_lower and w.priority >= prio):
                 continue
             # Any entry counts as use, as Kueue looks at the flavors assigned, not the amounts.
             if contested.isdisjoint(w.usage.keys()):
@@ -204,7 +211,10 @@ def find_candidates(
                 bucket.append(w)
         return buckets
 
-    queues = [own] if own_allowed else []
-    if reclaim != "Never":
-        queues += lenders(tree, own, contested)
-    return Candidates(queues, find)
+    if callable(running):
+        of = running
+        return Candidates(queues, lambda queue: sort_in(of(queue)))
+    everyone: dict[str, Buckets] = {}
+    for key, bucket in sort_in(running).items():
+        everyone.setdefault(key[3], {})[key] = bucket
+    return Candidates(queues, lambda queue: everyone.get(queue, {}))

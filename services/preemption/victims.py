@@ -69,7 +69,7 @@ def find_victims(
         everyone = _everyone(tree, own, running)
         found = hierarchical_victims(tree, policy, preemptor, everyone, contested, protected)
         return SearchResult(tuple(found), _summary(found)) if found else SearchResult((), NO_FIT)
-    candidates = find_candidates(tree, policy, preemptor, _by_queue(running), contested, protected)
+    candidates = find_candidates(tree, policy, preemptor, running, contested, protected)
     if not candidates:
         return SearchResult((), NO_CANDIDATES)
     sim = Simulation(tree, own, preemptor.needs, contested)
@@ -84,16 +84,6 @@ def find_victims(
     if not victims:
         return SearchResult((), NO_FIT)
     return SearchResult(tuple(victims), _summary(victims))
-
-
-def _by_queue(running: Iterable[Running] | RunningOf) -> RunningOf:
-    """One ClusterQueue's running workloads at a time, grouped here if given all at once."""
-    if callable(running):
-        return running
-    groups: dict[str, list[Running]] = {}
-    for w in running:
-        groups.setdefault(w.cluster_queue, []).append(w)
-    return lambda queue: groups.get(queue, ())
 
 
 def _everyone(
