@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from services.admission.queues import MINUS_PRIORITY, order_key
 from services.admission.scheduler import (
     Admission,
     Inadmissible,
@@ -482,6 +483,22 @@ def test_order_priority_then_queue_time_then_uid() -> None:
     assert admitted(s.schedule()) == ["high", "late", "old"]
     positions = {v.ref.name: v.position_in_cluster_queue for v in s.workload_views()}
     assert positions["a-same"] == 0 and positions["b-same"] == 1
+
+
+@pytest.mark.parametrize(
+    ("priority", "why"),
+    [
+        (300, "beyond the ints Python keeps once: the keys share the one negated value"),
+        (-1000, "a negative priority too"),
+        (5, "-5 is an int Python keeps once anyway: the table changes nothing"),
+    ],
+)
+def test_keys_share_their_negated_priority(priority: int, why: str) -> None:
+    first = order_key(priority, 1.0, "uid-a")
+    second = order_key(int(str(priority)), 2.0, "uid-b")  # an equal int, not the same one
+    assert first[MINUS_PRIORITY] == -priority, why
+    assert first[MINUS_PRIORITY] is second[MINUS_PRIORITY], why
+    assert first < second, "still ordered by queue time among equals"
 
 
 def test_strict_fifo_head_blocks_the_queue() -> None:

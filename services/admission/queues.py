@@ -27,7 +27,7 @@ from typing import Final
 import msgspec
 
 from services.admission.flavors import pod_sets_shape
-from services.admission.interning import kept_once
+from services.admission.interning import TABLE_LIMIT, kept_once
 from services.admission.model import QueuedWorkload
 from services.admission.waiting import Rank
 from shared.events import FlavorAssignment
@@ -88,7 +88,21 @@ def order_key(
     if reserved and not nominated:
         return (-1, 0.0, 0, since, uid)
     rank = 2 if nominated else 1 if reserved else 0
-    return (-rank, deadline, -priority, queue_time, uid)
+    return (-rank, deadline, _minus(priority), queue_time, uid)
+
+
+# One int per distinct negated priority, shared by the keys: Python keeps only -5..256 once,
+# and -100 made anew for each of a million keys was 28 bytes each.
+_MINUS: dict[int, int] = {}
+
+
+def _minus(priority: int) -> int:
+    minus = _MINUS.get(priority)
+    if minus is None:
+        if len(_MINUS) >= TABLE_LIMIT:
+            _MINUS.clear()
+        minus = _MINUS[priority] = -priority
+    return minus
 
 
 def standing(key: OrderKey) -> Rank:
