@@ -54,6 +54,17 @@ __all__ = [
 ]
 
 REASON = "AdmissionCheck"  # Kueue's WorkloadEvictedByAdmissionCheck
+# What CheckGate.apply folds (events are never subclassed: exact types).
+_FOLDED = frozenset(
+    {
+        WorkloadAdmitted,
+        AdmissionCheckUpdated,
+        EvictionRequested,
+        WorkloadEvicted,
+        WorkloadFinished,
+        WorkloadDeleted,
+    }
+)
 Verdict = Literal["Ready", "Retry", "Rejected", "Waiting"]
 # (check name, flavors it applies to; empty: every flavor)
 Rule = tuple[str, frozenset[str]]
@@ -189,6 +200,8 @@ class CheckGate:
 
     def apply(self, event: AnyEvent) -> str | None:
         """Fold one event; idempotent. For an answer it does not take, returns why."""
+        if type(event) not in _FOLDED:  # a set lookup before the class patterns below
+            return None
         uid = event.workload.uid
         current = self.waiting.get(uid)
         match event:

@@ -40,6 +40,18 @@ from shared.starvation import (
 
 __all__ = ["AgeingBook", "QueueWaits"]
 
+# What AgeingBook.apply folds (events are never subclassed: exact types).
+_FOLDED = frozenset(
+    {
+        WorkloadSubmitted,
+        WorkloadAdmitted,
+        WorkloadEvicted,
+        PriorityBoosted,
+        WorkloadFinished,
+        WorkloadDeleted,
+    }
+)
+
 
 @dataclass(slots=True)
 class Aged:
@@ -83,6 +95,8 @@ class AgeingBook:
 
     def apply(self, event: AnyEvent) -> None:
         """Fold one event; idempotent."""
+        if type(event) not in _FOLDED:  # a set lookup before the class patterns below
+            return
         uid = event.workload.uid
         match event:
             case WorkloadSubmitted():

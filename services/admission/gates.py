@@ -39,15 +39,18 @@ __all__ = ["Gates"]
 
 log = get_logger("admission.gates")
 
-# The events any gate folds; every other one passes by.
-_FOLDED = (
-    WorkloadAdmitted,
-    WorkloadPodsReady,
-    AdmissionCheckUpdated,
-    EvictionRequested,
-    WorkloadEvicted,
-    WorkloadFinished,
-    WorkloadDeleted,
+# The events any gate folds; every other one passes by. By exact type (events are never
+# subclassed): a set lookup, where isinstance against msgspec classes took ~150 ns a miss.
+_FOLDED = frozenset(
+    {
+        WorkloadAdmitted,
+        WorkloadPodsReady,
+        AdmissionCheckUpdated,
+        EvictionRequested,
+        WorkloadEvicted,
+        WorkloadFinished,
+        WorkloadDeleted,
+    }
 )
 
 
@@ -77,7 +80,7 @@ class Gates:
     def apply(self, event: AnyEvent) -> float | None:
         """Fold one event into the checks, the pods-ready clock and the evictions; for a
         workload's first PodsReady of an admission, returns when it was admitted."""
-        if not isinstance(event, _FOLDED):
+        if type(event) not in _FOLDED:
             return None  # most of the stream (submissions, pending reasons): one check
         admitted_at = self.pods_ready.apply(event)
         ignored = self.checks.apply(event)

@@ -58,6 +58,17 @@ WAIT_FOR_START: Cause = "WaitForStart"
 WAIT_FOR_RECOVERY: Cause = "WaitForRecovery"
 # Kueue's WorkloadEvictedByAdmissionCheck (admission_checks.REASON; that module imports this one).
 CHECK_REASON = "AdmissionCheck"
+# What PodsReadyClock.apply folds (events are never subclassed: exact types).
+_FOLDED = frozenset(
+    {
+        WorkloadAdmitted,
+        WorkloadPodsReady,
+        EvictionRequested,
+        WorkloadEvicted,
+        WorkloadFinished,
+        WorkloadDeleted,
+    }
+)
 
 
 def recovery_seconds(settings: WaitForPodsReady) -> float | None:
@@ -190,6 +201,8 @@ class PodsReadyClock:
     def apply(self, event: AnyEvent) -> float | None:
         """Fold one event; idempotent (a redelivered event finds its work done). For the
         first PodsReady of an admission, returns when it was admitted (its metrics)."""
+        if type(event) not in _FOLDED:  # a set lookup before the class patterns below
+            return None
         uid = event.workload.uid
         current = self.waiting.get(uid)
         match event:
