@@ -5,7 +5,10 @@ Order: evicting first, other ClusterQueues before the preemptor's own, lower pri
 then, where Kueue leaves the choice free, the least recently preempted first
 (``within_priority``), most recently admitted first, then UID. A search usually stops after a
 few candidates out of thousands, so candidates are bucketed by (evicting, own queue,
-priority, queue) while filtering and each bucket is sorted only when the search reaches it.
+priority, queue) while filtering and each bucket is sorted only when the search reaches it;
+and many searches need only the preemptor's own queue and whether any lender has a
+candidate, so each ClusterQueue is filtered only when the search first needs it (the lenders
+themselves come from services/preemption/borrowing.py).
 """
 
 from __future__ import annotations
