@@ -26,7 +26,8 @@ def tune_gc(environ: Mapping[str, str] | None = None) -> bool:
     workload). At 50,000 almost everything is freed by its reference count before a
     collection looks at it, and fewer survivors reach the full collections. The cost: cyclic
     garbage waits longer, at most some hundreds of thousands of objects (tens of MB), before it
-    is freed; the benchmarks print peak RSS, and the README's bench rows state both ways."""
+    is freed; the benchmarks print peak RSS, and docs/kueue-benchmark.md ("What each change
+    saved") states both ways."""
     env = os.environ if environ is None else environ
     value = env.get(GC_VARIABLE, "1")
     if value not in ("0", "1"):
