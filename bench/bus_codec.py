@@ -43,7 +43,7 @@ from shared.events import (
     encode_event,
     new_event_id,
 )
-from shared.fencing import Fence, screen
+from shared.fencing import Fence
 from shared.logging import configure_logging, get_logger
 
 
@@ -79,7 +79,7 @@ def screen_us(events: int, repeat: int) -> None:
     best = float("inf")
     for _ in range(repeat):
         started = time.process_time()
-        screen(fence, batch)
+        fence.screen(batch)
         best = min(best, time.process_time() - started)
     print(f"{'screen a batch (fence)':<44} {best / events * 1e6:7.2f} µs/event")
 

@@ -7,7 +7,7 @@ each new holder gets a higher term, publishes a ``LeaderElected`` marker with it
 stand: those of the role's current leader, and those its predecessors published before the
 marker that deposed them.
 
-The Bus applies it to every consumer in its decode path (:func:`screen`), so no handler ever
+The Bus applies it to every consumer in its decode path (:meth:`Fence.screen`), so no handler ever
 sees a void event or a marker.
 """
 
@@ -29,7 +29,6 @@ __all__ = [
     "Fence",
     "Verdict",
     "fenced_log",
-    "screen",
 ]
 
 log = get_logger("fence")
@@ -89,32 +88,32 @@ class Fence:
             return Verdict.VOID
         return Verdict.KEEP
 
-
-def screen(fence: Fence, events: list[AnyEvent]) -> list[AnyEvent]:
-    """The events of a batch that stand; a void one is logged (``fenced``) and counted."""
-    kept: list[AnyEvent] = []
-    terms = fence._terms
-    for event in events:
-        # At or above its source's current term, an event other than a marker stands
-        # whatever its source (the rule: Fence.judge); the rest is judged in full.
-        if event.term >= terms.get(event.source, 0) and type(event) is not LeaderElected:
-            kept.append(event)
-            continue
-        verdict = fence.judge(event)
-        if verdict is Verdict.KEEP:
-            kept.append(event)
-        elif verdict is Verdict.VOID:
-            FENCED.labels(source=event.source).inc()
-            log.warning(
-                "fenced",
-                workload=event.workload.key,
-                kind=type(event).__name__,
-                event_id=event.id,
-                source=event.source,
-                term=event.term,
-                current_term=fence.term(event.source),
-            )
-    return kept
+    def screen(self, events: list[AnyEvent]) -> list[AnyEvent]:
+        """The events of a batch that stand, by :meth:`judge`'s rule; a void one is logged
+        (``fenced``) and counted. An event other than a marker at or above its source's
+        current term stands whatever its source, so it is kept here without a call to
+        :meth:`judge`; the rest is judged in full."""
+        kept: list[AnyEvent] = []
+        terms = self._terms
+        for event in events:
+            if event.term >= terms.get(event.source, 0) and type(event) is not LeaderElected:
+                kept.append(event)
+                continue
+            verdict = self.judge(event)
+            if verdict is Verdict.KEEP:
+                kept.append(event)
+            elif verdict is Verdict.VOID:
+                FENCED.labels(source=event.source).inc()
+                log.warning(
+                    "fenced",
+                    workload=event.workload.key,
+                    kind=type(event).__name__,
+                    event_id=event.id,
+                    source=event.source,
+                    term=event.term,
+                    current_term=self.term(event.source),
+                )
+        return kept
 
 
 def fenced_log(events: Iterable[AnyEvent]) -> list[AnyEvent]:

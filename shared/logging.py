@@ -36,7 +36,7 @@ def _processors() -> list[Any]:
 def _exception_rendered(logger: Any, method: str, event_dict: EventDict) -> EventDict:
     """structlog's ``format_exc_info``, called only for a line that carries ``exc_info``
     (``log.exception``, a library's record with a traceback): it leaves any other line as it
-    is, after working out that there is nothing to render (a tenth of a line's cost)."""
+    is, without the work of finding there is nothing to render."""
     if "exc_info" in event_dict:
         return structlog.processors.format_exc_info(logger, method, event_dict)
     return event_dict
@@ -46,9 +46,9 @@ class UtcStamper:
     """The ``timestamp`` of a line, exactly as structlog's ``TimeStamper(fmt="iso",
     utc=True)`` writes it (``2026-01-02T03:04:05.123456Z``; at a whole second
     ``2026-01-02T03:04:05Z``, as ``datetime.isoformat`` has it), with the date and time up
-    to the second formatted once per second, not for every line: a datetime, its isoformat
-    and a replace were a third of a line's cost, and the busiest services log a line per
-    decision. The clock is the system clock in ns, floored to µs as ``datetime.now``."""
+    to the second formatted once per second, not for every line (a datetime, its isoformat
+    and a replace per line), since the busiest services log a line per decision. The clock
+    is the system clock in ns, floored to µs as ``datetime.now``."""
 
     def __init__(self, clock: Callable[[], int] = time.time_ns) -> None:
         self.clock = clock

@@ -28,6 +28,11 @@ READY_CASES = [
     ([(True, 3, 0.0), (True, 0, 0.1)], [False, True], "its last change arrived: take it"),
     ([(True, 3, 0.0), (True, 3, 1.0)], [False, True], "waited the limit: decide anyway"),
     (
+        [(True, 3, 0.0), (True, 3, 1.2), (True, 3, 1.3), (True, 3, 2.3)],
+        [False, True, False, True],
+        "a burst longer than the limit: one pass per limit, the wait counted from the last",
+    ),
+    (
         [(True, 3, 0.0), (True, 0, 0.5), (True, 3, 1.2)],
         [False, True, False],
         "a new burst waits its own limit, counted from its own start",

@@ -19,7 +19,7 @@ from shared.events import (
     WorkloadSubmitted,
     now,
 )
-from shared.fencing import FENCED, Fence, Verdict, fenced_log, screen
+from shared.fencing import FENCED, Fence, Verdict, fenced_log
 from tests.conftest import bus_auth
 
 KEEP, MARKER, VOID = Verdict.KEEP, Verdict.MARKER, Verdict.VOID
@@ -115,7 +115,7 @@ def test_screen_keeps_what_the_rule_keeps(
     """``screen`` (which decides the plain case without a call to judge) keeps exactly the
     events the rule keeps, and leaves its fence where judging each would."""
     fence, judged = Fence(), Fence()
-    kept = screen(fence, events)
+    kept = fence.screen(events)
     assert kept == [e for e, v in zip(events, verdicts, strict=True) if v is KEEP], reason
     for e in events:
         judged.judge(e)

@@ -33,11 +33,15 @@ class ConfigSettling:
 
     def ready(self, now: float) -> bool:
         """Yes when the config has not changed, or its change is complete (``behind`` 0), or
-        the change has waited ``limit_s`` for the rest of its burst (monotonic ``now``);
-        no while more of the burst is on its way."""
+        the change has waited ``limit_s`` for the rest of its burst (monotonic ``now``); no
+        while more of the burst is on its way. A burst longer than the limit lets one pass
+        through per ``limit_s``, each wait counted from the last pass let through."""
         if not self.config.changed.is_set() or self.config.behind <= 0:
             self._since = None
             return True
         if self._since is None:
             self._since = now
-        return now - self._since >= self.limit_s
+        if now - self._since >= self.limit_s:
+            self._since = now  # a burst longer than the limit: one pass per limit, not each
+            return True
+        return False

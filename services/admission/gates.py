@@ -40,7 +40,7 @@ __all__ = ["Gates"]
 log = get_logger("admission.gates")
 
 # The events any gate folds; every other one passes by. By exact type (events are never
-# subclassed): a set lookup, where isinstance against msgspec classes took ~150 ns a miss.
+# subclassed): a set lookup is cheaper than isinstance misses against msgspec classes.
 _FOLDED = frozenset(
     {
         WorkloadAdmitted,

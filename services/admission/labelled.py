@@ -2,18 +2,18 @@
 for the admission hot path.
 
 ``metric.labels(...)`` checks its arguments, stringifies them and takes the metric's lock on
-every call; admission counts several series per admission and per pods-ready report, so at
-tens of thousands of workloads that was a tenth of its CPU. A child, once made, is the same
+every call; admission counts several series per admission and per pods-ready report, so the
+calls add up to a share of its CPU that grows with the workloads. A child, once made, is the same
 object for as long as the metric holds it, so :class:`Children` keeps it and hands it back.
 The metric still holds every series it ever had: keeping or dropping a child here changes
 no sample, only whether the next call looks it up again.
 
 A histogram child of prometheus_client holds a lock and a float object per bucket, and makes
-them (with each bucket's text) when first labelled: for a thousand ClusterQueues and
-LocalQueues, eight wait-time histograms each, that was 0.4 s of admission's start and
-every observation took a lock and walked the buckets. :class:`LightHistogram` keeps a plain
-list of counts and finds the bucket by bisection; its samples are the same. Admission counts
-and serves metrics on one thread (the event loop), so no lock is needed.
+them (with each bucket's text) when first labelled, which is slow for a thousand
+ClusterQueues and LocalQueues with eight wait-time histograms each; and every observation
+takes a lock and walks the buckets. :class:`LightHistogram` keeps a plain list of counts
+and finds the bucket by bisection; its samples are the same. Admission counts and serves
+metrics on one thread (the event loop), so no lock is needed.
 """
 
 from __future__ import annotations

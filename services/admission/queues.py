@@ -27,7 +27,7 @@ from typing import Final
 import msgspec
 
 from services.admission.flavors import pod_sets_shape
-from services.admission.interning import TABLE_LIMIT, kept_once
+from services.admission.interning import kept_once
 from services.admission.model import QueuedWorkload
 from services.admission.waiting import Rank
 from shared.events import FlavorAssignment
@@ -92,16 +92,14 @@ def order_key(
 
 
 # One int per distinct negated priority, shared by the keys: Python keeps only -5..256 once,
-# and -100 made anew for each of a million keys was 28 bytes each.
+# and an int made anew for each key is 28 bytes of it.
 _MINUS: dict[int, int] = {}
 
 
 def _minus(priority: int) -> int:
-    minus = _MINUS.get(priority)
+    minus = _MINUS.get(priority)  # the hit without kept_once's call: it is every key
     if minus is None:
-        if len(_MINUS) >= TABLE_LIMIT:
-            _MINUS.clear()
-        minus = _MINUS[priority] = -priority
+        minus = kept_once(_MINUS, priority, lambda: -priority)
     return minus
 
 
@@ -129,7 +127,7 @@ class Record(msgspec.Struct, gc=False, eq=False):
     parked: bool = False
     emitted: tuple[str, str, bool] | None = None  # last (reason, message, may_help)
     generation: int = 0
-    # Empty and shared until admitted (a list per pending record was 72 bytes of a million).
+    # Empty and shared until admitted: no list of its own per pending record.
     assignments: Sequence[FlavorAssignment] = ()
     usage: dict[FlavorResource, int] | None = None
     placeholder: bool = False  # restored admission whose submit has not been seen yet

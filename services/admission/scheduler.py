@@ -109,7 +109,7 @@ class Scheduler(Placement):
             record.placeholder = True
             self._records[ref.uid] = record
         if record.state == ADMITTED:
-            if record.cq == cluster_queue and record.assignments == assignments:
+            if record.cq == cluster_queue and list(record.assignments) == list(assignments):
                 if generation is not None:
                     record.generation = max(record.generation, generation)
                 return

@@ -171,8 +171,8 @@ class AdmissionService:
             record = self.records.get(ref.uid)
             if ready_since is not None and record is not None and self.deciding:
                 self._pods_ready(record, event.time.timestamp(), ready_since)
-            kind = type(event)  # set lookups: an isinstance miss costs ~150 ns, every event
-            if type(event) is WorkloadPodsReady and record is not None:
+            kind = type(event)  # set lookups, cheaper than isinstance misses on every event
+            if type(event) is WorkloadPodsReady and record is not None:  # narrows for mypy
                 record.on_pods_ready(event)  # Kueue's PodsReady condition
             self.activity.echoed(event)
             if kind in _LEFT:

@@ -7,6 +7,7 @@ books is refused here, with one log line and a count, and never reaches the sche
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.admission import metrics
@@ -94,6 +95,11 @@ def _pod_set(name: str) -> str:
     return f"pod set {show(name)}"
 
 
+def _unassigned(resource: str, amount: int, flavors: Mapping[str, str]) -> bool:
+    """A resource used without a valid flavor assigned to it."""
+    return bool(amount) and (resource not in flavors or name_problem(flavors[resource]) is not None)
+
+
 def _assignments_refusal(assignments: list[FlavorAssignment]) -> Refusal | None:
     for assignment in assignments:
         if assignment.count < 0:
@@ -106,12 +112,8 @@ def _assignments_refusal(assignments: list[FlavorAssignment]) -> Refusal | None:
         if bad is not None:
             return Refusal(bad[0], f"{_assignment(assignment)} usage: {bad[1]}")
         for resource, amount in usage.items():
-            if amount and (resource not in flavors or name_problem(flavors[resource]) is not None):
-                unassigned = sorted(
-                    r
-                    for r, amount in usage.items()
-                    if amount and (r not in flavors or name_problem(flavors[r]) is not None)
-                )
+            if _unassigned(resource, amount, flavors):
+                unassigned = sorted(r for r, a in usage.items() if _unassigned(r, a, flavors))
                 return Refusal(
                     "invalid_flavor",
                     f"{_assignment(assignment)}: no valid flavor for {unassigned}",

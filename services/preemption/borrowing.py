@@ -2,9 +2,9 @@
 (Kueue reclaims within the cohort only from ClusterQueues borrowing in a contested
 flavor-resource).
 
-Asked of every ClusterQueue of the cohort per search, it was most of preemption's CPU on the
-Kueue benchmark (cohorts of 100 queues, most searches finding nobody to reclaim from). A
-``BorrowingTree`` answers it from an index it keeps as usage changes instead. Pure: no I/O.
+Asked of every ClusterQueue of the cohort per search, it costs in proportion to the cohort's
+size on every search, most of which find nobody to reclaim from. A ``BorrowingTree`` answers it
+from an index it keeps as usage changes instead. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from shared.bus.pulling import (
 )
 from shared.bus.settings import JS_API_PREFIX, STREAM
 from shared.events import AnyEvent
-from shared.fencing import MARKER_PREFIX, Fence, screen
+from shared.fencing import MARKER_PREFIX, Fence
 from shared.logging import get_logger
 
 __all__ = ["HANDLER_ATTEMPTS", "MESSAGES_READ", "Consuming", "Handler", "Settling"]
@@ -224,7 +224,7 @@ class Consuming(Connection):
     ) -> list[AnyEvent]:
         """The events of a batch, kept to the subjects this consumer keeps here (if it does),
         that pass its fence."""
-        return screen(self.fence(subscription), self._unscreened(subscription, messages))
+        return self.fence(subscription).screen(self._unscreened(subscription, messages))
 
     def _unscreened(
         self, subscription: JetStreamContext.PullSubscription, messages: Sequence[Msg]
@@ -317,7 +317,7 @@ class Consuming(Connection):
         """Screen one piece of a take, hand it to the handler and what it left settling to
         the acker (with ``last``, the message that acks the take, on its last piece); False
         if the loop must end (stopped, or acking failed)."""
-        events = screen(self.fence(subscription), chunk)
+        events = self.fence(subscription).screen(chunk)
         if self.acting is not None and not await acting_again(self.acting, stopping):
             return False  # stopped while its lease was suspended: this batch stays unacked
         handled, settling = await self._handle(events, handler, stopping=stopping)
@@ -465,7 +465,7 @@ class Consuming(Connection):
             messages = await pump.take(None, wait=wait)
             pump.held.extend(handling_chunks(self._unscreened(subscription, messages)))
             await self._past_unbatched(subscription, messages)
-        return screen(self.fence(subscription), pump.held.popleft())
+        return self.fence(subscription).screen(pump.held.popleft())
 
     async def batches(
         self,

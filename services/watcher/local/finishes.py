@@ -10,6 +10,7 @@ is up are reported in pipelined rounds, many at once.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Coroutine
 from typing import Any
 
@@ -150,8 +151,8 @@ class Finishes:
         )
         await self.store.settle(writes)
         phases = [phase_of(code) for _, _, _, code, _ in finishes]
-        for phase in set(phases):
-            metrics.FINISHED.labels(result=phase).inc(phases.count(phase))
+        for phase, count in Counter(phases).items():
+            metrics.FINISHED.labels(result=phase).inc(count)
         for (_, ref, gen, code, _), phase in zip(finishes, phases, strict=True):
             log.info(
                 "workload_finished",
