@@ -308,6 +308,9 @@ def simulate_with_preemption(
                 for key in sorted(reps, key=lambda k: -k[0]):
                     i = reps[key]
                     klass = plans[i].klass
+                    of_queue: dict[str, list[Running]] = defaultdict(list)
+                    for w in running[cohort].values():
+                        of_queue[w.cluster_queue].append(w)
                     result = find_victims(
                         tree=scheduler.quota,
                         cluster_queues=cluster_queues,
@@ -318,7 +321,7 @@ def simulate_with_preemption(
                             queue_time=created[i],
                             needs={flavor_resource: klass.request_cpu * 1000},
                         ),
-                        running=list(running[cohort].values()),
+                        running=of_queue.__getitem__,  # one queue's runs (a miss: an empty list)
                     )
                     if not result.victims:
                         continue

@@ -16,10 +16,10 @@ import statistics
 import time
 from typing import Any
 
+from services.preemption.borrowing import BorrowingTree
 from services.preemption.victims import Preemptor, Running, find_victims
 from shared.config import ClusterQueue, FairSharingSettings, parse_object
 from shared.events import WorkloadRef
-from shared.quota import QuotaTree
 
 V1 = "kueue.x-k8s.io/v1beta1"
 QUEUES = 10
@@ -80,7 +80,7 @@ def build_queues() -> list[ClusterQueue]:
 def main() -> None:
     rng = random.Random(42)
     queues = build_queues()
-    tree = QuotaTree.build(queues, [])
+    tree = BorrowingTree.build(queues, [])  # preemption's own tree (services/preemption/cluster.py)
     running: list[Running] = []
     # Uneven load: low-numbered queues borrow from high-numbered ones.
     weights = [QUEUES - i for i in range(QUEUES)]
@@ -107,6 +107,10 @@ def main() -> None:
             )
         )
     specs = {q.metadata.name: q for q in queues}
+    # The service's form: one ClusterQueue's runs at a time (Cluster.choosable).
+    by_queue: dict[str, list[Running]] = {}
+    for w in running:
+        by_queue.setdefault(w.cluster_queue, []).append(w)
     for label, fair in (("classical", None), ("fair sharing", FairSharingSettings(enable=True))):
         times: list[float] = []
         found = 0
@@ -131,7 +135,7 @@ def main() -> None:
                 tree=tree,
                 cluster_queues=specs,
                 preemptor=preemptor,
-                running=running,
+                running=lambda q: by_queue.get(q, ()),
                 fair_sharing=fair,
             )
             times.append((time.perf_counter() - start) * 1000)

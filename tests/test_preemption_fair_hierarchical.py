@@ -14,7 +14,7 @@ from services.preemption.model import Running
 from services.preemption.victims import find_victims
 from shared.config import ClusterQueue, Cohort, FairSharingSettings, parse_object
 from shared.quota import QuotaTree
-from tests.test_victims import cq, run, snapshot, victims_of, wants
+from tests.test_victims import by_queue, cq, run, snapshot, victims_of, wants
 
 D = "default/cpu"
 FAIR = FairSharingSettings(enable=True)
@@ -161,7 +161,7 @@ def test_kueue_hierarchical_fair_preemption(name: str) -> None:
         tree=tree,
         cluster_queues={q.metadata.name: q for q in case.queues},
         preemptor=wants(queue, priority, {D: cpus}),
-        running=case.running,
+        running=by_queue(case.running),
         fair_sharing=case.fair,
         cohorts={c.metadata.name: c for c in case.cohorts},
     )

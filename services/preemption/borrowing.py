@@ -2,9 +2,9 @@
 (Kueue reclaims within the cohort only from ClusterQueues borrowing in a contested
 flavor-resource).
 
-Asked of every ClusterQueue of the cohort per search, it costs in proportion to the cohort's
-size on every search, most of which find nobody to reclaim from. A ``BorrowingTree`` answers it
-from an index it keeps as usage changes instead. Pure: no I/O.
+Asking it of every ClusterQueue of the cohort costs each search in proportion to the cohort's
+size, though most searches find nobody to reclaim from. A ``BorrowingTree`` answers it from an
+index it keeps as usage changes instead. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -164,16 +164,15 @@ def find_candidates(
     tree: QuotaTree,
     policy: ClusterQueuePreemption,
     preemptor: Preemptor,
-    running: Iterable[Running] | RunningOf,
+    running: RunningOf,
     contested: frozenset[FlavorResource],
     protected: Callable[[Running], bool] = never,
 ) -> Candidates:
     """Running workloads the preemptor's policy allows it to preempt and that use a contested
     flavor-resource: in its own ClusterQueue as withinClusterQueue allows, in the other
     ClusterQueues of its cohort tree that borrow now (reclaimWithinCohort; re-checked during
-    the simulation) as reclaimWithinCohort allows. ``running``: every running workload,
-    filtered in one pass, or a function giving one queue's, each queue then filtered when
-    the search first needs it (``Candidates``)."""
+    the simulation) as reclaimWithinCohort allows. ``running`` gives one queue's running
+    workloads; each queue is filtered when the search first needs it (``Candidates``)."""
     own = preemptor.cluster_queue
     prio = preemptor.priority
     within = policy.within_cluster_queue
@@ -214,10 +213,4 @@ def find_candidates(
                 bucket.append(w)
         return buckets
 
-    if callable(running):
-        of = running
-        return Candidates(queues, lambda queue: sort_in(of(queue)))
-    everyone: dict[str, Buckets] = {}
-    for key, bucket in sort_in(running).items():
-        everyone.setdefault(key[3], {})[key] = bucket
-    return Candidates(queues, lambda queue: everyone.get(queue, {}))
+    return Candidates(queues, lambda queue: sort_in(running(queue)))

@@ -43,7 +43,7 @@ def find_victims(
     tree: QuotaTree,
     cluster_queues: Mapping[str, ClusterQueue],
     preemptor: Preemptor,
-    running: Iterable[Running] | RunningOf,
+    running: RunningOf,
     protected: Callable[[Running], bool] = never,
     fair_sharing: FairSharingSettings | None = None,
     cohorts: Mapping[str, Cohort] | None = None,
@@ -51,8 +51,8 @@ def find_victims(
     """The workloads to evict so that ``preemptor`` fits, each with its Preempted reason.
 
     ``tree`` holds the usage of every running workload (evicting ones included); it is used
-    for the simulation and left exactly as it was. ``running``: every running workload, or a
-    function giving one ClusterQueue's, so that a search reads only the queues it needs.
+    for the simulation and left exactly as it was. ``running`` gives one ClusterQueue's running
+    workloads, so that a search reads only the queues it needs.
     """
     own = preemptor.cluster_queue
     node = tree.cluster_queues.get(own)
@@ -86,12 +86,8 @@ def find_victims(
     return SearchResult(tuple(victims), _summary(victims))
 
 
-def _everyone(
-    tree: QuotaTree, own: str, running: Iterable[Running] | RunningOf
-) -> Iterable[Running]:
+def _everyone(tree: QuotaTree, own: str, running: RunningOf) -> Iterable[Running]:
     """Every running workload of the preemptor's cohort tree (all the search may look at)."""
-    if not callable(running):
-        return running
     return chain.from_iterable(running(q) for q in (own, *cohort_members(tree, own)))
 
 
