@@ -29,7 +29,10 @@ async def test_the_benchmark_counts_add_up(tmp_path: Path) -> None:
     assert requests["create", "workloads"] == requests["patch", "workloads/status"] == 50
     assert figures.limited == 100
     assert requests["patch", "jobs"] == 50
-    assert requests["create", "events"] == figures.events_sent <= 100
+    # the recorder sends one Event at a time; the one in flight when the run stopped reached
+    # the server but was never counted as sent
+    assert requests["create", "events"] - figures.events_sent in (0, 1)
+    assert requests["create", "events"] <= 100
     assert figures.events_dropped == 0
     assert all(lag > 0 for lag in figures.lags)
     assert "50 of 50" in render(figures)

@@ -104,4 +104,4 @@ def test_cluster_node_config_authenticates_routes() -> None:
     assert f'authorization {{ user: "route", password: "{ROUTE_PASSWORD}" }}' in config
     assert f'"nats-route://route:{ROUTE_PASSWORD}@127.0.0.1:6002"' in config
     assert f'"nats-route://route:{ROUTE_PASSWORD}@127.0.0.1:6003"' in config
-    assert "6001@" not in config  # a node does not route to itself
+    assert "@127.0.0.1:6001" not in config  # a node does not route to itself
