@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import hashlib
 import logging
 import random
 import sys
@@ -111,6 +112,8 @@ class _Timed:
         self.schedule = schedule
         self.last = self.last_cpu = 0.0
         self.decisions = 0
+        # Every decision of every pass, in order: the same decisions give the same digest.
+        self.digest = hashlib.sha256()
         # The admissions of the last pass (the service keeps no decision once it has
         # published it, so neither does the bench: the memory figures count the service).
         self.admitted: list[Admission] = []
@@ -121,6 +124,8 @@ class _Timed:
         self.last = time.perf_counter() - started
         self.last_cpu = time.process_time() - cpu  # this process's CPU: less hurt by load
         self.decisions = len(decisions)
+        for decision in decisions:
+            self.digest.update(ENCODER.encode(decision))
         self.admitted = [d for d in decisions if isinstance(d, Admission)]
         return decisions
 
@@ -209,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         f" over 20 (target <= {STEADY_GOAL_MS:g} ms: {verdict(steady_mean <= STEADY_GOAL_MS)});"
         f" CPU mean {sum(steady_cpu) / len(steady_cpu):.0f} ms"
     )
+    print(f"decisions digest:               {timed.digest.hexdigest()[:12]} (every pass, in order)")
     print(
         f"garbage collector:              threshold {gc.get_threshold()}"
         f" ({GC_VARIABLE}={int(gc_tuned)}: {'tuned' if gc_tuned else 'Python defaults'})"
