@@ -464,8 +464,7 @@ def subject_for(event: Event) -> str:
     tail = f"{subject_token(ref.namespace)}.{subject_token(ref.name)}"
     if family == "cq":
         queue = subject_token(getattr(event, "cluster_queue", ""))
-        if isinstance(event, WorkloadAdmitted) and event.reserved_only:
-            verb = "reserved"  # not for the watcher: it waits for its admission checks
+        verb = subject_family_of(event).removeprefix("cq.*.")  # "reserved" or its own verb
         return f"{SUBJECT_ROOT}.cq.{queue}.{verb}.{tail}"
     if isinstance(event, AdmissionCheckUpdated):
         return f"{SUBJECT_ROOT}.check.{subject_token(event.check)}.{tail}"
@@ -479,7 +478,8 @@ def subject_for(event: Event) -> str:
 def subject_family_of(event: Event) -> str:
     """``shared.subjects.subject_family`` of :func:`subject_for` (``cq.*.admitted``) from the
     type alone, no subject built: what a batch's events are checked against and counted by.
-    An admission that only reserves quota (``reserved_only``) is ``cq.*.reserved``."""
+    An admission that only reserves quota (``reserved_only``) is ``cq.*.reserved``, not
+    ``admitted``: the watcher does not read it, the workload waits for its admission checks."""
     if type(event) is WorkloadAdmitted and event.reserved_only:
         return "cq.*.reserved"
     return _FAMILIES[type(event)]
