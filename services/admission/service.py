@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 
 from nats.js import JetStreamContext
 
@@ -33,6 +32,7 @@ from services.admission.activation import Activity, queued
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
 from services.admission.config_settling import ConfigSettling
+from services.admission.decisions import PENDING_MESSAGE_INTERVAL_S, Decisions, log_pending
 from services.admission.evictions import deactivation as deactivate
 from services.admission.evictions import eviction as evict
 from services.admission.exec_time import DEACTIVATION as EXEC_DEACTIVATION
@@ -40,7 +40,7 @@ from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
 from services.admission.interning import Interner
 from services.admission.pending_throttle import PendingThrottle
-from services.admission.scheduler import Admission, Inadmissible, Scheduler
+from services.admission.scheduler import Admission, Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.bus import BusError
 from shared.config import ClusterQueue, LocalQueue
@@ -48,7 +48,6 @@ from shared.config_mirror import ConfigMirror
 from shared.events import (
     STATE_SUBJECTS,
     AnyEvent,
-    ContestedResource,
     Event,
     EvictionRequested,
     PriorityBoosted,
@@ -69,13 +68,6 @@ from shared.service import Runtime
 __all__ = ["AdmissionService"]
 
 log = get_logger("admission")
-
-# The contested resources of a pending report that has none: one list, never written (a
-# pass can report half a million pending workloads; each would have had its own empty list).
-_NONE_CONTESTED: list[ContestedResource] = []
-
-# A pending workload's message alone (its numbers) is republished at most this often.
-PENDING_MESSAGE_INTERVAL_S = 1.0
 
 # What the fold reads: a replay and a standby are sent all of it, the deciding leader all but
 # its own admissions and reservations (only admission publishes on these two subjects).
@@ -105,6 +97,9 @@ class AdmissionService:
         self.activity = Activity(self.gates, self.limits)
         self.deciding = False  # this replica leads and its fold has passed its marker
         self.settling = ConfigSettling(self.config)  # a config burst is taken whole
+        self.decisions = Decisions(  # what a pass's decisions become (decisions.py)
+            self.scheduler, self.records, self.gates, self.limits, self.pending_throttle
+        )
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -154,7 +149,7 @@ class AdmissionService:
             held = self.pending_throttle.due(time.monotonic())
             if held:
                 for pending in held:
-                    _log_pending(pending)
+                    log_pending(pending)
                 await self.bus.publish_many(held)
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
@@ -403,78 +398,7 @@ class AdmissionService:
         drains += self.activity.due(self.records, self.scheduler)
         if not decisions and not drains:
             return
-        outgoing: list[Event] = drains
-        now = time.monotonic()
-        wall = time.time()  # queue times and deadlines are epoch seconds
-        decided_at = datetime.now(UTC)  # one moment for the pass's pending reports
-        for decision in decisions:
-            record = self.records.get(decision.ref.uid)
-            if isinstance(decision, Admission):
-                self.pending_throttle.forget(decision.ref.uid)
-                generation = self.scheduler.generation(decision.ref)
-                event = WorkloadAdmitted(
-                    id=f"admitted-{decision.ref.uid}-{generation}",
-                    source="admission",
-                    workload=decision.ref,
-                    cluster_queue=decision.cluster_queue,
-                    local_queue=decision.local_queue,
-                    # With its ageing boost: a recovered job is not the first victim again.
-                    priority=self.scheduler.effective_priority(decision.ref),
-                    assignments=decision.assignments,
-                    generation=generation,
-                )
-                event = self.gates.reserve(event)  # waits for its admission checks, if any
-                if record is not None:
-                    record.on_admitted(event)
-                self.limits.admitted(decision.ref.uid, event.time.timestamp())
-                waited = max(0.0, wall - decision.queue_time)
-                late = None if decision.due is None else max(0.0, wall - decision.due)
-                metrics.admitted(
-                    cluster_queue=decision.cluster_queue,
-                    namespace=decision.ref.namespace,
-                    local_queue=decision.local_queue,
-                    waited=waited,
-                    late=bool(late),
-                    reserved_only=event.reserved_only,
-                )
-                log.info(
-                    "reserved" if event.reserved_only else "admitted",
-                    workload=decision.ref.key,
-                    queue=decision.cluster_queue,
-                    reason="fits",
-                    priority=decision.priority,
-                    generation=generation,
-                    waited_s=round(waited, 3),
-                    **(
-                        {}
-                        if decision.weighted_share is None
-                        else {"weighted_share": decision.weighted_share}
-                    ),
-                    **({} if late is None else {"late_s": round(late, 3)}),
-                )
-                outgoing.append(event)
-            elif isinstance(decision, Inadmissible):
-                pending = WorkloadPending(
-                    source="admission",
-                    workload=decision.ref,
-                    cluster_queue=decision.cluster_queue or "_",
-                    reason=decision.reason,
-                    message=decision.message,
-                    priority=self.scheduler.preempting_priority(decision.ref),
-                    preemption_may_help=decision.preemption_may_help,
-                    contested=[
-                        ContestedResource(f, r, amount) for f, r, amount in decision.contested
-                    ]
-                    if decision.contested
-                    else _NONE_CONTESTED,
-                    time=decided_at,
-                )
-                if record is not None:
-                    record.on_pending(pending)  # what `berth get` shows is never held back
-                if self.pending_throttle.offer(pending, now):
-                    _log_pending(pending)
-                    outgoing.append(pending)
-        await self._publish(outgoing)
+        await self._publish(self.decisions.events(decisions, drains))
 
     async def _publish(self, events: list[Event]) -> None:
         """Publish decisions, then fold this replica's admissions and reservations as their
@@ -488,13 +412,3 @@ class AdmissionService:
 def _at(moment: float) -> Callable[[], float]:
     """A clock stopped at ``moment``."""
     return lambda: moment
-
-
-def _log_pending(event: WorkloadPending) -> None:
-    log.info(
-        "pending",
-        workload=event.workload.key,
-        queue=event.cluster_queue,
-        reason=event.reason,
-        message=event.message,
-    )

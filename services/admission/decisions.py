@@ -1,0 +1,142 @@
+"""What a scheduling pass's decisions become: the events the leader publishes.
+
+An :class:`~services.admission.scheduler.Admission` becomes a ``WorkloadAdmitted`` (or a
+reservation, while admission checks are pending), an
+:class:`~services.admission.scheduler.Inadmissible` a ``WorkloadPending``. Each decision is
+applied to the workload's display record, counted and logged (one line per decision:
+workload, queue, reason) before it is published; a pending workload's message is published
+at most once per :data:`PENDING_MESSAGE_INTERVAL_S` (pending_throttle.py).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from services.admission import metrics
+from services.admission.exec_time import ExecutionLimits
+from services.admission.gates import Gates
+from services.admission.model import Admission, Decision, Inadmissible
+from services.admission.pending_throttle import PendingThrottle
+from services.admission.scheduler import Scheduler
+from services.admission.workload_objects import WorkloadRecord
+from shared.events import ContestedResource, Event, WorkloadAdmitted, WorkloadPending
+from shared.logging import get_logger
+
+__all__ = ["PENDING_MESSAGE_INTERVAL_S", "Decisions", "log_pending"]
+
+log = get_logger("admission")
+
+# The contested resources of a pending report that has none: one list, never written (a
+# pass can report half a million pending workloads; each would have had its own empty list).
+_NONE_CONTESTED: list[ContestedResource] = []
+
+# A pending workload's message alone (its numbers) is republished at most this often.
+PENDING_MESSAGE_INTERVAL_S = 1.0
+
+
+class Decisions:
+    """Turns a pass's decisions into the events to publish (the service's parts, shared)."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        records: dict[str, WorkloadRecord],
+        gates: Gates,
+        limits: ExecutionLimits,
+        pending_throttle: PendingThrottle,
+    ) -> None:
+        self.scheduler = scheduler
+        self.records = records
+        self.gates = gates
+        self.limits = limits
+        self.pending_throttle = pending_throttle
+
+    def events(self, decisions: list[Decision], outgoing: list[Event]) -> list[Event]:
+        """Append the events of ``decisions`` to ``outgoing`` and return it."""
+        now = time.monotonic()
+        wall = time.time()  # queue times and deadlines are epoch seconds
+        decided_at = datetime.now(UTC)  # one moment for the pass's pending reports
+        for decision in decisions:
+            record = self.records.get(decision.ref.uid)
+            if isinstance(decision, Admission):
+                outgoing.append(self._admitted(decision, record, wall))
+            elif isinstance(decision, Inadmissible):
+                pending = WorkloadPending(
+                    source="admission",
+                    workload=decision.ref,
+                    cluster_queue=decision.cluster_queue or "_",
+                    reason=decision.reason,
+                    message=decision.message,
+                    priority=self.scheduler.preempting_priority(decision.ref),
+                    preemption_may_help=decision.preemption_may_help,
+                    contested=[
+                        ContestedResource(f, r, amount) for f, r, amount in decision.contested
+                    ]
+                    if decision.contested
+                    else _NONE_CONTESTED,
+                    time=decided_at,
+                )
+                if record is not None:
+                    record.on_pending(pending)  # what `berth get` shows is never held back
+                if self.pending_throttle.offer(pending, now):
+                    log_pending(pending)
+                    outgoing.append(pending)
+        return outgoing
+
+    def _admitted(
+        self, decision: Admission, record: WorkloadRecord | None, wall: float
+    ) -> WorkloadAdmitted:
+        self.pending_throttle.forget(decision.ref.uid)
+        generation = self.scheduler.generation(decision.ref)
+        event = WorkloadAdmitted(
+            id=f"admitted-{decision.ref.uid}-{generation}",
+            source="admission",
+            workload=decision.ref,
+            cluster_queue=decision.cluster_queue,
+            local_queue=decision.local_queue,
+            # With its ageing boost: a recovered job is not the first victim again.
+            priority=self.scheduler.effective_priority(decision.ref),
+            assignments=decision.assignments,
+            generation=generation,
+        )
+        event = self.gates.reserve(event)  # waits for its admission checks, if any
+        if record is not None:
+            record.on_admitted(event)
+        self.limits.admitted(decision.ref.uid, event.time.timestamp())
+        waited = max(0.0, wall - decision.queue_time)
+        late = None if decision.due is None else max(0.0, wall - decision.due)
+        metrics.admitted(
+            cluster_queue=decision.cluster_queue,
+            namespace=decision.ref.namespace,
+            local_queue=decision.local_queue,
+            waited=waited,
+            late=bool(late),
+            reserved_only=event.reserved_only,
+        )
+        log.info(
+            "reserved" if event.reserved_only else "admitted",
+            workload=decision.ref.key,
+            queue=decision.cluster_queue,
+            reason="fits",
+            priority=decision.priority,
+            generation=generation,
+            waited_s=round(waited, 3),
+            **(
+                {}
+                if decision.weighted_share is None
+                else {"weighted_share": decision.weighted_share}
+            ),
+            **({} if late is None else {"late_s": round(late, 3)}),
+        )
+        return event
+
+
+def log_pending(event: WorkloadPending) -> None:
+    log.info(
+        "pending",
+        workload=event.workload.key,
+        queue=event.cluster_queue,
+        reason=event.reason,
+        message=event.message,
+    )
