@@ -17,25 +17,41 @@ from __future__ import annotations
 
 import heapq
 
-from shared.events import WorkloadPending
+import msgspec
+
+from services.admission.interning import kept_once
+from shared.events import WorkloadPending, new_event_id
 
 __all__ = ["PendingThrottle"]
 
 Material = tuple[str, str, bool, tuple[tuple[str, str, int], ...]]
 
+# One tuple per distinct material, shared by the workloads reported alike (a pass reports
+# hundreds of thousands with a few thousand distinct ones).
+_MATERIALS: dict[Material, Material] = {}
+
 
 def _material(event: WorkloadPending) -> Material:
     contested = tuple((c.flavor, c.resource, c.amount) for c in event.contested)
-    return (event.cluster_queue, event.reason, event.preemption_may_help, contested)
+    material = (event.cluster_queue, event.reason, event.preemption_may_help, contested)
+    return kept_once(_MATERIALS, material, lambda: material)
 
 
 class PendingThrottle:
+    """Held reports are kept lean, as a pass can hold half a million: without their event id
+    (a held event is given a new one when it goes out: it was never published with the
+    first), and due in batches, one list of uids per release time, not a heap entry each."""
+
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._published: dict[str, tuple[Material, float]] = {}  # uid -> (what, when)
         # uid -> (newest unpublished event, when it may go out)
         self._held: dict[str, tuple[WorkloadPending, float]] = {}
-        self._due: list[tuple[float, str]] = []  # (when it may go out, uid), a heap
+        # (when they may go out, their uids), a heap; one batch per time (_batches).
+        self._due: list[tuple[float, list[str]]] = []
+        self._batches: dict[float, list[str]] = {}
+        # (now, now + interval): one float for a pass's first reports (NaN equals no now).
+        self._last = (float("nan"), 0.0)
 
     def offer(self, event: WorkloadPending, now: float) -> bool:
         """True: publish ``event`` now. False: it is held, and :meth:`due` will return it."""
@@ -43,7 +59,9 @@ class PendingThrottle:
         material = _material(event)
         last = self._published.get(uid)
         if last is None and not event.preemption_may_help:
-            return self._hold(uid, event, now + self.interval)  # a first report waits
+            if self._last[0] != now:
+                self._last = (now, now + self.interval)
+            return self._hold(uid, event, self._last[1])  # a first report waits
         if last is not None and last[0] == material and now - last[1] < self.interval:
             return self._hold(uid, event, last[1] + self.interval)
         self._published[uid] = (material, now)
@@ -53,24 +71,31 @@ class PendingThrottle:
     def _hold(self, uid: str, event: WorkloadPending, until: float) -> bool:
         held = self._held.get(uid)
         if held is None:
-            heapq.heappush(self._due, (until, uid))
+            batch = self._batches.get(until)
+            if batch is None:
+                batch = self._batches[until] = []
+                heapq.heappush(self._due, (until, batch))
+            batch.append(uid)
         else:
             until = held[1]  # a newer message keeps the time already set
-        self._held[uid] = (event, until)
+        self._held[uid] = (msgspec.structs.replace(event, id=""), until)
         return False
 
     def due(self, now: float) -> list[WorkloadPending]:
-        """Held events whose interval has passed; they count as published now."""
+        """Held events whose interval has passed, each with a new id; they count as
+        published now."""
         ready: list[WorkloadPending] = []
         while self._due and self._due[0][0] <= now:
-            when, uid = heapq.heappop(self._due)
-            held = self._held.get(uid)
-            # An entry left from an earlier hold (published or forgotten since) is stale.
-            if held is None or held[1] != when:
-                continue
-            del self._held[uid]
-            self._published[uid] = (_material(held[0]), now)
-            ready.append(held[0])
+            when, batch = heapq.heappop(self._due)
+            del self._batches[when]
+            for uid in batch:
+                held = self._held.get(uid)
+                # An entry left from an earlier hold (published or forgotten since) is stale.
+                if held is None or held[1] != when:
+                    continue
+                del self._held[uid]
+                self._published[uid] = (_material(held[0]), now)
+                ready.append(msgspec.structs.replace(held[0], id=new_event_id()))
         return ready
 
     def forget(self, uid: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from services.admission.interning import kept_once
 from shared.durations import kube_timestamp
 from shared.events import (
     EvictionRequested,
@@ -32,14 +33,30 @@ _LOST = "At least one pod has failed, waiting for recovery"
 _READY = "All pods reached readiness and the workload is running"
 
 
-class Condition(msgspec.Struct, gc=False):
+class Condition(msgspec.Struct, frozen=True, gc=False):
     status: str
     reason: str
     message: str
     time: datetime
 
 
-_NO_CONDITIONS: dict[str, Condition] = {}  # never written (see WorkloadRecord.conditions)
+Conditions = dict[str, Condition]
+
+_NO_CONDITIONS: Conditions = {}  # never written (see WorkloadRecord.conditions)
+# One dict per distinct lone condition (a pending report: QuotaReserved False with the pass's
+# reason, message and time), shared by every record that has just that one.
+_LONE: dict[tuple[str, Condition], Conditions] = {}
+# The QuotaReserved message per ClusterQueue, one string for all its admissions.
+_RESERVED_IN: dict[str, str] = {}
+
+
+def with_condition(conditions: Conditions, kind: str, condition: Condition) -> Conditions:
+    """``conditions`` with ``kind`` set to ``condition``, as a new dict: a record's dict is
+    never written in place, so one holding a lone condition can be shared with every record
+    that holds the same one (kept once). ``kind`` keeps its place if it was there."""
+    if not conditions or (len(conditions) == 1 and kind in conditions):
+        return kept_once(_LONE, (kind, condition), lambda: {kind: condition})
+    return {**conditions, kind: condition}
 
 
 class WorkloadRecord(msgspec.Struct, gc=False):
@@ -47,9 +64,9 @@ class WorkloadRecord(msgspec.Struct, gc=False):
     tracked by the garbage collector (one per workload; nothing it holds refers back)."""
 
     submitted: WorkloadSubmitted
-    # Shared and empty until a first condition is set (most pending workloads have none):
-    # only _set writes, and it gives the record a dict of its own first.
-    conditions: dict[str, Condition] = msgspec.field(default_factory=lambda: _NO_CONDITIONS)
+    # Shared, never written in place: _set replaces it (with_condition). Empty until a first
+    # condition is set (most pending workloads have none).
+    conditions: Conditions = msgspec.field(default_factory=lambda: _NO_CONDITIONS)
     admission: WorkloadAdmitted | None = None
     requeue_count: int = 0
 
@@ -57,16 +74,17 @@ class WorkloadRecord(msgspec.Struct, gc=False):
         current = self.conditions.get(kind)
         if current is not None and current.status == status:
             time = current.time  # lastTransitionTime moves only on a transition
-        if self.conditions is _NO_CONDITIONS:
-            self.conditions = {}
-        self.conditions[kind] = Condition(status, reason, message, time)
+        self.conditions = with_condition(
+            self.conditions, kind, Condition(status, reason, message, time)
+        )
 
     def on_pending(self, event: WorkloadPending) -> None:
         self._set("QuotaReserved", "False", event.reason, event.message, event.time)
 
     def on_admitted(self, event: WorkloadAdmitted) -> None:
         self.admission = event
-        message = f"Quota reserved in ClusterQueue {event.cluster_queue}"
+        queue = event.cluster_queue
+        message = kept_once(_RESERVED_IN, queue, lambda: f"Quota reserved in ClusterQueue {queue}")
         self._set("QuotaReserved", "True", "QuotaReserved", message, event.time)
         if event.reserved_only:  # Kueue: QuotaReserved, not Admitted until the checks pass
             checks = ", ".join(event.admission_checks)

@@ -1,0 +1,113 @@
+"""services/admission/workload_objects.py: records that report the same lone condition share
+one dict of conditions, and a change to one record never shows in another's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+
+from services.admission.workload_objects import WorkloadRecord, render_workload
+from shared.events import WorkloadPending, WorkloadRef
+from tests.test_kube_status import ADMITTED, SUBMITTED
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def report(uid: str, message: str = "2 more needed", at: datetime = AT) -> WorkloadPending:
+    return WorkloadPending(
+        source="admission",
+        workload=WorkloadRef("ns", uid, uid),
+        cluster_queue="cq",
+        reason="Pending",
+        message=message,
+        time=at,
+    )
+
+
+def record(uid: str) -> WorkloadRecord:
+    ref = WorkloadRef("ns", uid, uid)
+    return WorkloadRecord(submitted=msgspec.structs.replace(SUBMITTED, workload=ref))
+
+
+Step = tuple[str, Callable[[WorkloadRecord], None]]  # (which record, what happens to it)
+
+
+def pending(message: str = "2 more needed", at: datetime = AT) -> Callable[[WorkloadRecord], None]:
+    return lambda one: one.on_pending(report(one.submitted.workload.uid, message, at))
+
+
+def admitted(one: WorkloadRecord) -> None:
+    one.on_admitted(ADMITTED)
+
+
+# (reason, what happens to records a and b in turn, whether they share one dict after it)
+SHARING: list[tuple[str, list[Step], bool]] = [
+    ("the same report: one dict", [("a", pending()), ("b", pending())], True),
+    ("another message: another dict", [("a", pending()), ("b", pending("3 more"))], False),
+    (
+        "another time: another dict",
+        [("a", pending()), ("b", pending(at=AT.replace(hour=1)))],
+        False,
+    ),
+    (
+        "one admitted after both reported: the other's stays pending",
+        [("a", pending()), ("b", pending()), ("a", admitted)],
+        False,
+    ),
+    (
+        "a new report of one: the other keeps its own",
+        [("a", pending()), ("b", pending()), ("a", pending("9 more"))],
+        False,
+    ),
+    (
+        "both moved to the same new report: one dict again",
+        [("a", pending()), ("b", pending()), ("a", pending("9 more")), ("b", pending("9 more"))],
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("reason", "steps", "shared"), SHARING, ids=[c[0] for c in SHARING])
+def test_a_lone_condition_is_shared_and_never_written_through(
+    reason: str, steps: list[Step], shared: bool
+) -> None:
+    records = {"a": record("a"), "b": record("b")}
+    b_alone = record("b")  # b with only its own steps: what b must show whatever a did
+    for who, step in steps:
+        step(records[who])
+        if who == "b":
+            step(b_alone)
+    a, b = records["a"], records["b"]
+    assert (a.conditions is b.conditions) is shared, reason
+    assert b.conditions == b_alone.conditions, reason
+    assert render_workload(b, {}) == render_workload(b_alone, {}), reason
+
+
+def test_a_shared_report_renders_as_its_own() -> None:
+    """What `berth get workloads` shows of two records sharing a report: each its own
+    condition with the reason, message and time of the report."""
+    a, b = record("a"), record("b")
+    a.on_pending(report("a"))
+    b.on_pending(report("b"))
+    assert a.conditions is b.conditions
+    for one in (a, b):
+        (condition,) = render_workload(one, {})["status"]["conditions"]
+        assert condition == {
+            "type": "QuotaReserved",
+            "status": "False",
+            "reason": "Pending",
+            "message": "2 more needed",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+
+
+def test_the_transition_time_stays_when_the_status_does() -> None:
+    """A new message with the same status keeps lastTransitionTime (Kueue's rule), shared or not."""
+    a = record("a")
+    a.on_pending(report("a"))
+    a.on_pending(report("a", "3 more needed", at=AT.replace(hour=2)))
+    assert a.conditions["QuotaReserved"].time == AT
+    assert a.conditions["QuotaReserved"].message == "3 more needed"
