@@ -28,6 +28,7 @@ from shared.events import (
     AnyEvent,
     Event,
     EvictionRequested,
+    PriorityBoosted,
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadPending,
@@ -56,6 +57,18 @@ _BECAUSE = {
     "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
     "InCohortFairSharing": "fair sharing within the cohort",
 }
+
+
+# The facts whose victim's room may be what its preemptor waits for (PreemptionService._fold).
+_FREEING = frozenset({WorkloadEvicted, WorkloadFinished})
+
+
+def touches_reservations(cluster: Cluster, events: list[AnyEvent]) -> bool:
+    """Whether folding ``events`` may leave a waiting ageing reservation to look at: only if
+    the cluster holds a reservation now or a boost in the batch may grant one (nothing else
+    adds to ``Cluster.reserved``). Else the fold keeps no set of touched ClusterQueues: with
+    no reservation at its end, nothing would read it."""
+    return bool(cluster.reserved) or any(type(event) is PriorityBoosted for event in events)
 
 
 class PreemptionService:
@@ -105,31 +118,40 @@ class PreemptionService:
             self.due.update({uid: now for uid in self.cluster.waiting})
         cluster = self.cluster
         apply, queue_of, victims = cluster.apply, cluster.queue_of, cluster.victim_of
-        touched: set[str] = set()  # ClusterQueues whose room or reservations changed
+        if not live:
+            for event in events:
+                apply(event)
+            return
+        # ClusterQueues whose room or reservations changed, for the waiting reservations
+        # below; kept only if there can be one when the batch is folded (touches_reservations).
+        touched: set[str] | None = set() if touches_reservations(cluster, events) else None
+        due = self.due
         for event in events:
             uid = event.workload.uid
-            victim_of = victims.get(uid)
-            queue = queue_of.get(uid)
-            apply(event)
-            if not live:
-                continue
-            if queue:
-                touched.add(queue)
-            queue = queue_of.get(uid)
-            if queue:
-                touched.add(queue)
-            if isinstance(event, WorkloadPending):
+            kind = type(event)
+            victim_of = victims.get(uid) if kind in _FREEING else None
+            if touched is not None:
+                queue = queue_of.get(uid)
+                if queue:
+                    touched.add(queue)
+                apply(event)
+                queue = queue_of.get(uid)
+                if queue:
+                    touched.add(queue)
+            else:
+                apply(event)
+            if kind is WorkloadPending:
                 if uid in cluster.waiting:
-                    self.due[uid] = time.monotonic()
-            elif isinstance(event, WorkloadEvicted | WorkloadFinished) and victim_of is not None:
+                    due[uid] = time.monotonic()
+            elif victim_of is not None:
                 if not cluster.busy(victim_of) and victim_of in cluster.waiting:
-                    self.due[victim_of] = time.monotonic() + SETTLE_SECONDS
+                    due[victim_of] = time.monotonic() + SETTLE_SECONDS
         # A waiting reservation is looked at whenever its ClusterQueue changes: room it needs
         # may have been freed or promised elsewhere, and its bound counts every step.
-        for queue in touched if cluster.reserved else ():
+        for queue in touched if touched and cluster.reserved else ():
             first = cluster.first_reservation(queue)
             if first is not None and first in cluster.waiting:
-                self.due[first] = time.monotonic()
+                due[first] = time.monotonic()
 
     # --- decisions ------------------------------------------------------------------------
 

@@ -1,0 +1,200 @@
+"""Preemption's fold by event type (Cluster.apply looks an event's fold up by its exact
+type) and the touched-queue bookkeeping it skips when no reservation can be looked at
+(services.preemption.service.touches_reservations)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import pytest
+
+from services.preemption.cluster import Cluster
+from services.preemption.service import touches_reservations
+from shared.events import (
+    AdmissionCheckUpdated,
+    AnyEvent,
+    PriorityBoosted,
+    WorkloadPodsReady,
+    WorkloadStarted,
+    WorkloadSubmitted,
+)
+from tests.test_preemption_due import pending, reserved
+from tests.test_preemption_holds import admit, ask, deleted, evict, evicted, finished, ref
+from tests.test_victims import cq
+
+CREATED = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def submitted(name: str) -> AnyEvent:
+    return WorkloadSubmitted(
+        source="watcher",
+        workload=ref(name),
+        kind="Job",
+        queue_name="lq",
+        pod_sets=[],
+        created=CREATED,
+    )
+
+
+def boost(name: str, *, granted: bool) -> AnyEvent:
+    return PriorityBoosted(
+        source="recovery", workload=ref(name), boost=5, reserved=granted, since=CREATED
+    )
+
+
+def folded(events: list[AnyEvent]) -> Cluster:
+    """A cluster of one ClusterQueue ``a`` that has folded ``events``."""
+    cluster = Cluster()
+    cluster.set_config([cq("a", {"rf/cpu": 4})])
+    for event in events:
+        cluster.apply(event)
+    return cluster
+
+
+def books(cluster: Cluster) -> tuple[Any, ...]:
+    """Everything the fold keeps, comparable."""
+    return (
+        dict(cluster.running),
+        dict(cluster.generations),
+        dict(cluster.queue_times),
+        dict(cluster.waiting),
+        {uid: set(flight.victims) for uid, flight in cluster.in_flight.items()},
+        dict(cluster.victim_of),
+        set(cluster.reserved),
+        dict(cluster.since),
+        dict(cluster.boosts),
+        {uid: dict(at) for uid, at in cluster.preempted_at.items()},
+        dict(cluster.queue_of),
+        dict(cluster.tree.usage("a")),
+    )
+
+
+@dataclass(frozen=True)
+class FoldCase:
+    why: str
+    before: list[AnyEvent]
+    event: AnyEvent
+    changes: bool  # whether folding ``event`` changes what the cluster keeps
+
+
+FOLD_CASES = {
+    "submitted": FoldCase(
+        "A submission gives the workload its queue time.", [], submitted("w"), True
+    ),
+    "admitted": FoldCase("An admission makes a running workload.", [], admit("w", "a", 1), True),
+    "pending": FoldCase("A request preemption may help waits.", [], ask("p", "a", 1), True),
+    "pending_of_preemption": FoldCase(
+        "Preemption's own 'cannot help' report changes nothing.",
+        [],
+        msgspec.structs.replace(ask("p", "a", 1), source="preemption"),
+        False,
+    ),
+    "evicted": FoldCase(
+        "An eviction of the running generation frees its room.",
+        [admit("w", "a", 1)],
+        evicted("w"),
+        True,
+    ),
+    "evicted_old_generation": FoldCase(
+        "An eviction of an older generation changes nothing.",
+        [admit("w", "a", 1, generation=2)],
+        evicted("w", generation=1),
+        False,
+    ),
+    "finished": FoldCase("A finish frees its room.", [admit("w", "a", 1)], finished("w"), True),
+    "deleted": FoldCase(
+        "A deletion forgets the workload.", [admit("w", "a", 1)], deleted("w"), True
+    ),
+    "eviction_requested": FoldCase(
+        "An eviction request makes a victim of a running workload.",
+        [admit("v", "a", 1), ask("p", "a", 1)],
+        evict("v", "a", "p"),
+        True,
+    ),
+    "boosted": FoldCase("A boost is kept with its clock.", [], boost("w", granted=False), True),
+    "started": FoldCase(
+        "A start holds the quota its admission held: nothing to fold.",
+        [admit("w", "a", 1)],
+        WorkloadStarted(source="watcher", workload=ref("w"), generation=1),
+        False,
+    ),
+    "pods_ready": FoldCase(
+        "Pod readiness is not preemption's to fold.",
+        [admit("w", "a", 1)],
+        WorkloadPodsReady(source="watcher", workload=ref("w"), generation=1),
+        False,
+    ),
+    "check": FoldCase(
+        "An admission check's answer is not preemption's to fold.",
+        [],
+        AdmissionCheckUpdated(
+            source="checks", workload=ref("w"), check="c", state="Ready", generation=1
+        ),
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FOLD_CASES)
+def test_each_kind_of_event_folds_as_its_case(name: str) -> None:
+    case = FOLD_CASES[name]
+    cluster = folded(case.before)
+    before = books(cluster)
+    cluster.apply(case.event)
+    assert (books(cluster) != before) == case.changes, case.why
+    cluster.apply(case.event)  # idempotent: a redelivery changes nothing more
+    again = books(cluster)
+    cluster.apply(case.event)
+    assert books(cluster) == again, case.why
+
+
+@dataclass(frozen=True)
+class TouchCase:
+    why: str
+    before: list[AnyEvent]
+    batch: list[AnyEvent]
+    touches: bool
+
+
+TOUCH_CASES = {
+    "nothing_reserved": TouchCase(
+        "No reservation held and no boost in the batch: none can be looked at after it.",
+        [pending("p")],
+        [admit("other", "a", 1), finished("other")],
+        False,
+    ),
+    "reservation_held": TouchCase(
+        "A reservation held before the batch: its queue's changes count.",
+        [pending("r"), reserved("r")],
+        [admit("other", "a", 1)],
+        True,
+    ),
+    "boost_in_batch": TouchCase(
+        "A boost in the batch may grant a reservation after the queue changed.",
+        [pending("r")],
+        [admit("other", "a", 1), reserved("r")],
+        True,
+    ),
+    "boost_without_reservation": TouchCase(
+        "Any boost counts, granted or not: the fold does not look inside.",
+        [],
+        [boost("w", granted=False)],
+        True,
+    ),
+    "reservation_ended": TouchCase(
+        "A reservation whose workload finished is held no more.",
+        [pending("r"), reserved("r"), admit("r", "a", 1), finished("r")],
+        [admit("other", "a", 1)],
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", TOUCH_CASES)
+def test_touched_queues_are_kept_only_when_a_reservation_can_be_due(name: str) -> None:
+    case = TOUCH_CASES[name]
+    cluster = folded(case.before)
+    assert touches_reservations(cluster, case.batch) == case.touches, case.why
