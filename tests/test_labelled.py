@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from services.admission import metrics
-from services.admission.labelled import Children, LightHistogram
+from services.admission.labelled import Children, LightCounter, LightHistogram
 
 _names = itertools.count()
 
@@ -156,6 +156,11 @@ def _histogram_samples(kind: type[Histogram], observed: list[float]) -> list[tup
     )
     for amount in observed:
         metric.labels("a").observe(amount)
+    return _samples(metric)
+
+
+def _samples(metric: Counter | Histogram) -> list[tuple[Any, ...]]:
+    """Each sample's suffix, labels and value (a creation time only said to be there)."""
     return [
         (s.name.rsplit("_", 1)[1], s.labels, "created" if s.name.endswith("_created") else s.value)
         for family in metric.collect()
@@ -186,3 +191,72 @@ def test_light_histogram_without_its_labels_refuses() -> None:
     metric = LightHistogram("h_parent", "h", ["queue"], registry=CollectorRegistry())
     with pytest.raises(ValueError, match="missing label values"):
         metric.observe(1.0)
+
+
+# (second call's label values, forget between the calls, the group made again, why)
+GROUP_CASES = [
+    (("a",), False, False, "same maker and values: the kept group, not made again"),
+    (("b",), False, True, "changed values: another group"),
+    (("a",), True, True, "a forget between: made again (its children may be gone)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("second", "forget", "made_again", "reason"), GROUP_CASES, ids=[c[3] for c in GROUP_CASES]
+)
+def test_group(second: tuple[str, ...], forget: bool, made_again: bool, reason: str) -> None:
+    """A group is kept by its maker and arguments, holds the children ``of`` gives, and is
+    dropped by any ``forget``."""
+    kept, counter = Children(), _counter()
+    made: list[tuple[str, ...]] = []
+
+    def make(*values: str) -> tuple[Counter]:
+        made.append(values)
+        return (kept.of(counter, *values),)
+
+    first = kept.group(make, "a")
+    if forget:
+        kept.forget(lambda metric, values: False)
+    again = kept.group(make, *second)
+    assert made == [("a",), second] if made_again else [("a",)], reason
+    assert (again is first) != made_again, reason
+    assert again[0] is counter.labels(*second), reason
+
+
+def _counter_samples(kind: type[Counter], amounts: list[float]) -> list[tuple[Any, ...]]:
+    metric = kind(f"c_{next(_names)}", "c", ["queue"], registry=CollectorRegistry())
+    for amount in amounts:
+        metric.labels("a").inc(amount)
+    return _samples(metric)
+
+
+# (increments, why)
+COUNTER_CASES = [
+    ([], "never incremented: 0"),
+    ([1, 1, 1], "ones add up"),
+    ([0.5, 2, 0], "fractions and zero"),
+]
+
+
+@pytest.mark.parametrize(("amounts", "why"), COUNTER_CASES, ids=[c[1] for c in COUNTER_CASES])
+def test_light_counter_serves_what_counter_serves(amounts: list[float], why: str) -> None:
+    """Names, labels and values (the creation time aside, present) exactly as Counter's."""
+    light, reference = (_counter_samples(k, amounts) for k in (LightCounter, Counter))
+    assert light == reference, why
+
+
+# (what is incremented, the amount, the error expected, why)
+COUNTER_REFUSALS = [
+    ("parent", 1.0, "missing label values", "the labelled parent itself, as Counter"),
+    ("child", -1.0, "non-negative", "a negative amount, as Counter"),
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "amount", "error", "why"), COUNTER_REFUSALS, ids=[c[3] for c in COUNTER_REFUSALS]
+)
+def test_light_counter_refuses(target: str, amount: float, error: str, why: str) -> None:
+    for kind in (LightCounter, Counter):
+        metric = kind(f"c_{next(_names)}", "c", ["queue"], registry=CollectorRegistry())
+        with pytest.raises(ValueError, match=error):
+            (metric if target == "parent" else metric.labels("a")).inc(amount)

@@ -4,9 +4,14 @@ for the admission hot path.
 ``metric.labels(...)`` checks its arguments, stringifies them and takes the metric's lock on
 every call; admission counts several series per admission and per pods-ready report, so the
 calls add up to a share of its CPU that grows with the workloads. A child, once made, is the same
-object for as long as the metric holds it, so :class:`Children` keeps it and hands it back.
-The metric still holds every series it ever had: keeping or dropping a child here changes
-no sample, only whether the next call looks it up again.
+object for as long as the metric holds it, so :class:`Children` keeps it and hands it back;
+the children one count touches together (an admission's four series of its ClusterQueue and
+LocalQueue) are kept as one group, found with one look-up. The metric still holds every
+series it ever had: keeping or dropping a child or a group here changes no sample, only
+whether the next call looks it up again.
+
+A counter child of prometheus_client takes a lock on every increment; :class:`LightCounter`
+adds to a plain float (one thread, as below); its samples are the same.
 
 A histogram child of prometheus_client holds a lock and a float object per bucket, and makes
 them (with each bucket's text) when first labelled, which is slow for a thousand
@@ -20,15 +25,15 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol, Self, TypeVar, cast
 
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["Children", "LightHistogram"]
+__all__ = ["Children", "LightCounter", "LightHistogram"]
 
 
 class _Labelled(Protocol):
@@ -36,6 +41,7 @@ class _Labelled(Protocol):
 
 
 M = TypeVar("M", bound=_Labelled)
+G = TypeVar("G")
 
 
 class Children:
@@ -43,8 +49,10 @@ class Children:
 
     def __init__(self) -> None:
         self._kept: dict[tuple[object, tuple[str, ...]], Any] = {}
+        self._groups: dict[tuple[object, tuple[Hashable, ...]], Any] = {}
 
     def __len__(self) -> int:
+        """The children kept (groups are only shortcuts to them)."""
         return len(self._kept)
 
     def of(self, metric: M, *values: str) -> M:
@@ -55,11 +63,48 @@ class Children:
             child = self._kept[key] = metric.labels(*values)
         return cast(M, child)
 
+    def group(self, make: Callable[..., G], *args: Hashable) -> G:
+        """``make(*args)`` (children made with :meth:`of`), kept by ``make`` and ``args``."""
+        key = (make, args)
+        found = self._groups.get(key)
+        if found is None:
+            found = self._groups[key] = make(*args)
+        return cast(G, found)
+
     def forget(self, gone: Callable[[object, tuple[str, ...]], bool]) -> None:
         """Drop the kept children for which ``gone(metric, values)`` holds (their queue was
-        deleted): the next call for them asks the metric again."""
+        deleted): the next call for them asks the metric again. Every group is dropped (a
+        queue's deletion is rare; each is made again from the children on its next use)."""
         for key in [key for key in self._kept if gone(*key)]:
             del self._kept[key]
+        self._groups.clear()
+
+
+class LightCounter(Counter):
+    """prometheus_client's Counter, with children that add to a float (one thread only)."""
+
+    def _metric_init(self) -> None:
+        self._count = 0.0
+        self._created = time.time()
+
+    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
+        """Add ``amount``, refused as by Counter when negative or on the labelled parent;
+        exemplars are not kept."""
+        if self._labelnames and not self._labelvalues:  # as Counter.inc refuses
+            raise ValueError(f"{self._type} metric is missing label values")
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self._count += amount
+
+    def reset(self) -> None:
+        self._count = 0.0
+        self._created = time.time()
+
+    def _child_samples(self) -> Iterable[Sample]:
+        sample = Sample("_total", {}, self._count, None, None)
+        if prometheus_metrics._use_created:
+            return (sample, Sample("_created", {}, self._created, None, None))
+        return (sample,)
 
 
 class LightHistogram(Histogram):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter
 
-from services.admission.labelled import Children, LightHistogram
+from services.admission.labelled import Children, LightCounter, LightHistogram
 from services.admission.model import QueueStats
 from shared.config import ClusterQueue, Cohort, LocalQueue
 from shared.metrics import GaugeSpec, Samples, StateGauges
@@ -43,7 +43,7 @@ _LQ = ["name", "namespace"]
 
 # --- Kueue's metrics ---------------------------------------------------------------------------
 
-ADMISSION_ATTEMPTS = Counter(
+ADMISSION_ATTEMPTS = LightCounter(
     "berth_admission_attempts_total",
     "Admission attempts (scheduling passes that tried at least one workload), by result:"
     " success if at least one workload was admitted, else inadmissible.",
@@ -55,7 +55,7 @@ ADMISSION_ATTEMPT_DURATION = LightHistogram(
     ["result"],
     buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
 )
-QUOTA_RESERVED = Counter(
+QUOTA_RESERVED = LightCounter(
     "berth_quota_reserved_workloads_total", "Workloads that got quota, per ClusterQueue.", _CQ
 )
 QUOTA_RESERVED_WAIT = LightHistogram(
@@ -64,7 +64,7 @@ QUOTA_RESERVED_WAIT = LightHistogram(
     _CQ,
     buckets=WAIT_BUCKETS,
 )
-ADMITTED = Counter(
+ADMITTED = LightCounter(
     "berth_admitted_workloads_total", "Workloads admitted (each admission), per ClusterQueue.", _CQ
 )
 ADMISSION_CHECKS_WAIT = LightHistogram(
@@ -93,13 +93,13 @@ ADMISSION_WAIT = LightHistogram(
     _CQ,
     buckets=WAIT_BUCKETS,
 )
-EVICTED = Counter(
+EVICTED = LightCounter(
     "berth_evicted_workloads_total",
     "Workloads evicted, per ClusterQueue and Kueue's reason (Preempted, ClusterQueueStopped,"
     " LocalQueueStopped...).",
     ["cluster_queue", "reason"],
 )
-LQ_QUOTA_RESERVED = Counter(
+LQ_QUOTA_RESERVED = LightCounter(
     "berth_local_queue_quota_reserved_workloads_total",
     "Workloads that got quota, per LocalQueue.",
     _LQ,
@@ -110,7 +110,7 @@ LQ_QUOTA_RESERVED_WAIT = LightHistogram(
     _LQ,
     buckets=WAIT_BUCKETS,
 )
-LQ_ADMITTED = Counter(
+LQ_ADMITTED = LightCounter(
     "berth_local_queue_admitted_workloads_total", "Workloads admitted, per LocalQueue.", _LQ
 )
 LQ_ADMISSION_CHECKS_WAIT = LightHistogram(
@@ -138,7 +138,7 @@ LQ_ADMISSION_WAIT = LightHistogram(
     _LQ,
     buckets=WAIT_BUCKETS,
 )
-LQ_EVICTED = Counter(
+LQ_EVICTED = LightCounter(
     "berth_local_queue_evicted_workloads_total",
     "Workloads evicted, per LocalQueue and reason.",
     [*_LQ, "reason"],
@@ -247,7 +247,7 @@ QUEUES = StateGauges(
 
 # --- Berth's own ------------------------------------------------------------------------------
 
-LATE = Counter(
+LATE = LightCounter(
     "berth_admission_late_total",
     "Admissions after the workload's deadline (Configuration.spec.admission.waitTargets).",
     _CQ,
@@ -269,6 +269,10 @@ _BY_LOCAL_QUEUE = frozenset(
     {LQ_QUOTA_RESERVED, LQ_QUOTA_RESERVED_WAIT, LQ_ADMITTED, LQ_ADMISSION_CHECKS_WAIT}
     | {LQ_READY_WAIT, LQ_ADMITTED_UNTIL_READY, LQ_ADMISSION_WAIT, LQ_EVICTED}
 )
+# The series one count touches together, kept as one group per queue (Children.group).
+_RESERVATIONS = (QUOTA_RESERVED, LQ_QUOTA_RESERVED, QUOTA_RESERVED_WAIT, LQ_QUOTA_RESERVED_WAIT)
+_ADMISSIONS = (ADMITTED, LQ_ADMITTED, ADMISSION_WAIT, LQ_ADMISSION_WAIT)
+_READINESS = (READY_WAIT, ADMITTED_UNTIL_READY, LQ_READY_WAIT, LQ_ADMITTED_UNTIL_READY)
 
 
 def attempt(*, admitted_any: bool, seconds: float) -> None:
@@ -291,15 +295,11 @@ def admitted(
     """A quota reservation, counted per ClusterQueue and LocalQueue with its wait from queue
     time; ``late`` past its wait target. Without admission checks it is an admission at
     once; with them (``reserved_only``) the admission is counted by :func:`checks_passed`."""
-    of = _KEPT.of
-    of(QUOTA_RESERVED, cluster_queue).inc()
-    of(LQ_QUOTA_RESERVED, local_queue, namespace).inc()
-    of(QUOTA_RESERVED_WAIT, cluster_queue).observe(waited)
-    of(LQ_QUOTA_RESERVED_WAIT, local_queue, namespace).observe(waited)
+    _counted(_KEPT.group(_children, _RESERVATIONS, cluster_queue, local_queue, namespace), waited)
     if not reserved_only:
-        _admission(cluster_queue, namespace, local_queue, waited)
+        _counted(_KEPT.group(_children, _ADMISSIONS, cluster_queue, local_queue, namespace), waited)
     if late:
-        of(LATE, cluster_queue).inc()
+        _KEPT.of(LATE, cluster_queue).inc()
 
 
 def checks_passed(
@@ -307,7 +307,7 @@ def checks_passed(
 ) -> None:
     """A reservation whose admission checks are all Ready is admitted: counted with its wait
     from queue time, and ``checks_waited`` from its reservation."""
-    _admission(cluster_queue, namespace, local_queue, waited)
+    _counted(_KEPT.group(_children, _ADMISSIONS, cluster_queue, local_queue, namespace), waited)
     _KEPT.of(ADMISSION_CHECKS_WAIT, cluster_queue).observe(checks_waited)
     _KEPT.of(LQ_ADMISSION_CHECKS_WAIT, local_queue, namespace).observe(checks_waited)
 
@@ -317,19 +317,33 @@ def pods_ready(
 ) -> None:
     """A workload's pods became ready: ``waited`` from its queue time, ``since_admitted``
     from its admission (Kueue's ready and admitted-until-ready wait times)."""
-    of = _KEPT.of
-    of(READY_WAIT, cluster_queue).observe(waited)
-    of(ADMITTED_UNTIL_READY, cluster_queue).observe(since_admitted)
-    of(LQ_READY_WAIT, local_queue, namespace).observe(waited)
-    of(LQ_ADMITTED_UNTIL_READY, local_queue, namespace).observe(since_admitted)
+    ready, until_ready, lq_ready, lq_until_ready = _KEPT.group(
+        _children, _READINESS, cluster_queue, local_queue, namespace
+    )
+    ready.observe(waited)
+    until_ready.observe(since_admitted)
+    lq_ready.observe(waited)
+    lq_until_ready.observe(since_admitted)
 
 
-def _admission(cluster_queue: str, namespace: str, local_queue: str, waited: float) -> None:
+def _counted(series: tuple[Any, ...], waited: float) -> None:
+    """A count and a wait, per ClusterQueue and per LocalQueue (the four series of a group)."""
+    cq_count, lq_count, cq_wait, lq_wait = series
+    cq_count.inc()
+    lq_count.inc()
+    cq_wait.observe(waited)
+    lq_wait.observe(waited)
+
+
+def _children(
+    metrics: tuple[Any, ...], cluster_queue: str, local_queue: str, namespace: str
+) -> tuple[Any, ...]:
+    """Each metric's kept child for its queue: the ClusterQueue's or the LocalQueue's."""
     of = _KEPT.of
-    of(ADMITTED, cluster_queue).inc()
-    of(LQ_ADMITTED, local_queue, namespace).inc()
-    of(ADMISSION_WAIT, cluster_queue).observe(waited)
-    of(LQ_ADMISSION_WAIT, local_queue, namespace).observe(waited)
+    return tuple(
+        of(m, local_queue, namespace) if m in _BY_LOCAL_QUEUE else of(m, cluster_queue)
+        for m in metrics
+    )
 
 
 def evicted(*, cluster_queue: str, namespace: str, local_queue: str, reason: str) -> None:
