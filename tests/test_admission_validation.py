@@ -127,6 +127,48 @@ def test_the_rule(event: AnyEvent, code: str | None, why: str) -> None:
     assert (found.code if found else None) == code, why
 
 
+# (fact, the known identity passed, the refusal code expected, why): a fact whose workload
+# equals the known (already checked) identity has its names not judged again; anything else is.
+KNOWN_CASES: list[tuple[AnyEvent, WorkloadRef | None, str | None, str]] = [
+    (admitted({"cpu": 1000}), GOOD_REF, None, "the known identity, a good admission"),
+    (
+        admitted({"cpu": 1000}, ref=WorkloadRef("Team A", "job", "u")),
+        WorkloadRef("Team A", "job", "u"),
+        None,
+        "equal to the known identity: its names are not judged again (shortcut applies)",
+    ),
+    (
+        admitted({"cpu": 1000}, ref=WorkloadRef("Team A", "job", "u")),
+        None,
+        "invalid_name",
+        "no known identity: the names are judged",
+    ),
+    (
+        admitted({"cpu": 1000}, ref=WorkloadRef("Team A", "job", "uid-1")),
+        GOOD_REF,
+        "invalid_name",
+        "same uid, another namespace: not the known identity, judged",
+    ),
+    (
+        admitted({"cpu": 1000}, ref=WorkloadRef("default", "/tmp/x", "uid-1")),
+        GOOD_REF,
+        "invalid_name",
+        "same uid, another name: judged",
+    ),
+    (admitted({"cpu": -1000}), GOOD_REF, "negative_quantity", "known: quantities still judged"),
+    (admitted({"cpu": 1000}, cq="../cq"), GOOD_REF, "invalid_queue", "known: queue still judged"),
+    (submitted(queue="Bad Queue"), GOOD_REF, "invalid_queue", "a resubmission: queue judged"),
+]
+
+
+@pytest.mark.parametrize(("event", "known", "code", "why"), KNOWN_CASES)
+def test_a_known_identity(
+    event: AnyEvent, known: WorkloadRef | None, code: str | None, why: str
+) -> None:
+    found = refusal(event, known)
+    assert (found.code if found else None) == code, why
+
+
 def _assigned(assignment: FlavorAssignment) -> WorkloadAdmitted:
     return msgspec.structs.replace(admitted({"cpu": 1}), assignments=[assignment])
 
@@ -211,6 +253,26 @@ def test_a_refused_fact_is_logged_once_counted_and_never_folded() -> None:
     assert [d.ref.name for d in service.scheduler.schedule() if isinstance(d, Admission)] == [
         "good"
     ]
+
+
+# (the admission's workload, refused, why): the fold passes a folded submission's identity
+FOLD_KNOWN_CASES = [
+    (GOOD_REF, False, "the submitted workload's own identity: folded"),
+    (WorkloadRef("Team A", "job", "uid-1"), True, "its uid under a bad namespace: refused"),
+    (WorkloadRef("default", "Bad Name", "uid-1"), True, "its uid under a bad name: refused"),
+]
+
+
+@pytest.mark.parametrize(("ref", "refused", "why"), FOLD_KNOWN_CASES)
+def test_the_fold_checks_a_known_uid_under_another_identity(
+    ref: WorkloadRef, refused: bool, why: str
+) -> None:
+    service = _service()
+    service._apply([submitted()])
+    before = _refused_count("invalid_name")
+    service._apply([admitted({"cpu": 1000}, ref=ref)])
+    assert _refused_count("invalid_name") == before + refused, why
+    assert (service.records["uid-1"].admission is None) == refused, why
 
 
 # --- the property ------------------------------------------------------------------------------

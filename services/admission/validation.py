@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.admission import metrics
-from shared.events import AnyEvent, FlavorAssignment, PodSet, WorkloadAdmitted, WorkloadSubmitted
+from shared.events import (
+    AnyEvent,
+    FlavorAssignment,
+    PodSet,
+    WorkloadAdmitted,
+    WorkloadRef,
+    WorkloadSubmitted,
+)
 from shared.logging import get_logger
 from shared.names import name_problem, show
 from shared.quantities import MAX_MILLI
@@ -30,7 +37,7 @@ class Refusal:
     message: str  # for the log: names the field and the value
 
 
-def refusal(event: AnyEvent) -> Refusal | None:
+def refusal(event: AnyEvent, known: WorkloadRef | None = None) -> Refusal | None:
     """Why a fact may not be folded into quota, or None when it may.
 
     The rule: a ``WorkloadSubmitted`` or ``WorkloadAdmitted`` is folded only if
@@ -46,17 +53,18 @@ def refusal(event: AnyEvent) -> Refusal | None:
       and a flavor for every resource they use.
 
     Other facts carry no quantity; they are matched by uid and need no check here.
+
+    ``known``: the identity of a workload whose submission passed these checks (the caller's
+    record of it). A fact whose workload equals it has the same, valid, names: they are not
+    judged again (the queue and the quantities still are).
     """
     if type(event) not in _CHECKED or not isinstance(event, WorkloadSubmitted | WorkloadAdmitted):
         return None  # the set first: isinstance misses cost more than a set lookup
     ref = event.workload
-    for code, value, rule, field in (
-        ("invalid_name", ref.namespace, "namespace", "namespace"),
-        ("invalid_name", ref.name, "name", "name"),
-        ("invalid_name", ref.uid, "uid", "uid"),
-    ):
-        if (problem := name_problem(value, rule)) is not None:
-            return Refusal(code, f"{field} {show(value)}: {problem}")
+    if known is None or ref != known:
+        for value, rule in ((ref.namespace, "namespace"), (ref.name, "name"), (ref.uid, "uid")):
+            if (problem := name_problem(value, rule)) is not None:
+                return Refusal("invalid_name", f"{rule} {show(value)}: {problem}")
     if isinstance(event, WorkloadSubmitted):
         queue = event.queue_name
         if queue and (problem := name_problem(queue)) is not None:
@@ -137,10 +145,10 @@ def _quantities_refusal(quantities: dict[str, int]) -> tuple[str, str] | None:
     return None
 
 
-def refused(event: AnyEvent) -> bool:
+def refused(event: AnyEvent, known: WorkloadRef | None = None) -> bool:
     """Apply :func:`refusal`: a refused fact is logged (one line: workload, queue, reason)
     and counted in ``berth_admission_refused_facts_total{reason}``."""
-    found = refusal(event)
+    found = refusal(event, known)
     if found is None:
         return False
     queue = (
