@@ -65,8 +65,9 @@ class World:
                     pod_sets=[PodSet("main", 1, {"cpu": 4000})],
                     created=T0,
                 )
-                self.records[ref.uid] = WorkloadRecord(submitted=event)
-                self.scheduler.submit(queued(event))
+                wl = queued(event)
+                self.records[ref.uid] = WorkloadRecord.of(event, wl)
+                self.scheduler.submit(wl)
             case "schedule":
                 for decision in self.scheduler.schedule():
                     if isinstance(decision, Admission):

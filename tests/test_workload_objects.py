@@ -4,11 +4,13 @@ one dict of conditions, and a change to one record never shows in another's."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import msgspec
 import pytest
 
+from services.admission.activation import queued
+from services.admission.interning import Interner
 from services.admission.workload_objects import WorkloadRecord, render_workload
 from shared.events import WorkloadPending, WorkloadRef
 from tests.test_kube_status import ADMITTED, SUBMITTED
@@ -28,8 +30,8 @@ def report(uid: str, message: str = "2 more needed", at: datetime = AT) -> Workl
 
 
 def record(uid: str) -> WorkloadRecord:
-    ref = WorkloadRef("ns", uid, uid)
-    return WorkloadRecord(submitted=msgspec.structs.replace(SUBMITTED, workload=ref))
+    submitted = msgspec.structs.replace(SUBMITTED, workload=WorkloadRef("ns", uid, uid))
+    return WorkloadRecord.of(submitted, queued(submitted))
 
 
 Step = tuple[str, Callable[[WorkloadRecord], None]]  # (which record, what happens to it)
@@ -111,3 +113,34 @@ def test_the_transition_time_stays_when_the_status_does() -> None:
     a.on_pending(report("a", "3 more needed", at=AT.replace(hour=2)))
     assert a.conditions["QuotaReserved"].time == AT
     assert a.conditions["QuotaReserved"].message == "3 more needed"
+
+
+# (reason, creation time as submitted, whether the record needs a datetime beside the float)
+CREATED: list[tuple[str, datetime, bool]] = [
+    ("UTC, whole seconds: the queue time says it", datetime(2026, 1, 1, tzinfo=UTC), False),
+    (
+        "UTC with microseconds: the float round-trips exactly",
+        datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=UTC),
+        False,
+    ),
+    (
+        "another offset: kept as given (isoformat shows it)",
+        datetime(2026, 1, 1, 2, tzinfo=timezone(timedelta(hours=2))),
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("reason", "created", "kept"), CREATED, ids=[c[0] for c in CREATED])
+def test_the_record_gives_back_the_kept_event(reason: str, created: datetime, kept: bool) -> None:
+    """One record per workload, sharing the core's entry: what it gives back is the event as
+    the interner kept it (every field the displays read), its creation time exact."""
+    event = Interner().submitted(
+        msgspec.structs.replace(SUBMITTED, created=created, labels={"app": "x"}, term=0)
+    )
+    wl = queued(event)
+    one = WorkloadRecord.of(event, wl)
+    assert one.wl is wl, reason  # held once: the core's entry itself
+    assert (one.created_at is not None) is kept, reason
+    assert one.submitted == event, reason
+    assert one.created.isoformat() == created.isoformat(), reason

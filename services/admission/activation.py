@@ -158,7 +158,7 @@ class Activity:
         log.info(
             "deactivated",
             workload=ref.key,
-            queue=record.submitted.queue_name,
+            queue=record.wl.local_queue,
             reason=deactivation.reason,
             admitted=record.admission is not None,
         )
@@ -188,7 +188,7 @@ class Activity:
         log.info(
             "reactivated",
             workload=ref.key,
-            queue=record.submitted.queue_name,
+            queue=record.wl.local_queue,
             reason="Reactivated",
         )
 
@@ -266,7 +266,7 @@ class Activity:
             record = records.get(uid)
             if record is None:
                 continue
-            ref = record.submitted.workload
+            ref = record.ref
             pending = WorkloadPending(
                 id=event_id,
                 source="admission",

@@ -116,11 +116,11 @@ def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
             for record in service.records.values()
             if (
                 request.namespace is None
-                or record.submitted.workload.namespace == request.namespace
+                or record.ref.namespace == request.namespace
             )
-            and (names is None or record.submitted.workload.key in names)
+            and (names is None or record.ref.key in names)
         ),
-        key=lambda record: (record.submitted.workload.namespace, record.submitted.workload.name),
+        key=lambda record: (record.ref.namespace, record.ref.name),
     )
     page = _page(records, request)
     # Render only the page: a client paging through 100,000 workloads renders each once.
@@ -128,11 +128,11 @@ def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
     bounds = _bounds(service)
     items = []
     for record in page["items"]:
-        view = views.get(record.submitted.workload.uid)
+        view = views.get(record.ref.uid)
         fields = {} if view is None else {**view_fields(view), **bounds(view)}
-        fields.update(service.gates.view(record.submitted.workload.uid))  # checks, backoff
+        fields.update(service.gates.view(record.ref.uid))  # checks, backoff
         item = render_workload(record, fields)
-        service.activity.show(record.submitted.workload.uid, item)  # spec.active, its reason
+        service.activity.show(record.ref.uid, item)  # spec.active, its reason
         items.append(item)
     page["items"] = items
     return page
@@ -201,7 +201,7 @@ def pending(service: AdmissionService, request: Request) -> dict[str, Any]:
                 "basePriority": fields["base_priority"],
                 "positionInClusterQueue": fields["position_in_cluster_queue"],
                 "positionInLocalQueue": fields["position_in_local_queue"],
-                "creationTimestamp": record.submitted.created.isoformat() if record else None,
+                "creationTimestamp": record.created.isoformat() if record else None,
                 "reason": fields["reason"],
             }
         )

@@ -13,14 +13,17 @@ from typing import Any
 import msgspec
 
 from services.admission.interning import kept_once
+from services.admission.model import QueuedWorkload
 from shared.durations import kube_timestamp
 from shared.events import (
     EvictionRequested,
     WorkloadAdmitted,
     WorkloadEvicted,
     WorkloadFinished,
+    WorkloadKind,
     WorkloadPending,
     WorkloadPodsReady,
+    WorkloadRef,
     WorkloadSubmitted,
 )
 from shared.quantities import format_quantity, is_binary_resource
@@ -61,14 +64,65 @@ def with_condition(conditions: Conditions, kind: str, condition: Condition) -> C
 
 class WorkloadRecord(msgspec.Struct, gc=False):
     """What admission remembers of a workload for display; updated from its events. Never
-    tracked by the garbage collector (one per workload; nothing it holds refers back)."""
+    tracked by the garbage collector (one per workload; nothing it holds refers back).
 
-    submitted: WorkloadSubmitted
+    A workload is held once: the record keeps the core's entry (``wl``, the one the
+    scheduler queues) for its identity, queue, pod sets and priorities, and only what the
+    entry lacks beside it; :attr:`submitted` gives the event back as the interner kept it.
+    The entry's fields read here never change (a requeue gives the core a new entry)."""
+
+    wl: QueuedWorkload
+    kind: WorkloadKind
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    # The creation time; None when ``wl.queue_time`` is it, exactly, in UTC (the common
+    # case: one float per workload, not a datetime too).
+    created_at: datetime | None = None
     # Shared, never written in place: _set replaces it (with_condition). Empty until a first
     # condition is set (most pending workloads have none).
     conditions: Conditions = msgspec.field(default_factory=lambda: _NO_CONDITIONS)
     admission: WorkloadAdmitted | None = None
     requeue_count: int = 0
+
+    @classmethod
+    def of(cls, submitted: WorkloadSubmitted, wl: QueuedWorkload) -> WorkloadRecord:
+        """The record of a workload submitted as ``submitted`` (as the interner keeps it),
+        queued in the core as ``wl`` (activation.queued of it)."""
+        created = submitted.created
+        exact = created.tzinfo is UTC and datetime.fromtimestamp(wl.queue_time, UTC) == created
+        labels, annotations = submitted.labels, submitted.annotations
+        return cls(wl, submitted.kind, labels, annotations, None if exact else created)
+
+    @property
+    def ref(self) -> WorkloadRef:
+        return self.wl.ref
+
+    @property
+    def created(self) -> datetime:
+        if self.created_at is None:
+            return datetime.fromtimestamp(self.wl.queue_time, UTC)
+        return self.created_at
+
+    @property
+    def submitted(self) -> WorkloadSubmitted:
+        """The submitted event as Interner.submitted kept it: no id or source, ``time`` its
+        creation, term 0 (nothing reads them after the fold)."""
+        wl, created = self.wl, self.created
+        return WorkloadSubmitted(
+            id="",
+            time=created,
+            source="",
+            workload=wl.ref,
+            kind=self.kind,
+            queue_name=wl.local_queue,
+            pod_sets=wl.pod_sets,
+            created=created,
+            priority_class=wl.priority_class,
+            priority_class_name=wl.priority_class_name,
+            priority=wl.priority,
+            labels=self.labels,
+            annotations=self.annotations,
+        )
 
     def _set(self, kind: str, status: str, reason: str, message: str, time: datetime) -> None:
         current = self.conditions.get(kind)
