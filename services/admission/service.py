@@ -22,7 +22,7 @@ else decided meanwhile (its renewal proves it); deposed, it exits and restarts a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from nats.js import JetStreamContext
 
@@ -154,18 +154,21 @@ class AdmissionService:
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
         """Fold events into the scheduler; idempotent, so replays and echoes change nothing."""
+        # Admission fair sharing's consumption counts from when a fact happened, so a replay
+        # after a restart rebuilds the LocalQueues' history: the clock stops at each event.
+        clock = self.scheduler.clock = _StoppedClock()
         for event in events:
-            if validation.refused(event):  # logged and counted; never reaches the books
-                continue
-            # Admission fair sharing's consumption counts from when a fact happened, so a
-            # replay after a restart rebuilds the LocalQueues' history.
-            self.scheduler.clock = _at(event.time.timestamp())
-            self.bounds.apply(event)  # each waiting workload's starvation bound
-            ready_since = self.gates.apply(event)  # admission checks, pods ready, backoffs
             ref = event.workload
             record = self.records.get(ref.uid)
+            # A known workload's identity was checked when its submission was folded.
+            known = None if record is None else record.submitted.workload
+            if validation.refused(event, known):  # logged and counted; never in the books
+                continue
+            at = clock.moment = event.time.timestamp()
+            self.bounds.apply(event)  # each waiting workload's starvation bound
+            ready_since = self.gates.apply(event)  # admission checks, pods ready, backoffs
             if ready_since is not None and record is not None and self.deciding:
-                self._pods_ready(record, event.time.timestamp(), ready_since)
+                self._pods_ready(record, at, ready_since)
             kind = type(event)  # set lookups, cheaper than isinstance misses on every event
             if type(event) is WorkloadPodsReady and record is not None:  # narrows for mypy
                 record.on_pods_ready(event)  # Kueue's PodsReady condition
@@ -175,17 +178,16 @@ class AdmissionService:
             if kind in _GONE:
                 self.pending_throttle.forget(ref.uid)  # never pending again
             if kind in _STOPPED:
-                self.limits.stopped(ref.uid, event.time.timestamp())
+                self.limits.stopped(ref.uid, at)
             if kind not in _MATCHED:  # PodsReady and the like: none of the cases below
                 continue
             match event:
                 case WorkloadSubmitted():
                     if record is None:
                         kept = self.interner.submitted(event)  # shared values, once
-                        wl = queued(kept)  # held once: the core's entry is the record's
-                        self.records[ref.uid] = WorkloadRecord.of(kept, wl)
+                        self.records[ref.uid] = WorkloadRecord(submitted=kept)
                         self.limits.submitted(ref.uid, kept.annotations)
-                        self.scheduler.submit(wl)
+                        self.scheduler.submit(queued(kept))
                 case WorkloadAdmitted():
                     if record is not None and self.scheduler.generation(ref) < event.generation:
                         self.scheduler.restore_admission(
@@ -197,7 +199,7 @@ class AdmissionService:
                         or (record.admission.reserved_only and not event.reserved_only)
                     ):
                         record.on_admitted(event)
-                        self.limits.admitted(ref.uid, event.time.timestamp())
+                        self.limits.admitted(ref.uid, at)
                 case WorkloadFinished():
                     if record is not None and self.scheduler.generation(ref) == event.generation:
                         if not record.finished:
@@ -263,7 +265,7 @@ class AdmissionService:
             return ""
         if record.admission is not None:
             return record.admission.cluster_queue
-        ref = record.ref
+        ref = record.submitted.workload
         lq = record.submitted.queue_name or "default"
         for local in self.config.of_kind(LocalQueue):
             if (local.metadata.namespace, local.metadata.name) == (ref.namespace, lq):
@@ -333,9 +335,9 @@ class AdmissionService:
             return
         metrics.pods_ready(
             cluster_queue=record.admission.cluster_queue,
-            namespace=record.ref.namespace,
+            namespace=record.submitted.workload.namespace,
             local_queue=record.admission.local_queue,
-            waited=max(0.0, at - record.wl.queue_time),
+            waited=max(0.0, at - record.submitted.created.timestamp()),
             since_admitted=max(0.0, at - admitted_at),
         )
 
@@ -361,7 +363,7 @@ class AdmissionService:
                         cluster_queue=event.cluster_queue,
                         namespace=event.workload.namespace,
                         local_queue=event.local_queue,
-                        waited=max(0.0, now - record.wl.queue_time),
+                        waited=max(0.0, now - record.submitted.created.timestamp()),
                         checks_waited=max(0.0, now - reserved_at),
                     )
             await self._publish(gated)
@@ -410,6 +412,13 @@ class AdmissionService:
         self._apply([event for event in events if isinstance(event, WorkloadAdmitted)])
 
 
-def _at(moment: float) -> Callable[[], float]:
-    """A clock stopped at ``moment``."""
-    return lambda: moment
+class _StoppedClock:
+    """A clock stopped at ``moment`` (the fold moves it from event to event)."""
+
+    __slots__ = ("moment",)
+
+    def __init__(self) -> None:
+        self.moment = 0.0
+
+    def __call__(self) -> float:
+        return self.moment
