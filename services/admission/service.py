@@ -161,7 +161,7 @@ class AdmissionService:
             ref = event.workload
             record = self.records.get(ref.uid)
             # A known workload's identity was checked when its submission was folded.
-            known = None if record is None else record.submitted.workload
+            known = None if record is None else record.ref
             if validation.refused(event, known):  # logged and counted; never in the books
                 continue
             at = clock.moment = event.time.timestamp()
@@ -185,9 +185,10 @@ class AdmissionService:
                 case WorkloadSubmitted():
                     if record is None:
                         kept = self.interner.submitted(event)  # shared values, once
-                        self.records[ref.uid] = WorkloadRecord(submitted=kept)
+                        wl = queued(kept)  # held once: the core's entry is the record's
+                        self.records[ref.uid] = WorkloadRecord.of(kept, wl)
                         self.limits.submitted(ref.uid, kept.annotations)
-                        self.scheduler.submit(queued(kept))
+                        self.scheduler.submit(wl)
                 case WorkloadAdmitted():
                     if record is not None and self.scheduler.generation(ref) < event.generation:
                         self.scheduler.restore_admission(
@@ -265,7 +266,7 @@ class AdmissionService:
             return ""
         if record.admission is not None:
             return record.admission.cluster_queue
-        ref = record.submitted.workload
+        ref = record.ref
         lq = record.submitted.queue_name or "default"
         for local in self.config.of_kind(LocalQueue):
             if (local.metadata.namespace, local.metadata.name) == (ref.namespace, lq):
@@ -335,9 +336,9 @@ class AdmissionService:
             return
         metrics.pods_ready(
             cluster_queue=record.admission.cluster_queue,
-            namespace=record.submitted.workload.namespace,
+            namespace=record.ref.namespace,
             local_queue=record.admission.local_queue,
-            waited=max(0.0, at - record.submitted.created.timestamp()),
+            waited=max(0.0, at - record.wl.queue_time),
             since_admitted=max(0.0, at - admitted_at),
         )
 
@@ -363,7 +364,7 @@ class AdmissionService:
                         cluster_queue=event.cluster_queue,
                         namespace=event.workload.namespace,
                         local_queue=event.local_queue,
-                        waited=max(0.0, now - record.submitted.created.timestamp()),
+                        waited=max(0.0, now - record.wl.queue_time),
                         checks_waited=max(0.0, now - reserved_at),
                     )
             await self._publish(gated)
