@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from msgspec.structs import replace
 
 from services.recovery.waiting import Aged, Waits, earlier_totals
 from shared.events import (
@@ -13,10 +14,12 @@ from shared.events import (
     PodSet,
     PriorityBoosted,
     WorkloadAdmitted,
+    WorkloadDeleted,
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadPending,
     WorkloadRef,
+    WorkloadStarted,
     WorkloadSubmitted,
 )
 
@@ -55,6 +58,14 @@ def finished(t: float) -> WorkloadFinished:
                             succeeded=True)  # fmt: skip
 
 
+def started() -> WorkloadStarted:
+    return WorkloadStarted(id="st", source="watcher", workload=REF, generation=1)
+
+
+def deleted() -> WorkloadDeleted:
+    return WorkloadDeleted(id="d", source="watcher", workload=REF)
+
+
 def boosted(clock: float) -> PriorityBoosted:
     return PriorityBoosted(id="b", source="recovery", time=at(clock), workload=REF, boost=5,
                            reserved=True, since=at(clock))  # fmt: skip
@@ -82,6 +93,20 @@ CASES: list[tuple[str, list[AnyEvent], float, float | None]] = [
      100.0),
     ("an announcement for a workload already finished brings back nothing",
      [submitted(100), pending(101), finished(150), boosted(100)], 10_000.0, None),
+    # Waits.apply looks a fold up by the event's exact type: kinds it does not fold change
+    # nothing, and each guarded kind still passes its guard only.
+    ("a start is no fact of its wait (no fold for it): it still ages",
+     [submitted(100), pending(101), started()], 160.0, 100.0),
+    ("a reservation of quota only is no run: it still ages",
+     [submitted(100), pending(101), replace(admitted(120, 1), reserved_only=True)], 160.0,
+     100.0),
+    ("a pending report from preemption does not queue it",
+     [submitted(100), replace(pending(101), source="preemption")], 10_000.0, None),
+    ("deleted: forgotten", [submitted(100), pending(101), deleted()], 10_000.0, None),
+    ("a boost announced by another service sets no clock",
+     [submitted(100), pending(101), replace(boosted(50), source="admission")], 120.0, None),
+    ("... one of recovery's own does",
+     [submitted(100), pending(101), boosted(50)], 120.0, 50.0),
 ]
 
 

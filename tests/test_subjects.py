@@ -8,7 +8,7 @@ import pytest
 from services.admission import service as admission
 from services.preemption import service as preemption
 from services.recovery.service import RecoveryService
-from shared.events import _SUBJECTS, STATE_SUBJECTS, WorkloadRef, WorkloadStarted, subject_for
+from shared.events import _SUBJECTS, STATE_SUBJECTS, WorkloadRef, WorkloadStarted
 from shared.jobs import Attempt, ManagedJob
 from shared.service import Runtime
 from shared.subjects import covers, server_filters, subject_family, subject_matcher
@@ -38,25 +38,23 @@ def test_any_pattern_matches() -> None:
     assert not wanted("berth.wl.finished.ns.job")
 
 
-def test_recovery_keeps_only_its_managed_jobs_subjects() -> None:
-    """Recovery skips other workloads' events before decoding them: by the subject's last two
-    tokens, which hold the namespace and name as subject tokens (dots become '_')."""
+def test_recovery_knows_its_managed_jobs_workloads() -> None:
+    """Recovery reads every workload's start and moves along only its managed jobs: by the
+    event's namespace and name, dots and all (no subject tokens involved)."""
     service = RecoveryService(cast(Runtime, SimpleNamespace(bus=None)))
     job = ManagedJob(id=1, name="train", namespace="team.a", resources="1x[cpu:1]", submitted_at=0)
     job.attempts.append(Attempt(name="train-1.v2", uid="u1"))
     service._index(job)
 
-    def started(namespace: str, name: str) -> str:
-        return subject_for(
-            WorkloadStarted(
-                source="watcher", workload=WorkloadRef(namespace, name, "x"), generation=1
-            )
+    def started(namespace: str, name: str) -> WorkloadStarted:
+        return WorkloadStarted(
+            source="watcher", workload=WorkloadRef(namespace, name, "x"), generation=1
         )
 
-    assert service._about_a_managed_job(started("team.a", "train-1.v2"))
-    assert not service._about_a_managed_job(started("team.a", "train-2"))
-    assert not service._about_a_managed_job(started("team-b", "train-1.v2"))
-    assert not service._about_a_managed_job("berth.cmd")
+    assert service.job_of(started("team.a", "train-1.v2")) == 1
+    assert service.job_of(started("team.a", "train-2")) is None
+    assert service.job_of(started("team-b", "train-1.v2")) is None
+    assert service.job_of(started("team_a", "train-1_v2")) is None  # tokens are not names
 
 
 def test_state_subjects_carry_every_fact_but_started() -> None:

@@ -42,7 +42,6 @@ from shared.events import (
     JobStatusChanged,
     PriorityBoosted,
     WorkloadRef,
-    subject_token,
 )
 from shared.jobs import (
     NEXT_ID_KEY,
@@ -62,8 +61,8 @@ __all__ = ["LaunchRequest", "RecoveryService"]
 
 log = get_logger("recovery")
 
-# What its consumer is sent: every workload fact a wait needs and a managed job's
-# WorkloadStarted (_kept drops the other workloads' before decoding); never pod readiness.
+# What its consumer is sent: every workload fact a wait needs and WorkloadStarted (a managed
+# job's moves it along; _on_events skips the others'); never pod readiness.
 SUBJECTS = [
     *(f"berth.wl.{verb}.>" for verb in sorted(WAIT_VERBS | {"started"})),
     "berth.cq.*.admitted.>",
@@ -104,9 +103,6 @@ class RecoveryService:
         self.bus = runtime.bus
         self.jobs: dict[int, ManagedJob] = {}
         self.by_workload: dict[tuple[str, str], int] = {}  # (namespace, name) -> job id
-        # The same workloads as their subjects end ("<namespace>.<name>" as subject tokens):
-        # events about other workloads are skipped before they are decoded.
-        self.subject_tails: set[str] = set()
         self.config = ConfigMirror()
         self.kv: KeyValue | None = None
         self.lock = asyncio.Lock()  # one writer at a time: API calls, the consumer, the tick
@@ -123,9 +119,9 @@ class RecoveryService:
         waits = await self.bus.replay_once(WAIT_HISTORY, self._rebuild)
         self.announced = {u: a for u, a in self.announced.items() if u in self.waits.waits}
         log.info("waits_rebuilt", events=waits, waiting=len(self.waits.waits))
-        subscription = await self.bus.durable_subscription(
-            "recovery", SUBJECTS, keep_subject=self._kept
-        )
+        # No keep_subject: it would build and test every event's subject, and a batch is
+        # decoded whole anyway; a start of a workload no job owns is skipped by _on_events.
+        subscription = await self.bus.durable_subscription("recovery", SUBJECTS)
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")
         lag = sample_consumer_lag(self.runtime, consumer="recovery")  # its durable consumer
@@ -163,19 +159,11 @@ class RecoveryService:
     def _own_workload(self, job: ManagedJob, name: str) -> None:
         """Registered before the workload is asked for, so none of its events is skipped."""
         self.by_workload[(job.namespace, name)] = job.id
-        self.subject_tails.add(f"{subject_token(job.namespace)}.{subject_token(name)}")
 
-    def _kept(self, subject: str) -> bool:
-        """A managed job's events, and every workload's that its wait needs."""
-        parts = subject.split(".", 3)
-        if len(parts) == 4 and parts[1] == "wl" and parts[2] in WAIT_VERBS:
-            return True
-        return parts[1] == "cq" or self._about_a_managed_job(subject)
-
-    def _about_a_managed_job(self, subject: str) -> bool:
-        """Every workload subject ends in its namespace and name tokens (shared/events.py)."""
-        parts = subject.rsplit(".", 2)
-        return len(parts) == 3 and f"{parts[1]}.{parts[2]}" in self.subject_tails
+    def job_of(self, event: AnyEvent) -> int | None:
+        """The id of the managed job whose attempt ``event`` is about, None for any other
+        workload (its facts only age its wait)."""
+        return self.by_workload.get((event.workload.namespace, event.workload.name))
 
     async def _save(self, jobs: list[ManagedJob]) -> None:
         assert self.kv is not None
@@ -209,7 +197,7 @@ class RecoveryService:
             changed: dict[int, ManagedJob] = {}
             for event in events:
                 self.waits.apply(event)
-                job_id = self.by_workload.get((event.workload.namespace, event.workload.name))
+                job_id = self.job_of(event)
                 if job_id is None:
                     continue
                 job = self.jobs[job_id]
