@@ -20,10 +20,11 @@ import nats.errors
 from nats.js.kv import KeyValue
 
 from shared.bus.acks import NO_RESPONDERS, WRONG_LAST_SEQUENCE, Ack, AckTimeout, PublishRefused
-from shared.bus.batches import COPY_HEADER, Prepared, Wire, batched
+from shared.bus.batches import Prepared, Wire, batched
 from shared.bus.buckets import Bucket
 from shared.bus.connection import Connection
 from shared.bus.errors import BusError, KeyExists, NoStream
+from shared.bus.framing import send_copies
 from shared.events import Event
 from shared.logging import get_logger
 
@@ -130,10 +131,7 @@ class Publishing(Connection):
         service's reaction could be stored before the copy of what it reacted to. Best effort:
         the batch is the record (docs/events.md "Batches")."""
         try:
-            for subject, payload, msg_id in copies:
-                await self.nc.publish(
-                    subject, payload, headers={"Nats-Msg-Id": msg_id, COPY_HEADER: "1"}
-                )
+            await send_copies(self.nc, copies)  # framed once each, not by nats-py: framing.py
         except nats.errors.Error as error:
             log.warning("copies_unsent", count=len(copies), error=repr(error))
 
