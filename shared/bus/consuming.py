@@ -33,6 +33,7 @@ from shared.bus.handing import (
     Handed,
     Handler,
     Settling,
+    ack_in_order,
     acting_again,
     cancelled,
     hand_over,
@@ -336,25 +337,21 @@ class Consuming(Connection):
         stopping: asyncio.Event,
     ) -> None:
         """Ack each handed-over batch once it has settled, in order (an ack covers every
-        earlier message). A batch whose settling failed is handled again, settled within
-        the retries, before its ack."""
-        while (item := await queue.get()) is not None:
-            last, events, settling = item
-            if settling is not None:
-                try:
-                    await settling
-                except Exception:
-                    log.exception("settling_failed", count=len(events))
-                    handled, _ = await self._handle(events, handler, stopping=stopping, settle=True)
-                    if not handled:
-                        return  # stopped: unacked, so it is delivered again after a restart
-            if last is None:
-                continue  # not the take's last piece: its last one acks it
-            with translated():
-                # An ack (and, by the ack policy, of all before it) is an empty publish to the
-                # message's reply subject, sent on the current client: the message may have
-                # come on one that a rotation of the credentials replaced.
-                await self.nc.publish(last.reply)
+        earlier message; sent at most every ACK_EVERY_S: handing.Acks). A batch whose
+        settling failed is handled again, settled within the retries, before its ack."""
+
+        async def again(events: list[AnyEvent]) -> bool:
+            handled, _ = await self._handle(events, handler, stopping=stopping, settle=True)
+            return handled
+
+        await ack_in_order(queue, self._ack, again)
+
+    async def _ack(self, last: Msg) -> None:
+        with translated():
+            # An ack (and, by the ack policy, of all before it) is an empty publish to the
+            # message's reply subject, sent on the current client: the message may have
+            # come on one that a rotation of the credentials replaced.
+            await self.nc.publish(last.reply)
 
     async def _handle(
         self,
