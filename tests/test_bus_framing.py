@@ -5,56 +5,94 @@ from __future__ import annotations
 
 import asyncio
 
+import nats.errors
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from shared.bus import Bus
-from shared.bus.framing import copy_frame, copy_headers, send_copies
+from shared.bus.acks import AckTracker, PublishRefused
+from shared.bus.framing import copy_frame, copy_headers, put_frame, send_copies
 from shared.bus.settings import BusSettings
 from tests.conftest import bus_auth
 
 
-async def _nats_py_frame(subject: str, payload: bytes, msg_id: str) -> bytes:
-    """What nats-py itself queues for this copy (a client never connected: nothing is sent,
-    the command stays in its outgoing buffer)."""
+def _ours(kind: str, subject: str, payload: bytes, extra: str) -> bytes | None:
+    """The bus's frame: ``extra`` is a copy's message id, or a put's reply subject."""
+    if kind == "copy":
+        return copy_frame(subject, payload, extra)
+    return put_frame(subject, payload, extra)
+
+
+async def _nats_py_frame(kind: str, subject: str, payload: bytes, extra: str) -> bytes:
+    """What nats-py itself queues for the same message (a client never connected: nothing
+    is sent, the command stays in its outgoing buffer)."""
+    headers, reply = (copy_headers(extra), "") if kind == "copy" else (None, extra)
     client = Client()
-    await client._send_publish(subject, "", payload, len(payload), copy_headers(msg_id))
+    await client._send_publish(subject, reply, payload, len(payload), headers)
     [frame] = client._pending
     return bytes(frame)
 
 
-# (subject, payload, message id, why the bus frames it itself)
+# (copy or put, subject, payload, a copy's id or a put's reply subject, why the bus frames it)
 FRAMED = [
-    ("berth.wl.submitted.ns.a", b'{"id":"submitted-u1"}', "submitted-u1", "a plain copy"),
-    ("berth.wl.started.ns.a", b"", "started-u1-2-t3", "an empty payload, a term-stamped id"),
-    ("berth.wl.finished.ns.\u00e9t\u00e9", b"{}", "finished-u1-1", "a UTF-8 subject"),
-    ("berth.wl.finished.ns.a", b"x" * 70_000, "id with inner space", "an inner space is kept"),
+    ("copy", "berth.wl.submitted.ns.a", b'{"id":"submitted-u1"}', "submitted-u1", "a copy"),
+    ("copy", "berth.wl.started.ns.a", b"", "started-u1-2-t3", "empty, a term-stamped id"),
+    ("copy", "berth.wl.finished.ns.\u00e9t\u00e9", b"{}", "finished-u1-1", "a UTF-8 subject"),
+    ("copy", "berth.wl.finished.ns.a", b"x" * 70_000, "id with inner space", "space kept"),
+    ("put", "$KV.berth-status.ns.a", b'{"phase":"Running"}', "_INBOX.x.1", "a status write"),
+    ("put", "$KV.berth-status.ns.a", b"{}", "", "no reply subject"),
+    ("put", "$KV.b.\u00e9", b"", "_INBOX.x.2", "a UTF-8 key, an empty value"),
+    ("put", "$KV.b.k", b"v" * 70_000, "_INBOX.x.3", "a large value"),
 ]
 
-# (subject, message id, why nats-py's publish must judge it)
+# (copy or put, subject, a copy's id or a put's reply subject, why nats-py's publish judges it)
 LEFT_TO_NATS = [
-    ("", "submitted-u1", "an empty subject: refused"),
-    ("berth.wl.submitted.ns a", "submitted-u1", "white space would split the command"),
-    ("berth.wl.submitted.ns.a\r\nPUB x 1", "submitted-u1", "a line break would inject one"),
-    ("berth.wl.submitted.ns.a", "submitted-u1\r\nX: y", "a line break in a header value"),
-    ("berth.wl.submitted.ns.a", " submitted-u1 ", "nats-py strips the value"),
-    ("berth.wl.submitted.ns.a", "submitted-\u00fc", "not ASCII: the length differs in bytes"),
+    ("copy", "", "submitted-u1", "an empty subject: refused"),
+    ("copy", "berth.wl.submitted.ns a", "submitted-u1", "white space would split the command"),
+    ("copy", "berth.wl.submitted.ns.a\r\nPUB x 1", "submitted-u1", "a line break injects one"),
+    ("copy", "berth.wl.submitted.ns.a", "submitted-u1\r\nX: y", "a line break in a header"),
+    ("copy", "berth.wl.submitted.ns.a", " submitted-u1 ", "nats-py strips the value"),
+    ("copy", "berth.wl.submitted.ns.a", "submitted-\u00fc", "not ASCII: bytes differ"),
+    ("put", "", "_INBOX.x.1", "an empty subject: refused"),
+    ("put", "$KV.b.a b", "_INBOX.x.1", "white space in the subject"),
+    ("put", "$KV.b.a", "_INBOX x", "white space in the reply"),
+    ("put", "$KV.b.a", "_INBOX.x\r\nPUB y 1", "a line break in the reply"),
 ]
 
 
-@pytest.mark.parametrize(("subject", "payload", "msg_id", "why"), FRAMED)
-async def test_a_framed_copy_is_what_nats_py_sends(
-    subject: str, payload: bytes, msg_id: str, why: str
+@pytest.mark.parametrize(("kind", "subject", "payload", "extra", "why"), FRAMED)
+async def test_a_framed_message_is_what_nats_py_sends(
+    kind: str, subject: str, payload: bytes, extra: str, why: str
 ) -> None:
-    assert copy_frame(subject, payload, msg_id) == await _nats_py_frame(subject, payload, msg_id), (
-        why
+    expected = await _nats_py_frame(kind, subject, payload, extra)
+    assert _ours(kind, subject, payload, extra) == expected, why
+
+
+@pytest.mark.parametrize(("kind", "subject", "extra", "why"), LEFT_TO_NATS)
+def test_a_message_nats_py_must_judge_is_not_framed(
+    kind: str, subject: str, extra: str, why: str
+) -> None:
+    assert _ours(kind, subject, b"{}", extra) is None, why
+
+
+async def test_a_failed_send_many_keeps_no_future(nats_url: str) -> None:
+    """A publish of the round refused (a subject nats-py rejects): the round raises, and none
+    of its futures waits for an ack (none is swept later as a timeout either)."""
+    bus = await Bus.connect(
+        nats_url, source="test", auth=bus_auth(nats_url), settings=BusSettings()
     )
-
-
-@pytest.mark.parametrize(("subject", "msg_id", "why"), LEFT_TO_NATS)
-def test_a_copy_nats_py_must_judge_is_not_framed(subject: str, msg_id: str, why: str) -> None:
-    assert copy_frame(subject, b"{}", msg_id) is None, why
+    tracker = AckTracker(bus.nc, timeout=30)
+    try:
+        with pytest.raises(nats.errors.BadSubjectError):
+            await tracker.send_many([("ok.a", b"1", None), ("bad subject", b"2", None)])
+        assert tracker._pending == {}
+        [ack] = await tracker.send_many([("no.stream.here", b"3", None)])
+        with pytest.raises(PublishRefused):  # the tracker still works: no stream answers
+            await asyncio.wait_for(ack, 10)
+    finally:
+        await tracker.close()
+        await bus.close()
 
 
 async def test_copies_arrive_in_order_with_their_headers(nats_url: str) -> None:

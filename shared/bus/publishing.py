@@ -188,10 +188,9 @@ class Publishing(Connection):
         else:
             wire, copies = [(p.subject, p.payload, p.msg_id) for p in prepared], []
         await self.publish_copies(copies)
-        futures = [
-            await self.acks.send(subject, payload, {"Nats-Msg-Id": msg_id})
-            for subject, payload, msg_id in wire
-        ]
+        futures = await self.acks.send_many(
+            [(subject, payload, {"Nats-Msg-Id": msg_id}) for subject, payload, msg_id in wire]
+        )
         return SentEvents(self, wire, futures)
 
     async def update_key(self, kv: KeyValue, key: str, value: bytes, *, last: int) -> int:
@@ -212,13 +211,16 @@ class Publishing(Connection):
         ``outcomes()``, one round trip for all. A last revision of None is a plain put."""
         if not isinstance(kv, Bucket):
             raise TypeError(f"update a bucket opened by Bus.kv, not {type(kv).__name__}")
-        futures = [
-            await self.acks.send(
-                f"{kv.prefix}{key}",
-                value,
-                # A plain put has no headers (as kv.put): not an empty block to build and send.
-                None if last is None else {"Nats-Expected-Last-Subject-Sequence": str(last)},
-            )
-            for key, value, last in updates
-        ]
+        prefix = kv.prefix
+        futures = await self.acks.send_many(
+            [
+                (
+                    f"{prefix}{key}",
+                    value,
+                    # A plain put has no headers (as kv.put): not an empty block to build.
+                    None if last is None else {"Nats-Expected-Last-Subject-Sequence": str(last)},
+                )
+                for key, value, last in updates
+            ]
+        )
         return KeyUpdates([key for key, _, _ in updates], futures)
