@@ -210,6 +210,8 @@ class RecoveryService:
                 for item in published:
                     outgoing.append(item)
                     self._note(job, item)
+            if not changed:
+                return  # no managed job's event: nothing to publish, store or announce
             await self.bus.publish_many(outgoing)  # first: ids make a replay harmless
             await self._save(list(changed.values()))
             if any(job.status == JobStatus.RECOVERING for job in changed.values()):
