@@ -169,6 +169,65 @@ def test_a_known_identity(
     assert (found.code if found else None) == code, why
 
 
+# (the (value, rule, remember) judged in turn, each one's problem expected (None: valid),
+# what is remembered afterwards per rule, why): valid names that repeat are judged once
+REMEMBERED_CASES: list[tuple[list[tuple[str, str, bool]], list[bool], dict[str, set[str]], str]] = [
+    (
+        [("cq-1", "name", True), ("cq-1", "name", True)],
+        [False, False],
+        {"name": {"cq-1"}},
+        "a valid queue name: judged once, remembered",
+    ),
+    (
+        [("Bad Queue", "name", True), ("Bad Queue", "name", True)],
+        [True, True],
+        {},
+        "a name with a problem: never remembered, judged (and refused) every time",
+    ),
+    (
+        [("example.com/gpu", "label-key", True), ("example.com/gpu", "name", True)],
+        [False, True],
+        {"label-key": {"example.com/gpu"}},
+        "valid as a resource name, not as a queue name: one rule's memory is not another's",
+    ),
+    (
+        [("job-7", "name", False), ("uid-7", "uid", True)],
+        [False, False],
+        {},
+        "a workload's own name (remember=False) and uid (no memory kept): never remembered",
+    ),
+    (
+        [("a", "name", True), ("b", "name", True), ("c", "name", True), ("a", "name", True)],
+        [False, False, False, False],
+        {"name": {"c", "a"}},
+        "past the limit (2 here) the memory starts over",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("calls", "problems", "remembered", "why"),
+    REMEMBERED_CASES,
+    ids=[c[3] for c in REMEMBERED_CASES],
+)
+def test_valid_names_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+    calls: list[tuple[str, str, bool]],
+    problems: list[bool],
+    remembered: dict[str, set[str]],
+    why: str,
+) -> None:
+    fresh: dict[str, set[str]] = {"namespace": set(), "name": set(), "label-key": set()}
+    monkeypatch.setattr(validation, "_VALID", fresh)
+    monkeypatch.setattr(validation, "VALID_LIMIT", 2)
+    found = [
+        validation._problem(value, rule, remember=remember) is not None
+        for value, rule, remember in calls
+    ]
+    assert found == problems, why
+    assert {rule: names for rule, names in fresh.items() if names} == remembered, why
+
+
 def _assigned(assignment: FlavorAssignment) -> WorkloadAdmitted:
     return msgspec.structs.replace(admitted({"cpu": 1}), assignments=[assignment])
 

@@ -63,16 +63,38 @@ def refusal(event: AnyEvent, known: WorkloadRef | None = None) -> Refusal | None
     ref = event.workload
     if known is None or ref != known:
         for value, rule in ((ref.namespace, "namespace"), (ref.name, "name"), (ref.uid, "uid")):
-            if (problem := name_problem(value, rule)) is not None:
+            # Its own name and uid are new with each workload: not remembered (_problem).
+            if (problem := _problem(value, rule, remember=rule == "namespace")) is not None:
                 return Refusal("invalid_name", f"{rule} {show(value)}: {problem}")
     if isinstance(event, WorkloadSubmitted):
         queue = event.queue_name
-        if queue and (problem := name_problem(queue)) is not None:
+        if queue and (problem := _problem(queue)) is not None:
             return Refusal("invalid_queue", f"queue {show(queue)}: {problem}")
         return _pod_sets_refusal(event.pod_sets)
-    if (problem := name_problem(event.cluster_queue)) is not None:
+    if (problem := _problem(event.cluster_queue)) is not None:
         return Refusal("invalid_queue", f"ClusterQueue {show(event.cluster_queue)}: {problem}")
     return _assignments_refusal(event.assignments)
+
+
+# Names found valid, per rule: the few that every fact repeats (namespaces; queue, flavor and
+# resource names) are judged once, then found here; at most VALID_LIMIT per rule.
+_VALID: dict[str, set[str]] = {"namespace": set(), "name": set(), "label-key": set()}
+VALID_LIMIT = 4096
+
+
+def _problem(value: str, rule: str = "name", *, remember: bool = True) -> str | None:
+    """:func:`shared.names.name_problem`, with the valid names it remembers (``remember``:
+    not a workload's own name or uid, each new) answered from :data:`_VALID` without being
+    judged again. A name with a problem is judged every time; so is anything not a str."""
+    valid = _VALID.get(rule) if remember and type(value) is str else None
+    if valid is not None and value in valid:
+        return None
+    problem = name_problem(value, rule)
+    if problem is None and valid is not None:
+        if len(valid) >= VALID_LIMIT:
+            valid.clear()  # names come and go: start over rather than pile up
+        valid.add(value)
+    return problem
 
 
 def _pod_sets_refusal(pod_sets: list[PodSet]) -> Refusal | None:
@@ -105,7 +127,7 @@ def _pod_set(name: str) -> str:
 
 def _unassigned(resource: str, amount: int, flavors: Mapping[str, str]) -> bool:
     """A resource used without a valid flavor assigned to it."""
-    return bool(amount) and (resource not in flavors or name_problem(flavors[resource]) is not None)
+    return bool(amount) and (resource not in flavors or _problem(flavors[resource]) is not None)
 
 
 def _assignments_refusal(assignments: list[FlavorAssignment]) -> Refusal | None:
@@ -136,7 +158,7 @@ def _assignment(assignment: FlavorAssignment) -> str:
 def _quantities_refusal(quantities: dict[str, int]) -> tuple[str, str] | None:
     """The refusal code and what is wrong, for the first bad resource name or amount."""
     for resource, amount in quantities.items():
-        if (problem := name_problem(resource, "label-key")) is not None:
+        if (problem := _problem(resource, "label-key")) is not None:
             return "invalid_resource", f"resource {show(resource)}: {problem}"
         if amount < 0:
             return "negative_quantity", f"{resource} {amount}m is negative"
