@@ -25,6 +25,7 @@ from shared.events import (
     Event,
     EvictionRequested,
     PodSet,
+    PriorityBoosted,
     SetWorkloadActive,
     WorkloadAdmitted,
     WorkloadEvicted,
@@ -338,3 +339,72 @@ def test_resume_gives_a_fresh_execution_budget() -> None:
             world.step(action)
         limits.admitted("uid-a", 100.0)
         assert limits.due(101.0) == (["uid-a"] if due else []), why
+
+
+_REF = WorkloadRef("default", "e", "uid-e")
+
+
+def _pending(source: str) -> WorkloadPending:
+    return WorkloadPending(
+        source=source, workload=_REF, cluster_queue="cq", reason=INACTIVE, message="m"
+    )
+
+
+# (event folded, what echoed keeps of it afterwards, why): only the three kinds it reads
+ECHO_CASES: list[tuple[Event, tuple[bool, bool, bool], str]] = [
+    (
+        PriorityBoosted(source="recovery", workload=_REF, boost=5),
+        (True, False, True),
+        "a boost is kept for the next queueing",
+    ),
+    (
+        EvictionRequested(
+            source="admission", workload=_REF, cluster_queue="cq", generation=2, reason=DEACTIVATED
+        ),
+        (False, True, True),
+        "its own Deactivated eviction: asked, not asked again",
+    ),
+    (
+        EvictionRequested(
+            source="preemption", workload=_REF, cluster_queue="cq", generation=2, reason="Preempted"
+        ),
+        (False, False, True),
+        "another eviction: nothing",
+    ),
+    (
+        _pending("admission"),
+        (False, False, False),
+        "its own Inactive announcement: announced",
+    ),
+    (
+        _pending("preemption"),
+        (False, False, True),
+        "preemption's pending report: not admission's announcement",
+    ),
+    (
+        WorkloadAdmitted(
+            source="admission",
+            workload=_REF,
+            cluster_queue="cq",
+            local_queue="lq",
+            priority=0,
+            assignments=[],
+            generation=2,
+        ),
+        (False, False, True),
+        "any other kind: nothing read",
+    ),
+]
+
+
+@pytest.mark.parametrize(("event", "kept", "why"), ECHO_CASES, ids=[c[2] for c in ECHO_CASES])
+def test_echoed(event: Event, kept: tuple[bool, bool, bool], why: str) -> None:
+    """(boost kept, eviction marked asked, announcement still owed) after one echo."""
+    activity = Activity()
+    activity.unannounced[_REF.uid] = ("inactive-uid-e-2", "cq")
+    activity.echoed(event)
+    assert (
+        _REF.uid in activity.boosts,
+        (_REF.uid, 2) in activity.evictions_asked,
+        _REF.uid in activity.unannounced,
+    ) == kept, why
