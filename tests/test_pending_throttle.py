@@ -133,3 +133,50 @@ def test_an_older_hold_never_releases_a_newer_one_early() -> None:
     assert not throttle.offer(pending("3 more needed", may_help=True), 0.7)  # until 1.5
     assert throttle.due(1.2) == []
     assert [e.message for e in throttle.due(1.5)] == ["3 more needed"]
+
+
+# (reason, steps: (now, "offer"/"offer!" (may help)/"forget", message), dues: (at, released))
+ENDED_HOLDS: list[tuple[str, list[tuple[float, str, str]], list[tuple[float, list[str]]]]] = [
+    (
+        "forgotten, then a first report again in the same pass: one entry left, sent once",
+        [(0.0, "offer", "a"), (0.0, "forget", ""), (0.0, "offer", "b")],
+        [(1.0, ["b"]), (9.0, [])],
+    ),
+    (
+        "published at once, held again at the same time: its old entry is skipped",
+        [(0.0, "offer", "a"), (0.0, "offer!", "b"), (0.0, "offer!", "c")],
+        [(1.0, ["c"]), (9.0, [])],
+    ),
+    (
+        "forgotten and never held again: nothing, and a later hold goes out on time",
+        [(0.0, "offer", "a"), (0.5, "forget", ""), (2.0, "offer", "b")],
+        [(1.0, []), (2.9, []), (3.0, ["b"])],
+    ),
+    (
+        "held, published, held, published, held: only the last goes, at its own time",
+        [
+            (0.0, "offer", "a"),
+            (0.2, "offer!", "b"),
+            (0.4, "offer!", "c"),
+            (2.0, "offer", "d"),
+            (2.1, "offer", "e"),
+        ],
+        [(1.0, []), (1.3, []), (2.9, []), (3.0, ["e"]), (9.0, [])],
+    ),
+]
+
+
+@pytest.mark.parametrize(("reason", "steps", "dues"), ENDED_HOLDS, ids=[c[0] for c in ENDED_HOLDS])
+def test_an_ended_hold_never_sends_or_hastens_a_later_one(
+    reason: str, steps: list[tuple[float, str, str]], dues: list[tuple[float, list[str]]]
+) -> None:
+    """A hold that ended (published at once, or forgotten) leaves its entry behind: it must
+    neither send the workload's next hold early nor send anything twice."""
+    throttle = PendingThrottle(1.0)
+    for now, step, message in steps:
+        if step == "forget":
+            throttle.forget(REF.uid)
+        else:
+            throttle.offer(pending(message, may_help=step == "offer!"), now)
+    for at, released in dues:
+        assert [e.message for e in throttle.due(at)] == released, (reason, at)

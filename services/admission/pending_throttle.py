@@ -45,11 +45,12 @@ class PendingThrottle:
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._published: dict[str, tuple[Material, float]] = {}  # uid -> (what, when)
-        # uid -> (newest unpublished event, when it may go out)
-        self._held: dict[str, tuple[WorkloadPending, float]] = {}
+        self._held: dict[str, WorkloadPending] = {}  # uid -> newest unpublished event
         # (when they may go out, their uids), a heap; one batch per time (_batches).
         self._due: list[tuple[float, list[str]]] = []
         self._batches: dict[float, list[str]] = {}
+        # uid -> how many of its batch entries are left from holds ended since (see due).
+        self._stale: dict[str, int] = {}
         # (now, now + interval): one float for a pass's first reports (NaN equals no now).
         self._last = (float("nan"), 0.0)
 
@@ -65,40 +66,51 @@ class PendingThrottle:
         if last is not None and last[0] == material and now - last[1] < self.interval:
             return self._hold(uid, event, last[1] + self.interval)
         self._published[uid] = (material, now)
-        self._held.pop(uid, None)
+        self._end_hold(uid)
         return True
 
     def _hold(self, uid: str, event: WorkloadPending, until: float) -> bool:
-        held = self._held.get(uid)
-        if held is None:
+        if uid not in self._held:  # held already: a newer message keeps the time set
             batch = self._batches.get(until)
             if batch is None:
                 batch = self._batches[until] = []
                 heapq.heappush(self._due, (until, batch))
             batch.append(uid)
-        else:
-            until = held[1]  # a newer message keeps the time already set
-        self._held[uid] = (msgspec.structs.replace(event, id=""), until)
+        self._held[uid] = msgspec.structs.replace(event, id="")
         return False
+
+    def _end_hold(self, uid: str) -> None:
+        if self._held.pop(uid, None) is not None:  # its batch entry is stale now
+            self._stale[uid] = self._stale.get(uid, 0) + 1
 
     def due(self, now: float) -> list[WorkloadPending]:
         """Held events whose interval has passed, each with a new id; they count as
-        published now."""
+        published now.
+
+        A workload's entries come out in the order they were made (a later hold never
+        goes out earlier: the clock only moves on), so its first entries are those of the
+        holds that ended (published or forgotten), counted in ``_stale``: they are skipped,
+        and the one left is its live hold's."""
         ready: list[WorkloadPending] = []
         while self._due and self._due[0][0] <= now:
             when, batch = heapq.heappop(self._due)
             del self._batches[when]
             for uid in batch:
-                held = self._held.get(uid)
-                # An entry left from an earlier hold (published or forgotten since) is stale.
-                if held is None or held[1] != when:
+                stale = self._stale.get(uid)
+                if stale is not None:
+                    if stale == 1:
+                        del self._stale[uid]
+                    else:
+                        self._stale[uid] = stale - 1
                     continue
-                del self._held[uid]
-                self._published[uid] = (_material(held[0]), now)
-                ready.append(msgspec.structs.replace(held[0], id=new_event_id()))
+                held = self._held.pop(uid, None)
+                if held is None:  # never: an entry without a hold is counted stale
+                    continue
+                self._published[uid] = (_material(held), now)
+                ready.append(msgspec.structs.replace(held, id=new_event_id()))
         return ready
 
     def forget(self, uid: str) -> None:
         """The workload is no longer pending (admitted, finished, deleted)."""
         self._published.pop(uid, None)
-        self._held.pop(uid, None)
+        self._end_hold(uid)
