@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from services.admission.activation import DEACTIVATED, INACTIVE, Activity, queued
+from services.admission.activation import DEACTIVATED, INACTIVE, Activity
 from services.admission.admission_checks import REASON as CHECK_REASON
 from services.admission.deactivation import Deactivation, deactivating
 from services.admission.exec_time import MESSAGE as EXEC_MESSAGE
@@ -66,9 +66,8 @@ class World:
                     pod_sets=[PodSet("main", 1, {"cpu": 4000})],
                     created=T0,
                 )
-                wl = queued(event)
-                self.records[ref.uid] = WorkloadRecord.of(event, wl)
-                self.scheduler.submit(wl)
+                record = self.records[ref.uid] = WorkloadRecord.of(event)
+                self.scheduler.submit(record)
             case "schedule":
                 for decision in self.scheduler.schedule():
                     if isinstance(decision, Admission):

@@ -12,7 +12,6 @@ import kmock as km
 import msgspec
 import pytest
 
-from services.admission.activation import queued
 from services.admission.workload_objects import WorkloadRecord, render_workload
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.kueue_status import (
@@ -75,7 +74,7 @@ PENDING = WorkloadPending(
 
 
 def _rendered(*events: Any) -> dict[str, Any]:
-    record = WorkloadRecord.of(SUBMITTED, queued(SUBMITTED))
+    record = WorkloadRecord.of(SUBMITTED)
     for event in events:
         if isinstance(event, WorkloadPending):
             record.on_pending(event)
@@ -303,7 +302,7 @@ async def test_the_preempted_event_names_the_preemptor(
         async with asyncio.timeout(5):
             while len(events()) < 2:  # QuotaReserved, Admitted  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
-            record = WorkloadRecord.of(SUBMITTED, queued(SUBMITTED))
+            record = WorkloadRecord.of(SUBMITTED)
             record.on_pending(PENDING)
             record.on_admitted(ADMITTED)
             record.on_eviction_requested(eviction)

@@ -19,7 +19,6 @@ import pytest
 
 import shared.bus.connection
 from berth_cli.natsserver import NatsServer
-from services.admission.activation import queued
 from services.admission.workload_objects import WorkloadRecord, render_workload
 from services.watcher.kube.api import KubeClient
 from services.watcher.kube.kueue_status import KueueStatusWriter, StatusSettings
@@ -88,7 +87,7 @@ async def cluster(
     admin = await connect_as(server.url, store, "admin")
     await admin.ensure_stream()
     admission = await connect_as(server.url, store, "admission")
-    record = WorkloadRecord.of(SUBMITTED, queued(SUBMITTED))
+    record = WorkloadRecord.of(SUBMITTED)
 
     async def workloads(_: str, data: bytes) -> dict[str, Any]:
         return {"items": [render_workload(record, {"local_queue": "user-queue"})], "next": None}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from services.admission.activation import queued
 from services.admission.workload_objects import WorkloadRecord
 from shared.events import (
     WorkloadAdmitted,
@@ -41,7 +40,7 @@ CASES: list[tuple[list[str], tuple[str, str] | None, str]] = [
 @pytest.mark.parametrize(("steps", "expected", "why"), CASES, ids=[c[2] for c in CASES])
 def test_pods_ready_condition(steps: list[str], expected: tuple[str, str] | None, why: str) -> None:
     """The condition follows the watcher's readiness reports of the current admission."""
-    record = WorkloadRecord.of(SUBMITTED, queued(SUBMITTED))
+    record = WorkloadRecord.of(SUBMITTED)
     record.on_admitted(ADMITTED)
     for step in steps:
         fact = _fact(step)

@@ -11,6 +11,7 @@ import pytest
 
 from services.admission.activation import queued
 from services.admission.interning import Interner
+from services.admission.model import QueuedWorkload
 from services.admission.workload_objects import WorkloadRecord, render_workload
 from shared.events import WorkloadPending, WorkloadRef
 from tests.test_kube_status import ADMITTED, SUBMITTED
@@ -31,7 +32,7 @@ def report(uid: str, message: str = "2 more needed", at: datetime = AT) -> Workl
 
 def record(uid: str) -> WorkloadRecord:
     submitted = msgspec.structs.replace(SUBMITTED, workload=WorkloadRef("ns", uid, uid))
-    return WorkloadRecord.of(submitted, queued(submitted))
+    return WorkloadRecord.of(submitted)
 
 
 Step = tuple[str, Callable[[WorkloadRecord], None]]  # (which record, what happens to it)
@@ -133,14 +134,15 @@ CREATED: list[tuple[str, datetime, bool]] = [
 
 @pytest.mark.parametrize(("reason", "created", "kept"), CREATED, ids=[c[0] for c in CREATED])
 def test_the_record_gives_back_the_kept_event(reason: str, created: datetime, kept: bool) -> None:
-    """One record per workload, sharing the core's entry: what it gives back is the event as
-    the interner kept it (every field the displays read), its creation time exact."""
+    """One object per workload, the record and the core's entry: what it gives back is the
+    event as the interner kept it (every field the displays read), its creation exact."""
     event = Interner().submitted(
         msgspec.structs.replace(SUBMITTED, created=created, labels={"app": "x"}, term=0)
     )
-    wl = queued(event)
-    one = WorkloadRecord.of(event, wl)
-    assert one.wl is wl, reason  # held once: the core's entry itself
+    one = WorkloadRecord.of(event)
+    entry = queued(event)  # the core's entry as any other path makes it
+    for name in QueuedWorkload.__struct_fields__:  # the record is that entry, field by field
+        assert getattr(one, name) == getattr(entry, name), (reason, name)
     assert (one.created_at is not None) is kept, reason
     assert one.submitted == event, reason
     assert one.created.isoformat() == created.isoformat(), reason

@@ -76,15 +76,7 @@ def pending_message(deactivation: Deactivation) -> str:
 
 def queued(event: WorkloadSubmitted) -> QueuedWorkload:
     """The scheduler's entry for a submitted workload (at submission and on reactivation)."""
-    return QueuedWorkload(
-        ref=event.workload,
-        local_queue=event.queue_name,
-        pod_sets=event.pod_sets,
-        queue_time=event.created.timestamp(),
-        priority_class=event.priority_class,
-        priority_class_name=event.priority_class_name,
-        priority=event.priority,
-    )
+    return QueuedWorkload.of_event(event)
 
 
 @dataclass
@@ -161,7 +153,7 @@ class Activity:
         log.info(
             "deactivated",
             workload=ref.key,
-            queue=record.wl.local_queue,
+            queue=record.local_queue,
             reason=deactivation.reason,
             admitted=record.admission is not None,
         )
@@ -191,7 +183,7 @@ class Activity:
         log.info(
             "reactivated",
             workload=ref.key,
-            queue=record.wl.local_queue,
+            queue=record.local_queue,
             reason="Reactivated",
         )
 

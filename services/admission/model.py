@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from shared.events import FlavorAssignment, PodSet, WorkloadRef
+from shared.events import FlavorAssignment, PodSet, WorkloadRef, WorkloadSubmitted
 from shared.quota import FlavorResource
 
 __all__ = [
@@ -18,6 +18,9 @@ __all__ = [
     "QueuedWorkload",
     "WorkloadView",
 ]
+
+
+Q = TypeVar("Q", bound="QueuedWorkload")
 
 
 class QueuedWorkload(msgspec.Struct, gc=False):
@@ -40,6 +43,21 @@ class QueuedWorkload(msgspec.Struct, gc=False):
     # Nominated (a preemptor whose victims are being evicted): the room they free is its own,
     # so it goes before everything else in its ClusterQueue, reservations included.
     nominated: bool = False
+
+    @classmethod
+    def of_event(cls: type[Q], event: WorkloadSubmitted, **more: Any) -> Q:
+        """The scheduler's entry for a submitted workload (at submission and on
+        reactivation); ``more``: a subclass's own fields (the service's WorkloadRecord)."""
+        return cls(
+            ref=event.workload,
+            local_queue=event.queue_name,
+            pod_sets=event.pod_sets,
+            queue_time=event.created.timestamp(),
+            priority_class=event.priority_class,
+            priority_class_name=event.priority_class_name,
+            priority=event.priority,
+            **more,
+        )
 
 
 class Admission(msgspec.Struct, frozen=True, gc=False):

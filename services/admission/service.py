@@ -185,10 +185,9 @@ class AdmissionService:
                 case WorkloadSubmitted():
                     if record is None:
                         kept = self.interner.submitted(event)  # shared values, once
-                        wl = queued(kept)  # held once: the core's entry is the record's
-                        self.records[ref.uid] = WorkloadRecord.of(kept, wl)
+                        entry = self.records[ref.uid] = WorkloadRecord.of(kept)
                         self.limits.submitted(ref.uid, kept.annotations)
-                        self.scheduler.submit(wl)
+                        self.scheduler.submit(entry)  # held once: the core's entry too
                 case WorkloadAdmitted():
                     if record is not None and self.scheduler.generation(ref) < event.generation:
                         self.scheduler.restore_admission(
@@ -338,7 +337,7 @@ class AdmissionService:
             cluster_queue=record.admission.cluster_queue,
             namespace=record.ref.namespace,
             local_queue=record.admission.local_queue,
-            waited=max(0.0, at - record.wl.queue_time),
+            waited=max(0.0, at - record.queue_time),
             since_admitted=max(0.0, at - admitted_at),
         )
 
@@ -364,7 +363,7 @@ class AdmissionService:
                         cluster_queue=event.cluster_queue,
                         namespace=event.workload.namespace,
                         local_queue=event.local_queue,
-                        waited=max(0.0, now - record.wl.queue_time),
+                        waited=max(0.0, now - record.queue_time),
                         checks_waited=max(0.0, now - reserved_at),
                     )
             await self._publish(gated)

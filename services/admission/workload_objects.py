@@ -23,7 +23,6 @@ from shared.events import (
     WorkloadKind,
     WorkloadPending,
     WorkloadPodsReady,
-    WorkloadRef,
     WorkloadSubmitted,
 )
 from shared.quantities import format_quantity, is_binary_resource
@@ -62,21 +61,26 @@ def with_condition(conditions: Conditions, kind: str, condition: Condition) -> C
     return {**conditions, kind: condition}
 
 
-class WorkloadRecord(msgspec.Struct, gc=False):
+# (kind, labels, annotations) once per distinct triple: a record holds one reference, not
+# three (labels and annotations are the interner's shared dicts, so they are keyed by
+# identity; the kept triple holds them, so no other dict can take their ids meanwhile).
+Shown = tuple[WorkloadKind, dict[str, str], dict[str, str]]
+_SHOWN: dict[tuple[str, int, int], Shown] = {}
+
+
+class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
     """What admission remembers of a workload for display; updated from its events. Never
     tracked by the garbage collector (one per workload; nothing it holds refers back).
 
-    A workload is held once: the record keeps the core's entry (``wl``, the one the
-    scheduler queues) for its identity, queue, pod sets and priorities, and only what the
-    entry lacks beside it; :attr:`submitted` gives the event back as the interner kept it.
-    The entry's fields read here never change (a requeue gives the core a new entry)."""
+    A workload is held once: the record is the core's entry itself (a QueuedWorkload, the
+    one the scheduler queues: identity, queue, pod sets, priorities) with what the displays
+    need beside it; :attr:`submitted` gives the event back as the interner kept it. The
+    entry's fields read here never change (the core sets only its ageing and nomination
+    fields; a requeue gives the core a new entry)."""
 
-    wl: QueuedWorkload
-    kind: WorkloadKind
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    # The creation time; None when ``wl.queue_time`` is it, exactly, in UTC (the common
-    # case: one float per workload, not a datetime too).
+    shown: Shown
+    # The creation time; None when ``queue_time`` is it, exactly, in UTC (the common case:
+    # one float per workload, not a datetime too).
     created_at: datetime | None = None
     # Shared, never written in place: _set replaces it (with_condition). Empty until a first
     # condition is set (most pending workloads have none).
@@ -85,41 +89,54 @@ class WorkloadRecord(msgspec.Struct, gc=False):
     requeue_count: int = 0
 
     @classmethod
-    def of(cls, submitted: WorkloadSubmitted, wl: QueuedWorkload) -> WorkloadRecord:
-        """The record of a workload submitted as ``submitted`` (as the interner keeps it),
-        queued in the core as ``wl`` (activation.queued of it)."""
+    def of(cls, submitted: WorkloadSubmitted) -> WorkloadRecord:
+        """The record (and core entry) of a workload submitted as ``submitted``, as the
+        interner keeps it."""
+        kind, labels, annotations = submitted.kind, submitted.labels, submitted.annotations
+        shown = kept_once(
+            _SHOWN, (kind, id(labels), id(annotations)), lambda: (kind, labels, annotations)
+        )
+        record = cls.of_event(submitted, shown=shown)
         created = submitted.created
-        exact = created.tzinfo is UTC and datetime.fromtimestamp(wl.queue_time, UTC) == created
-        labels, annotations = submitted.labels, submitted.annotations
-        return cls(wl, submitted.kind, labels, annotations, None if exact else created)
+        if created.tzinfo is not UTC or datetime.fromtimestamp(record.queue_time, UTC) != created:
+            record.created_at = created
+        return record
 
     @property
-    def ref(self) -> WorkloadRef:
-        return self.wl.ref
+    def kind(self) -> WorkloadKind:
+        return self.shown[0]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.shown[1]
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return self.shown[2]
 
     @property
     def created(self) -> datetime:
         if self.created_at is None:
-            return datetime.fromtimestamp(self.wl.queue_time, UTC)
+            return datetime.fromtimestamp(self.queue_time, UTC)
         return self.created_at
 
     @property
     def submitted(self) -> WorkloadSubmitted:
         """The submitted event as Interner.submitted kept it: no id or source, ``time`` its
         creation, term 0 (nothing reads them after the fold)."""
-        wl, created = self.wl, self.created
+        created = self.created
         return WorkloadSubmitted(
             id="",
             time=created,
             source="",
-            workload=wl.ref,
+            workload=self.ref,
             kind=self.kind,
-            queue_name=wl.local_queue,
-            pod_sets=wl.pod_sets,
+            queue_name=self.local_queue,
+            pod_sets=self.pod_sets,
             created=created,
-            priority_class=wl.priority_class,
-            priority_class_name=wl.priority_class_name,
-            priority=wl.priority,
+            priority_class=self.priority_class,
+            priority_class_name=self.priority_class_name,
+            priority=self.priority,
             labels=self.labels,
             annotations=self.annotations,
         )
