@@ -165,7 +165,7 @@ class Record(msgspec.Struct, gc=False, eq=False):
 class ClusterQueueQueue:
     """The pending workloads of one ClusterQueue."""
 
-    __slots__ = ("blocked", "heap", "parked", "records", "size", "strict")
+    __slots__ = ("blocked", "heap", "offered", "parked", "records", "size", "strict")
 
     def __init__(self, strict: bool, records: dict[str, Record]) -> None:
         self.strict = strict
@@ -175,6 +175,9 @@ class ClusterQueueQueue:
         self.records = records  # shared uid -> Record map, to tell live entries from stale
         self.blocked = False  # StrictFIFO head did not fit; wait for a change
         self.size = 0  # queued records, parked included
+        # During a pass (see offer_parked): the keys of the parked records that count as
+        # queued again, largest first; empty between passes.
+        self.offered: list[OrderKey] = []
 
     def _live(self, key: OrderKey) -> Record | None:
         record = self.records.get(key[UID])
@@ -224,20 +227,89 @@ class ClusterQueueQueue:
             self.release_one(shape)
 
     def release_one(self, shape: bytes) -> None:
-        """Queue again the first parked record of ``shape`` (one of that shape got in)."""
+        """Queue again the first parked record of ``shape`` (one of that shape got in); an
+        offered record counts as queued already (it is moved, and the next one released)."""
         group = self.parked.get(shape)
         while group:
             key = heapq.heappop(group)
             record = self.records.get(key[UID])
             if record is None or record.key is not key or not record.parked:
                 continue  # removed, re-placed or released since
-            record.parked = False
-            # A fresh entry: the old one was popped (or is stale) when it was parked.
-            record.key = (key[RANK], key[DEADLINE], key[MINUS_PRIORITY], key[CLOCK], key[UID])
-            heapq.heappush(self.heap, record.key)
-            break
+            self._unpark(record)
+            if key not in self.offered:  # keys are unique (their uid)
+                break
+            self.offered.remove(key)  # it was queued already: release the next one too
         if group is not None and not group:
             del self.parked[shape]
+
+    def _unpark(self, record: Record) -> None:
+        """Move a parked record back into the queue (its group entry goes stale)."""
+        key = record.key
+        assert key is not None
+        record.parked = False
+        # A fresh entry: the old one was popped (or is stale) when it was parked.
+        record.key = (key[RANK], key[DEADLINE], key[MINUS_PRIORITY], key[CLOCK], key[UID])
+        heapq.heappush(self.heap, record.key)
+
+    # --- offers: requeue_parked without moving what fails again unchanged -------------------
+
+    def offer_parked(self) -> None:
+        """``requeue_parked`` for a pass that may set a record aside again as it is: the first
+        parked record of each shape is *offered* (it counts as queued; ``candidate`` returns
+        it in order) but stays where it is until ``take_offered`` moves it. A record left
+        parked is exactly as ``requeue_parked`` then ``park`` would leave it; what is still
+        offered at the end of the pass is moved by ``release_offered``."""
+        self.blocked = False
+        offered: list[OrderKey] = []
+        for shape, group in list(self.parked.items()):
+            while group and self._parked(group[0]) is None:
+                heapq.heappop(group)
+            if group:
+                offered.append(group[0])
+            else:
+                del self.parked[shape]
+        offered.sort(reverse=True)
+        self.offered = offered
+
+    def _parked(self, key: OrderKey) -> Record | None:
+        record = self.records.get(key[UID])
+        if record is None or record.key is not key or not record.parked:
+            return None
+        return record
+
+    def candidate(self) -> Record | None:
+        """The next record to try: the head, or the first offered record if it goes before
+        (an offered record is still ``parked``)."""
+        head = self.head()
+        offered = self.offered
+        while offered:
+            key = offered[-1]
+            record = self.records.get(key[UID])
+            if record is None or record.key is not key or not record.parked:
+                offered.pop()  # moved (by release_one) since it was offered
+                continue
+            if head is None or head.key is None or key < head.key:
+                return record
+            break
+        return head
+
+    def take_offered(self, record: Record) -> None:
+        """The offered ``record`` (``candidate``'s) is tried: it is queued again."""
+        self.offered.pop()
+        self._unpark(record)
+
+    def skip_offered(self) -> None:
+        """The offered record ``candidate`` returned stays parked, as it was."""
+        self.offered.pop()
+
+    def release_offered(self) -> None:
+        """The end of the pass: what is still offered is queued again, as requeue_parked
+        would have left it."""
+        for key in self.offered:
+            record = self._parked(key)
+            if record is not None:
+                self._unpark(record)
+        self.offered = []
 
     def parked_records(self) -> list[Record]:
         """The records set aside now, each once (a stale entry is skipped): O(parked)."""

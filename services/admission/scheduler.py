@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from services.admission import partial, status
 from services.admission.fair_order import fair_round
@@ -36,6 +36,7 @@ from services.admission.queues import (
     ADMITTED,
     FINISHED,
     PENDING,
+    ClusterQueueQueue,
     OrderKey,
     Record,
     standing,
@@ -54,16 +55,21 @@ __all__ = [
 ]
 
 
-class _Head(NamedTuple):
-    """A ClusterQueue's head in the pass's heap: non-borrowing first, then queue order."""
+# Failures in this pass: (ClusterQueue, shape) -> (usage version of its cohort tree, result)
+_Failed = dict[tuple[str, bytes], tuple[int, AssignResult]]
 
-    borrowing: int  # 1 once it was found to need borrowing (it waits for the others)
-    key: OrderKey
-    cq: str
+
+# A ClusterQueue's head in the pass's heap: (borrowing, key, ClusterQueue); non-borrowing
+# first (1 once it was found to need borrowing: it waits for the others), then queue order.
+# A plain tuple: made and compared for every head tried.
+_Head = tuple[int, OrderKey, str]
 
 
 class Scheduler(Placement):
     """Admission decisions for every ClusterQueue; pure and single-threaded."""
+
+    offers = True  # parked heads offered, not moved (see schedule); tests turn it off
+    left_parked = 0  # offered heads the last pass left parked as they were
 
     # --- workload facts --------------------------------------------------------------------
 
@@ -185,34 +191,42 @@ class Scheduler(Placement):
     def schedule(self) -> list[Decision]:
         """One pass: admit everything that fits, in order; return the decisions that changed."""
         out = self._out  # decisions noted below land here too, in order
+        config = self._config
+        # Parked heads are offered rather than moved (queues.py: offer_parked) where a failure
+        # is read by nothing but its decision: no fair sharing, no yielding to the waiting.
+        offers = self.offers and not config.fairness.enabled and not config.borrowing_yields
+        offering: list[ClusterQueueQueue] = []
         for name in self._dirty:
             queue = self._queues.get(name)
             if queue is not None:
-                queue.requeue_parked()
+                if offers and type(queue) is ClusterQueueQueue:
+                    queue.offer_parked()
+                    offering.append(queue)
+                else:
+                    queue.requeue_parked()
                 self._ready.add(name)
         self._dirty = set()
-        config = self._config
         heads: list[_Head] = []
         for name in self._ready:
             queue = self._queues.get(name)
             if queue is None or queue.blocked or name in config.inactive:
                 continue
-            head = queue.head()
+            head = queue.candidate()
             if head is not None and head.key is not None:
-                heads.append(_Head(0, head.key, name))
+                heads.append((0, head.key, name))
         self._ready = set()
         fair_roots: dict[str, list[str]] = {}  # fair sharing: cohort heads by tournament
         if config.fairness.enabled:
             for entry in heads:
-                if config.tree.cluster_queues[entry.cq].parent is not None:
-                    fair_roots.setdefault(config.root(entry.cq), []).append(entry.cq)
-            heads = [e for e in heads if config.tree.cluster_queues[e.cq].parent is None]
+                if config.tree.cluster_queues[entry[2]].parent is not None:
+                    fair_roots.setdefault(config.root(entry[2]), []).append(entry[2])
+            heads = [e for e in heads if config.tree.cluster_queues[e[2]].parent is None]
         heapq.heapify(heads)
         # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
         # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
         # backlog of identical workloads then costs a dict lookup each, not a flavor search.
-        failed: dict[tuple[str, bytes], tuple[int, AssignResult]] = {}
-        tried = 0
+        failed: _Failed = {}
+        tried = left_parked = 0
         for root, names in fair_roots.items():
             tried += fair_round(
                 config.tree,
@@ -226,29 +240,43 @@ class Scheduler(Placement):
         while heads:
             borrowing, key, name = heapq.heappop(heads)
             queue = self._queues[name]
-            record = queue.head()
+            record = queue.candidate()
             if record is None:
                 continue
             if record.key is not key:  # the head changed since it was pushed
                 if record.key is not None:
-                    heapq.heappush(heads, _Head(0, record.key, name))
+                    heapq.heappush(heads, (0, record.key, name))
                 continue
-            result = self._assign(name, record, failed)
             tried += 1
-            if result.fits and result.borrows:
-                if not borrowing and not config.borrowing_yields:
-                    # Kueue admits heads that need no borrowing first. (Yielding goes by
-                    # order: a borrower goes before non-borrowers that come after it.)
-                    heapq.heappush(heads, _Head(1, key, name))
+            if record.parked:  # offered (see offers above)
+                known = self._known(name, record, failed)
+                if known is not None and self._fails_unchanged(record, known):
+                    queue.skip_offered()
+                    left_parked += 1
+                    result = None
+                else:
+                    queue.take_offered(record)
+                    key = record.key
+                    result = known if known is not None else self._assign(name, record, failed)
+            else:
+                result = self._assign(name, record, failed)
+            if result is not None:  # None: an offered record left parked as it was
+                if result.fits and result.borrows:
+                    if not borrowing and not config.borrowing_yields:
+                        # Kueue admits heads that need no borrowing first. (Yielding goes by
+                        # order: a borrower goes before non-borrowers that come after it.)
+                        heapq.heappush(heads, (1, key, name))
+                        continue
+                self._decide(name, record, result)
+                if queue.blocked:
                     continue
-            self._decide(name, record, result)
-            if queue.blocked:
-                continue
-            following = queue.head()
+            following = queue.candidate()
             if following is not None and following.key is not None:
-                heapq.heappush(heads, _Head(0, following.key, name))
+                heapq.heappush(heads, (0, following.key, name))
+        for queue in offering:
+            queue.release_offered()
         self._out = []
-        self.tried = tried
+        self.tried, self.left_parked = tried, left_parked
         # A nomination ends with its evictions: a preemptor that still does not fit must not
         # hold its ClusterQueue (preemption looks at it again). Decisions this makes go out
         # with the next pass.
@@ -256,36 +284,57 @@ class Scheduler(Placement):
             self.unnominate(preemptor)
         return out
 
-    def _assign(
-        self, name: str, record: Record, failed: dict[tuple[str, bytes], tuple[int, AssignResult]]
-    ) -> AssignResult:
+    def _assign(self, name: str, record: Record, failed: _Failed) -> AssignResult:
         """The head's flavor assignment against the usage now (a failure is remembered for
         its shape until the usage of its cohort tree changes, and across passes while what
         it read of the usage is the same: services/admission/settled.py)."""
+        known = self._known(name, record, failed)
+        if known is not None:
+            return known
+        config = self._config
+        info = config.cqs[name]
+        victims_possible = record.wl.ref.uid not in self._no_victims
+        version = self._usage_version.get(config.root(name), 0)
+        usage = self._settled.usage_read(info, record.shape, record.wl.pod_sets, version)
+        result = partial.assign(
+            info,
+            config.flavors,
+            config.tree,
+            record.wl.pod_sets,
+            victims_possible=victims_possible,
+        )
+        self._settled.put((name, record.shape, victims_possible), usage, result)
+        if not result.fits:
+            failed[(name, record.shape)] = (version, result)
+        return result
+
+    def _known(self, name: str, record: Record, failed: _Failed) -> AssignResult | None:
+        """The head's failure if it is known to hold now (``_assign`` without assigning):
+        one of its shape failed in this pass with no usage change in its cohort tree since,
+        or what its assignment reads of the usage is what it read when it last failed."""
         config = self._config
         pod_sets_shape = record.shape
         shape = (name, pod_sets_shape)
-        version = self._usage_version.get(config.root(name), 0)
+        version = self._usage_version.get(config.root_of.get(name, name), 0)
         cached = failed.get(shape)
         if cached is not None and cached[0] == version:
             return cached[1]
-        info = config.cqs[name]
         victims_possible = record.wl.ref.uid not in self._no_victims
-        settled = (name, pod_sets_shape, victims_possible)
-        usage = self._settled.usage_read(info, pod_sets_shape, record.wl.pod_sets, version)
-        result = self._settled.get(settled, usage)
-        if result is None:
-            result = partial.assign(
-                info,
-                config.flavors,
-                config.tree,
-                record.wl.pod_sets,
-                victims_possible=victims_possible,
-            )
-            self._settled.put(settled, usage, result)
-        if not result.fits:
+        settled = self._settled
+        usage = settled.usage_read(config.cqs[name], pod_sets_shape, record.wl.pod_sets, version)
+        result = settled.get((name, pod_sets_shape, victims_possible), usage)
+        if result is not None:
             failed[shape] = (version, result)
         return result
+
+    @staticmethod
+    def _fails_unchanged(record: Record, known: AssignResult) -> bool:
+        """Whether trying an offered (parked) ``record`` whose failure ``known`` holds would
+        change nothing: no decision (the same reason, message and preemption verdict as the
+        last one it had), and ``_decide`` would park it again as it is (a parked record is in
+        a BestEffortFIFO queue and neither reserved nor nominated: both queue it anew). Then
+        the pass leaves it parked (queues.py: offer_parked)."""
+        return record.emitted == (PENDING_REASON, known.message, known.preemption_may_help)
 
     def _decide(self, name: str, record: Record, result: AssignResult) -> None:
         """Admit the head, or note why not and set it aside (park it, or block its queue)."""
