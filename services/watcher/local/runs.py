@@ -15,7 +15,7 @@ from services.watcher.local.pods import local_pods
 from services.watcher.local.processes import RunningPods, kill_leftover, workload_log_dir
 from services.watcher.local.readiness import exec_probes, readiness_changes, wait_ready
 from services.watcher.local.run_files import RunSetupError, prepare_run
-from services.watcher.local.simulated import Simulated
+from services.watcher.local.simulated import Clocks, Simulated
 from services.watcher.local.statuses import StatusStore, StatusWrites
 from shared.bus import SentEvents, Settling
 from shared.durations import parse_duration
@@ -48,6 +48,7 @@ class Runs:
         self.log_root = Path(runtime.data_dir) / "logs"
         self.running: dict[str, RunningPods | Simulated] = {}  # uid -> what runs
         self.finishes = Finishes(runtime, store, self.running)
+        self.clocks = Clocks(self._simulated_elapsed)
 
     # --- starting -------------------------------------------------------------------------
 
@@ -135,6 +136,7 @@ class Runs:
                 containers=skipped,
                 reason="the local backend runs only exec readiness probes",
             )
+
         def still() -> bool:
             return self.running.get(ref.uid) is running and not running.stopping
 
@@ -174,7 +176,7 @@ class Runs:
             self.running[run.ref.uid] = run
             # The clock starts now, as a process would: the status write and the report are
             # bookkeeping, and awaiting them first would hold the quota that much longer.
-            run.timer = loop.call_later(seconds, self._simulated_elapsed, run)
+            self.clocks.start(run, seconds, loop)
         try:
             # Statuses and reports in flight together: one round trip for the batch.
             writes = await self.store.send(
@@ -298,11 +300,9 @@ class Runs:
         return running is not None
 
     async def stop(self, running: RunningPods | Simulated) -> None:
-        running.stopping = True
+        running.stopping = True  # a simulated run's clock skips it (simulated.Clocks)
         if isinstance(running, RunningPods):
             await running.stop(grace=self.stop_grace)
-        elif running.timer is not None:
-            running.timer.cancel()
 
     async def stop_everything(self) -> None:
         """On shutdown, nothing we started may outlive us; the next watcher requeues it."""
