@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from services.admission.interning import kept_once
 from shared.config import ClusterQueue, LabelSelector, ResourceFlavor, Taint
 from shared.config import Toleration as ConfigToleration
 from shared.events import FlavorAssignment, PodSet, Toleration
@@ -291,7 +292,23 @@ def _fail(pod_set: PodSet, reasons: list[str], acc: dict[FlavorResource, int]) -
     return AssignResult(False, [], acc, message=message)
 
 
+# One FlavorAssignment per distinct (pod set, count, usage, flavors chosen, flavors' config):
+# admitted workloads alike share it (it is frozen and its dicts only read). The config's
+# flavors dict is kept with it, so no later config can take its id while it is kept.
+_ASSIGNMENTS: dict[tuple[object, ...], tuple[dict[str, FlavorInfo], FlavorAssignment]] = {}
+
+
 def _assignment(
+    pod_set: PodSet, totals: dict[str, int], chosen: dict[str, str], flavors: dict[str, FlavorInfo]
+) -> FlavorAssignment:
+    """The assignment of ``pod_set`` to the ``chosen`` flavors, kept once (_ASSIGNMENTS)."""
+    key = (pod_set.name, pod_set.count, *totals.items(), None, *chosen.items(), id(flavors))
+    return kept_once(
+        _ASSIGNMENTS, key, lambda: (flavors, _new_assignment(pod_set, totals, chosen, flavors))
+    )[1]
+
+
+def _new_assignment(
     pod_set: PodSet, totals: dict[str, int], chosen: dict[str, str], flavors: dict[str, FlavorInfo]
 ) -> FlavorAssignment:
     labels: dict[str, str] = {}
