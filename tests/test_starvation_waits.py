@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from msgspec.structs import replace
 
-from services.recovery.waiting import Aged, Waits, earlier_totals
+from services.recovery.waiting import Aged, Waits, earlier_totals, least_reserve_after
+from shared.config import AgeingPolicy, ClusterQueuePolicy, ClusterQueuePolicySpec, ObjectMeta
 from shared.events import (
     AnyEvent,
     PodSet,
@@ -154,3 +155,70 @@ def test_earlier_totals() -> None:
     ]
     totals = earlier_totals(aged)
     assert totals == {"a": {}, "b": {"cpu": 1}, "d": {"cpu": 3}, "c": {}}
+
+
+def not_looked_up(queue: str) -> float | None:
+    raise AssertionError(f"reserveAfter of {queue} looked up for a wait shorter than the least")
+
+
+# (why, facts, now, least reserveAfter, its queue's reserveAfter (None: must not be looked
+# up), its clock then): Waits.ageing skips the lookup of a wait shorter than every queue's.
+LEAST_CASES: list[tuple[str, list[AnyEvent], float, float | None, float | None, float | None]] = [
+    ("shorter than the least: no clock, its queue's not looked up",
+     [submitted(100), pending(101)], 159.0, 60.0, None, None),
+    ("exactly the least: looked up, and its clock",
+     [submitted(100), pending(101)], 160.0, 60.0, 60.0, 100.0),
+    ("past a shorter least: looked up, its queue's longer one not reached yet",
+     [submitted(100), pending(101)], 140.0, 30.0, 60.0, None),
+    ("reservations off everywhere (None): no clock, nothing looked up",
+     [submitted(100), pending(101)], 10_000.0, None, None, None),
+    ("a clock it has stays whatever the least",
+     [submitted(100), pending(101), boosted(100)], 110.0, None, None, 100.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("why", "facts", "now", "least", "after", "clock"), LEAST_CASES, ids=[c[0] for c in LEAST_CASES]
+)
+def test_waits_shorter_than_the_least_reserve_after_are_not_looked_up(
+    why: str,
+    facts: list[AnyEvent],
+    now: float,
+    least: float | None,
+    after: float | None,
+    clock: float | None,
+) -> None:
+    waits = Waits()
+    for fact in facts:
+        waits.apply(fact)
+    reserve_after = not_looked_up if after is None else (lambda _: after)
+    aged = {w.ref.uid: w.since for w in waits.ageing(now, reserve_after, least=least)}
+    assert aged.get("u1") == clock, why
+
+
+def policy(
+    *names: str, reserve_after: str | None = "10m", ageing: bool = True
+) -> ClusterQueuePolicy:
+    spec = ClusterQueuePolicySpec(
+        cluster_queues=list(names),
+        ageing=AgeingPolicy(reserve_after=reserve_after) if ageing else None,
+    )
+    return ClusterQueuePolicy(api_version="berth.dev/v1alpha1", metadata=ObjectMeta(name="p"),
+                              spec=spec)  # fmt: skip
+
+
+LEAST_OF: list[tuple[str, list[ClusterQueuePolicy], float | None]] = [
+    ("no policy: the built-in 10m", [], 600.0),
+    ("a policy's shorter one", [policy("cq", reserve_after="5m")], 300.0),
+    ("a longer one: a queue no policy names keeps the built-in 10m",
+     [policy("cq", reserve_after="1h")], 600.0),
+    ("off (null) in a policy: the built-in still counts", [policy(reserve_after=None)], 600.0),
+    ("a policy without ageing has the built-in ageing", [policy("cq", ageing=False)], 600.0),
+    ("the shortest of several", [policy("a", reserve_after="2m"), policy("b", reserve_after="90s")],
+     90.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("why", "policies", "least"), LEAST_OF, ids=[c[0] for c in LEAST_OF])
+def test_least_reserve_after(why: str, policies: list[ClusterQueuePolicy], least: float) -> None:
+    assert least_reserve_after(policies) == least, why

@@ -29,7 +29,14 @@ from nats.js.kv import KeyValue
 from services.recovery import lifecycle, metrics
 from services.recovery.ageing import boost_at, reservation_granted
 from services.recovery.reserving import Reservations
-from services.recovery.waiting import WAIT_HISTORY, WAIT_VERBS, Aged, Waits, earlier_totals
+from services.recovery.waiting import (
+    WAIT_HISTORY,
+    WAIT_VERBS,
+    Aged,
+    Waits,
+    earlier_totals,
+    least_reserve_after,
+)
 from shared.bus import API_SUBJECT, JOBS_BUCKET, KeyExists, KeyNotFound, Served
 from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
 from shared.config_mirror import ConfigMirror
@@ -259,7 +266,8 @@ class RecoveryService:
                 afters[cluster_queue] = None if after is None else parse_duration(after)
             return afters[cluster_queue]
 
-        plain = {wait.ref.uid: wait for wait in self.waits.ageing(now, reserve_after)}
+        least = least_reserve_after(policies)
+        plain = {w.ref.uid: w for w in self.waits.ageing(now, reserve_after, least=least)}
         managed: dict[str, tuple[ManagedJob, float, str]] = {}  # uid -> (job, clock, its cq)
         for job in self.jobs.values():
             attempt = job.current
