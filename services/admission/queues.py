@@ -175,9 +175,9 @@ class ClusterQueueQueue:
         self.records = records  # shared uid -> Record map, to tell live entries from stale
         self.blocked = False  # StrictFIFO head did not fit; wait for a change
         self.size = 0  # queued records, parked included
-        # During a pass (see offer_parked): the keys of the parked records that count as
-        # queued again, largest first; empty between passes.
-        self.offered: list[OrderKey] = []
+        # During a pass (see offer_parked): the parked records that count as queued again,
+        # with their keys, largest first; empty between passes.
+        self.offered: list[tuple[OrderKey, Record]] = []
 
     def _live(self, key: OrderKey) -> Record | None:
         record = self.records.get(key[UID])
@@ -236,11 +236,18 @@ class ClusterQueueQueue:
             if record is None or record.key is not key or not record.parked:
                 continue  # removed, re-placed or released since
             self._unpark(record)
-            if key not in self.offered:  # keys are unique (their uid)
-                break
-            self.offered.remove(key)  # it was queued already: release the next one too
+            if not self._withdraw(key):
+                break  # else it was queued already (offered): release the next one too
         if group is not None and not group:
             del self.parked[shape]
+
+    def _withdraw(self, key: OrderKey) -> bool:
+        """Take the offered record of ``key`` off the offers; whether it was offered."""
+        for index, (offered, _) in enumerate(self.offered):
+            if offered is key:
+                del self.offered[index]
+                return True
+        return False
 
     def _unpark(self, record: Record) -> None:
         """Move a parked record back into the queue (its group entry goes stale)."""
@@ -260,37 +267,30 @@ class ClusterQueueQueue:
         parked is exactly as ``requeue_parked`` then ``park`` would leave it; what is still
         offered at the end of the pass is moved by ``release_offered``."""
         self.blocked = False
-        offered: list[OrderKey] = []
+        offered: list[tuple[OrderKey, Record]] = []
+        records = self.records
         for shape, group in list(self.parked.items()):
-            while group and self._parked(group[0]) is None:
+            while group:
+                key = group[0]
+                record = records.get(key[UID])
+                if record is not None and record.key is key and record.parked:
+                    offered.append((key, record))
+                    break
                 heapq.heappop(group)
-            if group:
-                offered.append(group[0])
             else:
                 del self.parked[shape]
-        offered.sort(reverse=True)
+        offered.sort(reverse=True)  # by key: keys are unique (their uid)
         self.offered = offered
-
-    def _parked(self, key: OrderKey) -> Record | None:
-        record = self.records.get(key[UID])
-        if record is None or record.key is not key or not record.parked:
-            return None
-        return record
 
     def candidate(self) -> Record | None:
         """The next record to try: the head, or the first offered record if it goes before
         (an offered record is still ``parked``)."""
         head = self.head()
         offered = self.offered
-        while offered:
-            key = offered[-1]
-            record = self.records.get(key[UID])
-            if record is None or record.key is not key or not record.parked:
-                offered.pop()  # moved (by release_one) since it was offered
-                continue
+        if offered:
+            key, record = offered[-1]
             if head is None or head.key is None or key < head.key:
                 return record
-            break
         return head
 
     def take_offered(self, record: Record) -> None:
@@ -305,10 +305,8 @@ class ClusterQueueQueue:
     def release_offered(self) -> None:
         """The end of the pass: what is still offered is queued again, as requeue_parked
         would have left it."""
-        for key in self.offered:
-            record = self._parked(key)
-            if record is not None:
-                self._unpark(record)
+        for _, record in self.offered:
+            self._unpark(record)
         self.offered = []
 
     def parked_records(self) -> list[Record]:
