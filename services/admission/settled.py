@@ -10,8 +10,6 @@ is and why it is enough). Built per configuration (the scheduler makes a new one
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from services.admission.flavors import AssignResult, ClusterQueueInfo, PodSetsShape
 from shared.events import PodSet
 from shared.quota import FlavorResource, QuotaTree
@@ -20,9 +18,7 @@ __all__ = ["SettledFailures"]
 
 # (ClusterQueue, pod sets' shape, whether preemption may still find victims for it)
 Key = tuple[str, PodSetsShape, bool]
-# A node's usage of a pair: the usage dict's bound ``get`` (the dict is the node's, never
-# replaced) and the pair; a reading calls it, without looking ``get`` up each time.
-Probe = tuple[Callable[[FlavorResource, int], int], FlavorResource]
+Probe = tuple[dict[FlavorResource, int], FlavorResource]  # a node's usage of a pair
 # the root's usage of a pair, the pair, the root's subtree quota of it, the most asked of it
 RootProbe = tuple[dict[FlavorResource, int], FlavorResource, int, int]
 FAILURES_LIMIT = 100_000
@@ -65,7 +61,7 @@ class SettledFailures:
         if reader is None:
             reader = self._readers[(info.name, shape)] = self._reader(info, pod_sets)
         exact, roots = reader
-        read = [get(fr, 0) for get, fr in exact]
+        read = [usage.get(fr, 0) for usage, fr in exact]
         if roots:
             read += self._root_read(roots, version)
         return tuple(read)
@@ -114,7 +110,7 @@ class SettledFailures:
                     ]
                 roots = shared
             else:
-                exact.extend((node.usage.get, fr) for fr in frs)
+                exact.extend((node.usage, fr) for fr in frs)
             node = node.parent
         return exact, roots
 
