@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from services.admission.scheduler import Admission
-from tests.test_scheduler import config, cq, flavor, group, lq, scheduler, simple, wl
+from tests.test_scheduler import config, cq, flavor, group, lq, ref, scheduler, simple, wl
 
 LABELLED = config(
     flavor("default-flavor", nodeLabels={"pool": "a"}),
@@ -50,3 +50,18 @@ def test_admissions_alike_share_one_assignment(
     assert (a is b) is shared, reason
     assert (b.count, b.usage["cpu"], b.node_labels) == (count, count * int(cpu) * 1000, labels)
     assert a.node_labels == {}, reason  # the first admission's is what it was
+
+
+def test_a_shared_usage_is_released_for_one_only() -> None:
+    """Two admissions alike share one usage dict; finishing one releases its quota alone:
+    the other's usage, and the ClusterQueue's, stay what it holds."""
+    s = scheduler(simple(cpu=4), wl("a", cpu="1"), wl("b", cpu="1"))
+    first, second = s.schedule()
+    assert isinstance(first, Admission) and isinstance(second, Admission)
+    assert s.queue_stats().usage["cq"][("default-flavor", "cpu")] == 2000
+    s.finish(ref("a"))
+    assert s.queue_stats().usage["cq"][("default-flavor", "cpu")] == 1000
+    s.submit(wl("c", cpu="1"))
+    (third,) = s.schedule()
+    assert isinstance(third, Admission)  # the room a left is free again, b's still held
+    assert s.queue_stats().usage["cq"][("default-flavor", "cpu")] == 2000

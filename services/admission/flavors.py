@@ -242,7 +242,8 @@ def assign_flavors(
         # The whole workload's need on each contested flavor-resource, every pod set's.
         result.contested = tuple((f, r, acc[(f, r)]) for f, r in dict.fromkeys(contested))
         return result
-    return AssignResult(True, assignments, acc, borrows=borrows)
+    usage = kept_once(_USAGES, tuple(acc.items()), lambda: acc)  # an admitted record's
+    return AssignResult(True, assignments, usage, borrows=borrows)
 
 
 def _flavor_mode(
@@ -296,6 +297,9 @@ def _fail(pod_set: PodSet, reasons: list[str], acc: dict[FlavorResource, int]) -
 # admitted workloads alike share it (it is frozen and its dicts only read). The config's
 # flavors dict is kept with it, so no later config can take its id while it is kept.
 _ASSIGNMENTS: dict[tuple[object, ...], tuple[dict[str, FlavorInfo], FlavorAssignment]] = {}
+# And one usage dict per distinct usage, in the same order (admitted records keep it; the
+# tree, the books and the ledger only read it).
+_USAGES: dict[tuple[tuple[FlavorResource, int], ...], dict[FlavorResource, int]] = {}
 
 
 def _assignment(
