@@ -66,6 +66,16 @@ SHARING: list[tuple[str, list[Step], bool]] = [
         False,
     ),
     (
+        "admitted alike (same queue, same moment): one dict",
+        [("a", admitted), ("b", admitted)],
+        True,
+    ),
+    (
+        "admitted alike, then one reported pending again: the other stays admitted",
+        [("a", admitted), ("b", admitted), ("a", pending())],
+        False,
+    ),
+    (
         "both moved to the same new report: one dict again",
         [("a", pending()), ("b", pending()), ("a", pending("9 more")), ("b", pending("9 more"))],
         True,

@@ -56,11 +56,11 @@ class Decisions:
         """Append the events of ``decisions`` to ``outgoing`` and return it."""
         now = time.monotonic()
         wall = time.time()  # queue times and deadlines are epoch seconds
-        decided_at = datetime.now(UTC)  # one moment for the pass's pending reports
+        decided_at = datetime.now(UTC)  # one moment for the pass's events (records share it)
         for decision in decisions:
             record = self.records.get(decision.ref.uid)
             if isinstance(decision, Admission):
-                outgoing.append(self._admitted(decision, record, wall))
+                outgoing.append(self._admitted(decision, record, wall, decided_at))
             elif isinstance(decision, Inadmissible):
                 pending = WorkloadPending(
                     source="admission",
@@ -85,7 +85,7 @@ class Decisions:
         return outgoing
 
     def _admitted(
-        self, decision: Admission, record: WorkloadRecord | None, wall: float
+        self, decision: Admission, record: WorkloadRecord | None, wall: float, at: datetime
     ) -> WorkloadAdmitted:
         self.pending_throttle.forget(decision.ref.uid)
         generation = self.scheduler.generation(decision.ref)
@@ -99,6 +99,7 @@ class Decisions:
             priority=self.scheduler.effective_priority(decision.ref),
             assignments=decision.assignments,
             generation=generation,
+            time=at,
         )
         event = self.gates.reserve(event)  # waits for its admission checks, if any
         if record is not None:

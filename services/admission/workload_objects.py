@@ -46,19 +46,23 @@ Conditions = dict[str, Condition]
 
 _NO_CONDITIONS: Conditions = {}  # never written (see WorkloadRecord.conditions)
 # One dict per distinct lone condition (a pending report: QuotaReserved False with the pass's
-# reason, message and time), shared by every record that has just that one.
+# reason, message and time), shared by every record that has just that one; and one per
+# distinct set of several (a pass's admissions in a ClusterQueue: QuotaReserved and
+# Admitted, at the pass's moment).
 _LONE: dict[tuple[str, Condition], Conditions] = {}
+_SETS: dict[tuple[tuple[str, Condition], ...], Conditions] = {}
 # The QuotaReserved message per ClusterQueue, one string for all its admissions.
 _RESERVED_IN: dict[str, str] = {}
 
 
 def with_condition(conditions: Conditions, kind: str, condition: Condition) -> Conditions:
     """``conditions`` with ``kind`` set to ``condition``, as a new dict: a record's dict is
-    never written in place, so one holding a lone condition can be shared with every record
-    that holds the same one (kept once). ``kind`` keeps its place if it was there."""
+    never written in place, so it can be shared with every record that holds the same ones
+    (kept once). ``kind`` keeps its place if it was there."""
     if not conditions or (len(conditions) == 1 and kind in conditions):
         return kept_once(_LONE, (kind, condition), lambda: {kind: condition})
-    return {**conditions, kind: condition}
+    updated = {**conditions, kind: condition}
+    return kept_once(_SETS, tuple(updated.items()), lambda: updated)
 
 
 # (kind, labels, annotations) once per distinct triple: a record holds one reference, not
