@@ -15,12 +15,14 @@ import itertools
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from services.admission.interning import kept_once
 from services.admission.model import WorkloadView
 from shared.config import ClusterQueue, ClusterQueuePolicy, policy_for
 from shared.events import (
     AnyEvent,
+    PodSet,
     PriorityBoosted,
     WorkloadAdmitted,
     WorkloadDeleted,
@@ -80,9 +82,24 @@ class QueueWaits:
         return [*earlier, Earlier(self.totals[ahead], None, ahead)] if ahead else earlier
 
 
+class Known(Protocol):
+    """What the book reads of a workload the service knows (its WorkloadRecord)."""
+
+    @property
+    def pod_sets(self) -> list[PodSet]: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+
 class AgeingBook:
-    def __init__(self) -> None:
+    def __init__(self, known: Mapping[str, Known] | None = None) -> None:
+        """``known``: the service's records by uid, which hold each workload's pod sets
+        already; without it (a book on its own), the book keeps each request itself."""
+        self._known = known
         self._requests: dict[str, dict[str, int]] = {}  # uid -> its whole request
+        # The request of each distinct pod sets list (the interner shares them), with it.
+        self._of_pod_sets: dict[int, tuple[list[PodSet], dict[str, int]]] = {}
         # One dict per distinct request, shared by the workloads asking it (read-only).
         self._distinct: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         self._queue: dict[str, str] = {}  # uid -> ClusterQueue of its last admission
@@ -93,6 +110,25 @@ class AgeingBook:
         self._ended_clocks: list[tuple[float, int, str, Aged]] = []
         self._order = itertools.count()  # ties broken by arrival, never by comparing records
 
+    def request(self, uid: str) -> dict[str, int]:
+        """A workload's whole request; {} unknown or ended (finished, deleted)."""
+        if self._known is None:
+            return self._requests.get(uid, {})
+        known = self._known.get(uid)
+        if known is None or known.finished:
+            return {}
+        pod_sets = known.pod_sets
+        of = self._of_pod_sets
+        found = of.get(id(pod_sets))
+        if found is None:
+            found = kept_once(of, id(pod_sets), lambda: (pod_sets, self._request_of(pod_sets)))
+        return found[1]
+
+    def _request_of(self, pod_sets: list[PodSet]) -> dict[str, int]:
+        """One dict per distinct request, shared by the workloads asking it (read-only)."""
+        request = request_of(pod_sets)
+        return kept_once(self._distinct, tuple(request.items()), lambda: request)
+
     def apply(self, event: AnyEvent) -> None:
         """Fold one event; idempotent."""
         if type(event) not in _FOLDED:  # a set lookup before the class patterns below
@@ -100,11 +136,8 @@ class AgeingBook:
         uid = event.workload.uid
         match event:
             case WorkloadSubmitted():
-                if uid not in self._requests:
-                    request = request_of(event.pod_sets)
-                    self._requests[uid] = kept_once(
-                        self._distinct, tuple(request.items()), lambda: request
-                    )
+                if self._known is None and uid not in self._requests:
+                    self._requests[uid] = self._request_of(event.pod_sets)
             case WorkloadAdmitted():
                 self._queue[uid] = event.cluster_queue
                 if uid in self.aged:
@@ -115,7 +148,7 @@ class AgeingBook:
                 clock = Aged(
                     since=event.since.timestamp(),
                     queue=self._queue.get(uid, ""),
-                    request=self._requests.get(uid, {}),
+                    request=self.request(uid),
                 )
                 self.aged[uid] = clock
                 heapq.heappush(self._running_clocks, (clock.since, next(self._order), clock))
@@ -174,7 +207,7 @@ class AgeingBook:
             for _, uid in keys:
                 total = dict(totals[-1])
                 aged = self.aged.get(uid)
-                request = aged.request if aged is not None else self._requests.get(uid, {})
+                request = aged.request if aged is not None else self.request(uid)
                 for resource, value in request.items():
                     total[resource] = total.get(resource, 0) + value
                 totals.append(total)
@@ -212,7 +245,7 @@ class AgeingBook:
         earlier = [] if queue_waits is None else queue_waits.before(clock)
         waiting = Waiting(
             queue=facts,
-            request=aged.request if aged is not None else self._requests.get(uid, {}),
+            request=aged.request if aged is not None else self.request(uid),
             since=None if aged is None else aged.since,
             waiting_since=waiting_since,
             earlier=earlier,

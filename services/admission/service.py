@@ -89,7 +89,7 @@ class AdmissionService:
         self.records: dict[str, WorkloadRecord] = {}  # uid -> display record
         self.interner = Interner()  # what pending workloads repeat, kept once
         self.config = ConfigMirror()
-        self.bounds = AgeingBook()
+        self.bounds = AgeingBook(self.records)  # requests read from the records
         self.pending_throttle = PendingThrottle(PENDING_MESSAGE_INTERVAL_S)
         self.limits = ExecutionLimits()  # maximumExecutionTimeSeconds
         self.gates = Gates()  # admission checks and waitForPodsReady (gates.py)
