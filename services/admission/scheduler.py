@@ -211,7 +211,7 @@ class Scheduler(Placement):
             queue = self._queues.get(name)
             if queue is None or queue.blocked or name in config.inactive:
                 continue
-            head = queue.candidate()
+            head = queue.candidate() if queue.offered else queue.head()
             if head is not None and head.key is not None:
                 heads.append((0, head.key, name))
         self._ready = set()
@@ -240,7 +240,7 @@ class Scheduler(Placement):
         while heads:
             borrowing, key, name = heapq.heappop(heads)
             queue = self._queues[name]
-            record = queue.candidate()
+            record = queue.candidate() if queue.offered else queue.head()
             if record is None:
                 continue
             if record.key is not key:  # the head changed since it was pushed
@@ -270,7 +270,7 @@ class Scheduler(Placement):
                 self._decide(name, record, result)
                 if queue.blocked:
                     continue
-            following = queue.candidate()
+            following = queue.candidate() if queue.offered else queue.head()
             if following is not None and following.key is not None:
                 heapq.heappush(heads, (0, following.key, name))
         for queue in offering:
@@ -319,7 +319,8 @@ class Scheduler(Placement):
         cached = failed.get(shape)
         if cached is not None and cached[0] == version:
             return cached[1]
-        victims_possible = record.wl.ref.uid not in self._no_victims
+        no_victims = self._no_victims  # mostly empty: then the record's workload is not read
+        victims_possible = not no_victims or record.wl.ref.uid not in no_victims
         settled = self._settled
         usage = settled.usage_read(config.cqs[name], pod_sets_shape, record.wl.pod_sets, version)
         result = settled.get((name, pod_sets_shape, victims_possible), usage)
