@@ -22,7 +22,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from shared.bus.errors import BusTimeout, Refused
-from shared.bus.framing import send_puts
 from shared.logging import get_logger
 
 __all__ = [
@@ -105,10 +104,9 @@ class AckTracker:
     async def send_many(
         self, messages: Sequence[tuple[str, bytes, dict[str, str] | None]]
     ) -> list[asyncio.Future[Ack]]:
-        """:meth:`send` for many (subject, payload, headers), in order: one clock reading
-        for their deadlines, and when none has headers (key-value puts) framed by the bus
-        (shared/bus/framing.py) rather than one ``Client.publish`` each. If a publish
-        fails, none of these futures is kept (their acks are ignored) and it raises."""
+        """:meth:`send` for many (subject, payload, headers), in order, with one clock reading
+        for their deadlines. If a publish fails, none of these futures is kept (their acks
+        are ignored) and it raises."""
         if self._sweeper is None:
             await self._start()
         loop = asyncio.get_running_loop()
@@ -121,14 +119,8 @@ class AckTracker:
             futures.append(future)
         prefix = self.prefix
         try:
-            if all(headers is None for _, _, headers in messages):
-                await send_puts(
-                    self.nc,
-                    [(s, p, prefix + t) for (s, p, _), t in zip(messages, tokens, strict=True)],
-                )
-            else:
-                for (subject, payload, headers), token in zip(messages, tokens, strict=True):
-                    await self.nc.publish(subject, payload, reply=prefix + token, headers=headers)
+            for (subject, payload, headers), token in zip(messages, tokens, strict=True):
+                await self.nc.publish(subject, payload, reply=prefix + token, headers=headers)
         except nats.errors.Error:
             for token in tokens:
                 self._pending.pop(token, None)

@@ -20,11 +20,10 @@ import nats.errors
 from nats.js.kv import KeyValue
 
 from shared.bus.acks import NO_RESPONDERS, WRONG_LAST_SEQUENCE, Ack, AckTimeout, PublishRefused
-from shared.bus.batches import Prepared, Wire, batched
+from shared.bus.batches import COPY_HEADER, Prepared, Wire, batched
 from shared.bus.buckets import Bucket
 from shared.bus.connection import Connection
 from shared.bus.errors import BusError, KeyExists, NoStream
-from shared.bus.framing import send_copies
 from shared.events import Event
 from shared.logging import get_logger
 
@@ -131,7 +130,10 @@ class Publishing(Connection):
         service's reaction could be stored before the copy of what it reacted to. Best effort:
         the batch is the record (docs/events.md "Batches")."""
         try:
-            await send_copies(self.nc, copies)  # framed once each, not by nats-py: framing.py
+            for subject, payload, msg_id in copies:
+                await self.nc.publish(
+                    subject, payload, headers={"Nats-Msg-Id": msg_id, COPY_HEADER: "1"}
+                )
         except nats.errors.Error as error:
             log.warning("copies_unsent", count=len(copies), error=repr(error))
 
