@@ -159,7 +159,9 @@ class PullPump:
         if not self.buffer and not (interruptible and self.interrupted):
             self.arrived.clear()
             try:
-                await asyncio.wait_for(self.arrived.wait(), wait)
+                # Not wait_for: it runs the wait in a task of its own, on every take.
+                async with asyncio.timeout(wait):
+                    await self.arrived.wait()
             except TimeoutError:
                 await self._watchdog()
                 return []
