@@ -15,6 +15,8 @@ of each group is tried again; the next one of a group is released only once one 
 shape has been admitted. Same-shaped workloads behind one that does not fit would not fit
 either, so a backlog of a thousand identical jobs costs one try per change, not a thousand
 (they keep their last pending message meanwhile, as Kueue's non-head workloads do).
+Without fair sharing or yielding, a pass *offers* those first ones instead of moving them
+(``offer_parked``): one that would fail again exactly as it did stays where it is.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ One pass differs from a Kueue cycle (one head per ClusterQueue) in admitting *ev
 that fits: ClusterQueue heads are merged in a global heap ordered like Kueue orders the heads
 of a cycle (not borrowing first, then priority, then queue time); after each admission the
 usage is updated and that queue's next head joins the heap. A pass only touches queues where
-something happened since the last one (new workload, freed quota in the cohort, config).
-With fair sharing on, the heads of ClusterQueues in a cohort go by dominant resource share
-instead (services/admission/fair_order.py: fair_round).
+something happened since the last one (new workload, freed quota in the cohort, config);
+a set-aside head whose failure is known to hold, with the message it already has, is left
+where it is (``_fails_unchanged``). With fair sharing on, the heads of ClusterQueues in a
+cohort go by dominant resource share instead (services/admission/fair_order.py: fair_round).
 """
 
 from __future__ import annotations
