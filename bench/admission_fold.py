@@ -5,12 +5,14 @@ pass, then each decision turned into its event, record update, metrics and log l
 its own admissions folded back) driven in one process: 200 ClusterQueues in 10 cohorts
 (bench/admission_core.py's world), workloads submitted in batches of 500, each batch
 followed by one pass; the pods of what the last pass admitted become ready, half of what
-runs finishes. The bus is a sink that keeps what ``_decide`` publishes; the log lines are
-written, to /dev/null. Prints CPU seconds (process time) of the fold and of the decisions,
-the core's ``schedule()`` apart, per workload, and a digest of every published decision in
-order (a change outside the core must leave it as it was). Run:
+runs finishes (``--batch``: more per batch, deeper queues, more waiting decisions). The bus
+is a sink that keeps what ``_decide`` publishes; the log lines are written, to /dev/null.
+Prints CPU seconds (process time) of the fold and of the decisions,
+the core's ``schedule()`` apart, per workload, the waiting (Inadmissible) decisions, and a
+digest of every published decision in order (a change outside the core must leave it as it
+was). Run:
 
-    .venv/bin/python bench/admission_fold.py [--workloads 20000] [--repeat 3]
+    .venv/bin/python bench/admission_fold.py [--workloads 20000] [--repeat 3] [--batch 500]
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.admission_core import build_config
-from services.admission.model import Decision
+from services.admission.model import Decision, Inadmissible
 from services.admission.service import AdmissionService
 from shared.events import (
     AnyEvent,
@@ -58,7 +60,6 @@ class Sink:
     def __init__(self) -> None:
         self.digest = hashlib.sha256()
         self.admitted: list[WorkloadAdmitted] = []
-        self.pending = 0
 
     async def publish_many(self, events: Sequence[Event]) -> None:
         for event in events:
@@ -66,15 +67,14 @@ class Sink:
                 self.admitted.append(event)
                 line = f"A {event.workload.uid} {event.cluster_queue} {event.generation}"
             elif isinstance(event, WorkloadPending):
-                self.pending += 1
                 line = f"P {event.workload.uid} {event.reason} {event.message}"
             else:
                 line = f"{type(event).__name__} {event.workload.uid}"
             self.digest.update(line.encode() + b"\n")
 
 
-def run(workloads: int) -> tuple[float, float, float, str, int, int]:
-    """(fold s, decisions s, of which schedule() s, digest, admitted, pending published)."""
+def run(workloads: int, batch_size: int) -> tuple[float, float, float, str, int, int]:
+    """(fold s, decisions s, of which schedule() s, digest, admitted, waiting decisions)."""
     rng = random.Random(7)
     sink = Sink()
     service = AdmissionService(cast(Runtime, SimpleNamespace(bus=sink)))
@@ -85,13 +85,15 @@ def run(workloads: int) -> tuple[float, float, float, str, int, int]:
     core_s = 0.0
     schedule = service.scheduler.schedule
 
+    waited = 0  # Inadmissible decisions: the workloads a pass found waiting
+
     def timed_schedule() -> list[Decision]:
-        nonlocal core_s
+        nonlocal core_s, waited
         started = time.process_time()
-        try:
-            return schedule()
-        finally:
-            core_s += time.process_time() - started
+        decisions = schedule()
+        core_s += time.process_time() - started
+        waited += sum(isinstance(d, Inadmissible) for d in decisions)
+        return decisions
 
     service.scheduler.schedule = timed_schedule  # type: ignore[method-assign]
     shapes = [
@@ -106,7 +108,7 @@ def run(workloads: int) -> tuple[float, float, float, str, int, int]:
     ready_from = 0
     while submitted < workloads or running or ready_from < len(sink.admitted):
         batch: list[AnyEvent] = []
-        for _ in range(min(BATCH, workloads - submitted)):
+        for _ in range(min(batch_size, workloads - submitted)):
             queue = rng.randrange(CLUSTER_QUEUES)
             ref = WorkloadRef(f"ns-{queue % 100}", f"job-{submitted}", f"uid-{submitted:06d}")
             batch.append(
@@ -133,7 +135,7 @@ def run(workloads: int) -> tuple[float, float, float, str, int, int]:
         asyncio.run(service._decide())
         decide_s += time.process_time() - started
     digest = sink.digest.hexdigest()[:12]
-    return fold_s, decide_s, core_s, digest, len(sink.admitted), sink.pending
+    return fold_s, decide_s, core_s, digest, len(sink.admitted), waited
 
 
 def _ready(admitted: WorkloadAdmitted) -> WorkloadPodsReady:
@@ -152,17 +154,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help="submissions per batch (larger: deeper queues)"
+    )
     args = parser.parse_args()
     sys.stderr = open(os.devnull, "w")  # the log lines: written, and dropped
     configure_logging(service="admission")
     for _ in range(args.repeat):
-        fold_s, decide_s, core_s, digest, admitted, pending = run(args.workloads)
+        fold_s, decide_s, core_s, digest, admitted, waiting = run(args.workloads, args.batch)
         outside = fold_s + decide_s - core_s
         print(
             f"{args.workloads:,} workloads: fold {fold_s:.3f} s, decisions {decide_s:.3f} s"
             f" (schedule() {core_s:.3f} s); outside the core {outside:.3f} s,"
             f" {outside / args.workloads * 1e6:.1f} us per workload;"
-            f" {admitted:,} admitted, {pending:,} pending published, digest {digest}"
+            f" {admitted:,} admitted, {waiting:,} waiting decisions, digest {digest}"
         )
 
 
