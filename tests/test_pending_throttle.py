@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import msgspec
 import pytest
 
@@ -180,3 +182,51 @@ def test_an_ended_hold_never_sends_or_hastens_a_later_one(
             throttle.offer(pending(message, may_help=step == "offer!"), now)
     for at, released in dues:
         assert [e.message for e in throttle.due(at)] == released, (reason, at)
+
+
+PASS_TIME = datetime(2026, 1, 1, tzinfo=UTC)  # a pass's reports share its moment
+
+
+def _of(uid: str, message: str = "2 more needed", **fields: object) -> WorkloadPending:
+    ref = WorkloadRef("ns", uid, uid)
+    return msgspec.structs.replace(
+        pending(message), **({"workload": ref, "time": PASS_TIME} | fields)
+    )
+
+
+# (reason, the second workload's report, whether the two held share one saying)
+SAYINGS: list[tuple[str, WorkloadPending, bool]] = [
+    ("the same saying: kept once", _of("u2"), True),
+    ("another message: its own", _of("u2", "3 more needed"), False),
+    ("another priority: its own", _of("u2", priority=5), False),
+    ("another queue: its own", _of("u2", cluster_queue="other"), False),
+    ("another moment (another pass): its own", _of("u2", time=PASS_TIME.replace(hour=1)), False),
+]
+
+
+@pytest.mark.parametrize(("reason", "second", "shared"), SAYINGS, ids=[c[0] for c in SAYINGS])
+def test_held_reports_alike_share_a_saying_and_go_out_as_offered(
+    reason: str, second: WorkloadPending, shared: bool
+) -> None:
+    """Held alike, two reports keep one saying; each goes out as it was offered (its own
+    workload, every other field), with an id of its own."""
+    throttle = PendingThrottle(1.0)
+    first = _of("u1")
+    assert not throttle.offer(first, 0.0)
+    assert not throttle.offer(second, 0.0)
+    held = throttle._held  # the lean form is the point of the case
+    assert (held["u1"].says is held["u2"].says) is shared, reason
+    out = throttle.due(1.0)
+    assert _but_id(out) == _but_id([first, second]), reason
+    assert len({e.id for e in out}) == 2 and all(out), reason
+
+
+def test_a_newer_message_for_one_leaves_the_others_saying() -> None:
+    throttle = PendingThrottle(1.0)
+    for uid in ("u1", "u2"):
+        assert not throttle.offer(_of(uid), 0.0)
+    assert not throttle.offer(_of("u1", "5 more needed"), 0.5)
+    assert [(e.workload.uid, e.message) for e in throttle.due(1.0)] == [
+        ("u1", "5 more needed"),
+        ("u2", "2 more needed"),
+    ]

@@ -16,11 +16,13 @@ fall 17 s behind the stream). ``berth get`` shows the reason at once either way.
 from __future__ import annotations
 
 import heapq
+from operator import itemgetter
 
 import msgspec
+from msgspec.structs import astuple
 
 from services.admission.interning import kept_once
-from shared.events import WorkloadPending, new_event_id
+from shared.events import WorkloadPending, WorkloadRef, new_event_id
 
 __all__ = ["PendingThrottle"]
 
@@ -30,6 +32,35 @@ Material = tuple[str, str, bool, tuple[tuple[str, str, int], ...]]
 # hundreds of thousands with a few thousand distinct ones).
 _MATERIALS: dict[Material, Material] = {}
 
+# What a report says beside its id and its workload: the fields by position, lists as tuples.
+_SAYS = itemgetter(
+    *(
+        i
+        for i, name in enumerate(WorkloadPending.__struct_fields__)
+        if name not in ("id", "workload")
+    )
+)
+# One held report per distinct saying (id "", the first such workload's identity), shared
+# by every workload held with it.
+_SAYINGS: dict[tuple[object, ...], WorkloadPending] = {}
+
+
+class _Held(msgspec.Struct, gc=False):
+    """A held report: the workload and what its report says, the latter kept once."""
+
+    workload: WorkloadRef
+    says: WorkloadPending  # another workload's, maybe: only its other fields count
+
+    @classmethod
+    def of(cls, event: WorkloadPending) -> _Held:
+        key = tuple([tuple(v) if type(v) is list else v for v in _SAYS(astuple(event))])
+        says = kept_once(_SAYINGS, key, lambda: msgspec.structs.replace(event, id=""))
+        return cls(event.workload, says)
+
+    def event(self) -> WorkloadPending:
+        """The report as offered, with an id of its own."""
+        return msgspec.structs.replace(self.says, id=new_event_id(), workload=self.workload)
+
 
 def _material(event: WorkloadPending) -> Material:
     contested = tuple((c.flavor, c.resource, c.amount) for c in event.contested)
@@ -38,14 +69,15 @@ def _material(event: WorkloadPending) -> Material:
 
 
 class PendingThrottle:
-    """Held reports are kept lean, as a pass can hold half a million: without their event id
-    (a held event is given a new one when it goes out: it was never published with the
-    first), and due in batches, one list of uids per release time, not a heap entry each."""
+    """Held reports are kept lean, as a pass can hold half a million: the workload and what
+    its report says, kept once for every workload held with the same saying, without an
+    event id (a held event is given a new one when it goes out: it was never published
+    with the first); due in batches, one list of uids per release time."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._published: dict[str, tuple[Material, float]] = {}  # uid -> (what, when)
-        self._held: dict[str, WorkloadPending] = {}  # uid -> newest unpublished event
+        self._held: dict[str, _Held] = {}  # uid -> newest unpublished report
         # (when they may go out, their uids), a heap; one batch per time (_batches).
         self._due: list[tuple[float, list[str]]] = []
         self._batches: dict[float, list[str]] = {}
@@ -76,7 +108,7 @@ class PendingThrottle:
                 batch = self._batches[until] = []
                 heapq.heappush(self._due, (until, batch))
             batch.append(uid)
-        self._held[uid] = msgspec.structs.replace(event, id="")
+        self._held[uid] = _Held.of(event)
         return False
 
     def _end_hold(self, uid: str) -> None:
@@ -106,8 +138,9 @@ class PendingThrottle:
                 held = self._held.pop(uid, None)
                 if held is None:  # never: an entry without a hold is counted stale
                     continue
-                self._published[uid] = (_material(held), now)
-                ready.append(msgspec.structs.replace(held, id=new_event_id()))
+                event = held.event()
+                self._published[uid] = (_material(event), now)
+                ready.append(event)
         return ready
 
     def forget(self, uid: str) -> None:
