@@ -39,6 +39,20 @@ SHARED: list[tuple[str, dict[str, object], dict[str, object], Part, bool]] = [
     ("same namespace: one string", {}, {}, lambda e: e.workload.namespace, True),
     ("same queue name: one string", {}, {}, lambda e: e.queue_name, True),
     (
+        "same large priority: one int",
+        {"priority": 1000},
+        {"priority": 1000},
+        lambda e: e.priority,
+        True,
+    ),
+    (
+        "another priority: another int",
+        {"priority": 1000},
+        {"priority": 2000},
+        lambda e: e.priority,
+        False,
+    ),
+    (
         "another count: another list",
         {},
         {"pod_sets": [PodSet("main", 3, {"cpu": 1000})]},

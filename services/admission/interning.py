@@ -49,11 +49,13 @@ def kept_once(table: dict[K, V], key: K, make: Callable[[], V]) -> V:
 class Interner:
     """Distinct values seen lately, each kept once (at most ``TABLE_LIMIT`` per table)."""
 
-    __slots__ = ("_dicts", "_pod_sets")
+    __slots__ = ("_dicts", "_numbers", "_pod_sets")
 
     def __init__(self) -> None:
         self._pod_sets: dict[bytes, list[PodSet]] = {}
         self._dicts: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        # Python keeps only -5..256 once: a priority of 1000 decoded is an int of its own.
+        self._numbers: dict[int, int] = {}
 
     def submitted(self, event: WorkloadSubmitted) -> WorkloadSubmitted:
         """The event as admission keeps it for as long as the workload is known: its values
@@ -72,9 +74,14 @@ class Interner:
             pod_sets=self.pod_sets(event.pod_sets),
             priority_class=sys.intern(event.priority_class),
             priority_class_name=sys.intern(event.priority_class_name),
+            priority=None if event.priority is None else self.number(event.priority),
             labels=self.strings(event.labels),
             annotations=self.strings(event.annotations),
         )
+
+    def number(self, value: int) -> int:
+        """The one int equal to ``value``."""
+        return kept_once(self._numbers, value, lambda: value)
 
     def pod_sets(self, pod_sets: list[PodSet]) -> list[PodSet]:
         """The one list equal to ``pod_sets`` (same names, counts, requests, minimum counts)."""
