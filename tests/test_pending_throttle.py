@@ -215,7 +215,7 @@ def test_held_reports_alike_share_a_saying_and_go_out_as_offered(
     assert not throttle.offer(first, 0.0)
     assert not throttle.offer(second, 0.0)
     held = throttle._held  # the lean form is the point of the case
-    assert (held["u1"].says is held["u2"].says) is shared, reason
+    assert (held["u1"] is held["u2"]) is shared, reason
     out = throttle.due(1.0)
     assert _but_id(out) == _but_id([first, second]), reason
     assert len({e.id for e in out}) == 2 and all(out), reason

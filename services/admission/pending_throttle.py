@@ -45,21 +45,11 @@ _SAYS = itemgetter(
 _SAYINGS: dict[tuple[object, ...], WorkloadPending] = {}
 
 
-class _Held(msgspec.Struct, gc=False):
-    """A held report: the workload and what its report says, the latter kept once."""
-
-    workload: WorkloadRef
-    says: WorkloadPending  # another workload's, maybe: only its other fields count
-
-    @classmethod
-    def of(cls, event: WorkloadPending) -> _Held:
-        key = tuple([tuple(v) if type(v) is list else v for v in _SAYS(astuple(event))])
-        says = kept_once(_SAYINGS, key, lambda: msgspec.structs.replace(event, id=""))
-        return cls(event.workload, says)
-
-    def event(self) -> WorkloadPending:
-        """The report as offered, with an id of its own."""
-        return msgspec.structs.replace(self.says, id=new_event_id(), workload=self.workload)
+def _saying(event: WorkloadPending) -> WorkloadPending:
+    """What ``event`` says, kept once: a report with every field of it but the id (empty)
+    and the workload (the first such workload's: only the other fields count)."""
+    key = tuple([tuple(v) if type(v) is list else v for v in _SAYS(astuple(event))])
+    return kept_once(_SAYINGS, key, lambda: msgspec.structs.replace(event, id=""))
 
 
 def _material(event: WorkloadPending) -> Material:
@@ -69,18 +59,18 @@ def _material(event: WorkloadPending) -> Material:
 
 
 class PendingThrottle:
-    """Held reports are kept lean, as a pass can hold half a million: the workload and what
-    its report says, kept once for every workload held with the same saying, without an
-    event id (a held event is given a new one when it goes out: it was never published
-    with the first); due in batches, one list of uids per release time."""
+    """Held reports are kept lean, as a pass can hold half a million: what a report says,
+    kept once for every workload held with the same saying, without an event id (a held
+    event is given a new one when it goes out: it was never published with the first); due
+    in batches, one list per release time of the workloads held until then."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._published: dict[str, tuple[Material, float]] = {}  # uid -> (what, when)
-        self._held: dict[str, _Held] = {}  # uid -> newest unpublished report
-        # (when they may go out, their uids), a heap; one batch per time (_batches).
-        self._due: list[tuple[float, list[str]]] = []
-        self._batches: dict[float, list[str]] = {}
+        self._held: dict[str, WorkloadPending] = {}  # uid -> what its newest report says
+        # (when they may go out, the workloads), a heap; one batch per time (_batches).
+        self._due: list[tuple[float, list[WorkloadRef]]] = []
+        self._batches: dict[float, list[WorkloadRef]] = {}
         # uid -> how many of its batch entries are left from holds ended since (see due).
         self._stale: dict[str, int] = {}
         # (now, now + interval): one float for a pass's first reports (NaN equals no now).
@@ -107,8 +97,8 @@ class PendingThrottle:
             if batch is None:
                 batch = self._batches[until] = []
                 heapq.heappush(self._due, (until, batch))
-            batch.append(uid)
-        self._held[uid] = _Held.of(event)
+            batch.append(event.workload)
+        self._held[uid] = _saying(event)
         return False
 
     def _end_hold(self, uid: str) -> None:
@@ -127,7 +117,8 @@ class PendingThrottle:
         while self._due and self._due[0][0] <= now:
             when, batch = heapq.heappop(self._due)
             del self._batches[when]
-            for uid in batch:
+            for ref in batch:
+                uid = ref.uid
                 stale = self._stale.get(uid)
                 if stale is not None:
                     if stale == 1:
@@ -138,7 +129,7 @@ class PendingThrottle:
                 held = self._held.pop(uid, None)
                 if held is None:  # never: an entry without a hold is counted stale
                     continue
-                event = held.event()
+                event = msgspec.structs.replace(held, id=new_event_id(), workload=ref)
                 self._published[uid] = (_material(event), now)
                 ready.append(event)
         return ready
