@@ -13,7 +13,7 @@ from services.admission.activation import queued
 from services.admission.interning import Interner
 from services.admission.model import QueuedWorkload
 from services.admission.workload_objects import WorkloadRecord, render_workload
-from shared.events import WorkloadPending, WorkloadRef
+from shared.events import WorkloadEvicted, WorkloadPending, WorkloadRef
 from tests.test_kube_status import ADMITTED, SUBMITTED
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -153,6 +153,35 @@ def test_the_record_gives_back_the_kept_event(reason: str, created: datetime, ke
     entry = queued(event)  # the core's entry as any other path makes it
     for name in QueuedWorkload.__struct_fields__:  # the record is that entry, field by field
         assert getattr(one, name) == getattr(entry, name), (reason, name)
-    assert (one.created_at is not None) is kept, reason
+    assert (one.shown[3] is not None) is kept, reason
     assert one.submitted == event, reason
     assert one.created.isoformat() == created.isoformat(), reason
+
+
+# (reason, how many times a is evicted, how many times b)
+REQUEUES: list[tuple[str, int, int]] = [
+    ("neither evicted: one shared value, no requeue state", 0, 0),
+    ("one evicted: its count alone", 1, 0),
+    ("both evicted, a twice: each its own count", 2, 1),
+]
+
+
+@pytest.mark.parametrize(("reason", "a_times", "b_times"), REQUEUES, ids=[c[0] for c in REQUEUES])
+def test_a_requeue_count_is_the_records_own(reason: str, a_times: int, b_times: int) -> None:
+    """Kind, labels, annotations and the count are one shared value while the count is 0; a
+    record evicted counts for itself alone (status.requeueState)."""
+    a, b = record("a"), record("b")
+    assert a.shown is b.shown, reason
+    for one, times in ((a, a_times), (b, b_times)):
+        for _ in range(times):
+            one.on_admitted(ADMITTED)
+            one.on_evicted(
+                WorkloadEvicted(
+                    source="watcher", workload=one.ref, generation=1, reason="Preempted"
+                )
+            )
+    for one, times in ((a, a_times), (b, b_times)):
+        assert one.requeue_count == times, reason
+        shown = render_workload(one, {})["status"].get("requeueState")
+        assert shown == ({"count": times} if times else None), reason
+        assert (one.kind, one.labels) == (SUBMITTED.kind, SUBMITTED.labels), reason

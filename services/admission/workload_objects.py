@@ -65,10 +65,13 @@ def with_condition(conditions: Conditions, kind: str, condition: Condition) -> C
     return kept_once(_SETS, tuple(updated.items()), lambda: updated)
 
 
-# (kind, labels, annotations) once per distinct triple: a record holds one reference, not
-# three (labels and annotations are the interner's shared dicts, so they are keyed by
-# identity; the kept triple holds them, so no other dict can take their ids meanwhile).
-Shown = tuple[WorkloadKind, dict[str, str], dict[str, str]]
+# (kind, labels, annotations, creation, requeue count) once per distinct value: a record
+# holds one reference, not five (labels and annotations are the interner's shared dicts,
+# so they are keyed by identity; the kept value holds them, so no other dict can take
+# their ids meanwhile). The creation is None when ``queue_time`` is it, exactly, in UTC
+# (the common case: one float per workload, not a datetime too). A record with a creation
+# of its own or a requeue count is given a value of its own (never kept, never shared).
+Shown = tuple[WorkloadKind, dict[str, str], dict[str, str], datetime | None, int]
 _SHOWN: dict[tuple[str, int, int], Shown] = {}
 
 
@@ -83,14 +86,10 @@ class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
     fields; a requeue gives the core a new entry)."""
 
     shown: Shown
-    # The creation time; None when ``queue_time`` is it, exactly, in UTC (the common case:
-    # one float per workload, not a datetime too).
-    created_at: datetime | None = None
     # Shared, never written in place: _set replaces it (with_condition). Empty until a first
     # condition is set (most pending workloads have none).
     conditions: Conditions = msgspec.field(default_factory=lambda: _NO_CONDITIONS)
     admission: WorkloadAdmitted | None = None
-    requeue_count: int = 0
 
     @classmethod
     def of(cls, submitted: WorkloadSubmitted) -> WorkloadRecord:
@@ -98,12 +97,14 @@ class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
         interner keeps it."""
         kind, labels, annotations = submitted.kind, submitted.labels, submitted.annotations
         shown = kept_once(
-            _SHOWN, (kind, id(labels), id(annotations)), lambda: (kind, labels, annotations)
+            _SHOWN,
+            (kind, id(labels), id(annotations)),
+            lambda: (kind, labels, annotations, None, 0),
         )
         record = cls.of_event(submitted, shown=shown)
         created = submitted.created
         if created.tzinfo is not UTC or datetime.fromtimestamp(record.queue_time, UTC) != created:
-            record.created_at = created
+            record.shown = (kind, labels, annotations, created, 0)
         return record
 
     @property
@@ -119,10 +120,18 @@ class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
         return self.shown[2]
 
     @property
+    def requeue_count(self) -> int:
+        return self.shown[4]
+
+    @requeue_count.setter
+    def requeue_count(self, count: int) -> None:
+        kind, labels, annotations, created, _ = self.shown
+        self.shown = (kind, labels, annotations, created, count)  # its own: never kept
+
+    @property
     def created(self) -> datetime:
-        if self.created_at is None:
-            return datetime.fromtimestamp(self.queue_time, UTC)
-        return self.created_at
+        created = self.shown[3]
+        return datetime.fromtimestamp(self.queue_time, UTC) if created is None else created
 
     @property
     def submitted(self) -> WorkloadSubmitted:
