@@ -8,18 +8,21 @@ secret in a local variable reaches the log.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, MutableMapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, BinaryIO
 
 import structlog
 from structlog.typing import EventDict
 
-__all__ = ["UtcStamper", "configure_logging", "get_logger"]
+__all__ = ["LoopBatchedLines", "UtcStamper", "configure_logging", "flush_logs", "get_logger"]
 
 _configured = False
 
@@ -82,9 +85,11 @@ def configure_logging(*, service: str, level: str | None = None) -> None:
             structlog.processors.JSONRenderer(serializer=_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.BytesLoggerFactory(sys.stderr.buffer),
+        logger_factory=lambda *_: _LINES,  # on stderr as it is now (a test may replace it)
         cache_logger_on_first_use=True,
     )
+    _LINES.flush()
+    _LINES.file = sys.stderr.buffer
     structlog.contextvars.bind_contextvars(service=service)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
@@ -100,6 +105,58 @@ def configure_logging(*, service: str, level: str | None = None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(max(numeric, logging.WARNING))  # third-party chatter only when it matters
     _configured = True
+
+
+class LoopBatchedLines:
+    """structlog's logger: each rendered line to ``file``; the lines written during one turn
+    of the event loop go out together, in one write, first thing in the next turn.
+
+    Why: a line was a write system call of its own, and a service logs a line per decision,
+    thousands per batch. No line waits for anything new (an I/O event, a timer): the write
+    comes before them. Outside a running loop (the CLI, another thread) a line is written at
+    once; lines still held when the process exits are written then (:func:`flush_logs`).
+    """
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+        self.held: list[bytes] = []
+        self.flush_on: asyncio.AbstractEventLoop | None = None  # the loop due to write them
+        self.lock = threading.Lock()  # a thread's line never lands inside the loop's write
+
+    def msg(self, message: bytes) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            with self.lock:
+                self.file.write(message + b"\n")
+                self.file.flush()
+            return
+        if self.flush_on is not loop:  # (a loop that closed first left its lines to this one)
+            loop.call_soon(self.flush)
+            self.flush_on = loop
+        self.held.append(message)
+
+    log = debug = info = warn = warning = error = err = critical = exception = fatal = msg
+
+    def flush(self) -> None:
+        """Write the held lines, in order, in one write."""
+        self.flush_on = None
+        if not self.held:
+            return
+        with self.lock:
+            lines, self.held = self.held, []
+            lines.append(b"")
+            self.file.write(b"\n".join(lines))
+            self.file.flush()
+
+
+_LINES = LoopBatchedLines(sys.stderr.buffer)
+atexit.register(_LINES.flush)
+
+
+def flush_logs() -> None:
+    """Write every held line now (before ``os._exit``, which runs no exit hook)."""
+    _LINES.flush()
 
 
 def _dumps(obj: Any, **_: Any) -> bytes:

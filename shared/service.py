@@ -36,7 +36,7 @@ from shared.bus import Bus, BusError, BusSettings, nats_url_from_env
 from shared.gc_tuning import tune_gc
 from shared.leadership import Leadership
 from shared.lease import LeaseSettings, replica_id_from_env, rfc3339
-from shared.logging import configure_logging, get_logger
+from shared.logging import configure_logging, flush_logs, get_logger
 from shared.membership import Member, keep_record
 
 __all__ = ["PORT_IN_USE_EXIT", "Runtime", "run_service", "serve_probes"]
@@ -286,6 +286,7 @@ LEASE_LOST_EXIT = 75  # EX_TEMPFAIL: restart me (as a standby)
 def _exit_now(reason: str) -> NoReturn:
     """The lease is lost: this replica may no longer act, not even to clean up (its
     successor handles what it leaves, as after a kill -9), so it exits at once."""
+    flush_logs()  # the lines saying why
     os._exit(LEASE_LOST_EXIT)
 
 

@@ -1,18 +1,23 @@
 """The log line's timestamp (shared/logging.py ``UtcStamper``): exactly what structlog's ISO
 UTC stamper wrote, though the part up to the second is formatted once per second; and a real
-service line, as users and tools read it."""
+service line, as users and tools read it; the lines of one loop turn written together
+(``LoopBatchedLines``)."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
-from shared.logging import UtcStamper
+from shared.logging import LoopBatchedLines, UtcStamper
 
 REPO = Path(__file__).resolve().parent.parent
 SECOND = 1_767_323_045  # 2026-01-02T03:04:05Z
@@ -90,3 +95,96 @@ def test_a_service_line_is_one_json_object_in_its_order() -> None:
     for line in (ours, theirs):
         parsed = datetime.fromisoformat(line["timestamp"])
         assert parsed.tzinfo == UTC and line["timestamp"].endswith("Z")
+
+
+class _Writes(io.BytesIO):
+    """A file that remembers each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: Any) -> int:
+        self.writes.append(bytes(data))
+        return super().write(data)
+
+
+def _in_one_turn(lines: LoopBatchedLines) -> list[bytes]:
+    """Three lines logged by one callback; what was written while it ran."""
+
+    async def main() -> list[bytes]:
+        for word in (b"a", b"b", b"c"):
+            lines.msg(word)
+        during = list(cast(_Writes, lines.file).writes)
+        await asyncio.sleep(0)
+        return during
+
+    return asyncio.run(main())
+
+
+def _outside_a_loop(lines: LoopBatchedLines) -> list[bytes]:
+    lines.msg(b"a")
+    lines.msg(b"b")
+    return []
+
+
+def _a_closed_loop_leaves_them(lines: LoopBatchedLines) -> list[bytes]:
+    """The first loop stops and closes before its turn to write; the next loop writes the
+    lines it left, first."""
+    loop = asyncio.new_event_loop()
+
+    def log_then_stop() -> None:
+        lines.msg(b"a")
+        loop.stop()
+
+    loop.call_soon(log_then_stop)
+    loop.run_forever()
+    loop.close()
+    during = list(cast(_Writes, lines.file).writes)
+
+    async def second() -> None:
+        lines.msg(b"b")
+        await asyncio.sleep(0)
+
+    asyncio.run(second())
+    return during
+
+
+# (what happens, the writes expected after it, the writes while it happened, why)
+Scene = Callable[[LoopBatchedLines], list[bytes]]
+BATCHED_LINES: list[tuple[Scene, list[bytes], list[bytes], str]] = [
+    (_in_one_turn, [b"a\nb\nc\n"], [], "one turn's lines go out in one write, after the turn"),
+    (_outside_a_loop, [b"a\n", b"b\n"], [], "no loop (the CLI): each line written at once"),
+    (_a_closed_loop_leaves_them, [b"a\nb\n"], [], "a closed loop's lines are not lost"),
+]
+
+
+@pytest.mark.parametrize(("scene", "writes", "during", "why"), BATCHED_LINES)
+def test_lines_of_one_turn_are_one_write(
+    scene: Scene,
+    writes: list[bytes],
+    during: list[bytes],
+    why: str,
+) -> None:
+    lines = LoopBatchedLines(_Writes())
+    assert scene(lines) == during, why
+    assert cast(_Writes, lines.file).writes == writes, why
+
+
+@pytest.mark.parametrize("exit_call", ["raise SystemExit(0)", "flush_logs(); os._exit(3)"])
+def test_held_lines_are_written_when_the_process_exits(exit_call: str) -> None:
+    """A line logged just before the process ends (a normal exit: the exit hook; os._exit:
+    the lease-lost path calls flush_logs first) reaches stderr."""
+    code = (
+        "import asyncio, os\n"
+        "from shared.logging import configure_logging, flush_logs, get_logger\n"
+        "configure_logging(service='t')\n"
+        "async def main():\n"
+        "    get_logger('t').info('last_words')\n"
+        f"    {exit_call}\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=60, cwd=REPO
+    )
+    assert b'"event":"last_words"' in done.stderr, done.stderr
