@@ -1,6 +1,7 @@
 """structlog, configured once per process: one JSON object per line on stderr.
 
-Berth's own loggers use structlog's native bytes logger (fast: ~20 us a line); third-party
+Berth's own loggers render bytes natively and write a loop turn's lines at once
+(:class:`LoopBatchedLines`); third-party
 libraries that log through the standard library (nats, aiohttp, kubernetes_asyncio) are
 routed through the same JSON renderer. Exceptions are rendered without frame locals, so no
 secret in a local variable reaches the log.
