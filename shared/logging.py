@@ -1,10 +1,9 @@
 """structlog, configured once per process: one JSON object per line on stderr.
 
 Berth's own loggers render bytes natively and write a loop turn's lines at once
-(:class:`LoopBatchedLines`); third-party
-libraries that log through the standard library (nats, aiohttp, kubernetes_asyncio) are
-routed through the same JSON renderer. Exceptions are rendered without frame locals, so no
-secret in a local variable reaches the log.
+(:class:`LoopBatchedLines`); third-party libraries that log through the standard library
+(nats, aiohttp, kubernetes_asyncio) are routed through the same JSON renderer. Exceptions
+are rendered without frame locals, so no secret in a local variable reaches the log.
 """
 
 from __future__ import annotations
