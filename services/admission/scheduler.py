@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import replace
-from typing import Any
+from typing import Any, overload
 
 from services.admission import partial, status
 from services.admission.fair_order import fair_round
@@ -250,7 +250,7 @@ class Scheduler(Placement):
                 continue
             tried += 1
             if record.parked:  # offered (see offers above)
-                known = self._known(name, record, failed)
+                known = self._assign(name, record, failed, known_only=True)
                 if known is not None and self._fails_unchanged(record, known):
                     queue.skip_offered()
                     left_parked += 1
@@ -285,34 +285,21 @@ class Scheduler(Placement):
             self.unnominate(preemptor)
         return out
 
-    def _assign(self, name: str, record: Record, failed: _Failed) -> AssignResult:
+    @overload
+    def _assign(self, name: str, record: Record, failed: _Failed) -> AssignResult: ...
+
+    @overload
+    def _assign(
+        self, name: str, record: Record, failed: _Failed, *, known_only: bool
+    ) -> AssignResult | None: ...
+
+    def _assign(
+        self, name: str, record: Record, failed: _Failed, *, known_only: bool = False
+    ) -> AssignResult | None:
         """The head's flavor assignment against the usage now (a failure is remembered for
         its shape until the usage of its cohort tree changes, and across passes while what
-        it read of the usage is the same: services/admission/settled.py)."""
-        known = self._known(name, record, failed)
-        if known is not None:
-            return known
-        config = self._config
-        info = config.cqs[name]
-        victims_possible = record.wl.ref.uid not in self._no_victims
-        version = self._usage_version.get(config.root(name), 0)
-        usage = self._settled.usage_read(info, record.shape, record.wl.pod_sets, version)
-        result = partial.assign(
-            info,
-            config.flavors,
-            config.tree,
-            record.wl.pod_sets,
-            victims_possible=victims_possible,
-        )
-        self._settled.put((name, record.shape, victims_possible), usage, result)
-        if not result.fits:
-            failed[(name, record.shape)] = (version, result)
-        return result
-
-    def _known(self, name: str, record: Record, failed: _Failed) -> AssignResult | None:
-        """The head's failure if it is known to hold now (``_assign`` without assigning):
-        one of its shape failed in this pass with no usage change in its cohort tree since,
-        or what its assignment reads of the usage is what it read when it last failed."""
+        it read of the usage is the same: services/admission/settled.py). ``known_only``:
+        only a remembered failure that holds now (None: none does), nothing assigned."""
         config = self._config
         pod_sets_shape = record.shape
         shape = (name, pod_sets_shape)
@@ -320,12 +307,24 @@ class Scheduler(Placement):
         cached = failed.get(shape)
         if cached is not None and cached[0] == version:
             return cached[1]
+        info = config.cqs[name]
         no_victims = self._no_victims  # mostly empty: then the record's workload is not read
         victims_possible = not no_victims or record.wl.ref.uid not in no_victims
-        settled = self._settled
-        usage = settled.usage_read(config.cqs[name], pod_sets_shape, record.wl.pod_sets, version)
-        result = settled.get((name, pod_sets_shape, victims_possible), usage)
-        if result is not None:
+        settled = (name, pod_sets_shape, victims_possible)
+        usage = self._settled.usage_read(info, pod_sets_shape, record.wl.pod_sets, version)
+        result = self._settled.get(settled, usage)
+        if result is None:
+            if known_only:
+                return None
+            result = partial.assign(
+                info,
+                config.flavors,
+                config.tree,
+                record.wl.pod_sets,
+                victims_possible=victims_possible,
+            )
+            self._settled.put(settled, usage, result)
+        if not result.fits:
             failed[shape] = (version, result)
         return result
 
