@@ -95,13 +95,44 @@ def test_the_kept_event_says_what_the_displays_read() -> None:
 
 
 def test_a_full_table_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Values unique to one workload must not pile up: past the limit the table forgets
-    (what was shared stays as it is)."""
+    """Values unique to one workload must not pile up: two turns past the limit the table
+    forgets (what was shared stays as it is)."""
     monkeypatch.setattr(interning, "TABLE_LIMIT", 2)
     interner = Interner()
     first = interner.strings({"job": "1"})
-    interner.strings({"job": "2"})
-    interner.strings({"job": "3"})  # the table was full: it started over with this one
+    for job in "2345":  # full at 2: older at 3, forgotten at 5
+        interner.strings({"job": job})
     again = interner.strings({"job": "1"})
     assert again == first and again is not first
-    assert interner.strings({"job": "3"}) is interner.strings({"job": "3"})
+    assert interner.strings({"job": "5"}) is interner.strings({"job": "5"})
+
+
+# (reason, keys asked in order with the table limit 3, how many values were made)
+GENERATIONS: list[tuple[str, list[int], int]] = [
+    ("a working set as large as the table, asked again and again: made once", [1, 2, 3] * 4, 3),
+    ("one more than the table, in rounds: made once each", [1, 2, 3, 4] * 4, 4),
+    ("asked no more for two turns: forgotten, made anew", [1, 2, 3, 4, 5, 6, 7, 8, 9, 1], 10),
+]
+
+
+@pytest.mark.parametrize(("reason", "keys", "made"), GENERATIONS, ids=[c[0] for c in GENERATIONS])
+def test_two_generations_keep_a_working_set(
+    monkeypatch: pytest.MonkeyPatch, reason: str, keys: list[int], made: int
+) -> None:
+    """A plain kept-once table forgets everything when it fills: a set of values one per
+    LocalQueue, as many as the table holds, was made anew every time."""
+    monkeypatch.setattr(interning, "TABLE_LIMIT", 3)
+    table: interning.Generations[int, list[int]] = interning.Generations()
+    count = 0
+
+    def make(key: int) -> list[int]:
+        nonlocal count
+        count += 1
+        return [key]
+
+    first: dict[int, list[int]] = {}
+    for key in keys:
+        value = table.kept(key, lambda k=key: make(k))  # type: ignore[misc]
+        assert value == [key], reason
+        first.setdefault(key, value)
+    assert count == made, reason

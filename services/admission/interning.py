@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Hashable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 
 from shared.events import PodSet, WorkloadRef, WorkloadSubmitted
 
-__all__ = ["TABLE_LIMIT", "Interner", "kept_once"]
+__all__ = ["TABLE_LIMIT", "Generations", "Interner", "kept_once"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -46,6 +46,33 @@ def kept_once(table: dict[K, V], key: K, make: Callable[[], V]) -> V:
     return found
 
 
+class Generations(Generic[K, V]):
+    """A kept-once table in two generations, for values shared by a set of things that can
+    be as large as the table (one per LocalQueue: 10,000 LocalQueues fill it): when the
+    newest holds ``TABLE_LIMIT`` values it becomes the older one and the older one is
+    forgotten; a value found in the older one is kept in the newest again. So a working set
+    up to ``TABLE_LIMIT`` is never made twice (a plain table made all of it anew each time
+    it filled), and what is no longer asked for is forgotten within two turns."""
+
+    __slots__ = ("_new", "_old")
+
+    def __init__(self) -> None:
+        self._new: dict[K, V] = {}
+        self._old: dict[K, V] = {}
+
+    def kept(self, key: K, make: Callable[[], V]) -> V:
+        """The value kept for ``key``, made by ``make`` if neither generation has one."""
+        found = self._new.get(key)
+        if found is None:
+            found = self._old.get(key)
+            if found is None:
+                found = make()
+            if len(self._new) >= TABLE_LIMIT:
+                self._old, self._new = self._new, {}
+            self._new[key] = found
+        return found
+
+
 class Interner:
     """Distinct values seen lately, each kept once (at most ``TABLE_LIMIT`` per table)."""
 
@@ -53,7 +80,8 @@ class Interner:
 
     def __init__(self) -> None:
         self._pod_sets: dict[bytes, list[PodSet]] = {}
-        self._dicts: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        # Labels are often one dict per LocalQueue: as many as there are LocalQueues.
+        self._dicts: Generations[tuple[tuple[str, str], ...], dict[str, str]] = Generations()
         # Python keeps only -5..256 once: a priority of 1000 decoded is an int of its own.
         self._numbers: dict[int, int] = {}
 
@@ -101,8 +129,6 @@ class Interner:
 
     def strings(self, values: dict[str, str]) -> dict[str, str]:
         """The one dict equal to ``values`` (labels, annotations), in the same order."""
-        return kept_once(
-            self._dicts,
-            tuple(values.items()),
-            lambda: {sys.intern(k): v for k, v in values.items()},
+        return self._dicts.kept(
+            tuple(values.items()), lambda: {sys.intern(k): v for k, v in values.items()}
         )

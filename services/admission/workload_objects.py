@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from services.admission.interning import kept_once
+from services.admission.interning import Generations, kept_once
 from services.admission.model import QueuedWorkload
 from shared.durations import kube_timestamp
 from shared.events import (
@@ -52,7 +52,7 @@ _NO_CONDITIONS: Conditions = {}  # never written (see WorkloadRecord.conditions)
 _LONE: dict[tuple[str, Condition], Conditions] = {}
 _SETS: dict[tuple[tuple[str, Condition], ...], Conditions] = {}
 # The QuotaReserved message per ClusterQueue, one string for all its admissions.
-_RESERVED_IN: dict[str, str] = {}
+_RESERVED_IN: Generations[str, str] = Generations()
 
 
 def with_condition(conditions: Conditions, kind: str, condition: Condition) -> Conditions:
@@ -72,7 +72,7 @@ def with_condition(conditions: Conditions, kind: str, condition: Condition) -> C
 # (the common case: one float per workload, not a datetime too). A record with a creation
 # of its own or a requeue count is given a value of its own (never kept, never shared).
 Shown = tuple[WorkloadKind, dict[str, str], dict[str, str], datetime | None, int]
-_SHOWN: dict[tuple[str, int, int], Shown] = {}
+_SHOWN: Generations[tuple[str, int, int], Shown] = Generations()  # one per LocalQueue, often
 
 
 class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
@@ -96,10 +96,8 @@ class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
         """The record (and core entry) of a workload submitted as ``submitted``, as the
         interner keeps it."""
         kind, labels, annotations = submitted.kind, submitted.labels, submitted.annotations
-        shown = kept_once(
-            _SHOWN,
-            (kind, id(labels), id(annotations)),
-            lambda: (kind, labels, annotations, None, 0),
+        shown = _SHOWN.kept(
+            (kind, id(labels), id(annotations)), lambda: (kind, labels, annotations, None, 0)
         )
         record = cls.of_event(submitted, shown=shown)
         created = submitted.created
@@ -168,7 +166,7 @@ class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
     def on_admitted(self, event: WorkloadAdmitted) -> None:
         self.admission = event
         queue = event.cluster_queue
-        message = kept_once(_RESERVED_IN, queue, lambda: f"Quota reserved in ClusterQueue {queue}")
+        message = _RESERVED_IN.kept(queue, lambda: f"Quota reserved in ClusterQueue {queue}")
         self._set("QuotaReserved", "True", "QuotaReserved", message, event.time)
         if event.reserved_only:  # Kueue: QuotaReserved, not Admitted until the checks pass
             checks = ", ".join(event.admission_checks)
