@@ -114,10 +114,7 @@ def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
         (
             record
             for record in service.records.values()
-            if (
-                request.namespace is None
-                or record.ref.namespace == request.namespace
-            )
+            if (request.namespace is None or record.ref.namespace == request.namespace)
             and (names is None or record.ref.key in names)
         ),
         key=lambda record: (record.ref.namespace, record.ref.name),
