@@ -25,6 +25,7 @@ from structlog.typing import EventDict
 __all__ = ["LoopBatchedLines", "UtcStamper", "configure_logging", "flush_logs", "get_logger"]
 
 _configured = False
+HELD_LIMIT = 512  # lines held at most before they are written
 
 
 def _processors() -> list[Any]:
@@ -91,7 +92,7 @@ def configure_logging(*, service: str, level: str | None = None) -> None:
     _LINES.flush()
     _LINES.file = sys.stderr.buffer
     structlog.contextvars.bind_contextvars(service=service)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _ThroughLines()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[
@@ -109,45 +110,59 @@ def configure_logging(*, service: str, level: str | None = None) -> None:
 
 class LoopBatchedLines:
     """structlog's logger: each rendered line to ``file``; the lines written during one turn
-    of the event loop go out together, in one write, first thing in the next turn.
+    of the event loop go out together, in one write, first thing in the next turn (or at
+    once when :data:`HELD_LIMIT` are held: a pass of many decisions holds no more).
 
     Why: a line was a write system call of its own, and a service logs a line per decision,
     thousands per batch. No line waits for anything new (an I/O event, a timer): the write
     comes before them. Outside a running loop (the CLI, another thread) a line is written at
-    once; lines still held when the process exits are written then (:func:`flush_logs`).
+    once, after any still held; lines still held when the process exits are written then
+    (:func:`flush_logs`). Lines keep the order they were logged in.
     """
 
     def __init__(self, file: BinaryIO) -> None:
         self.file = file
         self.held: list[bytes] = []
         self.flush_on: asyncio.AbstractEventLoop | None = None  # the loop due to write them
-        self.lock = threading.Lock()  # a thread's line never lands inside the loop's write
+        self.lock = threading.Lock()  # a thread's line never lands inside another's write
 
     def msg(self, message: bytes) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            with self.lock:
-                self.file.write(message + b"\n")
-                self.file.flush()
-            return
-        if self.flush_on is not loop:  # (a loop that closed first left its lines to this one)
-            loop.call_soon(self.flush)
-            self.flush_on = loop
-        self.held.append(message)
+            loop = None
+        with self.lock:
+            self.held.append(message)
+            if loop is None or len(self.held) >= HELD_LIMIT:
+                self._write_held()
+            elif self.flush_on is not loop:  # (a loop that closed first left lines to this one)
+                loop.call_soon(self.flush)
+                self.flush_on = loop
 
     log = debug = info = warn = warning = error = err = critical = exception = fatal = msg
 
     def flush(self) -> None:
         """Write the held lines, in order, in one write."""
-        self.flush_on = None
-        if not self.held:
-            return
         with self.lock:
+            self._write_held()
+
+    def _write_held(self) -> None:
+        self.flush_on = None
+        if self.held:
             lines, self.held = self.held, []
             lines.append(b"")
             self.file.write(b"\n".join(lines))
             self.file.flush()
+
+
+class _ThroughLines(logging.Handler):
+    """The standard library's records (nats, aiohttp...) written in turn with Berth's own."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _LINES.msg(self.format(record).encode())
+        except Exception:  # logging's rule: a record that fails is reported, never raised
+            self.handleError(record)
 
 
 _LINES = LoopBatchedLines(sys.stderr.buffer)

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import pytest
 
-from shared.logging import LoopBatchedLines, UtcStamper
+from shared.logging import HELD_LIMIT, LoopBatchedLines, UtcStamper
 
 REPO = Path(__file__).resolve().parent.parent
 SECOND = 1_767_323_045  # 2026-01-02T03:04:05Z
@@ -151,11 +151,48 @@ def _a_closed_loop_leaves_them(lines: LoopBatchedLines) -> list[bytes]:
 
 
 # (what happens, the writes expected after it, the writes while it happened, why)
+def _closed_loop_then_no_loop(lines: LoopBatchedLines) -> list[bytes]:
+    """A loop closed before its turn to write, then a line outside any loop (the CLI after
+    a run): the held line goes out first."""
+    loop = asyncio.new_event_loop()
+
+    def log_then_stop() -> None:
+        lines.msg(b"a")
+        loop.stop()
+
+    loop.call_soon(log_then_stop)
+    loop.run_forever()
+    loop.close()
+    during = list(cast(_Writes, lines.file).writes)
+    lines.msg(b"b")
+    return during
+
+
+def _past_the_limit(lines: LoopBatchedLines) -> list[bytes]:
+    """One turn logs more than HELD_LIMIT lines: the first HELD_LIMIT go out at once."""
+
+    async def main() -> list[bytes]:
+        for _ in range(HELD_LIMIT + 1):
+            lines.msg(b"x")
+        during = list(cast(_Writes, lines.file).writes)
+        await asyncio.sleep(0)
+        return during
+
+    return asyncio.run(main())
+
+
 Scene = Callable[[LoopBatchedLines], list[bytes]]
 BATCHED_LINES: list[tuple[Scene, list[bytes], list[bytes], str]] = [
     (_in_one_turn, [b"a\nb\nc\n"], [], "one turn's lines go out in one write, after the turn"),
     (_outside_a_loop, [b"a\n", b"b\n"], [], "no loop (the CLI): each line written at once"),
     (_a_closed_loop_leaves_them, [b"a\nb\n"], [], "a closed loop's lines are not lost"),
+    (_closed_loop_then_no_loop, [b"a\nb\n"], [], "a line outside a loop never overtakes one held"),
+    (
+        _past_the_limit,
+        [b"x\n" * HELD_LIMIT, b"x\n"],
+        [b"x\n" * HELD_LIMIT],
+        "a turn of many lines holds at most HELD_LIMIT",
+    ),
 ]
 
 
@@ -188,3 +225,23 @@ def test_held_lines_are_written_when_the_process_exits(exit_call: str) -> None:
         [sys.executable, "-c", code], capture_output=True, timeout=60, cwd=REPO
     )
     assert b'"event":"last_words"' in done.stderr, done.stderr
+
+
+def test_a_library_line_keeps_its_place_among_berth_lines() -> None:
+    """A standard-library record (nats, aiohttp) logged between two Berth lines of one turn
+    comes out between them."""
+    code = (
+        "import asyncio, logging\n"
+        "from shared.logging import configure_logging, get_logger\n"
+        "configure_logging(service='t')\n"
+        "async def main():\n"
+        "    get_logger('t').info('first')\n"
+        "    logging.getLogger('nats').error('library')\n"
+        "    get_logger('t').info('last')\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=60, cwd=REPO
+    )
+    events = [json.loads(line)["event"] for line in done.stderr.splitlines()]
+    assert events == ["first", "library", "last"], done.stderr
