@@ -45,6 +45,7 @@ from shared.config_berth import (
     FairSharingStrategy,
     WaitTarget,
     ageing_for,
+    ageing_of,
     policy_for,
 )
 from shared.config_fairness import check_fairness
@@ -126,6 +127,7 @@ __all__ = [
     "WaitTarget",
     "WorkloadPriorityClass",
     "ageing_for",
+    "ageing_of",
     "config_key",
     "config_key_prefix",
     "decode_object",

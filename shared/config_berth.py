@@ -23,6 +23,7 @@ __all__ = [
     "FairSharingStrategy",
     "WaitTarget",
     "ageing_for",
+    "ageing_of",
     "policy_for",
 ]
 
@@ -85,7 +86,12 @@ def policy_for(policies: Iterable[ClusterQueuePolicy], cluster_queue: str) -> Cl
 
 
 def ageing_for(policies: Iterable[ClusterQueuePolicy], cluster_queue: str) -> AgeingPolicy:
-    return policy_for(policies, cluster_queue).spec.ageing or AgeingPolicy()
+    return ageing_of(policy_for(policies, cluster_queue))
+
+
+def ageing_of(policy: ClusterQueuePolicy) -> AgeingPolicy:
+    """A policy's ageing: its own, or the built-in one where it sets none."""
+    return policy.spec.ageing or AgeingPolicy()
 
 
 FairSharingStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]

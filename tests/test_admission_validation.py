@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from services.admission import validation
+from services.admission import interning, validation
 from services.admission.scheduler import Admission
 from services.admission.service import AdmissionService
 from services.admission.validation import refusal
@@ -217,15 +217,15 @@ def test_valid_names_remembered(
     remembered: dict[str, set[str]],
     why: str,
 ) -> None:
-    fresh: dict[str, set[str]] = {"namespace": set(), "name": set(), "label-key": set()}
+    fresh: dict[str, dict[str, bool]] = {"namespace": {}, "name": {}, "label-key": {}}
     monkeypatch.setattr(validation, "_VALID", fresh)
-    monkeypatch.setattr(validation, "VALID_LIMIT", 2)
+    monkeypatch.setattr(interning, "TABLE_LIMIT", 2)
     found = [
         validation._problem(value, rule, remember=remember) is not None
         for value, rule, remember in calls
     ]
     assert found == problems, why
-    assert {rule: names for rule, names in fresh.items() if names} == remembered, why
+    assert {rule: set(names) for rule, names in fresh.items() if names} == remembered, why
 
 
 def _assigned(assignment: FlavorAssignment) -> WorkloadAdmitted:

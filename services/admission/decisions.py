@@ -28,7 +28,7 @@ __all__ = ["PENDING_MESSAGE_INTERVAL_S", "Decisions", "log_pending"]
 log = get_logger("admission")
 
 # The contested resources of a pending report that has none: one list, never written (a
-# pass can report half a million pending workloads; each would have had its own empty list).
+# pass can report most of a million pending workloads; each would have had its own list).
 _NONE_CONTESTED: list[ContestedResource] = []
 
 # A pending workload's message alone (its numbers) is republished at most this often.

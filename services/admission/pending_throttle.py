@@ -59,7 +59,7 @@ def _material(event: WorkloadPending) -> Material:
 
 
 class PendingThrottle:
-    """Held reports are kept lean, as a pass can hold half a million: what a report says,
+    """Held reports are kept lean, as a pass can hold most of a million: what a report says,
     kept once for every workload held with the same saying, without an event id (a held
     event is given a new one when it goes out: it was never published with the first); due
     in batches, one list per release time of the workloads held until then."""

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.admission import metrics
+from services.admission.interning import kept_once
 from shared.events import (
     AnyEvent,
     FlavorAssignment,
@@ -77,9 +78,8 @@ def refusal(event: AnyEvent, known: WorkloadRef | None = None) -> Refusal | None
 
 
 # Names found valid, per rule: the few that every fact repeats (namespaces; queue, flavor and
-# resource names) are judged once, then found here; at most VALID_LIMIT per rule.
-_VALID: dict[str, set[str]] = {"namespace": set(), "name": set(), "label-key": set()}
-VALID_LIMIT = 4096
+# resource names) are judged once, then found here (kept as kept_once keeps its tables).
+_VALID: dict[str, dict[str, bool]] = {"namespace": {}, "name": {}, "label-key": {}}
 
 
 def _problem(value: str, rule: str = "name", *, remember: bool = True) -> str | None:
@@ -91,9 +91,7 @@ def _problem(value: str, rule: str = "name", *, remember: bool = True) -> str | 
         return None
     problem = name_problem(value, rule)
     if problem is None and valid is not None:
-        if len(valid) >= VALID_LIMIT:
-            valid.clear()  # names come and go: start over rather than pile up
-        valid.add(value)
+        kept_once(valid, value, lambda: True)
     return problem
 
 

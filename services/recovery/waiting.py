@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from shared.config import AgeingPolicy, ClusterQueuePolicy
+from shared.config import AgeingPolicy, ClusterQueuePolicy, ageing_of
 from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
@@ -102,8 +102,8 @@ class Waits:
         """Fold one fact; idempotent.
 
         By its exact type (events are never subclassed: tests/test_event_filters.py), one
-        dict lookup: a ``match`` tried up to six class patterns per event, each miss against
-        a msgspec class ~150 ns. A type with no fold here (a start) changes no wait."""
+        dict lookup, not a ``match`` that tried up to six class patterns per event. A type
+        with no fold here (a start) changes no wait."""
         fold = _FOLDS.get(type(event))
         if fold is not None:
             fold(self.waits, event)
@@ -120,9 +120,8 @@ class Waits:
 
         ``least``: no ClusterQueue's ``reserveAfter`` is shorter (``least_reserve_after``;
         None: reservations are off everywhere). A wait shorter than that gets no clock
-        whatever its queue, so its queue's ``reserveAfter`` is not looked up: each tick went
-        through every wait (tens of thousands pending on the Kueue benchmark) and looked up
-        each one's."""
+        whatever its queue, so its queue's ``reserveAfter`` is not looked up: each tick goes
+        through every wait, and most are young."""
         shortest = float("inf") if least is None else least
         for wait in self.waits.values():
             if (
@@ -145,7 +144,7 @@ def least_reserve_after(policies: Iterable[ClusterQueuePolicy]) -> float | None:
     """The shortest ``reserveAfter`` any ClusterQueue can have (``Waits.ageing``'s ``least``):
     that of a policy, or the built-in one of a ClusterQueue no policy names; None if every
     one is off (null)."""
-    ageings = [AgeingPolicy(), *(policy.spec.ageing or AgeingPolicy() for policy in policies)]
+    ageings = [AgeingPolicy(), *(ageing_of(policy) for policy in policies)]
     afters = [parse_duration(a.reserve_after) for a in ageings if a.reserve_after is not None]
     return min(afters, default=None)
 
