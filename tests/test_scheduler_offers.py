@@ -305,3 +305,38 @@ def test_offers_decide_as_moving_every_head(
                 s.set_boost(waiting[op[1] % len(waiting)], 1, reserved=True, since=float(op[1]))
         first, second = ((s.workload_views(), s.queue_stats()) for s in schedulers)
         assert first == second
+
+
+def _after_a_failed_pass(offers: bool) -> tuple[list[Any], list[Any], bool]:
+    """CASES[0]'s world; its third pass raises in its first flavor search; then a pass."""
+    case = CASES[0]
+    s = Scheduler()
+    s.offers = offers
+    s.set_config(case.documents)
+    for running in case.running:
+        s.submit(running)
+    s.schedule()
+    for waiting in case.waiting:
+        s.submit(waiting)
+    s.schedule()
+    for step in case.change:
+        apply(s, step)
+    assign = s._assign
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug in the flavor search")
+
+    s._assign = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        s.schedule()
+    s._assign = assign  # type: ignore[method-assign]
+    offered_left = any(queue.offered for queue in s._queues.values())
+    return s.schedule(), [s.workload_views(), s.queue_stats()], offered_left
+
+
+def test_a_pass_that_raises_leaves_no_offer() -> None:
+    """A pass cut short by an exception releases its offers (none is read as current by
+    the next pass), and the next pass decides as without the shortcut."""
+    decisions, views, offered_left = _after_a_failed_pass(offers=True)
+    assert not offered_left
+    assert (decisions, views) == _after_a_failed_pass(offers=False)[:2]

@@ -207,75 +207,77 @@ class Scheduler(Placement):
                     queue.requeue_parked()
                 self._ready.add(name)
         self._dirty = set()
-        heads: list[_Head] = []
-        for name in self._ready:
-            queue = self._queues.get(name)
-            if queue is None or queue.blocked or name in config.inactive:
-                continue
-            head = queue.candidate() if queue.offered else queue.head()
-            if head is not None and head.key is not None:
-                heads.append((0, head.key, name))
-        self._ready = set()
-        fair_roots: dict[str, list[str]] = {}  # fair sharing: cohort heads by tournament
-        if config.fairness.enabled:
-            for entry in heads:
-                if config.tree.cluster_queues[entry[2]].parent is not None:
-                    fair_roots.setdefault(config.root(entry[2]), []).append(entry[2])
-            heads = [e for e in heads if config.tree.cluster_queues[e[2]].parent is None]
-        heapq.heapify(heads)
-        # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
-        # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
-        # backlog of identical workloads then costs a dict lookup each, not a flavor search.
-        failed: _Failed = {}
-        tried = left_parked = 0
-        for root, names in fair_roots.items():
-            tried += fair_round(
-                config.tree,
-                config.tree.cohorts[root],
-                names,
-                config.fairness.weights,
-                head_of=self._fair_head,
-                assign=lambda name, record: self._assign(name, record, failed),
-                decide=self._decide,
-            )
-        while heads:
-            borrowing, key, name = heapq.heappop(heads)
-            queue = self._queues[name]
-            record = queue.candidate() if queue.offered else queue.head()
-            if record is None:
-                continue
-            if record.key is not key:  # the head changed since it was pushed
-                if record.key is not None:
-                    heapq.heappush(heads, (0, record.key, name))
-                continue
-            tried += 1
-            if record.parked:  # offered (see offers above)
-                known = self._assign(name, record, failed, known_only=True)
-                if known is not None and self._fails_unchanged(record, known):
-                    queue.skip_offered()
-                    left_parked += 1
-                    result = None
-                else:
-                    queue.take_offered(record)
-                    key = record.key
-                    result = known if known is not None else self._assign(name, record, failed)
-            else:
-                result = self._assign(name, record, failed)
-            if result is not None:  # None: an offered record left parked as it was
-                if result.fits and result.borrows:
-                    if not borrowing and not config.borrowing_yields:
-                        # Kueue admits heads that need no borrowing first. (Yielding goes by
-                        # order: a borrower goes before non-borrowers that come after it.)
-                        heapq.heappush(heads, (1, key, name))
-                        continue
-                self._decide(name, record, result)
-                if queue.blocked:
+        try:
+            heads: list[_Head] = []
+            for name in self._ready:
+                queue = self._queues.get(name)
+                if queue is None or queue.blocked or name in config.inactive:
                     continue
-            following = queue.candidate() if queue.offered else queue.head()
-            if following is not None and following.key is not None:
-                heapq.heappush(heads, (0, following.key, name))
-        for queue in offering:
-            queue.release_offered()
+                head = queue.candidate() if queue.offered else queue.head()
+                if head is not None and head.key is not None:
+                    heads.append((0, head.key, name))
+            self._ready = set()
+            fair_roots: dict[str, list[str]] = {}  # fair sharing: cohort heads by tournament
+            if config.fairness.enabled:
+                for entry in heads:
+                    if config.tree.cluster_queues[entry[2]].parent is not None:
+                        fair_roots.setdefault(config.root(entry[2]), []).append(entry[2])
+                heads = [e for e in heads if config.tree.cluster_queues[e[2]].parent is None]
+            heapq.heapify(heads)
+            # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
+            # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
+            # backlog of identical workloads then costs a dict lookup each, not a flavor search.
+            failed: _Failed = {}
+            tried = left_parked = 0
+            for root, names in fair_roots.items():
+                tried += fair_round(
+                    config.tree,
+                    config.tree.cohorts[root],
+                    names,
+                    config.fairness.weights,
+                    head_of=self._fair_head,
+                    assign=lambda name, record: self._assign(name, record, failed),
+                    decide=self._decide,
+                )
+            while heads:
+                borrowing, key, name = heapq.heappop(heads)
+                queue = self._queues[name]
+                record = queue.candidate() if queue.offered else queue.head()
+                if record is None:
+                    continue
+                if record.key is not key:  # the head changed since it was pushed
+                    if record.key is not None:
+                        heapq.heappush(heads, (0, record.key, name))
+                    continue
+                tried += 1
+                if record.parked:  # offered (see offers above)
+                    known = self._assign(name, record, failed, known_only=True)
+                    if known is not None and self._fails_unchanged(record, known):
+                        queue.skip_offered()
+                        left_parked += 1
+                        result = None
+                    else:
+                        queue.take_offered(record)
+                        key = record.key
+                        result = known if known is not None else self._assign(name, record, failed)
+                else:
+                    result = self._assign(name, record, failed)
+                if result is not None:  # None: an offered record left parked as it was
+                    if result.fits and result.borrows:
+                        if not borrowing and not config.borrowing_yields:
+                            # Kueue admits heads that need no borrowing first. (Yielding goes by
+                            # order: a borrower goes before non-borrowers that come after it.)
+                            heapq.heappush(heads, (1, key, name))
+                            continue
+                    self._decide(name, record, result)
+                    if queue.blocked:
+                        continue
+                following = queue.candidate() if queue.offered else queue.head()
+                if following is not None and following.key is not None:
+                    heapq.heappush(heads, (0, following.key, name))
+        finally:  # an offer outliving its pass would be read as current by the next
+            for queue in offering:
+                queue.release_offered()
         self._out = []
         self.tried, self.left_parked = tried, left_parked
         # A nomination ends with its evictions: a preemptor that still does not fit must not
