@@ -5,12 +5,12 @@ acked when that time is up or the loop ends; never one that has not settled."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 from nats.aio.msg import Msg
 
-from shared.bus.handing import Acks, Handed, ack_in_order
+from shared.bus.handing import Acks, Handed, Settling, ack_in_order, cancelled
 from shared.events import AnyEvent
 
 HOUR = 3600.0  # an interval no test outlives: what is kept stays kept
@@ -79,8 +79,8 @@ async def test_a_kept_ack_is_due_on_the_queue_when_its_time_is_up() -> None:
 
 
 async def test_the_acker_acks_the_last_take_and_nothing_unsettled() -> None:
-    """Through the acker: every take acked by the end, none before its settling; a take
-    still settling when the loop is stopped is never acked."""
+    """Through the acker: every take acked by the end, none before its settling (a take
+    still settling when the loop is stopped: ACKER_CASES)."""
     sent: list[str] = []
     gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -102,3 +102,116 @@ async def test_the_acker_acks_the_last_take_and_nothing_unsettled() -> None:
     queue.put_nowait(None)
     await asyncio.wait_for(acker, 10)
     assert sent[-1] == "ack.2" and set(sent) <= {"ack.1", "ack.2"}
+
+
+@dataclass(frozen=True)
+class AckerCase:
+    why: str
+    every: float
+    # Put on the acker's queue in order: "n" take n, settled; "n probe" take n whose settling
+    # notes the acks sent when the acker awaits it; "n after m" take n whose settling ends
+    # once take m's ack is sent; "n fails" its settling raises; "n never" it never ends;
+    # "due" the marker a kept ack's timer puts there.
+    pieces: list[str]
+    sent: list[int]  # takes whose ack was sent, in order
+    seen: list[list[int]] = field(default_factory=list)  # what each probe saw sent
+    again: bool = True  # what handling a failed piece again says (False: stopped first)
+    again_after: int | None = None  # handling it again ends once this take's ack is sent
+    stopped: bool = False  # the loop is stopped (cancelled) once a "never" settling is reached
+
+
+ACKER_CASES = [
+    AckerCase(
+        "kept, then a slow settling: the kept ack goes out within the interval (take 3"
+        " settles only once take 2 is acked: held behind it, nothing would end)",
+        0.05,
+        ["1", "2", "3 after 2"],
+        [1, 2, 3],
+    ),
+    AckerCase(
+        "A due marker queued before a take acked at once (here the first) does not send the"
+        " take kept right after it: the interval counts from the last ack sent",
+        HOUR,
+        ["1", "2", "due", "3 probe"],
+        [1, 3],
+        seen=[[1]],
+    ),
+    AckerCase(
+        "A take still settling when the loop is stopped is never acked (nor one after it)",
+        AT_ONCE,
+        ["1", "2 never", "3"],
+        [1],
+        stopped=True,
+    ),
+    AckerCase(
+        "A failed settling handled again is acked as if it had settled",
+        AT_ONCE,
+        ["1", "2 fails", "3"],
+        [1, 2, 3],
+    ),
+    AckerCase(
+        "kept, then a failed settling handled again slowly: the kept ack goes out within"
+        " the interval (handling take 3 again ends only once take 2 is acked)",
+        0.05,
+        ["1", "2", "3 fails"],
+        [1, 2, 3],
+        again_after=2,
+    ),
+    AckerCase(
+        "A failed settling the service stopped before handling again: what settled before it"
+        " is acked (the kept take too), then the loop stops and nothing after is acked",
+        HOUR,
+        ["1", "2", "3 fails", "4"],
+        [1, 2],
+        again=False,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", ACKER_CASES, ids=[c.why for c in ACKER_CASES])
+async def test_the_acker_per_case(case: AckerCase) -> None:
+    sent: list[int] = []
+    seen: list[list[int]] = []
+    acked: dict[int, asyncio.Future[None]] = {}  # take -> done once its ack is sent
+    reached = asyncio.Event()  # a settling that never ends is awaited
+    loop = asyncio.get_running_loop()
+
+    async def send(last: Msg) -> None:
+        number = int(last.reply.removeprefix("ack."))
+        sent.append(number)
+        acked.setdefault(number, loop.create_future()).set_result(None)
+
+    async def again(events: list[AnyEvent]) -> bool:
+        if case.again_after is not None:
+            await acked.setdefault(case.again_after, loop.create_future())
+        return case.again
+
+    async def probe() -> None:
+        seen.append(list(sent))
+
+    async def fails() -> None:
+        raise RuntimeError("the write was refused")
+
+    async def never() -> None:
+        reached.set()
+        await loop.create_future()
+
+    def settling(how: list[str]) -> Settling | None:
+        if not how:
+            return None
+        if how[0] == "after":
+            return acked.setdefault(int(how[1]), loop.create_future())
+        return {"probe": probe, "fails": fails, "never": never}[how[0]]()
+
+    queue: asyncio.Queue[Handed | None] = asyncio.Queue(maxsize=len(case.pieces) + 1)
+    for piece in case.pieces:
+        number, *how = piece.split()
+        queue.put_nowait(Acks.due if number == "due" else (take(int(number)), [], settling(how)))
+    queue.put_nowait(None)
+    acker = asyncio.create_task(ack_in_order(queue, send, again, every=case.every))
+    if case.stopped:
+        await asyncio.wait_for(reached.wait(), 10)
+        await cancelled(acker)
+    else:
+        await asyncio.wait_for(acker, 10)
+    assert (sent, seen) == (case.sent, case.seen), case.why

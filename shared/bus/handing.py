@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from nats.aio.msg import Msg
 
@@ -34,6 +34,8 @@ Handler = Callable[[list[AnyEvent]], Awaitable[Settling | None]]
 # only), the piece's events and what the handler left settling.
 Handed = tuple[Msg | None, list[AnyEvent], Settling | None]
 
+T = TypeVar("T")
+
 # A durable consumer acks its latest settled take at most this often (Acks).
 ACK_EVERY_S = 0.1
 
@@ -41,15 +43,18 @@ ACK_EVERY_S = 0.1
 class Acks:
     """The acks of one consumer's loop (AckPolicy.ALL: an ack covers every earlier message):
     a settled take's message is acked at once if no ack went out in the last ``every``
-    seconds (``ACK_EVERY_S``), else kept, and the latest one kept is acked when that time is up
-    (``due`` is put on the acker's queue), when the loop ends (``flush``), or with the next
-    take acked.
+    seconds (``ACK_EVERY_S``), else kept, and the latest one kept is acked once ``every``
+    has passed since the last ack sent: while the acker is idle (``due`` is put on its
+    queue: :meth:`on_due`) or awaiting a later take's settling (:meth:`awaiting`), with the
+    next take acked, or when the loop ends (``flush``). So no two acks go out less than
+    ``every`` apart, but for the loop's end, and a settled take is acked at most ``every``
+    after it settled, unless the loop is stopped first.
 
     Why: an ack per take was a write to the socket and a message to nats-server per take,
-    and a busy consumer takes a few messages at a time (recovery's flusher, writing its
-    acks, was an eighth of its CPU on the Kueue benchmark). Nothing is acked before it
-    settled; what a crash leaves unacked is delivered again, as before, only up to
-    ``ACK_EVERY_S`` more of it (handlers are idempotent for redeliveries).
+    and a busy consumer takes a few messages at a time (recovery's flusher writing its acks
+    was a large part of its CPU). Nothing is acked before it settled; what a crash leaves
+    unacked is delivered again, as before, only up to ``every`` more of it (handlers are
+    idempotent for redeliveries).
     """
 
     # Put on the acker's queue when the kept ack is due: a piece with nothing in it.
@@ -75,9 +80,36 @@ class Acks:
             await self._send(last, now)
             return
         self.kept = last
-        if self.timer is None:
-            wait = self.every - (now - self.sent_at)
-            self.timer = asyncio.get_running_loop().call_later(wait, self._ring)
+        self._arm(now)
+
+    async def on_due(self) -> None:
+        """The ``due`` marker reached the acker: the kept ack is sent if ``every`` has passed
+        since the last ack sent, else kept for the rest of it (an ack went out after the
+        marker was queued)."""
+        if self.kept is None:
+            return
+        now = asyncio.get_running_loop().time()
+        if now - self.sent_at >= self.every:
+            await self._send(self.kept, now)
+        else:
+            self._arm(now)
+
+    async def awaiting(self, work: Awaitable[T]) -> T:
+        """Await ``work`` for a later take (its settling, or handling it again); the kept
+        ack goes out when it falls due meanwhile, not held until that work ends. A
+        cancelled acker cancels the work, as awaiting it directly would."""
+        if self.kept is None:
+            return await work
+        pending = asyncio.ensure_future(work)
+        try:
+            left = self.every - (asyncio.get_running_loop().time() - self.sent_at)
+            if left > 0:
+                await asyncio.wait({pending}, timeout=left)
+            if not pending.done():
+                await self.flush()
+            return await pending
+        finally:
+            pending.cancel()  # done: nothing happens
 
     async def flush(self) -> None:
         """Ack what is kept now (its time is up, or the loop ends)."""
@@ -89,9 +121,15 @@ class Acks:
             self.timer.cancel()
             self.timer = None
 
+    def _arm(self, now: float) -> None:
+        if self.timer is None:
+            wait = self.every - (now - self.sent_at)
+            self.timer = asyncio.get_running_loop().call_later(wait, self._ring)
+
     async def _send(self, last: Msg, now: float) -> None:
         self.kept = None
         self.sent_at = now
+        self.close()  # nothing kept: no marker needed
         await self.send(last)
 
     def _ring(self) -> None:
@@ -106,23 +144,24 @@ async def ack_in_order(
     queue: asyncio.Queue[Handed | None],
     send: Callable[[Msg], Awaitable[None]],
     again: Callable[[list[AnyEvent]], Awaitable[bool]],
+    every: float = ACK_EVERY_S,
 ) -> None:
     """The acker of a consumer's loop (Consuming.consume): acks each handed-over piece's
     take once it has settled, in order (through :class:`Acks`). A piece whose settling
     failed is handled ``again`` (False: the service stopped first) before its ack."""
-    acks = Acks(send, queue)
+    acks = Acks(send, queue, every)
     try:
         while (item := await queue.get()) is not None:
             if item is acks.due:
-                await acks.flush()
+                await acks.on_due()
                 continue
             last, events, settling = item
             if settling is not None:
                 try:
-                    await settling
+                    await acks.awaiting(settling)
                 except Exception:
                     log.exception("settling_failed", count=len(events))
-                    if not await again(events):
+                    if not await acks.awaiting(again(events)):
                         await acks.flush()  # what settled before it
                         return  # stopped: unacked, so delivered again after a restart
             if last is not None:  # else not the take's last piece: its last one acks it
