@@ -100,7 +100,6 @@ class Connection:
         self._pull_subscriptions: list[JetStreamContext.PullSubscription] = []
         self._pumps: dict[int, PullPump] = {}  # id(pull subscription) -> its pump
         self.acks = AckTracker(self.nc, timeout=PUBLISH_ACK_TIMEOUT_S)
-        self._wanted: dict[int, Callable[[str], bool]] = {}  # id(pull subscription) -> filter
         self._consumer_names: dict[int, str] = {}  # id(durable pull subscription) -> its name
         self._fences: dict[int, Fence] = {}  # id(pull subscription) -> its fence
         self.term = 0  # the lease term stamped on what this bus publishes (shared/lease.py)

@@ -49,7 +49,7 @@ from shared.bus.pulling import (
 )
 from shared.bus.settings import JS_API_PREFIX, STREAM
 from shared.events import AnyEvent
-from shared.fencing import MARKER_PREFIX, Fence
+from shared.fencing import Fence
 from shared.logging import get_logger
 
 __all__ = ["HANDLER_ATTEMPTS", "MESSAGES_READ", "Consuming", "Handler", "Settling"]
@@ -86,17 +86,14 @@ class Consuming(Connection):
         subjects: Sequence[str],
         *,
         max_ack_pending: int = 20_000,
-        keep_subject: Callable[[str], bool] | None = None,
     ) -> JetStreamContext.PullSubscription:
         """A durable pull consumer on some subjects: a restarted service resumes where it was.
 
-        The server sends it only ``subjects`` (and the lease markers: :func:`_filters`);
-        ``keep_subject`` narrows them further here, for a choice the server cannot make (it
-        depends on the service's state), before anything is decoded.
+        The server sends it only ``subjects`` (and the lease markers: :func:`_filters`).
         """
         with translated():
             return await self._durable_subscription(
-                durable, subjects, max_ack_pending=max_ack_pending, keep_subject=keep_subject
+                durable, subjects, max_ack_pending=max_ack_pending
             )
 
     async def _durable_subscription(
@@ -105,7 +102,6 @@ class Consuming(Connection):
         subjects: Sequence[str],
         *,
         max_ack_pending: int,
-        keep_subject: Callable[[str], bool] | None,
     ) -> JetStreamContext.PullSubscription:
         config = api.ConsumerConfig(
             durable_name=durable,
@@ -137,10 +133,6 @@ class Consuming(Connection):
             log.info("consumer_reads_unbatched", consumer=durable, until=until)
         self._pull_subscriptions.append(subscription)
         self._reads().views[id(subscription)] = BatchView.of(subjects, self.settings.batching)
-        if keep_subject is not None:
-            self._wanted[id(subscription)] = lambda s: (
-                keep_subject(s) or s.startswith(MARKER_PREFIX)
-            )
         return subscription
 
     async def _recreated_with_new_ack_policy(self, config: api.ConsumerConfig) -> bool:
@@ -223,8 +215,8 @@ class Consuming(Connection):
     def _decode(
         self, subscription: JetStreamContext.PullSubscription, messages: Sequence[Msg]
     ) -> list[AnyEvent]:
-        """The events of a batch, kept to the subjects this consumer keeps here (if it does),
-        that pass its fence."""
+        """The events of a batch this consumer's subjects keep (inside a batch message, its
+        view picks them: shared/bus/batches.py) that pass its fence."""
         return self.fence(subscription).screen(self._unscreened(subscription, messages))
 
     def _unscreened(
@@ -235,10 +227,9 @@ class Consuming(Connection):
         counts = ReadCounts()
         events = decode_batch(
             messages,
-            self._wanted.get(id(subscription)),
-            self.on_malformed,
-            counts,
-            self._reads().views.get(id(subscription)),
+            malformed=self.on_malformed,
+            counts=counts,
+            batches=self._reads().views.get(id(subscription)),
         )
         consumer = self._consumer_names.get(id(subscription), self.source)
         for stage, counter in (("delivered", counts.delivered), ("decoded", counts.decoded)):
