@@ -44,11 +44,12 @@ class Acks:
     """The acks of one consumer's loop (AckPolicy.ALL: an ack covers every earlier message):
     a settled take's message is acked at once if no ack went out in the last ``every``
     seconds (``ACK_EVERY_S``), else kept, and the latest one kept is acked once ``every``
-    has passed since the last ack sent: while the acker is idle (``due`` is put on its
-    queue: :meth:`on_due`) or awaiting a later take's settling (:meth:`awaiting`), with the
-    next take acked, or when the loop ends (``flush``). So no two acks go out less than
-    ``every`` apart, but for the loop's end, and a settled take is acked at most ``every``
-    after it settled, unless the loop is stopped first.
+    has passed since the last ack sent, whether the acker is idle (``due`` is put on its
+    queue: :meth:`on_due`) or awaiting a later take's settling or handling (:meth:`awaiting`),
+    or sooner with the next take acked or when the loop ends (``flush``). So no two acks go
+    out less than ``every`` apart, but for the loop's end, and a settled take is acked at
+    most ``every`` after it settled (plus the event loop's own delay), unless the loop is
+    cancelled first.
 
     Why: an ack per take was a write to the socket and a message to nats-server per take,
     and a busy consumer takes a few messages at a time (recovery's flusher writing its acks
