@@ -126,8 +126,8 @@ class RecoveryService:
         waits = await self.bus.replay_once(WAIT_HISTORY, self._rebuild)
         self.announced = {u: a for u, a in self.announced.items() if u in self.waits.waits}
         log.info("waits_rebuilt", events=waits, waiting=len(self.waits.waits))
-        # No keep_subject: it would build and test every event's subject, and a batch is
-        # decoded whole anyway; a start of a workload no job owns is skipped by _on_events.
+        # Every workload's events: its wait ages; a start of a workload no job owns is
+        # skipped by _on_events.
         subscription = await self.bus.durable_subscription("recovery", SUBJECTS)
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")
