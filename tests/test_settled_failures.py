@@ -178,3 +178,56 @@ def test_the_roots_part_is_read_once_per_version(why: str, version: int | None, 
     assert again[:-4] == first[:-4], "q0's own usage did not change"
     assert (again[-4:] != first[-4:]) is sees, why
     assert settled.usage_read(q0, shape, pod_sets) == settled.usage_read(q0, shape, pod_sets, 3)
+
+
+# (why, the ClusterQueue's cohort: "c" its root, "mid" a cohort between them, own version of
+#  the second reading, whether the second reading sees q0's usage charged in between)
+OWN_READS: list[tuple[str, str, int | None, bool]] = [
+    ("q0's own usage changed and so did its version: read again", "c", 2, True),
+    ("no own version (a caller that keeps none): always read", "c", None, True),
+    (
+        "same own version: q0's part is reused, unread (the caller bumps it with every change"
+        " of q0's usage, so nothing changed)",
+        "c",
+        1,
+        False,
+    ),
+    (
+        "a cohort between q0 and the root: its usage changes with its other ClusterQueues, so"
+        " the exact part is read every time, whatever the own version",
+        "mid",
+        1,
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "parent", "version", "sees"), OWN_READS, ids=[c[0] for c in OWN_READS]
+)
+def test_the_own_part_is_read_once_per_own_version(
+    why: str, parent: str, version: int | None, sees: bool
+) -> None:
+    """A ClusterQueue's own part of a reading is read once per version of its own usage,
+    only where every exact pair is of its own node."""
+    objects = [
+        flavor("a"),
+        flavor("b"),
+        cohort("c", cpu=2),
+        cohort("mid", parent="c"),
+        cq("q0", two_flavors(4), cohort=parent),
+        cq("q1", two_flavors(4), cohort="mid"),
+    ]
+    topology = Topology.build(parse_object(document) for document in objects)
+    settled = SettledFailures(topology.tree)
+    pod_sets = pods((2, 1))
+    shape = pod_sets_shape(pod_sets)
+    q0 = topology.cqs["q0"]
+    first = settled.usage_read(q0, shape, pod_sets, 1, 1)
+    # q0 uses 6 cpus of its 4 (a borrowing limit does not stop charging): it and, where it
+    # sits under "mid", the middle cohort read it; the root's version stays (its part aside).
+    charged = "q0" if parent == "c" else "q1"
+    topology.tree.add_usage(charged, {("a", "cpu"): 6000})
+    again = settled.usage_read(q0, shape, pod_sets, 1, version)
+    assert (again != first) is sees, why
+    assert settled.usage_read(q0, shape, pod_sets) == settled.usage_read(q0, shape, pod_sets, 2, 3)

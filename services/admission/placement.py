@@ -49,6 +49,8 @@ class Placement:
         # Bumped whenever usage changes under a root cohort: a failed assignment computed at
         # one version holds for every same-shaped workload of that ClusterQueue until then.
         self._usage_version: dict[str, int] = {}
+        # Bumped whenever a ClusterQueue's own usage changes (settled.py: _own_read).
+        self._own_usage_version: dict[str, int] = {}
         self._waiting = WaitingForRoom()  # who borrowers yield to (borrowingYieldsTo...)
         self._settled = SettledFailures(self._config.tree)  # failures that still hold
         self._verdicts: dict[tuple[str, str, bool], tuple[str, str, bool]] = {}  # see _note
@@ -337,3 +339,4 @@ class Placement:
     def _bump_usage_version(self, cq_name: str) -> None:
         root = self._config.root(cq_name)
         self._usage_version[root] = self._usage_version.get(root, 0) + 1
+        self._own_usage_version[cq_name] = self._own_usage_version.get(cq_name, 0) + 1

@@ -313,7 +313,13 @@ class Scheduler(Placement):
         no_victims = self._no_victims  # mostly empty: then the record's workload is not read
         victims_possible = not no_victims or record.wl.ref.uid not in no_victims
         settled = (name, pod_sets_shape, victims_possible)
-        usage = self._settled.usage_read(info, pod_sets_shape, record.wl.pod_sets, version)
+        usage = self._settled.usage_read(
+            info,
+            pod_sets_shape,
+            record.wl.pod_sets,
+            version,
+            self._own_usage_version.get(name, 0),
+        )
         result = self._settled.get(settled, usage)
         if result is None:
             if known_only:

@@ -21,6 +21,8 @@ Key = tuple[str, PodSetsShape, bool]
 Probe = tuple[dict[FlavorResource, int], FlavorResource]  # a node's usage of a pair
 # the root's usage of a pair, the pair, the root's subtree quota of it, the most asked of it
 RootProbe = tuple[dict[FlavorResource, int], FlavorResource, int, int]
+# the exact probes, the root's, and whether every exact probe is of the ClusterQueue's own node
+Reader = tuple[list[Probe], list[RootProbe], bool]
 FAILURES_LIMIT = 100_000
 
 
@@ -28,17 +30,20 @@ class SettledFailures:
     """Failed assignments by (ClusterQueue, shape, victims possible), with the usage they
     read."""
 
-    __slots__ = ("_failures", "_readers", "_root_reads", "_roots", "_tree")
+    __slots__ = ("_failures", "_own_reads", "_readers", "_root_reads", "_roots", "_tree")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
         # (ClusterQueue, shape) -> the usage its assignment reads: exactly, and of the root
-        self._readers: dict[tuple[str, PodSetsShape], tuple[list[Probe], list[RootProbe]]] = {}
+        self._readers: dict[tuple[str, PodSetsShape], Reader] = {}
+        # (ClusterQueue, shape) -> (the ClusterQueue's own usage version, what its exact part
+        # read then): see _own_read.
+        self._own_reads: dict[tuple[str, PodSetsShape], tuple[int, tuple[int, ...]]] = {}
         self._failures: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
         # One list per distinct root reading (ClusterQueues of a cohort asked the same share
         # it), and what it last read: id -> (root usage version, the list, the values).
         self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], list[RootProbe]] = {}
-        self._root_reads: dict[int, tuple[int, list[RootProbe], list[int]]] = {}
+        self._root_reads: dict[int, tuple[int, list[RootProbe], tuple[int, ...]]] = {}
 
     def usage_read(
         self,
@@ -46,6 +51,7 @@ class SettledFailures:
         shape: PodSetsShape,
         pod_sets: list[PodSet],
         version: int | None = None,
+        own_version: int | None = None,
     ) -> tuple[int, ...]:
         """What an assignment of ``pod_sets`` (of ``shape``) in ``info``'s ClusterQueue reads
         of the usage now; two assignments that read the same give the same result.
@@ -56,17 +62,40 @@ class SettledFailures:
         enters only what is available, as ``min(K, free + M)`` with K and M set by the nodes
         below it, so once free reaches what is asked, either the request fits or K alone
         says by how much it does not; and reclaiming within the hierarchy never stops at the
-        root. Everything else the assigner reads is the configuration."""
-        reader = self._readers.get((info.name, shape))
-        if reader is None:
-            reader = self._readers[(info.name, shape)] = self._reader(info, pod_sets)
-        exact, roots = reader
-        read = [usage.get(fr, 0) for usage, fr in exact]
-        if roots:
-            read += self._root_read(roots, version)
-        return tuple(read)
+        root. Everything else the assigner reads is the configuration.
 
-    def _root_read(self, roots: list[RootProbe], version: int | None) -> list[int]:
+        ``version``: the caller's count of changes of the root's usage; ``own_version``: of
+        the ClusterQueue's own usage (None: read it now). They only spare reading again what
+        they say is unchanged (_own_read, _root_read)."""
+        key = (info.name, shape)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._readers[key] = self._reader(info, pod_sets)
+        exact, roots, own_only = reader
+        if own_only and own_version is not None:
+            read = self._own_read(key, exact, own_version)
+        else:
+            read = tuple([usage.get(fr, 0) for usage, fr in exact])
+        if roots:
+            return read + self._root_read(roots, version)
+        return read
+
+    def _own_read(
+        self, key: tuple[str, PodSetsShape], exact: list[Probe], own_version: int
+    ) -> tuple[int, ...]:
+        """The exact part of a reading whose probes are all of the ClusterQueue's own node,
+        read once per ``own_version`` of its usage (the caller's count of its changes): a
+        node's usage changes only with an admission or release in that ClusterQueue, which
+        bumps it. Probes of a cohort between it and the root are not covered (their usage
+        changes with any of their ClusterQueues): such a reading is read each time."""
+        cached = self._own_reads.get(key)
+        if cached is not None and cached[0] == own_version:
+            return cached[1]
+        values = tuple([usage.get(fr, 0) for usage, fr in exact])
+        self._own_reads[key] = (own_version, values)
+        return values
+
+    def _root_read(self, roots: list[RootProbe], version: int | None) -> tuple[int, ...]:
         """The root's part of a reading, read once per ``version`` of the root's usage (the
         caller's count of its changes; None: read it now) for every ClusterQueue that
         shares it (one list per distinct reading: see _reader)."""
@@ -74,16 +103,15 @@ class SettledFailures:
         if version is not None and cached is not None:
             if cached[0] == version and cached[1] is roots:
                 return cached[2]
-        values = [min(subtree - usage.get(fr, 0), cap) for usage, fr, subtree, cap in roots]
+        values = tuple([min(subtree - usage.get(fr, 0), cap) for usage, fr, subtree, cap in roots])
         if version is not None:
             self._root_reads[id(roots)] = (version, roots, values)
         return values
 
-    def _reader(
-        self, info: ClusterQueueInfo, pod_sets: list[PodSet]
-    ) -> tuple[list[Probe], list[RootProbe]]:
+    def _reader(self, info: ClusterQueueInfo, pod_sets: list[PodSet]) -> Reader:
         """The usage an assignment of ``pod_sets`` reads (only resources they request: the
-        assigner reads nothing of the others), each root pair with its subtree and cap."""
+        assigner reads nothing of the others), each root pair with its subtree and cap; and
+        whether every exact pair is of the ClusterQueue's own node (see _own_read)."""
         asked: dict[str, int] = {}
         for pod_set in pod_sets:
             for resource, quantity in pod_set.requests.items():
@@ -97,8 +125,9 @@ class SettledFailures:
         ]
         exact: list[Probe] = []
         roots: list[RootProbe] = []
-        node = self._tree.cluster_queues.get(info.name)
+        node = own = self._tree.cluster_queues.get(info.name)
         seen: set[int] = set()
+        own_only = True
         while node is not None and id(node) not in seen:  # a cycle is read exactly, once
             seen.add(id(node))
             if node.parent is None and node.name != info.name:
@@ -111,8 +140,9 @@ class SettledFailures:
                 roots = shared
             else:
                 exact.extend((node.usage, fr) for fr in frs)
+                own_only = own_only and node is own
             node = node.parent
-        return exact, roots
+        return exact, roots, own_only
 
     def get(self, key: Key, usage: tuple[int, ...]) -> AssignResult | None:
         """The failure remembered for ``key`` if it read this same ``usage``."""
@@ -125,6 +155,7 @@ class SettledFailures:
             if len(self._failures) >= FAILURES_LIMIT:
                 self._failures.clear()  # shapes come and go: start over rather than pile up
                 self._readers.clear()
+                self._own_reads.clear()
                 self._roots.clear()
                 self._root_reads.clear()
             self._failures[key] = (usage, result)
