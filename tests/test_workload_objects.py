@@ -13,7 +13,13 @@ from services.admission.activation import queued
 from services.admission.interning import Interner
 from services.admission.model import QueuedWorkload
 from services.admission.workload_objects import WorkloadRecord, render_workload
-from shared.events import WorkloadEvicted, WorkloadPending, WorkloadRef
+from shared.events import (
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPending,
+    WorkloadPodsReady,
+    WorkloadRef,
+)
 from tests.test_kube_status import ADMITTED, SUBMITTED
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -44,6 +50,24 @@ def pending(message: str = "2 more needed", at: datetime = AT) -> Callable[[Work
 
 def admitted(one: WorkloadRecord) -> None:
     one.on_admitted(ADMITTED)
+
+
+def ready(one: WorkloadRecord) -> None:
+    ref = one.submitted.workload
+    one.on_pods_ready(
+        WorkloadPodsReady(
+            source="t", workload=ref, generation=ADMITTED.generation, ready=True, time=AT
+        )
+    )
+
+
+def finished(one: WorkloadRecord) -> None:
+    ref = one.submitted.workload
+    one.on_finished(
+        WorkloadFinished(
+            source="t", workload=ref, generation=ADMITTED.generation, succeeded=True, time=AT
+        )
+    )
 
 
 # (reason, what happens to records a and b in turn, whether they share one dict after it)
@@ -79,6 +103,36 @@ SHARING: list[tuple[str, list[Step], bool]] = [
         "both moved to the same new report: one dict again",
         [("a", pending()), ("b", pending()), ("a", pending("9 more")), ("b", pending("9 more"))],
         True,
+    ),
+    (
+        "admitted alike from one shared report: the transition is taken again, one dict",
+        [("a", pending()), ("b", pending()), ("a", admitted), ("b", admitted)],
+        True,
+    ),
+    (
+        "admitted alike from different reports: not a's transition, but an equal set, kept once",
+        [("a", pending()), ("b", pending("3 more")), ("a", admitted), ("b", admitted)],
+        True,
+    ),
+    (
+        "the same new report from another dict before: a's transition kept its old time, "
+        "b's must not (b had no report)",
+        [
+            ("a", pending()),
+            ("a", pending("3 more", AT.replace(hour=1))),
+            ("b", pending("3 more", AT.replace(hour=1))),
+        ],
+        False,
+    ),
+    (
+        "one's own event (finished) after alike admissions: the other stays admitted",
+        [("a", admitted), ("b", admitted), ("a", finished)],
+        False,
+    ),
+    (
+        "each one's own event, alike: its own dict (an event's time is its own)",
+        [("a", admitted), ("b", admitted), ("a", ready), ("b", ready)],
+        False,
     ),
 ]
 

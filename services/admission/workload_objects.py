@@ -53,6 +53,13 @@ _LONE: dict[tuple[str, Condition], Conditions] = {}
 _SETS: dict[tuple[tuple[str, Condition], ...], Conditions] = {}
 # The QuotaReserved message per ClusterQueue, one string for all its admissions.
 _RESERVED_IN: Generations[str, str] = Generations()
+# Each condition set lately: (the dict before by identity, kind, status, reason, message,
+# time) -> (that dict, the dict after). The value holds the dict before, so no other dict
+# can take its id while the entry is kept. A pass's admissions in a ClusterQueue, or its
+# pending reports of one reason, go from one shared dict to one other: found here, with no
+# Condition made, hashed or compared.
+Transition = tuple[int, str, str, str, str, datetime]
+_TRANSITIONS: dict[Transition, tuple[Conditions, Conditions]] = {}
 
 
 def with_condition(conditions: Conditions, kind: str, condition: Condition) -> Conditions:
@@ -63,6 +70,17 @@ def with_condition(conditions: Conditions, kind: str, condition: Condition) -> C
         return kept_once(_LONE, (kind, condition), lambda: {kind: condition})
     updated = {**conditions, kind: condition}
     return kept_once(_SETS, tuple(updated.items()), lambda: updated)
+
+
+def _condition(
+    conditions: Conditions, kind: str, status: str, reason: str, message: str, time: datetime
+) -> Condition:
+    """Condition ``kind`` as set in ``conditions``: its lastTransitionTime moves only on a
+    transition (a condition whose status stays keeps the time it had)."""
+    current = conditions.get(kind)
+    if current is not None and current.status == status:
+        time = current.time
+    return Condition(status, reason, message, time)
 
 
 # (kind, labels, annotations, creation, requeue count) once per distinct value: a record
@@ -153,31 +171,46 @@ class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
         )
 
     def _set(self, kind: str, status: str, reason: str, message: str, time: datetime) -> None:
-        current = self.conditions.get(kind)
-        if current is not None and current.status == status:
-            time = current.time  # lastTransitionTime moves only on a transition
-        self.conditions = with_condition(
-            self.conditions, kind, Condition(status, reason, message, time)
-        )
+        """Set condition ``kind`` from one workload's own event: its time is its own, so
+        the dict after is too (a new one, never kept: no other record would share it)."""
+        before = self.conditions
+        self.conditions = {**before, kind: _condition(before, kind, status, reason, message, time)}
+
+    def _set_shared(
+        self, kind: str, status: str, reason: str, message: str, time: datetime
+    ) -> None:
+        """Set condition ``kind`` at a pass's moment, which many records share: the dict
+        after depends only on the dict before and these, so a transition seen lately is
+        taken as it was (_TRANSITIONS) and a new one is kept once (with_condition)."""
+        before = self.conditions
+        key = (id(before), kind, status, reason, message, time)
+        found = _TRANSITIONS.get(key)
+        if found is None:
+            condition = _condition(before, kind, status, reason, message, time)
+            after = with_condition(before, kind, condition)
+            found = kept_once(_TRANSITIONS, key, lambda: (before, after))
+        self.conditions = found[1]
 
     def on_pending(self, event: WorkloadPending) -> None:
-        self._set("QuotaReserved", "False", event.reason, event.message, event.time)
+        self._set_shared("QuotaReserved", "False", event.reason, event.message, event.time)
 
     def on_admitted(self, event: WorkloadAdmitted) -> None:
         self.admission = event
         queue = event.cluster_queue
         message = _RESERVED_IN.kept(queue, lambda: f"Quota reserved in ClusterQueue {queue}")
-        self._set("QuotaReserved", "True", "QuotaReserved", message, event.time)
+        self._set_shared("QuotaReserved", "True", "QuotaReserved", message, event.time)
         if event.reserved_only:  # Kueue: QuotaReserved, not Admitted until the checks pass
             checks = ", ".join(event.admission_checks)
             waiting = f"The workload has not all checks ready: {checks}"
-            self._set("Admitted", "False", "UnsatisfiedChecks", waiting, event.time)
+            self._set_shared("Admitted", "False", "UnsatisfiedChecks", waiting, event.time)
             return
-        self._set("Admitted", "True", "Admitted", "The workload is admitted", event.time)
+        self._set_shared("Admitted", "True", "Admitted", "The workload is admitted", event.time)
         if "PodsReady" in self.conditions:  # a new admission's pods start over
-            self._set("PodsReady", "False", "WaitForStart", _NOT_READY, event.time)
+            self._set_shared("PodsReady", "False", "WaitForStart", _NOT_READY, event.time)
         if "Evicted" in self.conditions:
-            self._set("Evicted", "False", "Admitted", "The workload is admitted again", event.time)
+            self._set_shared(
+                "Evicted", "False", "Admitted", "The workload is admitted again", event.time
+            )
 
     def on_pods_ready(self, event: WorkloadPodsReady) -> None:
         """Kueue's PodsReady condition of the current admission, once the watcher reported
