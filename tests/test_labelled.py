@@ -108,6 +108,13 @@ def test_metrics_count_what_labels_counted() -> None:
     assert _value("berth_admission_late_total", **by_cq) == 2
     assert _value("berth_admission_wait_time_seconds_bucket", **by_cq, le="0.25") == 1
     assert _value("berth_admission_wait_time_seconds_sum", **by_cq) == pytest.approx(3.2)
+    # An admission counts its reservation too; a reservation alone is no admission.
+    assert _value("berth_local_queue_quota_reserved_workloads_total", **by_lq) == 3
+    assert _value("berth_quota_reserved_wait_time_seconds_sum", **by_cq) == pytest.approx(4.2)
+    lq_reserved_wait = "berth_local_queue_quota_reserved_wait_time_seconds_sum"
+    assert _value(lq_reserved_wait, **by_lq) == pytest.approx(4.2)
+    lq_admission_wait = "berth_local_queue_admission_wait_time_seconds_sum"
+    assert _value(lq_admission_wait, **by_lq) == pytest.approx(3.2)
     assert _value("berth_local_queue_ready_wait_time_seconds_count", **by_lq) == 1
     assert _value("berth_evicted_workloads_total", **by_cq, reason="Preempted") == 1
     assert _value("berth_local_queue_evicted_workloads_total", **by_lq, reason="Preempted") == 1

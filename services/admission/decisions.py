@@ -59,12 +59,13 @@ class Decisions:
         now = time.monotonic()
         wall = time.time()  # queue times and deadlines are epoch seconds
         decided_at = datetime.now(UTC)  # one moment for the pass's events (records share it)
+        stamp = decided_at.timestamp()
         decisions.reverse()  # taken from the end: in their order
         while decisions:
             decision = decisions.pop()
             record = self.records.get(decision.ref.uid)
             if isinstance(decision, Admission):
-                outgoing.append(self._admitted(decision, record, wall, decided_at))
+                outgoing.append(self._admitted(decision, record, wall, decided_at, stamp))
             elif isinstance(decision, Inadmissible):
                 pending = WorkloadPending(
                     source="admission",
@@ -89,8 +90,15 @@ class Decisions:
         return outgoing
 
     def _admitted(
-        self, decision: Admission, record: WorkloadRecord | None, wall: float, at: datetime
+        self,
+        decision: Admission,
+        record: WorkloadRecord | None,
+        wall: float,
+        at: datetime,
+        stamp: float,
     ) -> WorkloadAdmitted:
+        """The admission's event (``at`` the pass's moment, ``stamp`` its epoch seconds),
+        applied to its record, counted and logged."""
         self.pending_throttle.forget(decision.ref.uid)
         generation = self.scheduler.generation(decision.ref)
         event = WorkloadAdmitted(
@@ -108,7 +116,7 @@ class Decisions:
         event = self.gates.reserve(event)  # waits for its admission checks, if any
         if record is not None:
             record.on_admitted(event)
-        self.limits.admitted(decision.ref.uid, event.time.timestamp())
+        self.limits.admitted(decision.ref.uid, stamp)  # event.time is the pass's moment
         waited = max(0.0, wall - decision.queue_time)
         late = None if decision.due is None else max(0.0, wall - decision.due)
         metrics.admitted(
@@ -119,21 +127,19 @@ class Decisions:
             late=bool(late),
             reserved_only=event.reserved_only,
         )
-        log.info(
-            "reserved" if event.reserved_only else "admitted",
-            workload=decision.ref.key,
-            queue=decision.cluster_queue,
-            reason="fits",
-            priority=decision.priority,
-            generation=generation,
-            waited_s=round(waited, 3),
-            **(
-                {}
-                if decision.weighted_share is None
-                else {"weighted_share": decision.weighted_share}
-            ),
-            **({} if late is None else {"late_s": round(late, 3)}),
-        )
+        fields = {
+            "workload": decision.ref.key,
+            "queue": decision.cluster_queue,
+            "reason": "fits",
+            "priority": decision.priority,
+            "generation": generation,
+            "waited_s": round(waited, 3),
+        }
+        if decision.weighted_share is not None:
+            fields["weighted_share"] = decision.weighted_share
+        if late is not None:
+            fields["late_s"] = round(late, 3)
+        log.info("reserved" if event.reserved_only else "admitted", **fields)
         return event
 
 

@@ -272,6 +272,7 @@ _BY_LOCAL_QUEUE = frozenset(
 # The series one count touches together, kept as one group per queue (Children.group).
 _RESERVATIONS = (QUOTA_RESERVED, LQ_QUOTA_RESERVED, QUOTA_RESERVED_WAIT, LQ_QUOTA_RESERVED_WAIT)
 _ADMISSIONS = (ADMITTED, LQ_ADMITTED, ADMISSION_WAIT, LQ_ADMISSION_WAIT)
+_RESERVED_AND_ADMITTED = _RESERVATIONS + _ADMISSIONS  # an admission without checks: both
 _READINESS = (READY_WAIT, ADMITTED_UNTIL_READY, LQ_READY_WAIT, LQ_ADMITTED_UNTIL_READY)
 
 
@@ -295,9 +296,8 @@ def admitted(
     """A quota reservation, counted per ClusterQueue and LocalQueue with its wait from queue
     time; ``late`` past its wait target. Without admission checks it is an admission at
     once; with them (``reserved_only``) the admission is counted by :func:`checks_passed`."""
-    _counted(_KEPT.group(_children, _RESERVATIONS, cluster_queue, local_queue, namespace), waited)
-    if not reserved_only:
-        _counted(_KEPT.group(_children, _ADMISSIONS, cluster_queue, local_queue, namespace), waited)
+    series = _RESERVATIONS if reserved_only else _RESERVED_AND_ADMITTED
+    _counted(_KEPT.group(_children, series, cluster_queue, local_queue, namespace), waited)
     if late:
         _KEPT.of(LATE, cluster_queue).inc()
 
@@ -327,12 +327,14 @@ def pods_ready(
 
 
 def _counted(series: tuple[Any, ...], waited: float) -> None:
-    """A count and a wait, per ClusterQueue and per LocalQueue (the four series of a group)."""
-    cq_count, lq_count, cq_wait, lq_wait = series
-    cq_count.inc()
-    lq_count.inc()
-    cq_wait.observe(waited)
-    lq_wait.observe(waited)
+    """A count and a wait, per ClusterQueue and per LocalQueue: each four series of a group
+    (one group of four, or of eight: reservation and admission at once)."""
+    for at in range(0, len(series), 4):
+        cq_count, lq_count, cq_wait, lq_wait = series[at : at + 4]
+        cq_count.inc()
+        lq_count.inc()
+        cq_wait.observe(waited)
+        lq_wait.observe(waited)
 
 
 def _children(
