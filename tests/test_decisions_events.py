@@ -4,11 +4,14 @@ each is let go once turned into its events)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from services.admission.decisions import Decisions
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
+from services.admission.model import Inadmissible
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.workload_objects import WorkloadRecord
 from shared.events import Event, WorkloadAdmitted, WorkloadPending
@@ -43,3 +46,31 @@ def test_events_in_order_and_the_list_emptied(
     held = throttle.due(float("inf"))
     assert all(isinstance(e, WorkloadPending) for e in held), reason
     assert [e.workload.name for e in held] == (["c"] if len(expected) == 2 else []), reason
+
+
+# (reason, the throttle's interval, whether the second report goes out in the pass)
+REPORTS: list[tuple[str, float, bool]] = [
+    ("the interval has passed: published, with an id of its own", 0.0, True),
+    ("within the interval: held, no event (its id is given when it goes out)", 3600.0, False),
+]
+
+
+@pytest.mark.parametrize(("reason", "interval", "published"), REPORTS, ids=[c[0] for c in REPORTS])
+def test_a_report_is_given_its_id_when_published(
+    reason: str, interval: float, published: bool
+) -> None:
+    """A pending report is made without an id; the one published in the pass gets a new
+    UUID (the first report of a workload is held, then released by due with its own)."""
+    s = scheduler(simple(cpu=4), wl("a", cpu="3", t=0), wl("b", cpu="3", t=1))
+    throttle = PendingThrottle(interval)
+    made = Decisions(s, {}, Gates(), ExecutionLimits(), throttle)
+    first = made.events(s.schedule(), [])
+    # b's first report, held for the interval, goes out at its end
+    (released,) = throttle.due(time.monotonic() + interval)
+    again = Inadmissible(released.workload, "cq", released.reason, released.message)
+    second = made.events([again], [])
+    reports = [e for e in second if isinstance(e, WorkloadPending)]
+    assert [e.workload.name for e in reports] == (["b"] if published else []), reason
+    ids = [e.id for e in [*first, released, *reports]]
+    assert all(len(i) > 0 for i in ids) and len(set(ids)) == len(ids), reason
+    assert all(len(e.id) == 32 and int(e.id, 16) for e in reports), reason  # a UUID's hex

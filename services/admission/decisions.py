@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+import msgspec
+
 from services.admission import metrics
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
@@ -20,7 +22,13 @@ from services.admission.model import Admission, Decision, Inadmissible
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Scheduler
 from services.admission.workload_objects import WorkloadRecord
-from shared.events import ContestedResource, Event, WorkloadAdmitted, WorkloadPending
+from shared.events import (
+    ContestedResource,
+    Event,
+    WorkloadAdmitted,
+    WorkloadPending,
+    new_event_id,
+)
 from shared.logging import get_logger
 
 __all__ = ["PENDING_MESSAGE_INTERVAL_S", "Decisions", "log_pending"]
@@ -68,6 +76,7 @@ class Decisions:
                 outgoing.append(self._admitted(decision, record, wall, decided_at, stamp))
             elif isinstance(decision, Inadmissible):
                 pending = WorkloadPending(
+                    id="",  # given one if published now: a held report never goes out as is
                     source="admission",
                     workload=decision.ref,
                     cluster_queue=decision.cluster_queue or "_",
@@ -85,6 +94,7 @@ class Decisions:
                 if record is not None:
                     record.on_pending(pending)  # what `berth get` shows is never held back
                 if self.pending_throttle.offer(pending, now):
+                    pending = msgspec.structs.replace(pending, id=new_event_id())
                     log_pending(pending)
                     outgoing.append(pending)
         return outgoing
