@@ -237,21 +237,25 @@ def test_offered_heads(case: Case) -> None:
         assert part in notes[name], (case.reason, notes[name])
 
 
+# Events for the lockstep tests (test_settled_failures uses them too).
+OPS = st.lists(
+    st.one_of(
+        operation,
+        st.tuples(st.just("nominate"), st.integers(0, 1000)),
+        st.tuples(st.just("reserve"), st.integers(0, 1000)),
+        # What the shortcut is for: quota freed and taken again by the same shape.
+        st.tuples(st.just("churn"), st.integers(0, 1000)),
+        st.tuples(st.just("churn"), st.integers(0, 1000)),
+    ),
+    min_size=10,
+    max_size=40,
+)
+
+
 @SETTINGS
 @given(
     configs=st.lists(tree_config(), min_size=1, max_size=2),
-    ops=st.lists(
-        st.one_of(
-            operation,
-            st.tuples(st.just("nominate"), st.integers(0, 1000)),
-            st.tuples(st.just("reserve"), st.integers(0, 1000)),
-            # What the shortcut is for: quota freed and taken again by the same shape.
-            st.tuples(st.just("churn"), st.integers(0, 1000)),
-            st.tuples(st.just("churn"), st.integers(0, 1000)),
-        ),
-        min_size=10,
-        max_size=40,
-    ),
+    ops=OPS,
 )
 def test_offers_decide_as_moving_every_head(
     configs: list[list[ConfigObject]], ops: list[tuple[Any, ...]]
@@ -264,6 +268,13 @@ def test_offers_decide_as_moving_every_head(
     pin each way it applies or must not)."""
     schedulers = [Scheduler(), Scheduler()]
     schedulers[1].offers = False
+    lockstep(schedulers, configs, ops)
+
+
+def lockstep(
+    schedulers: list[Scheduler], configs: list[list[ConfigObject]], ops: list[tuple[Any, ...]]
+) -> None:
+    """Apply ``ops`` to both ``schedulers``; they must decide and queue alike throughout."""
     for s in schedulers:
         s.set_config(configs[0])
     count = config_index = 0

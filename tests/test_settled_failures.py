@@ -130,22 +130,49 @@ def test_same_usage_read_same_result(
     assert len(seen) < states, f"{reason}: no two states read the same; the case proves nothing"
 
 
-def test_a_failure_is_kept_and_a_success_is_not() -> None:
-    """Only failures are remembered (admitting a success changes the usage anyway), and a
-    failure comes back only for the same usage read."""
-    objects = [flavor("a"), flavor("b"), cq("q0", two_flavors(1), cohort="c")]
+# (why, pod sets in q0 (1 cpu of flavor a, 4 of b; q1 lends), whether they fit, borrowing)
+KEPT: list[tuple[str, list[PodSet], bool, bool]] = [
+    ("a failure is kept for its reading", pods((9, 2)), False, False),
+    (
+        "a success that borrows is kept for its reading too (a deferred borrower tried again,"
+        " or one of its shape in a later pass, reads the same)",
+        pods((1, 2)),
+        True,
+        True,
+    ),
+    ("a success without borrowing is admitted at once: not kept", pods((1, 1)), True, False),
+]
+
+
+@pytest.mark.parametrize(("why", "pod_sets", "fits", "borrows"), KEPT, ids=[c[0] for c in KEPT])
+def test_a_result_is_kept_for_the_usage_it_read(
+    why: str, pod_sets: list[PodSet], fits: bool, borrows: bool
+) -> None:
+    """A failure and a borrowing success come back only for the same key and the same usage
+    read; one of each is kept per key, neither hides the other."""
+    objects = [
+        flavor("a"),
+        flavor("b"),
+        cq("q0", two_flavors(1), cohort="c"),
+        cq("q1", two_flavors(4), cohort="c"),
+    ]
     topology = Topology.build(parse_object(document) for document in objects)
     settled = SettledFailures(topology.tree)
     info = topology.cqs["q0"]
-    big, small = pods((4, 2)), pods((1, 1))
-    for pod_sets, kept in ((big, True), (small, False)):
-        shape = pod_sets_shape(pod_sets)
-        read = settled.usage_read(info, shape, pod_sets)
-        result = partial.assign(info, topology.flavors, topology.tree, pod_sets)
-        settled.put(("q0", shape, True), read, result)
-        assert (settled.get(("q0", shape, True), read) is result) is kept
-        assert settled.get(("q0", shape, False), read) is None  # victims possible: its own
-        assert settled.get(("q0", shape, True), (*read[:-1], read[-1] + 1)) is None
+    shape = pod_sets_shape(pod_sets)
+    read = settled.usage_read(info, shape, pod_sets)
+    result = partial.assign(info, topology.flavors, topology.tree, pod_sets)
+    assert (result.fits, result.borrows) == (fits, borrows), why
+    settled.put(("q0", shape, True), read, result)
+    kept = not fits or borrows
+    assert (settled.get(("q0", shape, True), read) is result) is kept, why
+    assert settled.get(("q0", shape, False), read) is None, "victims possible: its own key"
+    assert settled.get(("q0", shape, True), (*read[:-1], read[-1] + 1)) is None, "another read"
+    other = partial.assign(
+        info, topology.flavors, topology.tree, pods((1, 2) if not fits else (9, 2))
+    )
+    settled.put(("q0", shape, True), (*read[:-1], read[-1] + 1), other)
+    assert (settled.get(("q0", shape, True), read) is result) is kept, f"{why}: kinds kept apart"
 
 
 # (why, version of the second reading, whether it sees the usage charged in between)

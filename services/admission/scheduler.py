@@ -299,9 +299,10 @@ class Scheduler(Placement):
         self, name: str, record: Record, failed: _Failed, *, known_only: bool = False
     ) -> AssignResult | None:
         """The head's flavor assignment against the usage now (a failure is remembered for
-        its shape until the usage of its cohort tree changes, and across passes while what
-        it read of the usage is the same: services/admission/settled.py). ``known_only``:
-        only a remembered failure that holds now (None: none does), nothing assigned."""
+        its shape until the usage of its cohort tree changes; a failure and a success,
+        across passes while what they read of the usage is the same:
+        services/admission/settled.py). ``known_only``: only a remembered result that holds
+        now (None: none does), nothing assigned."""
         config = self._config
         pod_sets_shape = record.shape
         shape = (name, pod_sets_shape)
@@ -343,6 +344,8 @@ class Scheduler(Placement):
         last one it had), and ``_decide`` would park it again as it is (a parked record is in
         a BestEffortFIFO queue and neither reserved nor nominated: both queue it anew). Then
         the pass leaves it parked (queues.py: offer_parked)."""
+        if known.fits:
+            return False  # a success: it is tried (settled.py keeps successes too)
         return record.emitted == (PENDING_REASON, known.message, known.preemption_may_help)
 
     def _decide(self, name: str, record: Record, result: AssignResult) -> None:

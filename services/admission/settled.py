@@ -1,11 +1,15 @@
-"""Failed flavor assignments that still hold across passes, known without assigning again.
+"""Flavor assignments that still hold across passes, known without assigning again.
 
 When quota is released in a cohort, every parked head of every ClusterQueue in it is tried
 again; most fail exactly as before, because others took the released quota before their
 turn. :class:`SettledFailures` remembers each failure with what it read of the usage and
 hands it back while that reads the same (:meth:`SettledFailures.usage_read` states what that
-is and why it is enough). Built per configuration (the scheduler makes a new one with each
-``set_config``).
+is and why it is enough). It remembers the last success that borrows of each key the same
+way: a borrower that fits is tried again after the heads that need no borrowing, and often
+reads what one of its shape read in an earlier pass (the root's free quota is read capped at
+what it asks). A success without borrowing is admitted at once: keeping it would only hold
+memory (a first pass admits a hundred thousand of them). Built per configuration (the
+scheduler makes a new one with each ``set_config``).
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ FAILURES_LIMIT = 100_000
 
 
 class SettledFailures:
-    """Failed assignments by (ClusterQueue, shape, victims possible), with the usage they
-    read."""
+    """Assignments by (ClusterQueue, shape, victims possible), with the usage they read: the
+    last failure and the last success that borrows of each."""
 
-    __slots__ = ("_failures", "_own_reads", "_readers", "_root_reads", "_roots", "_tree")
+    __slots__ = ("_failures", "_fits", "_own_reads", "_readers", "_root_reads", "_roots", "_tree")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
@@ -40,6 +44,7 @@ class SettledFailures:
         # read then): see _own_read.
         self._own_reads: dict[tuple[str, PodSetsShape], tuple[int, tuple[int, ...]]] = {}
         self._failures: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
+        self._fits: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
         # One list per distinct root reading (ClusterQueues of a cohort asked the same share
         # it), and what it last read: id -> (root usage version, the list, the values).
         self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], list[RootProbe]] = {}
@@ -145,17 +150,28 @@ class SettledFailures:
         return exact, roots, own_only
 
     def get(self, key: Key, usage: tuple[int, ...]) -> AssignResult | None:
-        """The failure remembered for ``key`` if it read this same ``usage``."""
+        """The result remembered for ``key`` (its failure, else its success) if it read this
+        same ``usage``."""
         found = self._failures.get(key)
+        if found is not None and found[0] == usage:
+            return found[1]
+        found = self._fits.get(key)
         return found[1] if found is not None and found[0] == usage else None
 
     def put(self, key: Key, usage: tuple[int, ...], result: AssignResult) -> None:
-        """Remember a failure (a success is not kept: admitting it changes the usage)."""
+        """Remember a result: the last failure and the last success that borrows of ``key``
+        each (see the module docstring). Two that read the same are the same (see
+        usage_read), so one handed back is what assigning again would give; its assignments
+        and usage are then shared by the workloads admitted with it (nothing changes them:
+        FlavorAssignment is frozen, the usage only read)."""
+        if len(self._failures) >= FAILURES_LIMIT or len(self._fits) >= FAILURES_LIMIT:
+            self._failures.clear()  # shapes come and go: start over rather than pile up
+            self._fits.clear()
+            self._readers.clear()
+            self._own_reads.clear()
+            self._roots.clear()
+            self._root_reads.clear()
         if not result.fits:
-            if len(self._failures) >= FAILURES_LIMIT:
-                self._failures.clear()  # shapes come and go: start over rather than pile up
-                self._readers.clear()
-                self._own_reads.clear()
-                self._roots.clear()
-                self._root_reads.clear()
             self._failures[key] = (usage, result)
+        elif result.borrows:
+            self._fits[key] = (usage, result)

@@ -1,0 +1,159 @@
+"""The scheduler with services/admission/settled.py's remembered results (failures and
+successes, read once per version of the usage) decides exactly as one that assigns every
+head again: each case and the lockstep property run against a scheduler whose remembered
+results are never handed back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.admission import partial
+from services.admission.flavors import AssignResult
+from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
+from services.admission.settled import Key, SettledFailures
+from shared.config import ConfigObject
+from tests.test_scheduler import wl
+from tests.test_scheduler_offers import NO_BORROWING, OPS, Step, apply, lockstep, world
+from tests.test_scheduler_properties import SETTINGS, tree_config
+
+
+class _Forgetful(SettledFailures):
+    """Remembers nothing: every head is assigned again."""
+
+    def get(self, key: Key, usage: tuple[int, ...]) -> AssignResult | None:
+        return None
+
+
+class Forgetful(Scheduler):
+    """A scheduler without settled results (its within-pass failures stay)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._settled = _Forgetful(self._config.tree)
+
+    def set_config(self, objects: Iterable[ConfigObject]) -> None:
+        super().set_config(objects)
+        self._settled = _Forgetful(self._config.tree)
+
+
+@dataclass
+class Case:
+    reason: str
+    documents: list[ConfigObject]
+    running: list[QueuedWorkload]  # admitted first
+    steps: list[Step]  # then, before the last pass
+    admitted: list[str]  # the last pass's admissions
+    pending: list[str]  # the last pass's pending decisions
+    spared: int  # flavor searches the remembered results spared in the last pass
+
+
+# x borrows 2 of b's cpu (a is full) in a pass of its own, then finishes
+X_ADMITTED_THEN_GONE: list[Step] = [
+    ("submit", wl("x", "qa", t=1, cpu=2)),
+    ("schedule", None),
+    ("finish", "x"),
+]
+CASES = [
+    Case(
+        "a borrower that fits waits for the heads that need no borrowing; nothing changed the "
+        "usage meanwhile: its success is handed back, not searched again",
+        world(),
+        [wl("a1", "qa", cpu=4)],
+        [("submit", wl("x", "qa", t=1, cpu=2))],
+        ["x"],
+        [],
+        1,
+    ),
+    Case(
+        "a usage change after the read (z, needing no borrowing, admitted in b before x's "
+        "second try): x is searched again and no longer fits",
+        world(),
+        [wl("a1", "qa", cpu=4)],
+        [("submit", wl("x", "qa", t=1, cpu=2)), ("submit", wl("z", "qb", t=2, cpu=3))],
+        ["z"],
+        ["x"],
+        0,
+    ),
+    Case(
+        "the same reading in a later pass: y, of x's shape, fits as x did (x finished), and "
+        "both its tries are handed back",
+        world(),
+        [wl("a1", "qa", cpu=4)],
+        [*X_ADMITTED_THEN_GONE, ("submit", wl("y", "qa", t=2, cpu=2))],
+        ["y"],
+        [],
+        2,
+    ),
+    Case(
+        "quota changed by config (a may no longer borrow) with the reading of x's success: "
+        "y is searched again and does not fit",
+        world(),
+        [wl("a1", "qa", cpu=4)],
+        [
+            *X_ADMITTED_THEN_GONE,
+            ("config", world(NO_BORROWING)),
+            ("submit", wl("y", "qa", t=2, cpu=2)),
+        ],
+        [],
+        ["y"],
+        0,
+    ),
+    Case(
+        "a borrowing limit of 1: x does not fit, and its failure stands for its next try",
+        world((4, 1, None)),
+        [wl("a1", "qa", cpu=4)],
+        [("submit", wl("x", "qa", t=1, cpu=2))],
+        [],
+        ["x"],
+        0,
+    ),
+]
+
+
+def run(case: Case, scheduler: Scheduler, searches: list[int]) -> tuple[list[Any], list[Any]]:
+    """The case's passes; ``searches`` counts the flavor searches of the last one."""
+    scheduler.set_config(case.documents)
+    for running in case.running:
+        scheduler.submit(running)
+    scheduler.schedule()
+    for step in case.steps:
+        apply(scheduler, step)
+    searches.clear()
+    last = scheduler.schedule()
+    return last, [scheduler.workload_views(), scheduler.queue_stats()]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.reason[:60])
+def test_remembered_results(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    searches: list[int] = []
+    assign = partial.assign
+
+    def counted(*args: Any, **kwargs: Any) -> AssignResult:
+        searches.append(1)
+        return assign(*args, **kwargs)
+
+    monkeypatch.setattr(partial, "assign", counted)
+    last, views = run(case, Scheduler(), searches)
+    remembering = len(searches)
+    assert (last, views) == run(case, Forgetful(), searches), case.reason
+    spared = len(searches) - remembering
+    assert [d.ref.name for d in last if isinstance(d, Admission)] == case.admitted, case.reason
+    assert [d.ref.name for d in last if isinstance(d, Inadmissible)] == case.pending, case.reason
+    assert spared == case.spared, (case.reason, spared)
+
+
+@SETTINGS
+@given(configs=st.lists(tree_config(), min_size=1, max_size=2), ops=OPS)
+def test_remembered_results_decide_as_searching_again(
+    configs: list[list[ConfigObject]], ops: list[tuple[Any, ...]]
+) -> None:
+    """Under any sequence of events (borrowing and lending limits, hierarchies, StrictFIFO,
+    configuration changes, nominations, reservations, churn), a scheduler handed back its
+    remembered results decides as one that searches every time."""
+    lockstep([Scheduler(), Forgetful()], configs, ops)
