@@ -60,10 +60,12 @@ __all__ = [
 _Failed = dict[tuple[str, bytes], tuple[int, AssignResult]]
 
 
-# A ClusterQueue's head in the pass's heap: (borrowing, key, ClusterQueue); non-borrowing
-# first (1 once it was found to need borrowing: it waits for the others), then queue order.
-# A plain tuple: made and compared for every head tried.
-_Head = tuple[int, OrderKey, str]
+# A ClusterQueue's head in the pass's heaps: (key, ClusterQueue), in queue order. Heads that
+# need no borrowing first: one found to need borrowing moves to a second heap, popped only
+# while the first is empty (as one heap of (borrowing, key, ClusterQueue) would order them,
+# without comparing the flag in every comparison). A plain tuple: made and compared for every
+# head tried.
+_Head = tuple[OrderKey, str]
 
 
 class Scheduler(Placement):
@@ -215,14 +217,14 @@ class Scheduler(Placement):
                     continue
                 head = queue.candidate() if queue.offered else queue.head()
                 if head is not None and head.key is not None:
-                    heads.append((0, head.key, name))
+                    heads.append((head.key, name))
             self._ready = set()
             fair_roots: dict[str, list[str]] = {}  # fair sharing: cohort heads by tournament
             if config.fairness.enabled:
                 for entry in heads:
-                    if config.tree.cluster_queues[entry[2]].parent is not None:
-                        fair_roots.setdefault(config.root(entry[2]), []).append(entry[2])
-                heads = [e for e in heads if config.tree.cluster_queues[e[2]].parent is None]
+                    if config.tree.cluster_queues[entry[1]].parent is not None:
+                        fair_roots.setdefault(config.root(entry[1]), []).append(entry[1])
+                heads = [e for e in heads if config.tree.cluster_queues[e[1]].parent is None]
             heapq.heapify(heads)
             # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
             # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
@@ -239,15 +241,17 @@ class Scheduler(Placement):
                     assign=lambda name, record: self._assign(name, record, failed),
                     decide=self._decide,
                 )
-            while heads:
-                borrowing, key, name = heapq.heappop(heads)
+            borrowers: list[_Head] = []  # heads found to need borrowing: after the others
+            while heads or borrowers:
+                borrowing = not heads
+                key, name = heapq.heappop(borrowers if borrowing else heads)
                 queue = self._queues[name]
                 record = queue.candidate() if queue.offered else queue.head()
                 if record is None:
                     continue
                 if record.key is not key:  # the head changed since it was pushed
                     if record.key is not None:
-                        heapq.heappush(heads, (0, record.key, name))
+                        heapq.heappush(heads, (record.key, name))
                     continue
                 tried += 1
                 if record.parked:  # offered (see offers above)
@@ -267,14 +271,14 @@ class Scheduler(Placement):
                         if not borrowing and not config.borrowing_yields:
                             # Kueue admits heads that need no borrowing first. (Yielding goes by
                             # order: a borrower goes before non-borrowers that come after it.)
-                            heapq.heappush(heads, (1, key, name))
+                            heapq.heappush(borrowers, (key, name))
                             continue
                     self._decide(name, record, result)
                     if queue.blocked:
                         continue
                 following = queue.candidate() if queue.offered else queue.head()
                 if following is not None and following.key is not None:
-                    heapq.heappush(heads, (0, following.key, name))
+                    heapq.heappush(heads, (following.key, name))
         finally:  # an offer outliving its pass would be read as current by the next
             for queue in offering:
                 queue.release_offered()
