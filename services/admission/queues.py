@@ -167,7 +167,7 @@ class Record(msgspec.Struct, gc=False, eq=False):
 class ClusterQueueQueue:
     """The pending workloads of one ClusterQueue."""
 
-    __slots__ = ("blocked", "heap", "offered", "parked", "records", "size", "strict")
+    __slots__ = ("_first", "blocked", "heap", "offered", "parked", "records", "size", "strict")
 
     def __init__(self, strict: bool, records: dict[str, Record]) -> None:
         self.strict = strict
@@ -180,6 +180,7 @@ class ClusterQueueQueue:
         # During a pass (see offer_parked): the parked records that count as queued again,
         # with their keys, largest first; empty between passes.
         self.offered: list[tuple[OrderKey, Record]] = []
+        self._first: Record | None = None  # the head last found (see head)
 
     def _live(self, key: OrderKey) -> Record | None:
         record = self.records.get(key[UID])
@@ -207,10 +208,17 @@ class ClusterQueueQueue:
         self.size -= 1
 
     def head(self) -> Record | None:
+        """The first live record of the heap. The one last found is known without looking
+        it up while its key is still the top and it is not parked: a record leaves
+        ``records`` only unqueued (its key None), so that is ``_live``'s answer."""
         heap = self.heap
+        first = self._first
+        if first is not None and heap and first.key is heap[0] and not first.parked:
+            return first
         while heap:
             record = self._live(heap[0])
             if record is not None:
+                self._first = record
                 return record
             heapq.heappop(heap)
         return None
