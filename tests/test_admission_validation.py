@@ -268,6 +268,35 @@ def test_the_message(event: AnyEvent, message: str, why: str) -> None:
     assert found is not None and found.message == message, why
 
 
+# (flavor of the used resource "example.com/gpu", the refusal code, why): the names a fact
+# repeats are found among those remembered valid without being judged again; a name
+# remembered under another rule, or never, is still judged.
+REMEMBERED_FLAVOR_CASES: list[tuple[str | None, str | None, str]] = [
+    ("gpu-a", None, "a valid flavor name: remembered, found again, no refusal"),
+    (
+        "example.com/gpu",
+        "invalid_flavor",
+        "remembered valid as the resource (a label key), not as a flavor name: judged, refused",
+    ),
+    (None, "invalid_flavor", "no flavor for a used resource"),
+    ("Bad F", "invalid_flavor", "an invalid flavor name, never remembered: refused each time"),
+]
+
+
+@pytest.mark.parametrize(
+    ("flavor", "code", "why"),
+    REMEMBERED_FLAVOR_CASES,
+    ids=[c[2] for c in REMEMBERED_FLAVOR_CASES],
+)
+def test_remembered_names_in_an_assignment(flavor: str | None, code: str | None, why: str) -> None:
+    flavors = {} if flavor is None else {"example.com/gpu": flavor}
+    event = _assigned(FlavorAssignment("main", 1, flavors, {"example.com/gpu": 1}))
+    for _ in range(2):  # the second time with the names remembered
+        found = validation.refusal(event)
+        assert (None if found is None else found.code) == code, why
+    assert "example.com/gpu" in validation._VALID["label-key"], why
+
+
 def _service() -> AdmissionService:
     service = AdmissionService(cast(Runtime, SimpleNamespace(bus=None)))
     documents = [
