@@ -25,8 +25,21 @@ Key = tuple[str, PodSetsShape, bool]
 Probe = tuple[dict[FlavorResource, int], FlavorResource]  # a node's usage of a pair
 # the root's usage of a pair, the pair, the root's subtree quota of it, the most asked of it
 RootProbe = tuple[dict[FlavorResource, int], FlavorResource, int, int]
-# the exact probes, the root's, and whether every exact probe is of the ClusterQueue's own node
-Reader = tuple[list[Probe], list[RootProbe], bool]
+
+
+class Reader:
+    """What an assignment of one shape in one ClusterQueue reads of the usage: its exact
+    probes, the root's, whether every exact probe is of the ClusterQueue's own node, and the
+    exact part last read with the own usage version it was read at (see _own_read)."""
+
+    __slots__ = ("exact", "own_only", "own_values", "own_version", "roots")
+
+    def __init__(self, exact: list[Probe], roots: list[RootProbe], own_only: bool) -> None:
+        self.exact, self.roots, self.own_only = exact, roots, own_only
+        self.own_version = -1  # versions count from 0: nothing read yet
+        self.own_values: tuple[int, ...] = ()
+
+
 FAILURES_LIMIT = 100_000
 
 
@@ -34,15 +47,12 @@ class SettledFailures:
     """Assignments by (ClusterQueue, shape, victims possible), with the usage they read: the
     last failure and the last success that borrows of each."""
 
-    __slots__ = ("_failures", "_fits", "_own_reads", "_readers", "_root_reads", "_roots", "_tree")
+    __slots__ = ("_failures", "_fits", "_readers", "_root_reads", "_roots", "_tree")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
         # (ClusterQueue, shape) -> the usage its assignment reads: exactly, and of the root
         self._readers: dict[tuple[str, PodSetsShape], Reader] = {}
-        # (ClusterQueue, shape) -> (the ClusterQueue's own usage version, what its exact part
-        # read then): see _own_read.
-        self._own_reads: dict[tuple[str, PodSetsShape], tuple[int, tuple[int, ...]]] = {}
         self._failures: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
         self._fits: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
         # One list per distinct root reading (ClusterQueues of a cohort asked the same share
@@ -76,28 +86,25 @@ class SettledFailures:
         reader = self._readers.get(key)
         if reader is None:
             reader = self._readers[key] = self._reader(info, pod_sets)
-        exact, roots, own_only = reader
-        if own_only and own_version is not None:
-            read = self._own_read(key, exact, own_version)
+        if reader.own_only and own_version is not None:
+            read = self._own_read(reader, own_version)
         else:
-            read = tuple([usage.get(fr, 0) for usage, fr in exact])
-        if roots:
-            return read + self._root_read(roots, version)
+            read = tuple([usage.get(fr, 0) for usage, fr in reader.exact])
+        if reader.roots:
+            return read + self._root_read(reader.roots, version)
         return read
 
-    def _own_read(
-        self, key: tuple[str, PodSetsShape], exact: list[Probe], own_version: int
-    ) -> tuple[int, ...]:
+    @staticmethod
+    def _own_read(reader: Reader, own_version: int) -> tuple[int, ...]:
         """The exact part of a reading whose probes are all of the ClusterQueue's own node,
         read once per ``own_version`` of its usage (the caller's count of its changes): a
         node's usage changes only with an admission or release in that ClusterQueue, which
         bumps it. Probes of a cohort between it and the root are not covered (their usage
         changes with any of their ClusterQueues): such a reading is read each time."""
-        cached = self._own_reads.get(key)
-        if cached is not None and cached[0] == own_version:
-            return cached[1]
-        values = tuple([usage.get(fr, 0) for usage, fr in exact])
-        self._own_reads[key] = (own_version, values)
+        if reader.own_version == own_version:
+            return reader.own_values
+        values = reader.own_values = tuple([usage.get(fr, 0) for usage, fr in reader.exact])
+        reader.own_version = own_version
         return values
 
     def _root_read(self, roots: list[RootProbe], version: int | None) -> tuple[int, ...]:
@@ -147,7 +154,7 @@ class SettledFailures:
                 exact.extend((node.usage, fr) for fr in frs)
                 own_only = own_only and node is own
             node = node.parent
-        return exact, roots, own_only
+        return Reader(exact, roots, own_only)
 
     def get(self, key: Key, usage: tuple[int, ...]) -> AssignResult | None:
         """The result remembered for ``key`` (its failure, else its success) if it read this
@@ -168,7 +175,6 @@ class SettledFailures:
             self._failures.clear()  # shapes come and go: start over rather than pile up
             self._fits.clear()
             self._readers.clear()
-            self._own_reads.clear()
             self._roots.clear()
             self._root_reads.clear()
         if not result.fits:
