@@ -27,6 +27,18 @@ Probe = tuple[dict[FlavorResource, int], FlavorResource]  # a node's usage of a 
 RootProbe = tuple[dict[FlavorResource, int], FlavorResource, int, int]
 
 
+class RootReading:
+    """One distinct root reading (ClusterQueues of a cohort asked the same share it): its
+    probes, and what it last read with the root's usage version then (see _root_read)."""
+
+    __slots__ = ("probes", "values", "version")
+
+    def __init__(self, probes: list[RootProbe]) -> None:
+        self.probes = probes
+        self.version = -1  # versions count from 0: nothing read yet
+        self.values: tuple[int, ...] = ()
+
+
 class Reader:
     """What an assignment of one shape in one ClusterQueue reads of the usage: its exact
     probes, the root's, whether every exact probe is of the ClusterQueue's own node, and the
@@ -34,7 +46,7 @@ class Reader:
 
     __slots__ = ("exact", "own_only", "own_values", "own_version", "roots")
 
-    def __init__(self, exact: list[Probe], roots: list[RootProbe], own_only: bool) -> None:
+    def __init__(self, exact: list[Probe], roots: RootReading | None, own_only: bool) -> None:
         self.exact, self.roots, self.own_only = exact, roots, own_only
         self.own_version = -1  # versions count from 0: nothing read yet
         self.own_values: tuple[int, ...] = ()
@@ -47,7 +59,7 @@ class SettledFailures:
     """Assignments by (ClusterQueue, shape, victims possible), with the usage they read: the
     last failure and the last success that borrows of each."""
 
-    __slots__ = ("_failures", "_fits", "_readers", "_root_reads", "_roots", "_tree")
+    __slots__ = ("_failures", "_fits", "_readers", "_roots", "_tree")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
@@ -55,10 +67,8 @@ class SettledFailures:
         self._readers: dict[tuple[str, PodSetsShape], Reader] = {}
         self._failures: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
         self._fits: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
-        # One list per distinct root reading (ClusterQueues of a cohort asked the same share
-        # it), and what it last read: id -> (root usage version, the list, the values).
-        self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], list[RootProbe]] = {}
-        self._root_reads: dict[int, tuple[int, list[RootProbe], tuple[int, ...]]] = {}
+        # One reading per distinct root reading, by (root, pairs with what is asked of them).
+        self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], RootReading] = {}
 
     def usage_read(
         self,
@@ -90,7 +100,7 @@ class SettledFailures:
             read = self._own_read(reader, own_version)
         else:
             read = tuple([usage.get(fr, 0) for usage, fr in reader.exact])
-        if reader.roots:
+        if reader.roots is not None:
             return read + self._root_read(reader.roots, version)
         return read
 
@@ -107,17 +117,18 @@ class SettledFailures:
         reader.own_version = own_version
         return values
 
-    def _root_read(self, roots: list[RootProbe], version: int | None) -> tuple[int, ...]:
+    @staticmethod
+    def _root_read(roots: RootReading, version: int | None) -> tuple[int, ...]:
         """The root's part of a reading, read once per ``version`` of the root's usage (the
         caller's count of its changes; None: read it now) for every ClusterQueue that
-        shares it (one list per distinct reading: see _reader)."""
-        cached = self._root_reads.get(id(roots))
-        if version is not None and cached is not None:
-            if cached[0] == version and cached[1] is roots:
-                return cached[2]
-        values = tuple([min(subtree - usage.get(fr, 0), cap) for usage, fr, subtree, cap in roots])
+        shares it (one RootReading per distinct reading: see _reader)."""
+        if version is not None and roots.version == version:
+            return roots.values
+        values = tuple(
+            [min(subtree - usage.get(fr, 0), cap) for usage, fr, subtree, cap in roots.probes]
+        )
         if version is not None:
-            self._root_reads[id(roots)] = (version, roots, values)
+            roots.version, roots.values = version, values
         return values
 
     def _reader(self, info: ClusterQueueInfo, pod_sets: list[PodSet]) -> Reader:
@@ -136,7 +147,7 @@ class SettledFailures:
             if asked.get(resource, 0)
         ]
         exact: list[Probe] = []
-        roots: list[RootProbe] = []
+        roots: RootReading | None = None
         node = own = self._tree.cluster_queues.get(info.name)
         seen: set[int] = set()
         own_only = True
@@ -146,9 +157,9 @@ class SettledFailures:
                 key = (id(node), tuple((fr, asked[fr[1]]) for fr in frs))
                 shared = self._roots.get(key)
                 if shared is None:
-                    shared = self._roots[key] = [
-                        (node.usage, fr, node.subtree.get(fr, 0), asked[fr[1]]) for fr in frs
-                    ]
+                    shared = self._roots[key] = RootReading(
+                        [(node.usage, fr, node.subtree.get(fr, 0), asked[fr[1]]) for fr in frs]
+                    )
                 roots = shared
             else:
                 exact.extend((node.usage, fr) for fr in frs)
@@ -176,7 +187,6 @@ class SettledFailures:
             self._fits.clear()
             self._readers.clear()
             self._roots.clear()
-            self._root_reads.clear()
         if not result.fits:
             self._failures[key] = (usage, result)
         elif result.borrows:
