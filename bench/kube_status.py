@@ -156,7 +156,7 @@ class AdmissionStandIn:
         event = decode_event(msg.data)
         if not isinstance(event, WorkloadSubmitted) or event.workload.key in self.records:
             return
-        record = self.records[event.workload.key] = WorkloadRecord(event)
+        record = self.records[event.workload.key] = WorkloadRecord.of(event)
         admitted = WorkloadAdmitted(
             source="admission",
             workload=event.workload,
