@@ -215,3 +215,29 @@ async def test_the_acker_per_case(case: AckerCase) -> None:
     else:
         await asyncio.wait_for(acker, 10)
     assert (sent, seen) == (case.sent, case.seen), case.why
+
+
+async def test_an_ack_failing_while_a_later_take_settles_lets_that_settling_end() -> None:
+    """Take 2 is kept; while take 3 settles, take 2's ack falls due and fails (the
+    connection): take 3's settling still ends (nothing is cut halfway), and the acker raises
+    the ack's error, as on any failed ack, without handling take 3 again."""
+    ended = asyncio.Event()
+
+    async def send(last: Msg) -> None:
+        if last.reply == "ack.2":
+            raise ConnectionError("the connection closed")
+
+    async def slow() -> None:
+        await asyncio.sleep(0.2)
+        ended.set()
+
+    async def again(events: list[AnyEvent]) -> bool:
+        raise AssertionError("a failed ack is not a failed settling")
+
+    queue: asyncio.Queue[Handed | None] = asyncio.Queue()
+    pieces: list[Handed | None] = [(take(1), [], None), (take(2), [], None), (take(3), [], slow())]
+    for piece in [*pieces, None]:
+        queue.put_nowait(piece)
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(ack_in_order(queue, send, again, every=0.05), 10)
+    assert ended.is_set()

@@ -38,6 +38,8 @@ T = TypeVar("T")
 
 # A durable consumer acks its latest settled take at most this often (Acks).
 ACK_EVERY_S = 0.1
+# A due ack that found the acker's queue full tries again this soon (not a whole interval late).
+QUEUE_FULL_RETRY_S = 0.01
 
 
 class Acks:
@@ -73,6 +75,7 @@ class Acks:
         self.kept: Msg | None = None  # the latest settled take's message, not acked yet
         self.sent_at = float("-inf")  # loop time of the last ack sent
         self.timer: asyncio.TimerHandle | None = None
+        self.failed: Exception | None = None  # an ack that failed in :meth:`awaiting`
 
     async def settled(self, last: Msg) -> None:
         """The take ``last`` acks has settled (and every one before it)."""
@@ -98,7 +101,8 @@ class Acks:
     async def awaiting(self, work: Awaitable[T]) -> T:
         """Await ``work`` for a later take (its settling, or handling it again); the kept
         ack goes out when it falls due meanwhile, not held until that work ends. A
-        cancelled acker cancels the work, as awaiting it directly would."""
+        cancelled acker cancels the work, as awaiting it directly would; an ack that fails
+        meanwhile does not (the work ends, then the error is raised)."""
         if self.kept is None:
             return await work
         pending = asyncio.ensure_future(work)
@@ -107,10 +111,16 @@ class Acks:
             if left > 0:
                 await asyncio.wait({pending}, timeout=left)
             if not pending.done():
-                await self.flush()
+                try:
+                    await self.flush()
+                except Exception as error:
+                    self.failed = error
+                    await asyncio.wait({pending})
+                    raise
             return await pending
-        finally:
-            pending.cancel()  # done: nothing happens
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
 
     async def flush(self) -> None:
         """Ack what is kept now (its time is up, or the loop ends)."""
@@ -137,8 +147,8 @@ class Acks:
         try:
             self.queue.put_nowait(self.due)
             self.timer = None
-        except asyncio.QueueFull:  # the acker has pieces to go through: look again later
-            self.timer = asyncio.get_running_loop().call_later(self.every, self._ring)
+        except asyncio.QueueFull:  # the acker has pieces to go through: look again soon
+            self.timer = asyncio.get_running_loop().call_later(QUEUE_FULL_RETRY_S, self._ring)
 
 
 async def ack_in_order(
@@ -161,6 +171,8 @@ async def ack_in_order(
                 try:
                     await acks.awaiting(settling)
                 except Exception:
+                    if acks.failed is not None:
+                        raise  # acking failed, not the settling: the loop ends, as on any ack
                     log.exception("settling_failed", count=len(events))
                     if not await acks.awaiting(again(events)):
                         await acks.flush()  # what settled before it
