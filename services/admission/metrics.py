@@ -329,22 +329,12 @@ def pods_ready(
 def _counted(series: tuple[Any, ...], waited: float) -> None:
     """A count and a wait, per ClusterQueue and per LocalQueue: each four series of a group
     (one group of four, or of eight: reservation and admission at once)."""
-    if len(series) == 4:
-        cq_count, lq_count, cq_wait, lq_wait = series
+    for at in range(0, len(series), 4):
+        cq_count, lq_count, cq_wait, lq_wait = series[at : at + 4]
         cq_count.inc()
         lq_count.inc()
         cq_wait.observe(waited)
         lq_wait.observe(waited)
-        return
-    cq_count, lq_count, cq_wait, lq_wait, cq_again, lq_again, cq_wait_again, lq_wait_again = series
-    cq_count.inc()
-    lq_count.inc()
-    cq_again.inc()
-    lq_again.inc()
-    cq_wait.observe(waited)
-    lq_wait.observe(waited)
-    cq_wait_again.observe(waited)
-    lq_wait_again.observe(waited)
 
 
 def _children(

@@ -52,7 +52,7 @@ class Placement:
         # Bumped whenever a ClusterQueue's own usage changes (settled.py: _own_read).
         self._own_usage_version: dict[str, int] = {}
         self._waiting = WaitingForRoom()  # who borrowers yield to (borrowingYieldsTo...)
-        self._settled = SettledFailures(self._config.tree)  # failures that still hold
+        self._settled = SettledFailures(self._config.tree)  # results that still hold (settled.py)
         self._verdicts: dict[tuple[str, str, bool], tuple[str, str, bool]] = {}  # see _note
         self._ready: set[str] = set()  # queues to look at in the next pass
         self._dirty: set[str] = set()  # queues whose parked / blocked workloads get a retry

@@ -124,16 +124,11 @@ def _pod_set(name: str) -> str:
 
 
 def _unassigned(resource: str, amount: int, flavors: Mapping[str, str]) -> bool:
-    """A resource used without a valid flavor assigned to it (a name remembered valid is
-    found without a call: _problem would answer the same)."""
+    """A resource used without a valid flavor assigned to it."""
     if not amount:
         return False
     flavor = flavors.get(resource)
-    if flavor is None:
-        return True
-    if type(flavor) is str and flavor in _VALID["name"]:
-        return False
-    return _problem(flavor) is not None
+    return flavor is None or _problem(flavor) is not None
 
 
 def _assignments_refusal(assignments: list[FlavorAssignment]) -> Refusal | None:
@@ -163,9 +158,8 @@ def _assignment(assignment: FlavorAssignment) -> str:
 
 def _quantities_refusal(quantities: dict[str, int]) -> tuple[str, str] | None:
     """The refusal code and what is wrong, for the first bad resource name or amount."""
-    valid = _VALID["label-key"]  # remembered valid: found without a call (_problem's answer)
     for resource, amount in quantities.items():
-        if resource not in valid and (problem := _problem(resource, "label-key")) is not None:
+        if (problem := _problem(resource, "label-key")) is not None:
             return "invalid_resource", f"resource {show(resource)}: {problem}"
         if amount < 0:
             return "negative_quantity", f"{resource} {amount}m is negative"
