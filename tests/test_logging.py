@@ -128,9 +128,9 @@ def _outside_a_loop(lines: LoopBatchedLines) -> list[bytes]:
     return []
 
 
-def _a_closed_loop_leaves_them(lines: LoopBatchedLines) -> list[bytes]:
-    """The first loop stops and closes before its turn to write; the next loop writes the
-    lines it left, first."""
+def _left_by_a_closed_loop(lines: LoopBatchedLines) -> list[bytes]:
+    """Line "a" logged in a loop that stops and closes before its turn to write; the
+    writes made so far."""
     loop = asyncio.new_event_loop()
 
     def log_then_stop() -> None:
@@ -140,7 +140,12 @@ def _a_closed_loop_leaves_them(lines: LoopBatchedLines) -> list[bytes]:
     loop.call_soon(log_then_stop)
     loop.run_forever()
     loop.close()
-    during = list(cast(_Writes, lines.file).writes)
+    return list(cast(_Writes, lines.file).writes)
+
+
+def _a_closed_loop_leaves_them(lines: LoopBatchedLines) -> list[bytes]:
+    """The next loop writes the lines a closed one left, first."""
+    during = _left_by_a_closed_loop(lines)
 
     async def second() -> None:
         lines.msg(b"b")
@@ -150,20 +155,10 @@ def _a_closed_loop_leaves_them(lines: LoopBatchedLines) -> list[bytes]:
     return during
 
 
-# (what happens, the writes expected after it, the writes while it happened, why)
 def _closed_loop_then_no_loop(lines: LoopBatchedLines) -> list[bytes]:
-    """A loop closed before its turn to write, then a line outside any loop (the CLI after
-    a run): the held line goes out first."""
-    loop = asyncio.new_event_loop()
-
-    def log_then_stop() -> None:
-        lines.msg(b"a")
-        loop.stop()
-
-    loop.call_soon(log_then_stop)
-    loop.run_forever()
-    loop.close()
-    during = list(cast(_Writes, lines.file).writes)
+    """A line outside any loop (the CLI after a run) after a closed loop's: the held line
+    goes out first."""
+    during = _left_by_a_closed_loop(lines)
     lines.msg(b"b")
     return during
 
@@ -182,6 +177,7 @@ def _past_the_limit(lines: LoopBatchedLines) -> list[bytes]:
 
 
 Scene = Callable[[LoopBatchedLines], list[bytes]]
+# (what happens, the writes expected after it, the writes while it happened, why)
 BATCHED_LINES: list[tuple[Scene, list[bytes], list[bytes], str]] = [
     (_in_one_turn, [b"a\nb\nc\n"], [], "one turn's lines go out in one write, after the turn"),
     (_outside_a_loop, [b"a\n", b"b\n"], [], "no loop (the CLI): each line written at once"),
