@@ -1,8 +1,8 @@
 """Coalesces a pending workload's updates on the bus.
 
 Kueue's pending messages carry numbers ("3 more needed"), so a backlog re-judged after every
-release in its cohort gets a new message each time: in the Kueue benchmark that was a third
-of all events, each stored by NATS and read by three services. A change that matters (the
+release in its cohort gets a new message each time: in the Kueue benchmark a large share of
+all events, each stored by NATS and read by three services. A change that matters (the
 ClusterQueue, the reason, whether preemption may help, what is contested) is published at
 once; a new message alone waits until ``interval`` has passed since the workload's last
 publish, and then the latest one goes out. Nothing is lost: the newest message always lands.
@@ -10,7 +10,7 @@ publish, and then the latest one goes out. Nothing is lost: the newest message a
 A workload's first report waits ``interval`` too, unless preemption may help (the preemption
 service acts on it): a workload admitted within that second was never worth a broadcast (in
 the large-scale benchmark, one Pending per workload made admission, reading its own echoes,
-fall 17 s behind the stream). ``berth get`` shows the reason at once either way.
+fall far behind the stream). ``berth get`` shows the reason at once either way.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ def _saying(event: WorkloadPending) -> WorkloadPending:
 
 
 def _material(event: WorkloadPending) -> Material:
+    """What makes a report's change matter (the module docstring: published at once): its
+    ClusterQueue, reason, whether preemption may help and what is contested, kept once. A
+    report whose material is unchanged and whose message alone differs waits its interval."""
     contested = tuple((c.flavor, c.resource, c.amount) for c in event.contested)
     material = (event.cluster_queue, event.reason, event.preemption_may_help, contested)
     return kept_once(_MATERIALS, material, lambda: material)
