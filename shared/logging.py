@@ -19,10 +19,19 @@ from collections.abc import Callable, MutableMapping
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
+import msgspec
 import structlog
 from structlog.typing import EventDict
 
-__all__ = ["LoopBatchedLines", "UtcStamper", "configure_logging", "flush_logs", "get_logger"]
+__all__ = [
+    "JsonLine",
+    "LoopBatchedLines",
+    "UtcStamper",
+    "berth_bound_logger",
+    "configure_logging",
+    "flush_logs",
+    "get_logger",
+]
 
 _configured = False
 HELD_LIMIT = 512  # lines held at most before they are written
@@ -75,17 +84,55 @@ class UtcStamper:
         return f"{prefix}.{micro:06d}Z" if micro else f"{prefix}Z"
 
 
+class JsonLine:
+    """Berth's processor chain in one processor: a line exactly as ``_processors()`` then a
+    ``JSONRenderer`` with msgspec's encoder (``enc_hook=str``) render it (the context
+    variables merged, the level, the timestamp, a traceback rendered if ``exc_info``, then the
+    JSON bytes), in one call instead of five: a service logs a line per decision.
+    :func:`berth_bound_logger`'s ``info`` calls it directly when it is the whole chain."""
+
+    def __init__(self, stamper: UtcStamper | None = None) -> None:
+        self.stamper = stamper or UtcStamper()
+
+    def __call__(self, logger: Any, method: str, event_dict: EventDict) -> bytes:
+        structlog.contextvars.merge_contextvars(logger, method, event_dict)
+        structlog.processors.add_log_level(logger, method, event_dict)
+        event_dict["timestamp"] = self.stamper.stamp(self.stamper.clock())
+        return _ENCODER.encode(_exception_rendered(logger, method, event_dict))
+
+
+def berth_bound_logger(min_level: int) -> type[Any]:
+    """structlog's filtering bound logger at ``min_level``, whose ``info`` (when that level
+    logs at all) renders a line with the one :class:`JsonLine` processor directly: the event
+    dict built as structlog builds it (the bound context, the keywords, then ``event``),
+    that processor's bytes handed to the logger's ``info``. A call with positional
+    arguments, or while the chain is anything else (a test's ``capture_logs``), takes
+    structlog's own path."""
+    base: type[Any] = structlog.make_filtering_bound_logger(min_level)
+    if min_level > logging.INFO:
+        return base
+    structlogs_info = base.info
+
+    def info(self: Any, event: str, *args: Any, **kw: Any) -> Any:
+        processors = self._processors
+        if args or len(processors) != 1 or type(processors[0]) is not JsonLine:
+            return structlogs_info(self, event, *args, **kw)
+        event_dict = self._context.copy()
+        event_dict.update(kw)
+        event_dict["event"] = event
+        return self._logger.info(processors[0](self._logger, "info", event_dict))
+
+    return type(f"Berth{base.__name__}", (base,), {"info": info})
+
+
 def configure_logging(*, service: str, level: str | None = None) -> None:
     """Set up JSON logging for a service process; safe to call more than once."""
     global _configured
     level_name = (level or os.environ.get("BERTH_LOG_LEVEL", "info")).upper()
     numeric = logging.getLevelNamesMapping().get(level_name, logging.INFO)
     structlog.configure(
-        processors=[
-            *_processors(),
-            structlog.processors.JSONRenderer(serializer=_dumps),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        processors=[JsonLine()],  # _processors() and the JSON renderer, in one
+        wrapper_class=berth_bound_logger(numeric),
         logger_factory=lambda *_: _LINES,  # on stderr as it is now (a test may replace it)
         cache_logger_on_first_use=True,
     )
@@ -174,10 +221,7 @@ def flush_logs() -> None:
     _LINES.flush()
 
 
-def _dumps(obj: Any, **_: Any) -> bytes:
-    import msgspec
-
-    return msgspec.json.encode(obj, enc_hook=str)
+_ENCODER = msgspec.json.Encoder(enc_hook=str)  # anything else JSON does not have: its str()
 
 
 def get_logger(name: str) -> Any:
