@@ -39,9 +39,9 @@ from shared.events import (
     WorkloadSubmitted,
     quota_of,
 )
-from shared.quota import QuotaTree
+from shared.quota import FlavorResource, QuotaTree
 
-__all__ = ["Cluster", "InFlight"]
+__all__ = ["Cluster", "InFlight", "needs_of"]
 
 
 @dataclass
@@ -307,7 +307,7 @@ class Cluster:
             cluster_queue=pending.cluster_queue,
             priority=pending.priority,
             queue_time=self.queue_times.get(ref.uid, pending.time.timestamp()),
-            needs={(c.flavor, c.resource): c.amount for c in pending.contested},
+            needs=needs_of(pending),
         )
 
     def busy(self, preemptor_uid: str) -> bool:
@@ -368,6 +368,12 @@ class Cluster:
             if clock is not None and self.queue_of.get(uid) == cluster_queue:
                 best = clock if best is None else min(best, clock)
         return None if best is None else best[1]
+
+
+def needs_of(pending: WorkloadPending) -> dict[FlavorResource, int]:
+    """What a preemptor needs, per (flavor, resource): admission's contested resources (the
+    last of two for the same flavor-resource counts)."""
+    return {(c.flavor, c.resource): c.amount for c in pending.contested}
 
 
 def _seconds(text: str | None) -> float:

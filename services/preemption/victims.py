@@ -29,7 +29,7 @@ from shared.hierarchy import is_hierarchical
 from shared.quantities import parse_quantity
 from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
-__all__ = ["FITS", "Preemptor", "Running", "SearchResult", "Victim", "find_victims"]
+__all__ = ["FITS", "Preemptor", "Running", "SearchResult", "Victim", "find_victims", "fits_now"]
 
 NO_CANDIDATES = (
     "Workload requires preemption, but there are no candidate workloads allowed for preemption"
@@ -107,13 +107,34 @@ def _weights(
     return weight
 
 
+def fits_now(
+    tree: QuotaTree,
+    cluster_queues: Mapping[str, ClusterQueue],
+    cluster_queue: str,
+    needs: Mapping[FlavorResource, int],
+) -> bool:
+    """Whether ``find_victims`` would answer ``FITS`` for a preemptor of ``cluster_queue``
+    with these ``needs``: its ClusterQueue is known (in the config and the tree) and no need
+    is contested (``_contested``). Stops at the first contested need, and builds no
+    ``Preemptor`` and no candidates: most preemptors fit by the time preemption looks at
+    them (the room was freed after admission asked), and this is their whole search."""
+    node = tree.cluster_queues.get(cluster_queue)
+    if node is None or cluster_queue not in cluster_queues:
+        return False
+    return not any(_short(tree, node, fr, value) for fr, value in needs.items())
+
+
 def _contested(
     tree: QuotaTree, node: QuotaNode, needs: Mapping[FlavorResource, int]
 ) -> frozenset[FlavorResource]:
     """Flavor-resources where the preemptor does not fit now (Kueue: assignment mode Preempt)."""
-    return frozenset(
-        fr for fr, value in needs.items() if value > tree.available(node.name, fr[0], fr[1])
-    )
+    return frozenset(fr for fr, value in needs.items() if _short(tree, node, fr, value))
+
+
+def _short(tree: QuotaTree, node: QuotaNode, fr: FlavorResource, value: int) -> bool:
+    """Whether ``value`` of ``fr`` is more than the ClusterQueue ``node`` may use now,
+    borrowing included (``QuotaTree.available``): the need is contested."""
+    return value > tree.available(node.name, fr[0], fr[1])
 
 
 def _threshold(policy: ClusterQueuePreemption, priority: int) -> int | None:
