@@ -3,12 +3,13 @@
 publishing a round as batches with their per-workload copies (``Publishing.send_many``), and
 one structlog line (shared/logging.py).
 
-    .venv/bin/python bench/bus_codec.py [--events 512] [--rounds 40]
+    .venv/bin/python bench/bus_codec.py [--events 512] [--rounds 40] [--takes 300]
 
 Prints µs of this process's CPU per event (per line for the log), best of ``--repeat``
 passes, for: a batch read whole (admission's fold), a batch picked inside by pattern (a
-ClusterQueue's decisions), a batch picked by a service's own ``keep`` (recovery), a round
-published (prepare, batch, copies, acks; against a private nats-server), and a log line
+ClusterQueue's decisions), a batch picked by a service's own ``keep`` (recovery), batches
+read in a row by one consumer (its recent ids full), a round published by a bus holding a
+lease term (prepare, batch, copies, acks; against a private nats-server), and a log line
 (to /dev/null). Speed only: tests/test_bus_batches.py proves the behaviour.
 """
 
@@ -105,10 +106,25 @@ def per_event_us(
     print(f"{label:<44} {best / events * 1e6:7.2f} µs/event   kept {kept}/{events}")
 
 
+def steady_us(events: int, takes: int) -> None:
+    """CPU µs per event for ``decode_batch`` of batches in a row through one view, as a
+    service's consumer reads them: past the first takes it remembers RECENT_IDS event ids
+    (shared/bus/batches.py ``RecentIds``) and forgets the oldest at every take."""
+    view = BatchView.of(["berth.cq.*.admitted.>"], batching=True)
+    batches = [batch_messages(events, run) for run in range(takes)]
+    started = time.process_time()
+    for messages in batches:
+        decode_batch(messages, None, None, ReadCounts(), view)
+    spent = time.process_time() - started
+    label = f"read {takes} batches in a row (one view)"
+    print(f"{label:<44} {spent / (events * takes) * 1e6:7.2f} µs/event")
+
+
 async def publishing(url: str, events: int, rounds: int) -> None:
     bus = await Bus.connect(
         url, source="admission", auth=ClientAuth(), retry=False, settings=BusSettings(batching=True)
     )
+    bus.term = 2  # as a service holding its lease: every event stamped with the term
     try:
         await bus.ensure_stream()
         best = float("inf")
@@ -157,6 +173,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=512, help="events per batch / round")
     parser.add_argument("--repeat", type=int, default=40, help="passes; the best is printed")
     parser.add_argument("--rounds", type=int, default=40, help="rounds published")
+    parser.add_argument("--takes", type=int, default=300, help="batches read in a row")
     args = parser.parse_args()
     per_event_us("read a batch whole", args.events, args.repeat, ["berth.cq.*.admitted.>"], None)
     per_event_us(
@@ -173,6 +190,7 @@ def main() -> None:
         ["berth.cq.*.admitted.>"],
         lambda subject: subject.endswith("0"),
     )
+    steady_us(args.events, args.takes)
     screen_us(args.events, args.repeat)
     with tempfile.TemporaryDirectory() as store, NatsServer(store_dir=Path(store)) as server:
         asyncio.run(publishing(server.url, args.events, args.rounds))

@@ -22,6 +22,7 @@ from shared.events import (
     AnyEvent,
     Event,
     EvictionRequested,
+    LeaderElected,
     PodSet,
     WorkloadAdmitted,
     WorkloadPending,
@@ -30,6 +31,8 @@ from shared.events import (
     WorkloadSubmitted,
     encode_event,
     now,
+    subject_family_of,
+    subject_for,
 )
 from shared.subjects import FAMILY_PATTERNS, batched_filters, subject_family
 from tests.conftest import bus_auth, connect_as
@@ -188,6 +191,134 @@ def test_a_round_too_big_for_one_message_is_split() -> None:
     wire, copies = batched([_prepared(e) for e in many])
     assert len(wire) > 1 and all(len(payload) <= MAX_BATCH_BYTES for _, payload, _ in wire)
     assert sum(len(msgspec.json.decode(p)) for _, p, _ in wire) == len(copies) == 3000
+
+
+def _lease() -> LeaderElected:
+    return LeaderElected(id="lease-admission-2", source="admission", role="admission", holder="r1")
+
+
+# (events published in one round, the messages sent (subject, message id), the copies sent
+# before them (subject, message id), why): the ids are those the stream dedupes by, so a
+# batch's id (a digest of its events' ids) must stay as it was computed from the start.
+WIRE_CASES: list[
+    tuple[Callable[[], list[Event]], list[tuple[str, str]], list[tuple[str, str]], str]
+] = [
+    (
+        lambda: [_admitted("a"), _pending("b"), _admitted("c"), _pending("d")],
+        [
+            ("berth.b.cq.admitted", "b-d474a065b294cddd506686ce8206f193"),
+            ("berth.b.cq.pending", "b-8c88385c0720f5c2ea355bbe310c2582"),
+        ],
+        [
+            ("berth.cq.cq.admitted.default.a", "admitted-a-1"),
+            ("berth.cq.cq.pending.default.b", "pending-b"),
+            ("berth.cq.cq.admitted.default.c", "admitted-c-1"),
+            ("berth.cq.cq.pending.default.d", "pending-d"),
+        ],
+        "one batch per family, each copy on its workload's subject with its event's id",
+    ),
+    (
+        lambda: [_admitted("a"), _evict("a"), _admitted("a", 2)],
+        [
+            ("berth.b.cq.admitted", "b-dd838892e648967c2b3f51d1dca7f0ee"),
+            ("berth.b.cq.evict", "b-8328b3c374a043fb5db4aa93947eef14"),
+            ("berth.b.cq.admitted", "b-448fb59ac969f85d209263262a05723c"),
+        ],
+        [
+            ("berth.cq.cq.admitted.default.a", "admitted-a-1"),
+            ("berth.cq.cq.evict.default.a", "evict-a"),
+            ("berth.cq.cq.admitted.default.a", "admitted-a-2"),
+        ],
+        "a workload's later event opens a new batch after its earlier one's",
+    ),
+    (
+        lambda: [_pending("b"), _lease(), _pending("c")],
+        [
+            ("berth.b.cq.pending", "b-7c157f728fc0c9441691a638c6e72c3f"),
+            ("berth.lease.admission", "lease-admission-2"),
+        ],
+        [
+            ("berth.cq.cq.pending.default.b", "pending-b"),
+            ("berth.cq.cq.pending.default.c", "pending-c"),
+        ],
+        "an unbatched event is a single message with no copy; another workload's event"
+        " joins the batch opened before it",
+    ),
+    (
+        lambda: [msgspec.structs.replace(_admitted("é"), id="admitted-é")],
+        [("berth.b.cq.admitted", "b-a343039333da5447a0a41bdf5fd858ec")],
+        [("berth.cq.cq.admitted.default.é", "admitted-é")],
+        "a batch's id digests its events' ids as UTF-8",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("events", "messages", "copies", "why"), WIRE_CASES, ids=[c[-1] for c in WIRE_CASES]
+)
+def test_a_round_goes_out_as_these_messages_with_these_ids(
+    events: Callable[[], list[Event]],
+    messages: list[tuple[str, str]],
+    copies: list[tuple[str, str]],
+    why: str,
+) -> None:
+    round_ = events()
+    wire, sent_copies = batched([_prepared(e) for e in round_])
+    assert [(subject, msg_id) for subject, _, msg_id in wire] == messages, why
+    assert [(subject, msg_id) for subject, _, msg_id in sent_copies] == copies, why
+    assert all(type(message) is tuple for message in wire + sent_copies), why
+    encoded = {e.id: encode_event(e) for e in round_}
+    assert [payload for _, payload, _ in sent_copies] == [encoded[i] for _, i in copies], why
+    for subject, payload, msg_id in wire:
+        if subject.startswith("berth.b."):  # the events inside, each as its copy encodes it
+            ids = [event["id"] for event in msgspec.json.decode(payload)]
+            assert payload == b"[" + b",".join(encoded[i] for i in ids) + b"]", why
+        else:
+            assert payload == encoded[msg_id], why
+
+
+# (an event, why): Prepared.of builds its tuple without NamedTuple's __new__: each field
+# must be in its place, and the tuple a Prepared.
+PREPARED_CASES: list[tuple[Callable[[], Event], str]] = [
+    (lambda: _admitted("a"), "an admission: a cq subject, its family"),
+    (
+        lambda: msgspec.structs.replace(_admitted("a"), reserved_only=True),
+        "a reservation: its own family and verb",
+    ),
+    (
+        lambda: WorkloadPending(
+            id="p",
+            reason="r",
+            message="m",
+            source="admission",
+            workload=WorkloadRef("team.a", "job.1", "u"),
+            cluster_queue="cq",
+        ),
+        "dotted names: the subject's tokens are made safe, the key keeps the names",
+    ),
+    (_lease, "about no workload: the key of an empty reference"),
+]
+
+
+@pytest.mark.parametrize(("event", "why"), PREPARED_CASES, ids=[c[-1] for c in PREPARED_CASES])
+def test_a_prepared_event_is_its_subject_payload_id_workload_and_family(
+    event: Callable[[], Event], why: str
+) -> None:
+    made = event()
+    prepared = Prepared.of(made)
+    assert type(prepared) is Prepared, why
+    assert prepared == (
+        subject_for(made),
+        encode_event(made),
+        made.id,
+        made.workload.key,
+        subject_family_of(made),
+    ), why
+    assert (prepared.subject, prepared.msg_id, prepared.family) == (
+        subject_for(made),
+        made.id,
+        subject_family_of(made),
+    ), why
 
 
 async def _connect(url: str, source: str) -> Bus:

@@ -317,3 +317,56 @@ def test_recent_ids_remember_the_last_few(ids: list[str], fresh: list[str], why:
     one_by_one = [e.id for name in ids for e in recent.firsts([admitted(name)])]
     assert [e.id for e in RecentIds(size=2).firsts([admitted(n) for n in ids])] == one_by_one
     assert one_by_one == [f"admitted-{name}" for name in fresh], why
+
+
+# (how many ids are remembered, the takes in order, what each take keeps, why): a take
+# without a repeat is remembered at once; it must keep and forget as one id at a time would.
+TAKE_CASES = [
+    (3, [["a", "b"], ["c"], ["a"]], [["a", "b"], ["c"], []], "all three still remembered"),
+    (
+        3,
+        [["a", "b"], ["c", "d"], ["b"], ["a"]],
+        [["a", "b"], ["c", "d"], [], ["a"]],
+        "c, d forgot a, not b: the oldest go first, even from the middle of a take",
+    ),
+    (
+        2,
+        [["a", "b", "c", "d"], ["a"], ["d"]],
+        [["a", "b", "c", "d"], ["a"], []],
+        "a take bigger than the window keeps all of it and remembers its last ids",
+    ),
+    (
+        2,
+        [["a", "b"], ["c", "a", "a"]],
+        [["a", "b"], ["c", "a"]],
+        "a repeat inside the take: one at a time, c forgets a, so a is new, then a repeat",
+    ),
+    (
+        3,
+        [["a", "b"], ["c", "b", "d"], ["a"], ["c"]],
+        [["a", "b"], ["c", "d"], ["a"], []],
+        "one remembered id in the take: the rest are taken, the repeat remembers nothing",
+    ),
+    (2, [[], ["a"], []], [[], ["a"], []], "an empty take keeps and forgets nothing"),
+]
+
+
+@pytest.mark.parametrize(
+    ("size", "takes", "kept", "why"), TAKE_CASES, ids=[c[-1] for c in TAKE_CASES]
+)
+def test_recent_ids_judge_a_take_as_one_id_at_a_time(
+    size: int, takes: list[list[str]], kept: list[list[str]], why: str
+) -> None:
+    whole, single = RecentIds(size=size), RecentIds(size=size)
+    for take, expected in zip(takes, kept, strict=True):
+        events = [admitted(name) for name in take]
+        one_by_one = [e.id for e in events for e in single.firsts([e])]
+        assert [e.id for e in whole.firsts(events)] == one_by_one, why
+        assert one_by_one == [f"admitted-{name}" for name in expected], why
+        assert whole.ids == single.ids and whole.count == single.count <= size, why
+
+
+@pytest.mark.parametrize("size", [0, -1])
+def test_recent_ids_refuse_a_window_of_no_id(size: int) -> None:
+    with pytest.raises(ValueError, match="at least one event id"):
+        RecentIds(size=size)

@@ -117,10 +117,10 @@ class AckTracker:
             future: asyncio.Future[Ack] = loop.create_future()
             self._pending[token] = (future, deadline)
             futures.append(future)
-        prefix = self.prefix
+        prefix, publish = self.prefix, self.nc.publish  # a CurrentClient's: the client of now
         try:
             for (subject, payload, headers), token in zip(messages, tokens, strict=True):
-                await self.nc.publish(subject, payload, reply=prefix + token, headers=headers)
+                await publish(subject, payload, reply=prefix + token, headers=headers)
         except nats.errors.Error:
             for token in tokens:
                 self._pending.pop(token, None)

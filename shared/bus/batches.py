@@ -95,8 +95,18 @@ class Prepared(NamedTuple):
     @classmethod
     def of(cls, event: Event) -> Prepared:
         """``event`` as it is (its id and term already stamped) ready to publish."""
-        family = subject_family_of(event)
-        return cls(subject_for(event), encode_event(event), event.id, event.workload.key, family)
+        # tuple.__new__: the same tuple as cls(...), without the Python __new__ that
+        # NamedTuple generates (one per event published)
+        return tuple.__new__(
+            cls,
+            (
+                subject_for(event),
+                encode_event(event),
+                event.id,
+                event.workload.key,
+                subject_family_of(event),
+            ),
+        )
 
 
 def is_batch(subject: str) -> bool:
@@ -117,37 +127,39 @@ def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
     batch; then it opens a new one. So the events about one workload stay in the order they
     were given (an eviction before the next admission), while a round of many workloads is
     one message per family."""
-    groups: list[tuple[str | None, list[Prepared], int]] = []  # batch subject, events, bytes
+    groups: list[tuple[str | None, list[Prepared]]] = []  # batch subject (None: single), events
+    sizes: list[int] = []  # of each group's payload
     open_batch: dict[str, int] = {}  # batch subject -> index in groups
     latest: dict[str, int] = {}  # workload -> index of the last group holding one of its events
     copies: list[Wire] = []
     for event in prepared:
         subject = _BATCH_SUBJECT_OF.get(event.family)
         if subject is None:  # not a batched family
-            groups.append((None, [event], len(event.payload)))
-            latest[event.workload] = len(groups) - 1
+            latest[event.workload] = len(groups)
+            groups.append((None, [event]))
+            sizes.append(len(event.payload))
             continue
         index = open_batch.get(subject)
+        size = len(event.payload) + 1  # and its comma
         if (
             index is None
             or latest.get(event.workload, -1) > index
-            or groups[index][2] + len(event.payload) + 1 > MAX_BATCH_BYTES
+            or sizes[index] + size > MAX_BATCH_BYTES
         ):
-            groups.append((subject, [], 2))
-            index = open_batch[subject] = len(groups) - 1
-        _, events, size = groups[index]
-        events.append(event)
-        groups[index] = (subject, events, size + len(event.payload) + 1)
+            index = open_batch[subject] = len(groups)
+            groups.append((subject, []))
+            sizes.append(2)  # the brackets
+        groups[index][1].append(event)
+        sizes[index] += size
         latest[event.workload] = index
-        copies.append((event.subject, event.payload, event.msg_id))
+        copies.append(event[:3])  # a plain tuple: subject, payload, message id
     wire: list[Wire] = []
-    for batch_on, events, _ in groups:
+    for batch_on, events in groups:
         if batch_on is None:
-            [single] = events
-            wire.append((single.subject, single.payload, single.msg_id))
+            wire.append(events[0][:3])
             continue
-        payload = b"[" + b",".join(event.payload for event in events) + b"]"
-        ids = b"\n".join(event.msg_id.encode() for event in events)
+        payload = b"[" + b",".join([event.payload for event in events]) + b"]"
+        ids = "\n".join([event.msg_id for event in events]).encode()
         digest = hashlib.blake2b(ids, digest_size=16).hexdigest()
         wire.append((batch_on, payload, f"b-{digest}"))
     return wire, copies
@@ -163,26 +175,54 @@ class RecentIds:
     through (handlers are idempotent for those, by uid and generation)."""
 
     def __init__(self, size: int = RECENT_IDS) -> None:
-        self.order: deque[str] = deque()
+        if size < 1:
+            raise ValueError(f"a consumer remembers at least one event id, not {size}")
+        # The ids remembered, oldest first, as the takes that brought them: a take's ids
+        # are remembered and forgotten by list and set operations, not one at a time.
+        self.order: deque[list[str]] = deque()
+        self.count = 0  # ids in ``order``
         self.ids: set[str] = set()
         self.size = size
 
     def firsts(self, events: list[AnyEvent]) -> list[AnyEvent]:
         """The events of ``events`` taken for the first time, in order, each remembered (the
-        oldest id forgotten past ``size``) before the next is judged; a repeat is logged."""
-        ids, order, size = self.ids, self.order, self.size
+        oldest id forgotten past ``size``) before the next is judged; a repeat is logged.
+
+        A take with no repeat (none of its ids remembered, none twice in it: every take but
+        a retried round's) is remembered at once and returned as it is: judged one by one,
+        each of its events would be taken and the same ids remembered."""
+        taken = [event.id for event in events]
+        unique = set(taken)
+        if len(unique) == len(taken) and self.ids.isdisjoint(unique):
+            if taken:
+                self._remember(taken, unique)
+            return events
         fresh: list[AnyEvent] = []
-        for event in events:
-            event_id = event.id
-            if event_id in ids:
+        for event, event_id in zip(events, taken, strict=True):
+            if event_id in self.ids:
                 log.info("repeat_dropped", event_id=event_id, workload=event.workload.key)
                 continue
-            if len(order) >= size:
-                ids.discard(order.popleft())
-            order.append(event_id)
-            ids.add(event_id)
+            self._remember([event_id], {event_id})
             fresh.append(event)
         return fresh
+
+    def _remember(self, taken: list[str], unique: set[str]) -> None:
+        """Remember ``taken`` (ids not remembered yet) and forget the oldest past ``size``."""
+        ids, order = self.ids, self.order
+        order.append(taken)
+        ids |= unique
+        self.count += len(taken)
+        while self.count > self.size:
+            excess = self.count - self.size
+            oldest = order[0]
+            if len(oldest) <= excess:
+                order.popleft()
+                ids.difference_update(oldest)
+                self.count -= len(oldest)
+            else:
+                ids.difference_update(oldest[:excess])
+                order[0] = oldest[excess:]
+                self.count -= excess
 
 
 @dataclass(slots=True)

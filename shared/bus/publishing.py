@@ -106,20 +106,22 @@ class Publishing(Connection):
     async def publish(self, event: Event) -> Ack:
         """Publish one event and wait for the stream to store it (retrying on timeout); an
         event of a batched family goes as a batch of one (with its copy)."""
-        prepared = self._prepared(event)
+        [prepared] = self._prepared([event])
         if not self.settings.batching:
             return await self.publish_raw(prepared.subject, prepared.payload, prepared.msg_id)
         [message], copies = batched([prepared])
         await self.publish_copies(copies)
         return await self.publish_raw(*message)
 
-    def _prepared(self, event: Event) -> Prepared:
-        """Subject, payload and message id of an event, stamped with this bus's lease term:
+    def _prepared(self, events: Sequence[Event]) -> list[Prepared]:
+        """Subject, payload and message id of each event, stamped with this bus's lease term:
         ``term``, and ``-t<term>`` on the id, so that a new leader's decision is never dropped
         as a copy of a deposed leader's void one (docs/events.md)."""
-        if self.term:
-            event = msgspec.structs.replace(event, term=self.term, id=f"{event.id}-t{self.term}")
-        return Prepared.of(event)
+        of, term = Prepared.of, self.term
+        if not term:
+            return [of(event) for event in events]
+        replace = msgspec.structs.replace
+        return [of(replace(event, term=term, id=f"{event.id}-t{term}")) for event in events]
 
     async def publish_copies(self, copies: Sequence[Wire]) -> None:
         """The per-workload copies of the events of batches about to be sent: each on its
@@ -129,11 +131,10 @@ class Publishing(Connection):
         comes after them in the per-workload view too. Sent after their batch's ack, a
         service's reaction could be stored before the copy of what it reacted to. Best effort:
         the batch is the record (docs/events.md "Batches")."""
+        publish = self.nc.publish  # the current client's, whichever it is at each copy
         try:
             for subject, payload, msg_id in copies:
-                await self.nc.publish(
-                    subject, payload, headers={"Nats-Msg-Id": msg_id, COPY_HEADER: "1"}
-                )
+                await publish(subject, payload, headers={"Nats-Msg-Id": msg_id, COPY_HEADER: "1"})
         except nats.errors.Error as error:
             log.warning("copies_unsent", count=len(copies), error=repr(error))
 
@@ -184,11 +185,11 @@ class Publishing(Connection):
     async def send_many(self, events: Sequence[Event]) -> SentEvents:
         """Send the batch of :meth:`publish_many` and return at once: the caller may send
         more (key updates) before it awaits ``settle()``, one round trip for all."""
-        prepared = [self._prepared(e) for e in events]
+        prepared = self._prepared(events)
         if self.settings.batching:
             wire, copies = batched(prepared)
         else:
-            wire, copies = [(p.subject, p.payload, p.msg_id) for p in prepared], []
+            wire, copies = [p[:3] for p in prepared], []  # subject, payload, message id
         await self.publish_copies(copies)
         futures = await self.acks.send_many(
             [(subject, payload, {"Nats-Msg-Id": msg_id}) for subject, payload, msg_id in wire]
