@@ -5,16 +5,20 @@ each is let go once turned into its events)."""
 from __future__ import annotations
 
 import time
+from typing import cast
 
+import msgspec
 import pytest
 
+from services.admission import decisions
 from services.admission.decisions import Decisions
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
-from services.admission.model import Inadmissible
+from services.admission.model import Admission, Inadmissible
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.workload_objects import WorkloadRecord
-from shared.events import Event, WorkloadAdmitted, WorkloadPending
+from shared.events import Event, WorkloadAdmitted, WorkloadPending, WorkloadRef
+from tests.conftest import captured_logs
 from tests.test_scheduler import scheduler, simple, wl
 
 # (reason, cpu per workload of a, b, c in a 4-cpu queue, the events' kinds and workloads)
@@ -74,3 +78,87 @@ def test_a_report_is_given_its_id_when_published(
     ids = [e.id for e in [*first, released, *reports]]
     assert all(len(i) > 0 for i in ids) and len(set(ids)) == len(ids), reason
     assert all(len(e.id) == 32 and int(e.id, 16) for e in reports), reason  # a UUID's hex
+
+
+# (reason, the admission's deadline from now in s or None, its weighted share, the line's
+# keys after component, in order)
+_ADMITTED_KEYS = ["workload", "queue", "reason", "priority", "generation", "waited_s"]
+LINES: list[tuple[str, float | None, int | None, list[str]]] = [
+    ("a plain admission", None, None, _ADMITTED_KEYS),
+    ("fair sharing: its share after the wait", None, 7, [*_ADMITTED_KEYS, "weighted_share"]),
+    ("a deadline passed: late_s last", -2.0, None, [*_ADMITTED_KEYS, "late_s"]),
+    ("a deadline not passed: late_s 0", 60.0, None, [*_ADMITTED_KEYS, "late_s"]),
+    ("both: the share, then late_s", -2.0, 3, [*_ADMITTED_KEYS, "weighted_share", "late_s"]),
+]
+
+
+@pytest.mark.parametrize(("reason", "due", "share", "keys"), LINES, ids=[c[0] for c in LINES])
+def test_an_admissions_line(
+    reason: str, due: float | None, share: int | None, keys: list[str]
+) -> None:
+    """One line per admission: workload, queue, reason, then what it was admitted with, in
+    this order (tools read the JSON by key; people read the order)."""
+    s = scheduler(simple(cpu=4), wl("a", cpu="1", t=0))
+    (decided,) = s.schedule()
+    assert isinstance(decided, Admission), reason
+    wall = time.time()
+    decision = msgspec.structs.replace(
+        decided,
+        queue_time=wall - 5.0,
+        due=None if due is None else wall + due,
+        weighted_share=share,
+    )
+    made = Decisions(s, {}, Gates(), ExecutionLimits(), PendingThrottle(1.0))
+    with captured_logs(decisions) as logs:
+        (event,) = made.events([decision], [])
+    assert isinstance(event, WorkloadAdmitted), reason
+    (line,) = logs
+    assert list(line) == ["component", *keys, "event", "log_level"], reason
+    assert (line["event"], line["workload"], line["queue"]) == ("admitted", "default/a", "cq")
+    assert (line["reason"], line["generation"]) == ("fits", event.generation), reason
+    assert 5.0 <= line["waited_s"] < 6.0, reason
+    assert line.get("weighted_share") == share, reason
+    if due is not None:
+        assert line["late_s"] == (0.0 if due > 0 else pytest.approx(2.0, abs=0.5)), reason
+
+
+# (reason, the contested resources of two reports, whether they share one list)
+CONTESTED: list[tuple[str, list[tuple[tuple[str, str, int], ...]], bool]] = [
+    ("none: the one empty list", [(), ()], True),
+    ("the same: one list", [(("f", "cpu", 1000),), (("f", "cpu", 1000),)], True),
+    ("another amount: its own", [(("f", "cpu", 1000),), (("f", "cpu", 2000),)], False),
+    ("another flavor: its own", [(("f", "cpu", 1000),), (("g", "cpu", 1000),)], False),
+]
+
+
+@pytest.mark.parametrize(
+    ("reason", "contested", "shared"), CONTESTED, ids=[c[0] for c in CONTESTED]
+)
+def test_a_reports_contested_resources(
+    reason: str, contested: list[tuple[tuple[str, str, int], ...]], shared: bool
+) -> None:
+    """A published report says what it contests, as the decision had it; reports that
+    contest alike share one list (never written), others have their own. Published at once
+    (preemption may help), each logged: workload, queue, reason, message."""
+    s = scheduler(simple(cpu=4))
+    made = Decisions(s, {}, Gates(), ExecutionLimits(), PendingThrottle(1.0))
+    asked = [
+        Inadmissible(WorkloadRef("ns", n, f"uid-{n}"), "cq", "Why", "msg", True, (), c)
+        for n, c in zip("ab", contested, strict=True)
+    ]
+    with captured_logs(decisions) as logs:
+        reports = made.events(list(asked), [])
+    assert [e.workload.name for e in reports] == ["a", "b"], reason
+    for report, c in zip(reports, contested, strict=True):
+        assert isinstance(report, WorkloadPending), reason
+        assert [(r.flavor, r.resource, r.amount) for r in report.contested] == list(c), reason
+    first, second = (cast(WorkloadPending, r).contested for r in reports)
+    assert (first is second) == shared, reason
+    assert [(x["event"], x["workload"], x["queue"], x["reason"]) for x in logs] == [
+        ("pending", "ns/a", "cq", "Why"),
+        ("pending", "ns/b", "cq", "Why"),
+    ], reason
+    assert all(
+        list(x) == ["component", "workload", "queue", "reason", "message", "event", "log_level"]
+        for x in logs
+    ), reason

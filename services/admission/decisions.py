@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
 from services.admission import metrics
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
+from services.admission.interning import kept_once
 from services.admission.model import Admission, Decision, Inadmissible
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Scheduler
@@ -38,6 +40,7 @@ log = get_logger("admission")
 # The contested resources of a pending report that has none: one list, never written (a
 # pass can report most of a million pending workloads; each would have had its own list).
 _NONE_CONTESTED: list[ContestedResource] = []
+_CONTESTED: dict[tuple[tuple[str, str, int], ...], list[ContestedResource]] = {}
 
 # A pending workload's message alone (its numbers) is republished at most this often.
 PENDING_MESSAGE_INTERVAL_S = 1.0
@@ -68,13 +71,16 @@ class Decisions:
         wall = time.time()  # queue times and deadlines are epoch seconds
         decided_at = datetime.now(UTC)  # one moment for the pass's events (records share it)
         stamp = decided_at.timestamp()
+        logger = log.bind()  # the module's logger as configured, looked up once per pass
+        records, offer = self.records, self.pending_throttle.offer
         decisions.reverse()  # taken from the end: in their order
         while decisions:
             decision = decisions.pop()
-            record = self.records.get(decision.ref.uid)
-            if isinstance(decision, Admission):
-                outgoing.append(self._admitted(decision, record, wall, decided_at, stamp))
-            elif isinstance(decision, Inadmissible):
+            record = records.get(decision.ref.uid)
+            if type(decision) is Admission:
+                outgoing.append(self._admitted(decision, record, wall, decided_at, stamp, logger))
+            elif type(decision) is Inadmissible:
+                contested = decision.contested
                 pending = WorkloadPending(
                     id="",  # given one if published now: a held report never goes out as is
                     source="admission",
@@ -84,18 +90,14 @@ class Decisions:
                     message=decision.message,
                     priority=self.scheduler.preempting_priority(decision.ref),
                     preemption_may_help=decision.preemption_may_help,
-                    contested=[
-                        ContestedResource(f, r, amount) for f, r, amount in decision.contested
-                    ]
-                    if decision.contested
-                    else _NONE_CONTESTED,
+                    contested=_contested(contested) if contested else _NONE_CONTESTED,
                     time=decided_at,
                 )
                 if record is not None:
                     record.on_pending(pending)  # what `berth get` shows is never held back
-                if self.pending_throttle.offer(pending, now):
+                if offer(pending, now):
                     pending = msgspec.structs.replace(pending, id=new_event_id())
-                    log_pending(pending)
+                    log_pending(pending, logger)
                     outgoing.append(pending)
         return outgoing
 
@@ -106,19 +108,21 @@ class Decisions:
         wall: float,
         at: datetime,
         stamp: float,
+        logger: Any,
     ) -> WorkloadAdmitted:
         """The admission's event (``at`` the pass's moment, ``stamp`` its epoch seconds),
-        applied to its record, counted and logged."""
-        self.pending_throttle.forget(decision.ref.uid)
-        generation = self.scheduler.generation(decision.ref)
+        applied to its record, counted and logged (by ``logger``: the pass's)."""
+        ref = decision.ref
+        self.pending_throttle.forget(ref.uid)
+        generation = self.scheduler.generation(ref)
         event = WorkloadAdmitted(
-            id=f"admitted-{decision.ref.uid}-{generation}",
+            id=f"admitted-{ref.uid}-{generation}",
             source="admission",
-            workload=decision.ref,
+            workload=ref,
             cluster_queue=decision.cluster_queue,
             local_queue=decision.local_queue,
             # With its ageing boost: a recovered job is not the first victim again.
-            priority=self.scheduler.effective_priority(decision.ref),
+            priority=self.scheduler.effective_priority(ref),
             assignments=decision.assignments,
             generation=generation,
             time=at,
@@ -126,35 +130,46 @@ class Decisions:
         event = self.gates.reserve(event)  # waits for its admission checks, if any
         if record is not None:
             record.on_admitted(event)
-        self.limits.admitted(decision.ref.uid, stamp)  # event.time is the pass's moment
+        self.limits.admitted(ref.uid, stamp)  # event.time is the pass's moment
         waited = max(0.0, wall - decision.queue_time)
         late = None if decision.due is None else max(0.0, wall - decision.due)
         metrics.admitted(
             cluster_queue=decision.cluster_queue,
-            namespace=decision.ref.namespace,
+            namespace=ref.namespace,
             local_queue=decision.local_queue,
             waited=waited,
             late=bool(late),
             reserved_only=event.reserved_only,
         )
-        fields = {
-            "workload": decision.ref.key,
-            "queue": decision.cluster_queue,
-            "reason": "fits",
-            "priority": decision.priority,
-            "generation": generation,
-            "waited_s": round(waited, 3),
-        }
+        extra: dict[str, Any] = {}  # fair sharing's share, a deadline's lateness: after
         if decision.weighted_share is not None:
-            fields["weighted_share"] = decision.weighted_share
+            extra["weighted_share"] = decision.weighted_share
         if late is not None:
-            fields["late_s"] = round(late, 3)
-        log.info("reserved" if event.reserved_only else "admitted", **fields)
+            extra["late_s"] = round(late, 3)
+        logger.info(
+            "reserved" if event.reserved_only else "admitted",
+            workload=ref.key,
+            queue=decision.cluster_queue,
+            reason="fits",
+            priority=decision.priority,
+            generation=generation,
+            waited_s=round(waited, 3),
+            **extra,
+        )
         return event
 
 
-def log_pending(event: WorkloadPending) -> None:
-    log.info(
+def _contested(contested: tuple[tuple[str, str, int], ...]) -> list[ContestedResource]:
+    """A pending report's contested resources, one list per distinct tuple of them, shared
+    by the reports that contest alike and never written (as :data:`_NONE_CONTESTED`)."""
+    return kept_once(
+        _CONTESTED, contested, lambda: [ContestedResource(f, r, n) for f, r, n in contested]
+    )
+
+
+def log_pending(event: WorkloadPending, logger: Any = None) -> None:
+    """A pending report's line (``logger``: a pass's bound logger, or the module's)."""
+    (log if logger is None else logger).info(
         "pending",
         workload=event.workload.key,
         queue=event.cluster_queue,

@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from nats.js import JetStreamContext
 
 from services.admission import metrics, validation
+from services.admission.activation import INACTIVE, Activity, queued
 from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
-from services.admission.activation import Activity, queued
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
 from services.admission.config_settling import ConfigSettling
@@ -157,19 +157,24 @@ class AdmissionService:
         # Admission fair sharing's consumption counts from when a fact happened, so a replay
         # after a restart rebuilds the LocalQueues' history: the clock stops at each event.
         clock = self.scheduler.clock = _StoppedClock()
+        deciding = self.deciding
         for event in events:
+            if type(event) is WorkloadPending and deciding and _own_echo(event):
+                continue  # changes nothing (_own_echo)
+            kind = type(event)  # set lookups, cheaper than isinstance misses on every event
             ref = event.workload
             record = self.records.get(ref.uid)
             # A known workload's identity was checked when its submission was folded.
             known = None if record is None else record.ref
-            if validation.refused(event, known):  # logged and counted; never in the books
+            # Only facts with quantities are judged; a refused one is logged and counted,
+            # never in the books.
+            if kind in validation.CHECKED and validation.refused(event, known):
                 continue
             at = clock.moment = event.time.timestamp()
             self.bounds.apply(event)  # each waiting workload's starvation bound
             ready_since = self.gates.apply(event)  # admission checks, pods ready, backoffs
             if ready_since is not None and record is not None and self.deciding:
                 self._pods_ready(record, at, ready_since)
-            kind = type(event)  # set lookups, cheaper than isinstance misses on every event
             if type(event) is WorkloadPodsReady and record is not None:  # narrows for mypy
                 record.on_pods_ready(event)  # Kueue's PodsReady condition
             self.activity.echoed(event)
@@ -410,6 +415,16 @@ class AdmissionService:
         changed) changes nothing."""
         await self.bus.publish_many(events)
         self._apply([event for event in events if isinstance(event, WorkloadAdmitted)])
+
+
+def _own_echo(event: WorkloadPending) -> bool:
+    """A pending report this replica published while deciding, back from the stream: its
+    fold changes nothing, so the deciding leader skips it. Its record took the report when
+    it was decided (decisions.py); no other part folds a WorkloadPending (validation, the
+    gates, the ageing bounds: not among their folded types) but the scheduler, for
+    preemption's reports (``no_victims``), and :meth:`Activity.echoed`, for an inactive
+    workload's announcement (reason ``Inactive``: folded as any report)."""
+    return event.source == "admission" and event.reason != INACTIVE
 
 
 class _StoppedClock:

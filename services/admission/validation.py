@@ -24,12 +24,12 @@ from shared.logging import get_logger
 from shared.names import name_problem, show
 from shared.quantities import MAX_MILLI
 
-__all__ = ["Refusal", "refusal", "refused"]
+__all__ = ["CHECKED", "Refusal", "refusal", "refused"]
 
 log = get_logger("admission.validation")
 
 
-_CHECKED = frozenset({WorkloadSubmitted, WorkloadAdmitted})  # the facts with quantities
+CHECKED = frozenset({WorkloadSubmitted, WorkloadAdmitted})  # the facts with quantities
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ def refusal(event: AnyEvent, known: WorkloadRef | None = None) -> Refusal | None
     record of it). A fact whose workload equals it has the same, valid, names: they are not
     judged again (the queue and the quantities still are).
     """
-    if type(event) not in _CHECKED or not isinstance(event, WorkloadSubmitted | WorkloadAdmitted):
+    if type(event) not in CHECKED or not isinstance(event, WorkloadSubmitted | WorkloadAdmitted):
         return None  # the set first: isinstance misses cost more than a set lookup
     ref = event.workload
     if known is None or ref != known:
