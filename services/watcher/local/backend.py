@@ -25,11 +25,13 @@ from nats.js.kv import KeyValue
 from services.watcher import reporting
 from services.watcher.backend import COMMAND_SUBJECTS
 from services.watcher.command_order import create_stands
+from services.watcher.local.announcing import gather_for
 from services.watcher.local.finishes import TERMINAL_PHASES, unreported_finish
 from services.watcher.local.grouping import PodGroups
 from services.watcher.local.objects import find_object, read_object, read_status, read_workload
 from services.watcher.local.runs import Runs
 from services.watcher.local.simulated import Simulated
+from services.watcher.local.spec_memo import SpecMemo
 from services.watcher.local.statuses import StatusStore
 from services.watcher.logs_api import serve_logs
 from shared.bus import OBJECTS_BUCKET, STATUS_BUCKET, BucketWatch, KeyExists, Settling, live_value
@@ -66,6 +68,7 @@ class LocalBackend:
         self.announcing: set[str] = set()  # uids of the batch's announcements not yet flushed
         self.kv: KeyValue | None = None
         self.groups = PodGroups()  # pod groups' members, until each is one PodGroup object
+        self.specs = SpecMemo()  # specs of the objects read lately (spec_memo.py)
         # Finished runs found at start whose report may be missing (finishes.py).
         self.unreported: list[tuple[str, dict[str, Any]]] = []
 
@@ -118,6 +121,8 @@ class LocalBackend:
         announcements: list[tuple[WorkloadSubmitted, str]] = []
         for entry in entries:
             await self._observe(entry, initial=False, announcements=announcements)
+        if wait := gather_for(len(announcements)):
+            await asyncio.sleep(wait)  # the objects arriving meanwhile join the next batch
         await self._flush_announcements(announcements)
 
     async def _observe(
@@ -137,7 +142,7 @@ class LocalBackend:
                 await self.store.forget(entry.key)
                 await self.groups.deleted(self.kv, self.objects, obj)  # see grouping.py
             return
-        read = read_workload(entry.key, value)
+        read = read_workload(entry.key, value, self.specs)
         if isinstance(read, str):  # no poison pill: dead-lettered, skipped, the watch goes on
             await self._dead_letter(OBJECTS_BUCKET, entry, read, value)
             return

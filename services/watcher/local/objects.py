@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from services.watcher.local.spec_memo import SpecMemo
 from shared.events import WorkloadRef
 from shared.workloads import (
     WorkloadError,
@@ -26,19 +27,22 @@ def read_object(key: str, value: bytes) -> dict[str, Any] | str:
     return read if isinstance(read, str) else read[0]
 
 
-def read_workload(key: str, value: bytes) -> tuple[dict[str, Any], WorkloadSpec] | str:
+def read_workload(
+    key: str, value: bytes, specs: SpecMemo | None = None
+) -> tuple[dict[str, Any], WorkloadSpec] | str:
     """The workload stored under ``key`` and its spec, or why it cannot be one.
 
     The rule: the value is a JSON Job, Pod or RayJob that :func:`workload_spec` accepts,
     whose name, namespace, uid and creation time pass :func:`check_identity`, stored under
     the key its namespace and name make (so a decision about it finds it, and nothing
     derived from its name can point elsewhere). The spec is returned so that announcing
-    the workload does not read the object a second time.
+    the workload does not read the object a second time; with ``specs``, a spec an equal
+    object gave is taken from there (:meth:`SpecMemo.spec` says when).
     """
     try:
         obj = msgspec.json.decode(value)
         ref = check_identity(obj)
-        spec = workload_spec(obj)
+        spec = workload_spec(obj) if specs is None else specs.spec(obj)
     except msgspec.DecodeError as error:
         return f"not JSON: {error}"
     except WorkloadError as error:
