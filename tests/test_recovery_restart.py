@@ -45,12 +45,34 @@ def at(seconds: float) -> datetime:
 
 
 async def start_recovery(nats_url: str, data_dir: Path) -> tuple[Runtime, asyncio.Task[None]]:
+    _, runtime, task = await start_service(nats_url, data_dir)
+    return runtime, task
+
+
+async def start_service(
+    nats_url: str, data_dir: Path
+) -> tuple[RecoveryService, Runtime, asyncio.Task[None]]:
+    """Recovery running in process, ready (its waits read back, its consumer made)."""
     bus = await Bus.connect(nats_url, source="recovery", auth=bus_auth(nats_url))
     runtime = Runtime(name="recovery", bus=bus, data_dir=str(data_dir))
-    task = asyncio.create_task(RecoveryService(runtime).run())
+    service = RecoveryService(runtime)
+    task = asyncio.create_task(service.run())
     async with asyncio.timeout(10):
         await runtime.ready.wait()
-    return runtime, task
+    return service, runtime, task
+
+
+async def configured(nats_url: str) -> Bus:
+    """A connection (as admission) to the server, its stream made and ``CONFIG`` applied."""
+    bus = await Bus.connect(nats_url, source="admission", auth=bus_auth(nats_url))
+    await bus.ensure_stream()
+    config = await bus.kv(CONFIG_BUCKET)
+    for kind, name, namespace, spec in CONFIG:
+        metadata = {"name": name} | ({"namespace": namespace} if namespace else {})
+        document = {"apiVersion": "berth.dev/v1alpha1" if "Policy" in kind else V1,
+                    "kind": kind, "metadata": metadata, "spec": spec}  # fmt: skip
+        await config.put(config_key(kind, name, namespace), msgspec.json.encode(document))
+    return bus
 
 
 async def stop_recovery(runtime: Runtime, task: asyncio.Task[None]) -> None:
@@ -92,14 +114,7 @@ async def test_a_restarted_recovery_keeps_a_plain_workloads_clock(
     the clock it had (not from the eviction, where a clock counted from this wait alone would
     start, nor not at all, as a recovery that only knows what its durable consumer delivers
     after the restart)."""
-    bus = await Bus.connect(nats_url, source="admission", auth=bus_auth(nats_url))
-    await bus.ensure_stream()
-    config = await bus.kv(CONFIG_BUCKET)
-    for kind, name, namespace, spec in CONFIG:
-        metadata = {"name": name} | ({"namespace": namespace} if namespace else {})
-        document = {"apiVersion": "berth.dev/v1alpha1" if "Policy" in kind else V1,
-                    "kind": kind, "metadata": metadata, "spec": spec}  # fmt: skip
-        await config.put(config_key(kind, name, namespace), msgspec.json.encode(document))
+    bus = await configured(nats_url)
     created = time.time() - 120
     pod_sets = [PodSet(name="main", count=1, requests={"cpu": 2000})]
     await bus.publish_many([

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 import msgspec
+from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from services.recovery import lifecycle, metrics
@@ -37,7 +39,7 @@ from services.recovery.waiting import (
     earlier_totals,
     least_reserve_after,
 )
-from shared.bus import API_SUBJECT, JOBS_BUCKET, KeyExists, KeyNotFound, Served
+from shared.bus import API_SUBJECT, JOBS_BUCKET, BusError, KeyExists, KeyNotFound, Served
 from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import dead_letters
@@ -68,14 +70,29 @@ __all__ = ["LaunchRequest", "RecoveryService"]
 
 log = get_logger("recovery")
 
-# What its consumer is sent: every workload fact a wait needs and WorkloadStarted (a managed
-# job's moves it along; _on_events skips the others'); never pod readiness.
-SUBJECTS = [
-    *(f"berth.wl.{verb}.>" for verb in sorted(WAIT_VERBS | {"started"})),
+# What its consumer is always sent: every workload fact a wait needs, admission's admitted
+# and pending decisions; starts only while a managed job is under way (subjects_for).
+WAIT_SUBJECTS = (
+    *(f"berth.wl.{verb}.>" for verb in sorted(WAIT_VERBS)),
     "berth.cq.*.admitted.>",
     "berth.cq.*.pending.>",
-]
+)
+STARTS = "berth.wl.started.>"
 AGEING_TICK_SECONDS = 1.0
+
+
+def subjects_for(jobs: Iterable[ManagedJob]) -> list[str]:
+    """What recovery's consumer is sent: every fact a wait needs, and ``WorkloadStarted``
+    only while some managed job is not done.
+
+    Why: a start moves only a managed job's attempt along (STARTING -> RUNNING); no wait
+    reads it, so with no job under way every workload's start was decoded only to be
+    dropped. A job asks for its workloads (``CreateWorkload``) only while it is not done, and
+    its first is asked for after the consumer follows starts again (``RecoveryService._launch``),
+    so none of its starts is stored before they are followed."""
+    if any(not job.done for job in jobs):
+        return [*WAIT_SUBJECTS, STARTS]
+    return list(WAIT_SUBJECTS)
 
 
 class LaunchTask(msgspec.Struct, rename="camel"):
@@ -116,6 +133,8 @@ class RecoveryService:
         self.reservations = Reservations()
         self.announced: dict[str, tuple[int, bool]] = {}  # attempt uid -> (boost, reserved)
         self.waits = Waits()  # every workload's wait: each ages (docs/ageing.md)
+        self.subscription: JetStreamContext.PullSubscription | None = None
+        self.following: list[str] = []  # what its consumer is sent (subjects_for)
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -126,9 +145,11 @@ class RecoveryService:
         waits = await self.bus.replay_once(WAIT_HISTORY, self._rebuild)
         self.announced = {u: a for u, a in self.announced.items() if u in self.waits.waits}
         log.info("waits_rebuilt", events=waits, waiting=len(self.waits.waits))
-        # Every workload's events: its wait ages; a start of a workload no job owns is
-        # skipped by _on_events.
-        subscription = await self.bus.durable_subscription("recovery", SUBJECTS)
+        # Every workload's events: its wait ages; starts while a job is under way, and of
+        # those a start of a workload no job owns is skipped by _on_events.
+        self.following = subjects_for(self.jobs.values())
+        subscription = await self.bus.durable_subscription("recovery", self.following)
+        self.subscription = subscription
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")
         lag = sample_consumer_lag(self.runtime, consumer="recovery")  # its durable consumer
@@ -240,6 +261,17 @@ class RecoveryService:
                 reason=event.message,
             )
 
+    async def _follow(self) -> None:
+        """Refilter the consumer if what it should be sent (``subjects_for``) changed; raises
+        ``BusError`` if that fails (the consumer is then sent what it was)."""
+        wanted = subjects_for(self.jobs.values())
+        if wanted == self.following or self.subscription is None:
+            return
+        await self.bus.refilter(self.subscription, wanted)
+        why = "a managed job is under way" if STARTS in wanted else "no managed job under way"
+        log.info("consumer_follows", workload="", queue="", starts=STARTS in wanted, reason=why)
+        self.following = wanted
+
     # --- ageing ---------------------------------------------------------------------------
 
     async def _age(self) -> None:
@@ -253,6 +285,10 @@ class RecoveryService:
                 continue  # its lease is suspended: no decisions until it is renewed
             async with self.lock:
                 await self._publish_boosts(time.time())
+                try:
+                    await self._follow()  # the last job ended: starts are no longer read
+                except BusError as error:  # still sent starts: more read than needed
+                    log.warning("refilter_failed", workload="", queue="", reason=str(error))
 
     async def _publish_boosts(self, now: float) -> None:
         policies = self.config.of_kind(ClusterQueuePolicy)
@@ -399,6 +435,7 @@ class RecoveryService:
             else:
                 events = lifecycle.first_attempt(job, now)
             self._index(job)
+            await self._follow()  # its attempt's start must reach the consumer
             await self._save([job])  # stored before anything else: an accepted job is never lost
             await self.bus.publish_many(events)
             for event in events:

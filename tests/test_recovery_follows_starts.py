@@ -1,0 +1,128 @@
+"""Recovery reads workloads' starts only while a managed job is under way
+(services/recovery/service.py ``subjects_for``): a start moves only a managed job along, so
+with none under way every start was decoded to be dropped. The table pins the rule; the
+stack test runs recovery in process on a real nats-server and follows its durable consumer's
+filters through a job's launch, run and end, and a restart with a job under way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from services.recovery.service import (
+    STARTS,
+    WAIT_SUBJECTS,
+    LaunchRequest,
+    subjects_for,
+)
+from shared.bus import STREAM, Bus
+from shared.events import WorkloadAdmitted, WorkloadFinished, WorkloadRef, WorkloadStarted
+from shared.jobs import JobStatus, ManagedJob
+from tests.test_recovery_restart import configured, start_service, stop_recovery
+from tests.test_watcher_contract import until
+
+S = JobStatus
+
+
+@dataclass(frozen=True)
+class Case:
+    why: str
+    statuses: Sequence[JobStatus]  # one managed job per status
+    starts: bool  # whether its consumer is sent starts
+
+
+CASES = [
+    Case("No managed job: no start matters to recovery", [], False),
+    Case("Only jobs that ended: their workloads' starts change nothing",
+         [S.SUCCEEDED, S.FAILED, S.CANCELLED, S.FAILED_SETUP, S.FAILED_PRECHECKS,
+          S.FAILED_CONTROLLER], False),
+    Case("A pending job's attempt will start: STARTING -> RUNNING needs it", [S.PENDING], True),
+    Case("An admitted job waits for its start", [S.SUCCEEDED, S.STARTING], True),
+    Case("A running job's start may come again (a redelivery): still followed", [S.RUNNING], True),
+    Case("A recovering job's next run starts too", [S.FAILED, S.RECOVERING], True),
+    Case("A cancelling job is not done until its workload is gone", [S.CANCELLING], True),
+]  # fmt: skip
+
+
+def _job(number: int, status: JobStatus) -> ManagedJob:
+    return ManagedJob(id=number, name=f"j{number}", namespace="ns", resources="1x[CPU:1]",
+                      submitted_at=0.0, status=status)  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.why for c in CASES])
+def test_starts_are_followed_only_while_a_job_is_under_way(case: Case) -> None:
+    subjects = subjects_for(_job(n, status) for n, status in enumerate(case.statuses))
+    assert subjects[: len(WAIT_SUBJECTS)] == list(WAIT_SUBJECTS)  # every wait's facts, always
+    assert (STARTS in subjects) == case.starts
+
+
+# --- on a real nats-server ----------------------------------------------------------------------
+
+
+async def _sent_starts(bus: Bus) -> bool:
+    """Whether nats-server sends the durable consumer `recovery` the workloads' starts."""
+    info = await bus.js.consumer_info(STREAM, "recovery")
+    return any("started" in subject for subject in info.config.filter_subjects or [])
+
+
+async def _status(job: ManagedJob, status: JobStatus) -> bool:
+    return job.status == status
+
+
+async def test_a_jobs_start_is_read_and_starts_are_dropped_once_it_ended(
+    nats_url: str, tmp_path: Path
+) -> None:
+    bus = await configured(nats_url)
+    service, runtime, task = await start_service(nats_url, tmp_path / "first")
+    try:
+        assert not await _sent_starts(bus), "no job: no starts sent"
+        template = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {}, "spec": {}}
+        reply = await service._launch(LaunchRequest(name="train", namespace="ns",
+                                                    template=template, resources="1x[CPU:1]",
+                                                    queue_name="lq"))  # fmt: skip
+        job = service.jobs[reply["id"]]
+        assert job.status == JobStatus.PENDING and await _sent_starts(bus), "followed at launch"
+        attempt = job.current
+        assert attempt is not None
+        ref = WorkloadRef("ns", attempt.name, attempt.uid)
+        await bus.publish_many([
+            WorkloadAdmitted(source="admission", workload=ref, cluster_queue="cq",
+                             local_queue="lq", priority=0, assignments=[], generation=1),
+        ])  # fmt: skip
+        await until(lambda: _status(job, JobStatus.STARTING), "the job was admitted")
+        started = WorkloadStarted(source="watcher", workload=ref, generation=1)
+        await bus.publish_many([started])
+        await until(lambda: _status(job, JobStatus.RUNNING), "its start reached recovery")
+        await bus.publish_many([WorkloadFinished(source="watcher", workload=ref, generation=1,
+                                                 succeeded=True)])  # fmt: skip
+        await until(lambda: _status(job, JobStatus.SUCCEEDED), "the job ended")
+        await until(lambda: _no_starts(bus), "starts dropped after the last job ended")
+    finally:
+        await stop_recovery(runtime, task)
+    # A restart with a job under way follows starts from its first read.
+    await _relaunch_and_restart(nats_url, tmp_path, bus)
+    await bus.close()
+
+
+async def _no_starts(bus: Bus) -> bool:
+    return not await _sent_starts(bus)
+
+
+async def _relaunch_and_restart(url: str, tmp_path: Path, bus: Bus) -> None:
+    service, runtime, task = await start_service(url, tmp_path / "second")
+    try:
+        assert not await _sent_starts(bus), "the jobs it loaded all ended: no starts"
+        template = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {}, "spec": {}}
+        await service._launch(LaunchRequest(name="again", namespace="ns", template=template,
+                                            resources="1x[CPU:1]", queue_name="lq"))  # fmt: skip
+    finally:
+        await stop_recovery(runtime, task)
+    await bus.js.delete_consumer(STREAM, "recovery")  # it starts afresh: filters from its jobs
+    _, runtime, task = await start_service(url, tmp_path / "third")
+    try:
+        assert await _sent_starts(bus), "a job under way at start: starts followed at once"
+    finally:
+        await stop_recovery(runtime, task)
