@@ -17,9 +17,13 @@ from services.admission.pods_ready import (
 )
 from shared.admission_checks import RequeuingStrategy, WaitForPodsReady
 from shared.events import (
+    AnyEvent,
     EvictionRequested,
     WorkloadAdmitted,
+    WorkloadDeleted,
     WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPending,
     WorkloadPodsReady,
     WorkloadRef,
 )
@@ -497,3 +501,113 @@ def test_order_time_from_events(
                 )
             )
     assert clock.order_time(REF.uid, 1.0) == expected, case
+
+
+def _readiness(generation: int, ready: bool = True, at: float = 5.0) -> WorkloadPodsReady:
+    return WorkloadPodsReady(
+        source="watcher",
+        workload=REF,
+        generation=generation,
+        ready=ready,
+        time=datetime.fromtimestamp(at, UTC),
+    )
+
+
+def _folded_state(clock: PodsReadyClock) -> tuple[object, ...]:
+    """Everything the clock keeps for REF, by kind of state."""
+    uid = REF.uid
+    waiting, ready = clock.waiting.get(uid), clock.ready.get(uid)
+    return (
+        None if waiting is None else (waiting.generation, waiting.at, waiting.lost_at),
+        None if ready is None else (ready.generation, ready.at, ready.lost_at),
+        clock.generations.get(uid),
+        clock.evictions.get(uid),
+        clock.requeued.get(uid),
+        len(clock.deadlines),
+        len(clock.recoveries),
+    )
+
+
+_EVICT = EvictionRequested(
+    source="admission",
+    workload=REF,
+    cluster_queue="cq",
+    generation=1,
+    reason="PodsReadyTimeout",
+    requeue_at=datetime.fromtimestamp(20.0, UTC),
+    time=datetime.fromtimestamp(11.0, UTC),
+)
+_EVICTED = WorkloadEvicted(
+    source="watcher", workload=REF, generation=1, reason="Preempted", time=_EVICT.time
+)
+_FINISHED = WorkloadFinished(source="watcher", workload=REF, generation=1, succeeded=True)
+_DELETED = WorkloadDeleted(source="watcher", workload=REF)
+_PENDING = WorkloadPending(
+    source="admission", workload=REF, cluster_queue="cq", reason="r", message="m"
+)
+_STARTED = (None, (1, 0.0, None), 1, None, None, 1, 0)  # admitted at 0, pods ready
+
+# (the events folded, what apply returned for the last, the state after, why): one case per
+# kind of event the clock folds, and one it does not
+FOLDS: list[tuple[list[AnyEvent], float | None, tuple[object, ...], str]] = [
+    ([_admitted(1, 0.0)], None, ((1, 0.0, None), None, 1, None, None, 1, 0), "admitted: clock"),
+    (
+        [_admitted(1, 0.0, reserved_only=True)],
+        None,
+        (None, None, None, None, None, 0, 0),
+        "only reserved: no clock, nothing kept",
+    ),
+    (
+        [_admitted(1, 0.0), _readiness(1)],
+        0.0,
+        _STARTED,
+        "first ready: returns the admission's time",
+    ),
+    (
+        [_admitted(1, 0.0), _readiness(2)],
+        None,
+        ((1, 0.0, None), None, 1, None, None, 1, 0),
+        "another generation's ready: ignored",
+    ),
+    (
+        [_admitted(1, 0.0), _readiness(1), _readiness(1, ready=False, at=7.0)],
+        None,
+        ((1, 0.0, 7.0), None, 1, None, None, 1, 1),
+        "readiness lost: waiting again, a recovery clock",
+    ),
+    (
+        [_admitted(1, 0.0), _EVICT],
+        None,
+        (None, None, 1, ("PodsReadyTimeout", 11.0, 1), {1}, 1, 0),
+        "eviction requested: left, its reason kept, a requeue counted",
+    ),
+    (
+        [_admitted(1, 0.0), _EVICTED],
+        None,
+        (None, None, 1, ("Preempted", 11.0, 1), None, 1, 0),
+        "evicted unasked: left, its reason kept",
+    ),
+    (
+        [_admitted(1, 0.0), _readiness(1), _FINISHED],
+        None,
+        (None, None, 1, None, None, 1, 0),
+        "done",
+    ),
+    (
+        [_admitted(1, 0.0), _EVICT, _DELETED],
+        None,
+        (None, None, None, None, None, 1, 0),
+        "deleted: nothing of it kept",
+    ),
+    ([_admitted(1, 0.0), _readiness(1), _PENDING], None, _STARTED, "a kind it does not fold"),
+]
+
+
+@pytest.mark.parametrize(("events", "returned", "state", "why"), FOLDS, ids=[f[3] for f in FOLDS])
+def test_each_kind_of_event_folded(
+    events: list[AnyEvent], returned: float | None, state: tuple[object, ...], why: str
+) -> None:
+    clock = _clock()
+    answers = [clock.apply(event) for event in events]
+    assert answers[-1] == returned, why
+    assert _folded_state(clock) == state, why

@@ -206,12 +206,12 @@ class Activity:
         each workload's latest ageing boost (restored when it is queued again)."""
         if type(event) not in _ECHOED:
             return
-        if isinstance(event, PriorityBoosted):
+        if type(event) is PriorityBoosted:  # by exact type, as _ECHOED
             self.boosts[event.workload.uid] = event
-        elif isinstance(event, EvictionRequested) and event.reason == DEACTIVATED:
+        elif type(event) is EvictionRequested and event.reason == DEACTIVATED:
             self.evictions_asked.add((event.workload.uid, event.generation))
         elif (
-            isinstance(event, WorkloadPending)
+            type(event) is WorkloadPending
             and event.source == "admission"
             and event.reason == INACTIVE
         ):

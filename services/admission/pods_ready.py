@@ -201,54 +201,55 @@ class PodsReadyClock:
     def apply(self, event: AnyEvent) -> float | None:
         """Fold one event; idempotent (a redelivered event finds its work done). For the
         first PodsReady of an admission, returns when it was admitted (its metrics)."""
-        if type(event) not in _FOLDED:  # a set lookup before the class patterns below
+        if type(event) not in _FOLDED:  # one set lookup for every other event
             return None
         uid = event.workload.uid
         current = self.waiting.get(uid)
-        match event:
-            case WorkloadAdmitted() if not event.reserved_only:
-                # Admitted (not only reserved): the pods may start, the clock starts.
-                if self.generations.get(uid, 0) < event.generation:
-                    self.generations[uid] = event.generation
-                    at = event.time.timestamp()
-                    self.waiting[uid] = _Admitted(
-                        event.workload, event.cluster_queue, event.generation, at
-                    )
-                    self.ready.pop(uid, None)
-                    self.evictions.pop(uid, None)  # Kueue's Evicted turns False
-                    heapq.heappush(self.deadlines, (at, uid, event.generation))
-            case WorkloadPodsReady() if event.ready:
-                if current is not None and current.generation == event.generation:
-                    del self.waiting[uid]  # ready: nothing left to time out
-                    self.ready[uid] = current
-                    if current.lost_at is None:
-                        return current.at
-                    current.lost_at = None  # recovered (Kueue's reason Recovered)
-            case WorkloadPodsReady():  # ready: false, readiness lost
-                run = self.ready.get(uid)
-                if run is not None and run.generation == event.generation:
-                    del self.ready[uid]
-                    run.lost_at = event.time.timestamp()
-                    self.waiting[uid] = run
-                    heapq.heappush(self.recoveries, (run.lost_at, uid, run.generation))
-            case EvictionRequested():
-                self._leaving(uid, event.generation)
-                self.evictions[uid] = (event.reason, event.time.timestamp(), event.generation)
-                if event.reason == REASON and event.requeue_at is not None:
-                    self.requeued.setdefault(uid, set()).add(event.generation)
-            case WorkloadEvicted():
-                self._leaving(uid, event.generation)
-                known = self.evictions.get(uid)
-                if known is None or known[2] != event.generation:  # evicted unasked
-                    self.evictions[uid] = (event.reason, event.time.timestamp(), event.generation)
-            case WorkloadFinished():
-                self._leaving(uid, event.generation)
-            case WorkloadDeleted():
-                self.waiting.pop(uid, None)
+        # By exact type, not class patterns: an isinstance miss against a msgspec class costs
+        # more than these checks (events are never subclassed).
+        if type(event) is WorkloadAdmitted:
+            # Admitted (not only reserved): the pods may start, the clock starts.
+            if not event.reserved_only and self.generations.get(uid, 0) < event.generation:
+                self.generations[uid] = event.generation
+                at = event.time.timestamp()
+                self.waiting[uid] = _Admitted(
+                    event.workload, event.cluster_queue, event.generation, at
+                )
                 self.ready.pop(uid, None)
-                self.generations.pop(uid, None)
-                self.requeued.pop(uid, None)
-                self.evictions.pop(uid, None)
+                self.evictions.pop(uid, None)  # Kueue's Evicted turns False
+                heapq.heappush(self.deadlines, (at, uid, event.generation))
+        elif type(event) is WorkloadPodsReady and event.ready:
+            if current is not None and current.generation == event.generation:
+                del self.waiting[uid]  # ready: nothing left to time out
+                self.ready[uid] = current
+                if current.lost_at is None:
+                    return current.at
+                current.lost_at = None  # recovered (Kueue's reason Recovered)
+        elif type(event) is WorkloadPodsReady:  # ready: false, readiness lost
+            run = self.ready.get(uid)
+            if run is not None and run.generation == event.generation:
+                del self.ready[uid]
+                run.lost_at = event.time.timestamp()
+                self.waiting[uid] = run
+                heapq.heappush(self.recoveries, (run.lost_at, uid, run.generation))
+        elif type(event) is EvictionRequested:
+            self._leaving(uid, event.generation)
+            self.evictions[uid] = (event.reason, event.time.timestamp(), event.generation)
+            if event.reason == REASON and event.requeue_at is not None:
+                self.requeued.setdefault(uid, set()).add(event.generation)
+        elif type(event) is WorkloadEvicted:
+            self._leaving(uid, event.generation)
+            known = self.evictions.get(uid)
+            if known is None or known[2] != event.generation:  # evicted unasked
+                self.evictions[uid] = (event.reason, event.time.timestamp(), event.generation)
+        elif type(event) is WorkloadFinished:
+            self._leaving(uid, event.generation)
+        elif type(event) is WorkloadDeleted:
+            self.waiting.pop(uid, None)
+            self.ready.pop(uid, None)
+            self.generations.pop(uid, None)
+            self.requeued.pop(uid, None)
+            self.evictions.pop(uid, None)
         return None
 
     def _leaving(self, uid: str, generation: int) -> None:

@@ -186,82 +186,83 @@ class AdmissionService:
                 self.limits.stopped(ref.uid, at)
             if kind not in _MATCHED:  # PodsReady and the like: none of the cases below
                 continue
-            match event:
-                case WorkloadSubmitted():
-                    if record is None:
-                        kept = self.interner.submitted(event)  # shared values, once
-                        entry = self.records[ref.uid] = WorkloadRecord.of(kept)
-                        self.limits.submitted(ref.uid, kept.annotations)
-                        self.scheduler.submit(entry)  # held once: the core's entry too
-                case WorkloadAdmitted():
-                    if record is not None and self.scheduler.generation(ref) < event.generation:
-                        self.scheduler.restore_admission(
-                            ref, event.cluster_queue, event.assignments, generation=event.generation
+            # By exact type (events are never subclassed): each isinstance miss of a
+            # class pattern against a msgspec class costs more than these checks.
+            if type(event) is WorkloadSubmitted:
+                if record is None:
+                    kept = self.interner.submitted(event)  # shared values, once
+                    entry = self.records[ref.uid] = WorkloadRecord.of(kept)
+                    self.limits.submitted(ref.uid, kept.annotations)
+                    self.scheduler.submit(entry)  # held once: the core's entry too
+            elif type(event) is WorkloadAdmitted:
+                if record is not None and self.scheduler.generation(ref) < event.generation:
+                    self.scheduler.restore_admission(
+                        ref, event.cluster_queue, event.assignments, generation=event.generation
+                    )
+                if record is not None and (
+                    record.admission is None
+                    or record.admission.generation < event.generation
+                    or (record.admission.reserved_only and not event.reserved_only)
+                ):
+                    record.on_admitted(event)
+                    self.limits.admitted(ref.uid, at)
+            elif type(event) is WorkloadFinished:
+                if record is not None and self.scheduler.generation(ref) == event.generation:
+                    if not record.finished:
+                        self.scheduler.finish(ref)
+                        record.on_finished(event)
+            elif type(event) is WorkloadEvicted:
+                if (
+                    record is not None
+                    and not record.finished  # a restarted watcher may report a done run
+                    and record.admission is not None
+                    and record.admission.generation == event.generation
+                ):
+                    self.scheduler.evict(ref)
+                    self._requeue(ref, record, event.generation)
+                    self.activity.evicted(
+                        ref, event.generation, self.scheduler, record.admission.cluster_queue
+                    )
+                    if self.deciding:  # counted once, by the leader, never in a replay
+                        metrics.evicted(
+                            cluster_queue=record.admission.cluster_queue,
+                            namespace=ref.namespace,
+                            local_queue=record.admission.local_queue,
+                            reason=event.reason,
                         )
-                    if record is not None and (
-                        record.admission is None
-                        or record.admission.generation < event.generation
-                        or (record.admission.reserved_only and not event.reserved_only)
-                    ):
-                        record.on_admitted(event)
-                        self.limits.admitted(ref.uid, at)
-                case WorkloadFinished():
-                    if record is not None and self.scheduler.generation(ref) == event.generation:
-                        if not record.finished:
-                            self.scheduler.finish(ref)
-                            record.on_finished(event)
-                case WorkloadEvicted():
-                    if (
-                        record is not None
-                        and not record.finished  # a restarted watcher may report a done run
-                        and record.admission is not None
-                        and record.admission.generation == event.generation
-                    ):
-                        self.scheduler.evict(ref)
-                        self._requeue(ref, record, event.generation)
-                        self.activity.evicted(
-                            ref, event.generation, self.scheduler, record.admission.cluster_queue
-                        )
-                        if self.deciding:  # counted once, by the leader, never in a replay
-                            metrics.evicted(
-                                cluster_queue=record.admission.cluster_queue,
-                                namespace=ref.namespace,
-                                local_queue=record.admission.local_queue,
-                                reason=event.reason,
-                            )
-                        record.on_evicted(event)
-                case EvictionRequested():
-                    if record is not None:
-                        record.on_eviction_requested(event)
-                    self.scheduler.eviction_requested(ref, event.generation, event.preemptor)
-                    # A Kueue-made deactivation (max execution time, a Rejected check...)
-                    self.activity.apply(event, record, self.scheduler, self._queue_of(record))
-                case SetWorkloadActive():
-                    self.pending_throttle.forget(ref.uid)  # no stale pending message after it
-                    self.activity.apply(event, record, self.scheduler, self._queue_of(record))
-                case WorkloadDeleted():
-                    self.limits.forget(ref.uid)
-                    self.activity.forget(ref.uid)
-                    if record is not None:
-                        self.scheduler.delete(ref)
-                        del self.records[ref.uid]
-                case WorkloadPending():
-                    # Admission's own are echoes (a standby, deciding nothing, shows them);
-                    # preemption's say why it cannot help yet.
-                    if record is not None and (event.source != "admission" or not self.deciding):
-                        record.on_pending(event)
-                    if event.source == "preemption":  # no victims: fewer pods may do
-                        self.scheduler.no_victims(ref)
-                case PriorityBoosted():
-                    if record is not None:
-                        since = 0.0 if event.since is None else event.since.timestamp()
-                        self.scheduler.set_boost(
-                            ref,
-                            event.boost,
-                            reserved=event.reserved,
-                            since=since,
-                            can_preempt=event.can_preempt,
-                        )
+                    record.on_evicted(event)
+            elif type(event) is EvictionRequested:
+                if record is not None:
+                    record.on_eviction_requested(event)
+                self.scheduler.eviction_requested(ref, event.generation, event.preemptor)
+                # A Kueue-made deactivation (max execution time, a Rejected check...)
+                self.activity.apply(event, record, self.scheduler, self._queue_of(record))
+            elif type(event) is SetWorkloadActive:
+                self.pending_throttle.forget(ref.uid)  # no stale pending message after it
+                self.activity.apply(event, record, self.scheduler, self._queue_of(record))
+            elif type(event) is WorkloadDeleted:
+                self.limits.forget(ref.uid)
+                self.activity.forget(ref.uid)
+                if record is not None:
+                    self.scheduler.delete(ref)
+                    del self.records[ref.uid]
+            elif type(event) is WorkloadPending:
+                # Admission's own are echoes (a standby, deciding nothing, shows them);
+                # preemption's say why it cannot help yet.
+                if record is not None and (event.source != "admission" or not self.deciding):
+                    record.on_pending(event)
+                if event.source == "preemption":  # no victims: fewer pods may do
+                    self.scheduler.no_victims(ref)
+            elif type(event) is PriorityBoosted:
+                if record is not None:
+                    since = 0.0 if event.since is None else event.since.timestamp()
+                    self.scheduler.set_boost(
+                        ref,
+                        event.boost,
+                        reserved=event.reserved,
+                        since=since,
+                        can_preempt=event.can_preempt,
+                    )
         self.scheduler.clock = time.time  # decisions are taken now
 
     def _queue_of(self, record: WorkloadRecord | None) -> str:
@@ -400,7 +401,7 @@ class AdmissionService:
         decisions = self.scheduler.schedule()  # also ends the nominations whose victims left
         if self.scheduler.tried:  # a pass that tried a workload: an attempt
             metrics.attempt(
-                admitted_any=any(isinstance(d, Admission) for d in decisions),
+                admitted_any=any(type(d) is Admission for d in decisions),
                 seconds=time.perf_counter() - started,
             )
         drains += self.activity.due(self.records, self.scheduler)
@@ -414,7 +415,7 @@ class AdmissionService:
         Idempotent like every echo: one that comes back anyway (the filter could not be
         changed) changes nothing."""
         await self.bus.publish_many(events)
-        self._apply([event for event in events if isinstance(event, WorkloadAdmitted)])
+        self._apply([event for event in events if type(event) is WorkloadAdmitted])
 
 
 def _own_echo(event: WorkloadPending) -> bool:

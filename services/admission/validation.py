@@ -59,22 +59,27 @@ def refusal(event: AnyEvent, known: WorkloadRef | None = None) -> Refusal | None
     record of it). A fact whose workload equals it has the same, valid, names: they are not
     judged again (the queue and the quantities still are).
     """
-    if type(event) not in CHECKED or not isinstance(event, WorkloadSubmitted | WorkloadAdmitted):
-        return None  # the set first: isinstance misses cost more than a set lookup
+    # By exact type (events are never subclassed): isinstance misses against msgspec classes
+    # cost more than a set lookup.
+    if type(event) not in CHECKED:
+        return None
     ref = event.workload
     if known is None or ref != known:
         for value, rule in ((ref.namespace, "namespace"), (ref.name, "name"), (ref.uid, "uid")):
             # Its own name and uid are new with each workload: not remembered (_problem).
             if (problem := _problem(value, rule, remember=rule == "namespace")) is not None:
                 return Refusal("invalid_name", f"{rule} {show(value)}: {problem}")
-    if isinstance(event, WorkloadSubmitted):
+    if type(event) is WorkloadSubmitted:
         queue = event.queue_name
         if queue and (problem := _problem(queue)) is not None:
             return Refusal("invalid_queue", f"queue {show(queue)}: {problem}")
         return _pod_sets_refusal(event.pod_sets)
-    if (problem := _problem(event.cluster_queue)) is not None:
-        return Refusal("invalid_queue", f"ClusterQueue {show(event.cluster_queue)}: {problem}")
-    return _assignments_refusal(event.assignments)
+    if type(event) is WorkloadAdmitted:
+        if (problem := _problem(event.cluster_queue)) is not None:
+            queue = event.cluster_queue
+            return Refusal("invalid_queue", f"ClusterQueue {show(queue)}: {problem}")
+        return _assignments_refusal(event.assignments)
+    return None  # (CHECKED holds only the two above)
 
 
 # Names found valid, per rule: the few that every fact repeats (namespaces; queue, flavor and
