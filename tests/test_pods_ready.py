@@ -135,16 +135,8 @@ def test_a_redelivered_eviction_counts_once() -> None:
     """The requeue count comes from the eviction events (a restarted admission agrees), and
     the same eviction folded twice is one requeue."""
     clock = _clock(limit=None)
-    eviction = EvictionRequested(
-        source="admission",
-        workload=REF,
-        cluster_queue="cq",
-        generation=1,
-        reason="PodsReadyTimeout",
-        requeue_at=datetime.fromtimestamp(5.0, UTC),
-    )
-    clock.apply(eviction)
-    clock.apply(eviction)
+    clock.apply(_EVICT)  # generation 1, PodsReadyTimeout, with a requeue time
+    clock.apply(_EVICT)
     assert clock.requeued[REF.uid] == {1}
 
 
