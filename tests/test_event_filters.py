@@ -1,6 +1,7 @@
-"""Admission's folds skip an event by its exact type before their ``match`` (a set lookup;
-an isinstance miss against a msgspec class costs ~150 ns, several per event). Each set must
-name every class its ``match`` has a case for, or that case would never run."""
+"""Admission's folds skip an event by its exact type before their cases (a set lookup;
+an isinstance miss against a msgspec class costs ~150 ns, several per event), and tell their
+cases apart by exact type too (``type(event) is X``). Each set must name every class a case
+is for, or that case would never run."""
 
 from __future__ import annotations
 
@@ -17,20 +18,36 @@ from shared import events
 
 
 def _case_classes(function: Callable[..., Any]) -> set[type]:
-    """The event classes of every class pattern in the function's match statements."""
+    """The event classes of every case in the function: each ``type(event) is X`` (and any
+    class pattern of a match statement)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     names = {
         node.cls.id
         for node in ast.walk(tree)
         if isinstance(node, ast.MatchClass) and isinstance(node.cls, ast.Name)
     }
-    assert names, f"{function.__qualname__} has no match with class patterns"
+    names |= {
+        node.comparators[0].id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and isinstance(node.left, ast.Call)
+        and isinstance(node.left.func, ast.Name)
+        and node.left.func.id == "type"
+        and isinstance(node.ops[0], ast.Is)
+        and isinstance(node.comparators[0], ast.Name)
+        and hasattr(events, node.comparators[0].id)
+    }
+    assert names, f"{function.__qualname__} tells no event class apart"
     return {getattr(events, name) for name in names}
 
 
 # (the fold, the set it skips by, why)
 FILTER_CASES: list[tuple[Callable[..., Any], frozenset[type], str]] = [
-    (service.AdmissionService._apply, service._MATCHED, "the service's fold"),
+    (
+        service.AdmissionService._apply,
+        service._MATCHED | {events.WorkloadPodsReady},  # its condition: set before the filter
+        "the service's fold",
+    ),
     (bounds.AgeingBook.apply, bounds._FOLDED, "the starvation bounds"),
     (pods_ready.PodsReadyClock.apply, pods_ready._FOLDED, "the pods-ready clock"),
     (admission_checks.CheckGate.apply, admission_checks._FOLDED, "the admission checks"),
