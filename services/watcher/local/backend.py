@@ -55,6 +55,8 @@ __all__ = ["LocalBackend", "stop_grace_from_env"]
 
 log = get_logger("watcher.local")
 
+LISTED_BATCH = 1024  # announcements of the objects listed at start sent at most together
+
 
 class LocalBackend:
     def __init__(self, runtime: Runtime, *, stop_grace: float) -> None:
@@ -88,8 +90,7 @@ class LocalBackend:
                     continue
                 self.store.statuses[entry.key] = status
         watch, initial = await BucketWatch.start(self.kv)
-        for entry in initial:
-            await self._observe(entry, initial=True)
+        await self._observe_listed(initial)
         # Before anything new is reported or decided: a lost finish holds quota until then.
         await self.runs.finishes.report_again(self.unreported)
         self.unreported.clear()
@@ -125,19 +126,31 @@ class LocalBackend:
             await asyncio.sleep(wait)  # the objects arriving meanwhile join the next batch
         await self._flush_announcements(announcements)
 
+    async def _observe_listed(self, entries: list[KeyValue.Entry]) -> None:
+        """The objects that exist at start, in order, announced in batches of at most
+        :data:`LISTED_BATCH` (why: one awaited publish per object made a watcher that took
+        over thousands of live objects wait a round trip for each before it decided
+        anything); an eviction of a run found orphaned first flushes the announcements
+        before it, so the stream keeps the bucket's order."""
+        announcements: list[tuple[WorkloadSubmitted, str]] = []
+        for entry in entries:
+            await self._observe(entry, initial=True, announcements=announcements)
+            if len(announcements) >= LISTED_BATCH:
+                await self._flush_announcements(announcements)
+        await self._flush_announcements(announcements)
+
     async def _observe(
         self,
         entry: KeyValue.Entry,
         *,
         initial: bool,
-        announcements: list[tuple[WorkloadSubmitted, str]] | None = None,
+        announcements: list[tuple[WorkloadSubmitted, str]],
     ) -> None:
         value = live_value(entry)
         if value is None:
             obj = self.objects.pop(entry.key, None)
             if obj is not None:
-                if announcements:
-                    await self._flush_announcements(announcements)
+                await self._flush_announcements(announcements)
                 await self._deleted(obj)
                 await self.store.forget(entry.key)
                 await self.groups.deleted(self.kv, self.objects, obj)  # see grouping.py
@@ -159,10 +172,8 @@ class LocalBackend:
         if phase in TERMINAL_PHASES or uid in self.announced:
             return
         if initial and phase == "Running" and uid not in self.runs.running:
+            await self._flush_announcements(announcements)
             await self.runs.orphaned(entry.key, obj)
-        if announcements is None:
-            await self._flush_announcements([(reporting.submitted(obj, spec), spec.kind)])
-            return
         if uid in self.announcing:
             return  # announced in this batch already
         announcements.append((reporting.submitted(obj, spec), spec.kind))
