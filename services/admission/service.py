@@ -158,26 +158,29 @@ class AdmissionService:
         # after a restart rebuilds the LocalQueues' history: the clock stops at each event.
         clock = self.scheduler.clock = _StoppedClock()
         deciding = self.deciding
+        # The parts every event goes through, looked up once (none is replaced meanwhile).
+        record_of, checked = self.records.get, validation.CHECKED
+        bounds, gates, echoed = self.bounds.apply, self.gates.apply, self.activity.echoed
         for event in events:
             if type(event) is WorkloadPending and deciding and _own_echo(event):
                 continue  # changes nothing (_own_echo)
             kind = type(event)  # set lookups, cheaper than isinstance misses on every event
             ref = event.workload
-            record = self.records.get(ref.uid)
+            record = record_of(ref.uid)
             # A known workload's identity was checked when its submission was folded.
             known = None if record is None else record.ref
             # Only facts with quantities are judged; a refused one is logged and counted,
             # never in the books.
-            if kind in validation.CHECKED and validation.refused(event, known):
+            if kind in checked and validation.refused(event, known):
                 continue
             at = clock.moment = event.time.timestamp()
-            self.bounds.apply(event)  # each waiting workload's starvation bound
-            ready_since = self.gates.apply(event)  # admission checks, pods ready, backoffs
-            if ready_since is not None and record is not None and self.deciding:
+            bounds(event)  # each waiting workload's starvation bound
+            ready_since = gates(event)  # admission checks, pods ready, backoffs
+            if ready_since is not None and record is not None and deciding:
                 self._pods_ready(record, at, ready_since)
             if type(event) is WorkloadPodsReady and record is not None:  # narrows for mypy
                 record.on_pods_ready(event)  # Kueue's PodsReady condition
-            self.activity.echoed(event)
+            echoed(event)
             if kind in _LEFT:
                 self.scheduler.left(ref)
             if kind in _GONE:
