@@ -1,7 +1,6 @@
-"""The local backend's remembered specs (services/watcher/local/spec_memo.py) and when it
-sends the submitted reports in hand (services/watcher/local/announcing.py): a spec is taken
-from an earlier object only when every input of ``workload_spec`` is the same, never for a
-kind whose pod sets depend on more, and never for an object it refuses."""
+"""The local backend's remembered specs (services/watcher/local/spec_memo.py): a spec is
+taken from an earlier object only when every input of ``workload_spec`` is the same, never
+for a kind whose pod sets depend on more, and never for an object it refuses."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.watcher.local.announcing import ANNOUNCE_FULL, ANNOUNCE_WINDOW_S, gather_for
 from services.watcher.local.objects import read_workload
 from services.watcher.local.spec_memo import MEMO_KINDS, SpecMemo
 from shared.workloads import WorkloadSpec, workload_spec
@@ -207,20 +205,3 @@ def test_read_workload_with_the_memo_returns_the_objects_own_identity() -> None:
         read = read_workload(f"team-b.{name}", msgspec.json.encode(obj), memo)
         assert not isinstance(read, str)
         assert read[0] == obj
-
-
-# (submitted reports in hand, seconds to gather for, why)
-GATHER_CASES = [
-    (0, 0.0, "nothing to send: no wait"),
-    (1, ANNOUNCE_WINDOW_S, "a lone report waits a moment for others to share its batch"),
-    (ANNOUNCE_FULL - 1, ANNOUNCE_WINDOW_S, "still a small batch"),
-    (ANNOUNCE_FULL, 0.0, "full enough: sent at once"),
-    (10 * ANNOUNCE_FULL, 0.0, "a burst read at once: sent at once"),
-]
-
-
-@pytest.mark.parametrize(("in_hand", "seconds", "why"), GATHER_CASES)
-def test_reports_in_hand_wait_for_company_only_while_few(
-    in_hand: int, seconds: float, why: str
-) -> None:
-    assert gather_for(in_hand) == seconds, why

@@ -25,7 +25,6 @@ from nats.js.kv import KeyValue
 from services.watcher import reporting
 from services.watcher.backend import COMMAND_SUBJECTS
 from services.watcher.command_order import create_stands
-from services.watcher.local.announcing import gather_for
 from services.watcher.local.finishes import TERMINAL_PHASES, unreported_finish
 from services.watcher.local.grouping import PodGroups
 from services.watcher.local.objects import find_object, read_object, read_status, read_workload
@@ -122,8 +121,6 @@ class LocalBackend:
         announcements: list[tuple[WorkloadSubmitted, str]] = []
         for entry in entries:
             await self._observe(entry, initial=False, announcements=announcements)
-        if wait := gather_for(len(announcements)):
-            await asyncio.sleep(wait)  # the objects arriving meanwhile join the next batch
         await self._flush_announcements(announcements)
 
     async def _observe_listed(self, entries: list[KeyValue.Entry]) -> None:
