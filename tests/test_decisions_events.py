@@ -162,3 +162,36 @@ def test_a_reports_contested_resources(
         list(x) == ["component", "workload", "queue", "reason", "message", "event", "log_level"]
         for x in logs
     ), reason
+
+
+# (reason, whether the line goes through pending_logger's logger or the module's)
+HELD_LINES: list[tuple[str, bool]] = [
+    ("through a logger looked up once for many lines", True),
+    ("through the module's logger", False),
+]
+
+
+@pytest.mark.parametrize(("reason", "bound"), HELD_LINES, ids=[c[0] for c in HELD_LINES])
+def test_a_released_reports_line(reason: str, bound: bool) -> None:
+    """The held reports released at once are logged through one logger looked up for them
+    all: the module's as configured then (a capture sees them), the same line as without."""
+    report = WorkloadPending(
+        source="admission",
+        workload=WorkloadRef("ns", "a", "u"),
+        cluster_queue="cq",
+        reason="Why",
+        message="msg",
+    )
+    with captured_logs(decisions) as logs:
+        decisions.log_pending(report, decisions.pending_logger() if bound else None)
+    assert logs == [
+        {
+            "component": "admission",
+            "workload": "ns/a",
+            "queue": "cq",
+            "reason": "Why",
+            "message": "msg",
+            "event": "pending",
+            "log_level": "info",
+        }
+    ], reason

@@ -33,7 +33,7 @@ from shared.events import (
 )
 from shared.logging import get_logger
 
-__all__ = ["PENDING_MESSAGE_INTERVAL_S", "Decisions", "log_pending"]
+__all__ = ["PENDING_MESSAGE_INTERVAL_S", "Decisions", "log_pending", "pending_logger"]
 
 log = get_logger("admission")
 
@@ -71,7 +71,7 @@ class Decisions:
         wall = time.time()  # queue times and deadlines are epoch seconds
         decided_at = datetime.now(UTC)  # one moment for the pass's events (records share it)
         stamp = decided_at.timestamp()
-        logger = log.bind()  # the module's logger as configured, looked up once per pass
+        logger = pending_logger()  # looked up once per pass (lines of admissions too)
         records, offer = self.records, self.pending_throttle.offer
         decisions.reverse()  # taken from the end: in their order
         while decisions:
@@ -165,6 +165,12 @@ def _contested(contested: tuple[tuple[str, str, int], ...]) -> list[ContestedRes
     return kept_once(
         _CONTESTED, contested, lambda: [ContestedResource(f, r, n) for f, r, n in contested]
     )
+
+
+def pending_logger() -> Any:
+    """The module's logger as configured now, for many lines in a row (a pass's, or the
+    held reports released at once): the lazy proxy's lookup made once, not per line."""
+    return log.bind()
 
 
 def log_pending(event: WorkloadPending, logger: Any = None) -> None:

@@ -32,7 +32,12 @@ from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
 from services.admission.config_settling import ConfigSettling
-from services.admission.decisions import PENDING_MESSAGE_INTERVAL_S, Decisions, log_pending
+from services.admission.decisions import (
+    PENDING_MESSAGE_INTERVAL_S,
+    Decisions,
+    log_pending,
+    pending_logger,
+)
 from services.admission.evictions import deactivation as deactivate
 from services.admission.evictions import eviction as evict
 from services.admission.exec_time import DEACTIVATION as EXEC_DEACTIVATION
@@ -148,8 +153,9 @@ class AdmissionService:
             await self._gated(time.time())
             held = self.pending_throttle.due(time.monotonic())
             if held:
+                logger = pending_logger()  # looked up once for them all
                 for pending in held:
-                    log_pending(pending)
+                    log_pending(pending, logger)
                 await self.bus.publish_many(held)
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
