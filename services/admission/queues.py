@@ -167,7 +167,17 @@ class Record(msgspec.Struct, gc=False, eq=False):
 class ClusterQueueQueue:
     """The pending workloads of one ClusterQueue."""
 
-    __slots__ = ("_first", "blocked", "heap", "offered", "parked", "records", "size", "strict")
+    __slots__ = (
+        "_first",
+        "_offers",
+        "blocked",
+        "heap",
+        "offered",
+        "parked",
+        "records",
+        "size",
+        "strict",
+    )
 
     def __init__(self, strict: bool, records: dict[str, Record]) -> None:
         self.strict = strict
@@ -178,9 +188,10 @@ class ClusterQueueQueue:
         self.blocked = False  # StrictFIFO head did not fit; wait for a change
         self.size = 0  # queued records, parked included
         # During a pass (see offer_parked): the parked records that count as queued again,
-        # with their keys, largest first; empty between passes.
-        self.offered: list[tuple[OrderKey, Record]] = []
+        # largest key first; empty between passes.
+        self.offered: list[Record] = []
         self._first: Record | None = None  # the head last found (see head)
+        self._offers: list[Record] | None = None  # see offer_parked
 
     def _live(self, key: OrderKey) -> Record | None:
         record = self.records.get(key[UID])
@@ -201,6 +212,8 @@ class ClusterQueueQueue:
         """Forget a record; its heap entry goes stale (lazy deletion)."""
         if record.key is None:
             return
+        if record.parked:
+            self._offers = None
         if self.blocked and self.heap and self.heap[0] is record.key:
             self.blocked = False  # the blocking head is gone: the next one deserves a try
         record.key = None
@@ -227,6 +240,7 @@ class ClusterQueueQueue:
         """Set a BestEffortFIFO head aside until something changes."""
         assert record.key is not None
         record.parked = True
+        self._offers = None
         heapq.heappush(self.parked.setdefault(record.shape, []), record.key)
 
     def requeue_parked(self) -> None:
@@ -246,15 +260,15 @@ class ClusterQueueQueue:
             if record is None or record.key is not key or not record.parked:
                 continue  # removed, re-placed or released since
             self._unpark(record)
-            if not self._withdraw(key):
+            if not self._withdraw(record):
                 break  # else it was queued already (offered): release the next one too
         if group is not None and not group:
             del self.parked[shape]
 
-    def _withdraw(self, key: OrderKey) -> bool:
-        """Take the offered record of ``key`` off the offers; whether it was offered."""
-        for index, (offered, _) in enumerate(self.offered):
-            if offered is key:
+    def _withdraw(self, record: Record) -> bool:
+        """Take ``record`` off the offers; whether it was offered."""
+        for index, offered in enumerate(self.offered):
+            if offered is record:
                 del self.offered[index]
                 return True
         return False
@@ -264,6 +278,7 @@ class ClusterQueueQueue:
         key = record.key
         assert key is not None
         record.parked = False
+        self._offers = None
         # A fresh entry: the old one was popped (or is stale) when it was parked.
         record.key = (key[RANK], key[DEADLINE], key[MINUS_PRIORITY], key[CLOCK], key[UID])
         heapq.heappush(self.heap, record.key)
@@ -275,8 +290,23 @@ class ClusterQueueQueue:
         parked record of each shape is *offered* (it counts as queued; ``candidate`` returns
         it in order) but stays where it is until ``take_offered`` moves it. A record left
         parked is exactly as ``requeue_parked`` then ``park`` would leave it; what is still
-        offered at the end of the pass is moved by ``release_offered``."""
+        offered at the end of the pass is moved by ``release_offered``.
+
+        The offers are those of the last pass while no record was parked, unparked or
+        removed parked since (``offers``: the same list object then)."""
         self.blocked = False
+        if self._offers is None:
+            self._offers = self._first_parked()
+        self.offered = self._offers.copy()
+
+    @property
+    def offers(self) -> list[Record] | None:
+        """The offers ``offer_parked`` made, while they are the same (None: changed since)."""
+        return self._offers
+
+    def _first_parked(self) -> list[Record]:
+        """The first parked record of each shape, largest key first (stale entries at a
+        group's top are dropped on the way)."""
         offered: list[tuple[OrderKey, Record]] = []
         records = self.records
         for shape, group in list(self.parked.items()):
@@ -290,7 +320,7 @@ class ClusterQueueQueue:
             else:
                 del self.parked[shape]
         offered.sort(reverse=True)  # by key: keys are unique (their uid)
-        self.offered = offered
+        return [record for _, record in offered]
 
     def candidate(self) -> Record | None:
         """The next record to try: the head, or the first offered record if it goes before
@@ -298,8 +328,9 @@ class ClusterQueueQueue:
         head = self.head()
         offered = self.offered
         if offered:
-            key, record = offered[-1]
-            if head is None or head.key is None or key < head.key:
+            record = offered[-1]
+            assert record.key is not None
+            if head is None or head.key is None or record.key < head.key:
                 return record
         return head
 
@@ -315,7 +346,7 @@ class ClusterQueueQueue:
     def release_offered(self) -> None:
         """The end of the pass: what is still offered is queued again, as requeue_parked
         would have left it."""
-        for _, record in self.offered:
+        for record in self.offered:
             self._unpark(record)
         self.offered = []
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import replace
-from typing import Any, overload
+from typing import Any
 
-from services.admission import partial, status
+from services.admission import status
+from services.admission.assigning import Assigning, Failed
 from services.admission.fair_order import fair_round
 from services.admission.flavors import AssignResult
 from services.admission.model import (
@@ -31,7 +32,8 @@ from services.admission.model import (
     QueueStats,
     WorkloadView,
 )
-from services.admission.placement import PENDING_REASON, Placement
+from services.admission.placement import PENDING_REASON
+from services.admission.presumed import NO_KEY, Presumed
 from services.admission.priorities import UnknownPriorityClass
 from services.admission.queues import (
     ADMITTED,
@@ -56,10 +58,6 @@ __all__ = [
 ]
 
 
-# Failures in this pass: (ClusterQueue, shape) -> (usage version of its cohort tree, result)
-_Failed = dict[tuple[str, bytes], tuple[int, AssignResult]]
-
-
 # A ClusterQueue's head in the pass's heaps: (key, ClusterQueue), in queue order. Heads that
 # need no borrowing first: one found to need borrowing moves to a second heap, popped only
 # while the first is empty (as one heap of (borrowing, key, ClusterQueue) would order them,
@@ -68,11 +66,12 @@ _Failed = dict[tuple[str, bytes], tuple[int, AssignResult]]
 _Head = tuple[OrderKey, str]
 
 
-class Scheduler(Placement):
+class Scheduler(Assigning):
     """Admission decisions for every ClusterQueue; pure and single-threaded."""
 
     offers = True  # parked heads offered, not moved (see schedule); tests turn it off
     left_parked = 0  # offered heads the last pass left parked as they were
+    presumed = taken_back = 0  # of those, presumed ahead of their turn; taken back (presumed.py)
 
     # --- workload facts --------------------------------------------------------------------
 
@@ -229,7 +228,7 @@ class Scheduler(Placement):
             # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
             # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
             # backlog of identical workloads then costs a dict lookup each, not a flavor search.
-            failed: _Failed = {}
+            failed: Failed = {}
             tried = left_parked = 0
             for root, names in fair_roots.items():
                 tried += fair_round(
@@ -242,9 +241,20 @@ class Scheduler(Placement):
                     decide=self._decide,
                 )
             borrowers: list[_Head] = []  # heads found to need borrowing: after the others
+            presumed = Presumed()  # offered heads left parked ahead of their turn
+            self.quiet_queues = 0
+            presumes = offers and self.presumes  # see Assigning._leave_parked
+            high = heads[0][0] if heads else NO_KEY  # the largest popped since heads ran empty
             while heads or borrowers:
                 borrowing = not heads
                 key, name = heapq.heappop(borrowers if borrowing else heads)
+                if borrowing:
+                    presumed.settle()
+                    high = key
+                elif presumed.superseded and presumed.drop(name, key):
+                    continue
+                elif high < key:
+                    high = key
                 queue = self._queues[name]
                 record = queue.candidate() if queue.offered else queue.head()
                 if record is None:
@@ -254,16 +264,16 @@ class Scheduler(Placement):
                         heapq.heappush(heads, (record.key, name))
                     continue
                 tried += 1
+                chain: list[Record] | None = None
                 if record.parked:  # offered (see offers above)
-                    known = self._assign(name, record, failed, known_only=True)
-                    if known is not None and self._fails_unchanged(record, known):
-                        queue.skip_offered()
+                    chain = self._leave_parked(name, queue, record, failed, high)
+                    if chain is not None:
                         left_parked += 1
                         result = None
                     else:
                         queue.take_offered(record)
                         key = record.key
-                        result = known if known is not None else self._assign(name, record, failed)
+                        result = self._assign(name, record, failed)
                 else:
                     result = self._assign(name, record, failed)
                 if result is not None:  # None: an offered record left parked as it was
@@ -274,83 +284,34 @@ class Scheduler(Placement):
                             heapq.heappush(borrowers, (key, name))
                             continue
                     self._decide(name, record, result)
+                    if record.state is ADMITTED and presumes:
+                        pushes, taken_back = presumed.undo(config.root(name), high)
+                        for entry in pushes:
+                            heapq.heappush(heads, entry)
+                        tried -= taken_back
+                        left_parked -= taken_back
                     if queue.blocked:
                         continue
                 following = queue.candidate() if queue.offered else queue.head()
-                if following is not None and following.key is not None:
-                    heapq.heappush(heads, (following.key, name))
+                following_key = None if following is None else following.key
+                if following_key is not None:
+                    heapq.heappush(heads, (following_key, name))
+                if chain:
+                    presumed.add(config.root(name), queue, name, chain, following_key)
+                    tried += len(chain)
+                    left_parked += len(chain)
         finally:  # an offer outliving its pass would be read as current by the next
             for queue in offering:
                 queue.release_offered()
         self._out = []
         self.tried, self.left_parked = tried, left_parked
+        self.presumed, self.taken_back = presumed.count, presumed.taken_back
         # A nomination ends with its evictions: a preemptor that still does not fit must not
         # hold its ClusterQueue (preemption looks at it again). Decisions this makes go out
         # with the next pass.
         for preemptor in self._nominations.take_released():
             self.unnominate(preemptor)
         return out
-
-    @overload
-    def _assign(self, name: str, record: Record, failed: _Failed) -> AssignResult: ...
-
-    @overload
-    def _assign(
-        self, name: str, record: Record, failed: _Failed, *, known_only: bool
-    ) -> AssignResult | None: ...
-
-    def _assign(
-        self, name: str, record: Record, failed: _Failed, *, known_only: bool = False
-    ) -> AssignResult | None:
-        """The head's flavor assignment against the usage now (a failure is remembered for
-        its shape until the usage of its cohort tree changes; a failure and a success,
-        across passes while what they read of the usage is the same:
-        services/admission/settled.py). ``known_only``: only a remembered result that holds
-        now (None: none does), nothing assigned."""
-        config = self._config
-        pod_sets_shape = record.shape
-        shape = (name, pod_sets_shape)
-        version = self._usage_version.get(config.root_of.get(name, name), 0)
-        cached = failed.get(shape)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        info = config.cqs[name]
-        no_victims = self._no_victims  # mostly empty: then the record's workload is not read
-        victims_possible = not no_victims or record.wl.ref.uid not in no_victims
-        settled = (name, pod_sets_shape, victims_possible)
-        usage = self._settled.usage_read(
-            info,
-            pod_sets_shape,
-            record.wl.pod_sets,
-            version,
-            self._own_usage_version.get(name, 0),
-        )
-        result = self._settled.get(settled, usage)
-        if result is None:
-            if known_only:
-                return None
-            result = partial.assign(
-                info,
-                config.flavors,
-                config.tree,
-                record.wl.pod_sets,
-                victims_possible=victims_possible,
-            )
-            self._settled.put(settled, usage, result)
-        if not result.fits:
-            failed[shape] = (version, result)
-        return result
-
-    @staticmethod
-    def _fails_unchanged(record: Record, known: AssignResult) -> bool:
-        """Whether trying an offered (parked) ``record`` whose failure ``known`` holds would
-        change nothing: no decision (the same reason, message and preemption verdict as the
-        last one it had), and ``_decide`` would park it again as it is (a parked record is in
-        a BestEffortFIFO queue and neither reserved nor nominated: both queue it anew). Then
-        the pass leaves it parked (queues.py: offer_parked)."""
-        if known.fits:
-            return False  # a success: it is tried (settled.py keeps successes too)
-        return record.emitted == (PENDING_REASON, known.message, known.preemption_may_help)
 
     def _decide(self, name: str, record: Record, result: AssignResult) -> None:
         """Admit the head, or note why not and set it aside (park it, or block its queue)."""

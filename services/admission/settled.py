@@ -15,6 +15,7 @@ scheduler makes a new one with each ``set_config``).
 from __future__ import annotations
 
 from services.admission.flavors import AssignResult, ClusterQueueInfo, PodSetsShape
+from services.admission.queues import Record
 from shared.events import PodSet
 from shared.quota import FlavorResource, QuotaTree
 
@@ -52,6 +53,23 @@ class Reader:
         self.own_values: tuple[int, ...] = ()
 
 
+class Quiet:
+    """A ClusterQueue's offers (the very list object its queue made) that were all left
+    parked at one reading: its own usage version then, and the root's usage read capped at
+    the most any of them asks (``roots``; None: no root) with what it read."""
+
+    __slots__ = ("offers", "own_version", "roots", "values")
+
+    def __init__(
+        self,
+        offers: list[Record],
+        own_version: int,
+        roots: RootReading | None,
+        values: tuple[int, ...],
+    ) -> None:
+        self.offers, self.own_version, self.roots, self.values = offers, own_version, roots, values
+
+
 FAILURES_LIMIT = 100_000
 
 
@@ -59,7 +77,7 @@ class SettledFailures:
     """Assignments by (ClusterQueue, shape, victims possible), with the usage they read: the
     last failure and the last success that borrows of each."""
 
-    __slots__ = ("_failures", "_fits", "_readers", "_roots", "_tree")
+    __slots__ = ("_failures", "_fits", "_quiet", "_readers", "_roots", "_tree")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
@@ -69,6 +87,7 @@ class SettledFailures:
         self._fits: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
         # One reading per distinct root reading, by (root, pairs with what is asked of them).
         self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], RootReading] = {}
+        self._quiet: dict[str, Quiet] = {}  # by ClusterQueue (see quiet)
 
     def usage_read(
         self,
@@ -96,13 +115,20 @@ class SettledFailures:
         reader = self._readers.get(key)
         if reader is None:
             reader = self._readers[key] = self._reader(info, pod_sets)
+        # The versions' hits are tested here, not in a call: most readings are of them.
         if reader.own_only and own_version is not None:
-            read = self._own_read(reader, own_version)
+            if reader.own_version == own_version:
+                read = reader.own_values
+            else:
+                read = self._own_read(reader, own_version)
         else:
             read = tuple([usage.get(fr, 0) for usage, fr in reader.exact])
-        if reader.roots is not None:
-            return read + self._root_read(reader.roots, version)
-        return read
+        roots = reader.roots
+        if roots is None:
+            return read
+        if version is not None and roots.version == version:
+            return read + roots.values
+        return read + self._root_read(roots, version)
 
     @staticmethod
     def _own_read(reader: Reader, own_version: int) -> tuple[int, ...]:
@@ -191,3 +217,52 @@ class SettledFailures:
             self._failures[key] = (usage, result)
         elif result.borrows:
             self._fits[key] = (usage, result)
+
+    def quiet(
+        self,
+        name: str,
+        offers: list[Record] | None,
+        own_version: int,
+        version: int,
+    ) -> bool:
+        """Whether ``offers`` are the ClusterQueue's remembered quiet ones (remember_quiet)
+        and each reads now what it read then: its own usage is at the same ``own_version``
+        and the root's usage, capped at the most any of them asks, reads the same (at the
+        root's usage ``version``). Then each would be left parked again: its reading gives
+        the failure it had (usage_read), with the message it already has."""
+        known = self._quiet.get(name)
+        if known is None or known.offers is not offers or known.own_version != own_version:
+            return False
+        return known.roots is None or self._root_read(known.roots, version) == known.values
+
+    def remember_quiet(
+        self,
+        name: str,
+        offers: list[Record],
+        own_version: int,
+        version: int,
+    ) -> None:
+        """Every one of ``offers`` (of ClusterQueue ``name``) was just left parked, at the
+        own usage ``own_version`` and the root's ``version``: remembered for quiet, if each
+        one's reading is of its own node and the root only (a cohort between them changes
+        with its other ClusterQueues) and was read for it (usage_read)."""
+        widest: dict[FlavorResource, RootProbe] = {}
+        for record in offers:
+            reader = self._readers.get((name, record.shape))
+            if reader is None or not reader.own_only:
+                self._quiet.pop(name, None)
+                return
+            for probe in () if reader.roots is None else reader.roots.probes:
+                known = widest.get(probe[1])
+                if known is None or known[3] < probe[3]:
+                    widest[probe[1]] = probe
+        roots: RootReading | None = None
+        if widest:
+            probes = list(widest.values())
+            # by the root's usage (not the root, as _reader's are keyed): never one of those
+            key = (id(probes[0][0]), tuple((fr, cap) for _, fr, _, cap in probes))
+            roots = self._roots.get(key)
+            if roots is None:
+                roots = self._roots[key] = RootReading(probes)
+        values = () if roots is None else self._root_read(roots, version)
+        self._quiet[name] = Quiet(offers, own_version, roots, values)

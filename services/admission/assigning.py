@@ -1,0 +1,139 @@
+"""The admission core's flavor assignment of a head, with what it remembers, and which
+offered heads a pass leaves parked without trying them.
+
+:meth:`Assigning._assign` hands back a remembered result while what it read of the usage is
+the same (services/admission/settled.py), else searches (services/admission/partial.py).
+:meth:`Assigning._leave_parked` says whether an offered (parked) head popped in its turn is
+left parked as it is, and presumes the same of the offered heads after it
+(services/admission/presumed.py), at once for a whole ClusterQueue when its offers and what
+they read are those it last found all left parked (settled.py: ``SettledFailures.quiet``).
+"""
+
+from __future__ import annotations
+
+from typing import overload
+
+from services.admission import partial
+from services.admission.flavors import AssignResult
+from services.admission.placement import PENDING_REASON, Placement
+from services.admission.presumed import presume, presume_all
+from services.admission.queues import ClusterQueueQueue, OrderKey, Record
+
+__all__ = ["Assigning", "Failed"]
+
+# Failures in this pass: (ClusterQueue, shape) -> (usage version of its cohort tree, result)
+Failed = dict[tuple[str, bytes], tuple[int, AssignResult]]
+
+
+class Assigning(Placement):
+    """The flavor assignment of heads in a pass (the pass is the Scheduler's)."""
+
+    presumes = True  # offered heads presumed left parked (presumed.py); tests turn it off
+    quiet_queues = 0  # ClusterQueues whose offers the last pass left parked whole (quiet)
+
+    @overload
+    def _assign(self, name: str, record: Record, failed: Failed) -> AssignResult: ...
+
+    @overload
+    def _assign(
+        self, name: str, record: Record, failed: Failed, *, known_only: bool
+    ) -> AssignResult | None: ...
+
+    def _assign(
+        self, name: str, record: Record, failed: Failed, *, known_only: bool = False
+    ) -> AssignResult | None:
+        """The head's flavor assignment against the usage now (a failure is remembered for
+        its shape until the usage of its cohort tree changes; a failure and a success,
+        across passes while what they read of the usage is the same:
+        services/admission/settled.py). ``known_only``: only a remembered result that holds
+        now (None: none does), nothing assigned."""
+        config = self._config
+        pod_sets_shape = record.shape_key or record.shape  # the property's call spared
+        shape = (name, pod_sets_shape)
+        version = self._usage_version.get(config.root_of.get(name, name), 0)
+        cached = failed.get(shape)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        info = config.cqs[name]
+        no_victims = self._no_victims  # mostly empty: then the record's workload is not read
+        victims_possible = not no_victims or record.wl.ref.uid not in no_victims
+        settled = (name, pod_sets_shape, victims_possible)
+        usage = self._settled.usage_read(
+            info,
+            pod_sets_shape,
+            record.wl.pod_sets,
+            version,
+            self._own_usage_version.get(name, 0),
+        )
+        result = self._settled.get(settled, usage)
+        if result is None:
+            if known_only:
+                return None
+            result = partial.assign(
+                info,
+                config.flavors,
+                config.tree,
+                record.wl.pod_sets,
+                victims_possible=victims_possible,
+            )
+            self._settled.put(settled, usage, result)
+        if not result.fits:
+            failed[shape] = (version, result)
+        return result
+
+    @staticmethod
+    def _fails_unchanged(record: Record, known: AssignResult) -> bool:
+        """Whether trying an offered (parked) ``record`` whose failure ``known`` holds would
+        change nothing: no decision (the same reason, message and preemption verdict as the
+        last one it had), and ``_decide`` would park it again as it is (a parked record is in
+        a BestEffortFIFO queue and neither reserved nor nominated: both queue it anew). Then
+        the pass leaves it parked (queues.py: offer_parked)."""
+        if known.fits:
+            return False  # a success: it is tried (settled.py keeps successes too)
+        return record.emitted == (PENDING_REASON, known.message, known.preemption_may_help)
+
+    def _leave_parked(
+        self,
+        name: str,
+        queue: ClusterQueueQueue,
+        record: Record,
+        failed: Failed,
+        high: OrderKey,
+    ) -> list[Record] | None:
+        """Whether the offered ``record``, popped in its turn, is left parked as it is
+        (``_fails_unchanged``): None if it is to be tried; else it is taken off the offers,
+        with the offered heads after it that are presumed left parked too (``presume``:
+        empty unless ``presumes``; ``high`` as it says).
+
+        A ClusterQueue whose offers are the very ones it had when all were last found left
+        parked at one reading, and that reads the same now (settled.py: ``quiet``), leaves
+        them parked without a look at each: each would read what it read then, and the
+        failure it had then is what its reading gives. When all its offers are found left
+        parked at one reading in this pass, that is remembered."""
+        settled = self._settled
+        offers = queue.offers
+        version = self._usage_version.get(self._config.root_of.get(name, name), 0)
+        own_version = self._own_usage_version.get(name, 0)
+        # A failure remembered in this pass by shape alone (_assign's failed) is one of a
+        # workload preemption may help, the same as every other's only while none is not.
+        uniform = self.presumes and not self._no_victims
+        if uniform and settled.quiet(name, offers, own_version, version):
+            self.quiet_queues += 1
+            queue.skip_offered()
+            return presume_all(queue, high)
+        known = self._assign(name, record, failed, known_only=True)
+        if known is None or not self._fails_unchanged(record, known):
+            return None
+        whole = offers is not None and len(queue.offered) == len(offers)
+        queue.skip_offered()
+        if not self.presumes:
+            return []
+
+        def holds(record: Record) -> bool:
+            known = self._assign(name, record, failed, known_only=True)
+            return known is not None and self._fails_unchanged(record, known)
+
+        items = presume(queue, high, holds)
+        if uniform and whole and not queue.offered and offers is not None:
+            settled.remember_quiet(name, offers, own_version, version)
+        return items
