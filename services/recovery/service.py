@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -223,9 +223,11 @@ class RecoveryService:
             now = time.time()
             outgoing: list[Event] = []
             changed: dict[int, ManagedJob] = {}
+            apply, owned = self.waits.apply, self.by_workload  # job_of, in line
             for event in events:
-                self.waits.apply(event)
-                job_id = self.job_of(event)
+                apply(event)
+                ref = event.workload
+                job_id = owned.get((ref.namespace, ref.name)) if owned else None
                 if job_id is None:
                     continue
                 job = self.jobs[job_id]
@@ -294,11 +296,20 @@ class RecoveryService:
         policies = self.config.of_kind(ClusterQueuePolicy)
         queues = {cq.metadata.name: cq for cq in self.config.of_kind(ClusterQueue)}
 
-        afters: dict[str, float | None] = {}  # per ClusterQueue, once per tick
+        # Per ClusterQueue, once per tick: its policy, reserveAfter and nominal quota.
+        ageings: dict[str, AgeingPolicy] = {}
+        afters: dict[str, float | None] = {}
+        nominals: dict[str, Mapping[str, int]] = {}
+
+        def ageing(cluster_queue: str) -> AgeingPolicy:
+            found = ageings.get(cluster_queue)
+            if found is None:
+                found = ageings[cluster_queue] = ageing_for(policies, cluster_queue)
+            return found
 
         def reserve_after(cluster_queue: str) -> float | None:
             if cluster_queue not in afters:
-                after = ageing_for(policies, cluster_queue).reserve_after
+                after = ageing(cluster_queue).reserve_after
                 afters[cluster_queue] = None if after is None else parse_duration(after)
             return afters[cluster_queue]
 
@@ -332,11 +343,10 @@ class RecoveryService:
             cluster_queue = queues.get(queue)
             if cluster_queue is None:
                 return False
+            if queue not in nominals:
+                nominals[queue] = queue_facts(cluster_queue).nominal
             return reservation_granted(
-                policy,
-                request=requests[uid],
-                nominal=queue_facts(cluster_queue).nominal,
-                earlier=[before[uid]],
+                policy, request=requests[uid], nominal=nominals[queue], earlier=[before[uid]]
             )
 
         outgoing: list[Event] = []
@@ -345,7 +355,7 @@ class RecoveryService:
             wait = self.waits.waits.get(uid)
             if job.status != JobStatus.RECOVERING and (wait is None or wait.running):
                 continue  # only a waiting job ages; a running one keeps what it had
-            policy = ageing_for(policies, queue)
+            policy = ageing(queue)
             boost, due = boost_at(policy, now - clock)
             # A reservation once granted is kept: the jobs it was counted with only leave.
             reserved = due and (job.reserved or granted(policy, clock, uid, queue))
@@ -365,7 +375,7 @@ class RecoveryService:
         for uid, wait in plain.items():
             if uid in managed or wait.running or wait.since is None:
                 continue
-            policy = ageing_for(policies, wait.cluster_queue)
+            policy = ageing(wait.cluster_queue)
             boost, due = boost_at(policy, now - wait.since)
             queue = wait.cluster_queue
             reserved = due and (wait.reserved or granted(policy, wait.since, uid, queue))

@@ -1,0 +1,141 @@
+"""Recovery's ageing tick (RecoveryService._publish_boosts) looks each ClusterQueue's policy,
+reserveAfter and nominal quota up once per tick, and ``ageing.boost_at`` reads a
+``reserveAfter`` once per text: each plain workload must still be boosted and reserved by its
+own ClusterQueue's policy, and a policy changed between two ticks counts from the next one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from msgspec.structs import replace
+
+from services.recovery.ageing import boost_at
+from services.recovery.service import RecoveryService
+from shared.config import AgeingPolicy, ConfigObject, object_key, parse_object
+from shared.events import Event, PodSet, PriorityBoosted, WorkloadPending, WorkloadRef
+from shared.service import Runtime
+from tests.test_starvation_waits import at, submitted
+from tests.test_victims import cq
+
+# --- boost_at reads each reserveAfter by its own text ---------------------------------------------
+
+BOOSTS = [
+    # (why, reserveAfter, waited s, due a reservation)
+    ("10s: due at 10s", "10s", 10.0, True),
+    ("1m after 10s was read: not due at 10s (never 10s's answer)", "1m", 10.0, False),
+    ("10s again: still due", "10s", 10.0, True),
+    ("1m: due at 60s", "1m", 60.0, True),
+    ("off (null): never due", None, 10_000.0, False),
+    ("90s: not due at 60s (never 1m's answer)", "90s", 60.0, False),
+]
+
+
+@pytest.mark.parametrize(("why", "after", "waited", "due"), BOOSTS, ids=[b[0] for b in BOOSTS])
+def test_boost_at_reads_each_reserve_after(
+    why: str, after: str | None, waited: float, due: bool
+) -> None:
+    policy = AgeingPolicy(priority_per_minute=60, reserve_after=after)
+    assert boost_at(policy, waited) == (int(waited), due), why
+
+
+# --- the tick: per ClusterQueue, by its own policy ------------------------------------------------
+
+
+def _policy(name: str, queues: list[str], reserve_after: str, share: float) -> ConfigObject:
+    return parse_object({
+        "apiVersion": "berth.dev/v1alpha1", "kind": "ClusterQueuePolicy",
+        "metadata": {"name": name},
+        "spec": {"clusterQueues": queues, "ageing": {
+            "priorityPerMinute": 60, "reserveAfter": reserve_after, "maxReservedShare": share}},
+    })  # fmt: skip
+
+
+def _service(config: list[ConfigObject]) -> tuple[RecoveryService, list[Event]]:
+    published: list[Event] = []
+
+    async def publish_many(events: list[Event]) -> None:
+        published.extend(events)
+
+    async def put(key: str, value: bytes) -> int:
+        return 0
+
+    service = RecoveryService(
+        cast(Runtime, SimpleNamespace(bus=SimpleNamespace(publish_many=publish_many)))
+    )
+    service.kv = cast(Any, SimpleNamespace(put=put))
+    service.config.objects = {object_key(o): o for o in config}
+    return service, published
+
+
+def _waiting(service: RecoveryService, name: str, queue: str, cpus: int) -> None:
+    """A plain workload created at t=0, queued in ``queue``."""
+    ref = WorkloadRef("ns", name, name)
+    pod_sets = [PodSet(name="main", count=1, requests={"cpu": cpus * 1000})]
+    service.waits.apply(replace(submitted(0), workload=ref, pod_sets=pod_sets))
+    service.waits.apply(WorkloadPending(source="admission", time=at(1), workload=ref,
+                                        cluster_queue=queue, reason="Pending", message=""))  # fmt: skip
+
+
+CONFIG = [
+    cq("fast", {"rf/cpu": 4}),
+    cq("slow", {"rf/cpu": 4}),
+    cq("big", {"rf/cpu": 8}),
+    _policy("fast", ["fast"], "10s", 1.0),
+    _policy("slow", ["slow", "big"], "100s", 0.5),
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    why: str
+    name: str
+    queue: str
+    cpus: int
+    # (boost, reserved) announced by the tick at 50 s, then by the one at 120 s (None: none)
+    at_50: tuple[int, bool] | None
+    at_120: tuple[int, bool] | None
+
+
+CASES = [
+    Case("its queue's 10s passed by 50s: boosted from its creation, reserved",
+         "a", "fast", 4, (50, True), (120, True)),
+    Case("read in the same ticks as 'fast': its own 100s (none at 50s), its own 50% share",
+         "b", "slow", 2, None, (120, True)),
+    Case("'slow's policy on a queue of 8: 4 is within 50% of its 8 (not of slow's 4)",
+         "c", "big", 4, None, (120, True)),
+    Case("over the share of its own queue: due, not reserved", "d", "slow", 3, None,
+         (120, False)),
+    Case("an unknown ClusterQueue: the built-in 10m, no clock by 120s", "e", "nowhere", 1,
+         None, None),
+]  # fmt: skip
+
+
+async def test_each_workload_is_aged_by_its_own_queues_policy() -> None:
+    service, published = _service(CONFIG)
+    for case in CASES:
+        _waiting(service, case.name, case.queue, case.cpus)
+    for now, expected in ((50.0, {c.name: c.at_50 for c in CASES}),
+                          (120.0, {c.name: c.at_120 for c in CASES})):  # fmt: skip
+        published.clear()
+        await service._publish_boosts(now)
+        said = {e.workload.name: (e.boost, e.reserved) for e in published
+                if isinstance(e, PriorityBoosted)}  # fmt: skip
+        for case in CASES:
+            assert said.get(case.name) == expected[case.name], f"at {now:g}s: {case.why}"
+
+
+async def test_a_policy_changed_between_ticks_counts_from_the_next() -> None:
+    """Nothing of a tick's lookups is kept for the next: a reserveAfter shortened from 10m
+    to 30s gives the workload its clock and reservation at the next tick."""
+    service, published = _service([cq("cq", {"rf/cpu": 4})])
+    _waiting(service, "w", "cq", 1)
+    await service._publish_boosts(60.0)
+    assert published == [], "the built-in 10m: no clock after a minute"
+    policy = _policy("p", ["cq"], "30s", 1.0)
+    service.config.objects[object_key(policy)] = policy
+    await service._publish_boosts(61.0)
+    [event] = published
+    assert isinstance(event, PriorityBoosted) and (event.boost, event.reserved) == (61, True)
