@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from services.admission import metrics
-from services.admission.labelled import Children, LightCounter, LightHistogram
+from services.admission.labelled import Children, LightCounter, LightHistogram, Tally
 
 _names = itertools.count()
 
@@ -267,3 +267,54 @@ def test_light_counter_refuses(target: str, amount: float, error: str, why: str)
         metric = kind(f"c_{next(_names)}", "c", ["queue"], registry=CollectorRegistry())
         with pytest.raises(ValueError, match=error):
             (metric if target == "parent" else metric.labels("a")).inc(amount)
+
+
+def _tallied(amounts: list[float], *, tally: bool) -> list[list[tuple[Any, ...]]]:
+    """The samples of two counters and two histograms (one list of buckets) whose children
+    count each amount: through one Tally, or through inc() and observe() one by one."""
+    registry = CollectorRegistry()
+    counters = [LightCounter(f"t_{next(_names)}", "c", ["q"], registry=registry) for _ in "ab"]
+    histograms = [
+        LightHistogram(
+            f"t_{next(_names)}", "h", ["q"], buckets=(0.1, 0.25, 1.0, 2.5), registry=registry
+        )
+        for _ in "ab"
+    ]
+    counts, waits = [c.labels("a") for c in counters], [h.labels("a") for h in histograms]
+    together = Tally(counts, waits)
+    for amount in amounts:
+        if tally:
+            together.add(amount)
+        else:
+            for counter in counts:
+                counter.inc()
+            for histogram in waits:
+                histogram.observe(amount)
+    return [_samples(c) for c in counters] + [_samples(h) for h in histograms]
+
+
+@pytest.mark.parametrize(("observed", "why"), HISTOGRAM_CASES, ids=[c[1] for c in HISTOGRAM_CASES])
+def test_a_tally_serves_what_inc_and_observe_serve(observed: list[float], why: str) -> None:
+    """Every sample (counts, buckets, sums) as each child's inc() and observe() made them."""
+    assert repr(_tallied(observed, tally=True)) == repr(_tallied(observed, tally=False)), why
+
+
+# (the histograms' buckets, whether the counter is the labelled parent, the error, why)
+TALLY_REFUSALS = [
+    ((0.1, 1.0), False, "one list of buckets", "histograms with other buckets"),
+    ((0.1, 0.25, 1.0, 2.5), True, "missing label values", "a labelled parent, as inc()"),
+]
+
+
+@pytest.mark.parametrize(
+    ("buckets", "parent", "error", "why"), TALLY_REFUSALS, ids=[c[3] for c in TALLY_REFUSALS]
+)
+def test_a_tally_refuses(buckets: tuple[float, ...], parent: bool, error: str, why: str) -> None:
+    registry = CollectorRegistry()
+    counter = LightCounter(f"t_{next(_names)}", "c", ["q"], registry=registry)
+    one, other = (
+        LightHistogram(f"t_{next(_names)}", "h", ["q"], buckets=b, registry=registry)
+        for b in ((0.1, 0.25, 1.0, 2.5), buckets)
+    )
+    with pytest.raises(ValueError, match=error):
+        Tally([counter if parent else counter.labels("a")], [one.labels("a"), other.labels("a")])

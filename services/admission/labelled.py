@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol, Self, TypeVar, cast
 
 from prometheus_client import Counter, Histogram
@@ -33,7 +33,7 @@ from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["Children", "LightCounter", "LightHistogram"]
+__all__ = ["Children", "LightCounter", "LightHistogram", "Tally"]
 
 
 class _Labelled(Protocol):
@@ -139,3 +139,33 @@ class LightHistogram(Histogram):
         if prometheus_metrics._use_created:
             samples.append(Sample("_created", {}, self._created, None, None))
         return tuple(samples)
+
+
+class Tally:
+    """Light children counted together by one call (an admission's count and wait, per
+    ClusterQueue and per LocalQueue): :meth:`add` is each counter's ``inc()`` and each
+    histogram's ``observe(amount)``, the bucket found once for all (their buckets are one
+    list: any other is refused here); the samples are the same."""
+
+    __slots__ = ("_bounds", "_counters", "_histograms")
+
+    def __init__(self, counters: Sequence[LightCounter], histograms: Sequence[LightHistogram]):
+        for child in (*counters, *histograms):
+            if child._labelnames and not child._labelvalues:  # as inc and observe refuse
+                raise ValueError(f"{child._type} metric is missing label values")
+        if len({tuple(h._upper_bounds) for h in histograms}) > 1:
+            raise ValueError("the histograms of a tally have one list of buckets")
+        self._counters = tuple(counters)
+        self._histograms = tuple(histograms)
+        self._bounds: list[float] = histograms[0]._upper_bounds if histograms else []
+
+    def add(self, amount: float) -> None:
+        for counter in self._counters:
+            counter._count += 1
+        bounds = self._bounds
+        index = bisect_left(bounds, amount)
+        counted = index < len(bounds) and amount <= bounds[index]  # a NaN in none
+        for histogram in self._histograms:
+            histogram._total += amount
+            if counted:
+                histogram._counts[index] += 1

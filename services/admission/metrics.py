@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter
 
-from services.admission.labelled import Children, LightCounter, LightHistogram
+from services.admission.labelled import Children, LightCounter, LightHistogram, Tally
 from services.admission.model import QueueStats
 from shared.config import ClusterQueue, Cohort, LocalQueue
 from shared.metrics import GaugeSpec, Samples, StateGauges
@@ -269,11 +269,11 @@ _BY_LOCAL_QUEUE = frozenset(
     {LQ_QUOTA_RESERVED, LQ_QUOTA_RESERVED_WAIT, LQ_ADMITTED, LQ_ADMISSION_CHECKS_WAIT}
     | {LQ_READY_WAIT, LQ_ADMITTED_UNTIL_READY, LQ_ADMISSION_WAIT, LQ_EVICTED}
 )
-# The series one count touches together, kept as one group per queue (Children.group).
+# The series one count touches together, kept as one tally per queue (Children.group).
 _RESERVATIONS = (QUOTA_RESERVED, LQ_QUOTA_RESERVED, QUOTA_RESERVED_WAIT, LQ_QUOTA_RESERVED_WAIT)
 _ADMISSIONS = (ADMITTED, LQ_ADMITTED, ADMISSION_WAIT, LQ_ADMISSION_WAIT)
 _RESERVED_AND_ADMITTED = _RESERVATIONS + _ADMISSIONS  # an admission without checks: both
-_READINESS = (READY_WAIT, ADMITTED_UNTIL_READY, LQ_READY_WAIT, LQ_ADMITTED_UNTIL_READY)
+_READINESS = ((READY_WAIT, LQ_READY_WAIT), (ADMITTED_UNTIL_READY, LQ_ADMITTED_UNTIL_READY))
 
 
 def attempt(*, admitted_any: bool, seconds: float) -> None:
@@ -297,7 +297,7 @@ def admitted(
     time; ``late`` past its wait target. Without admission checks it is an admission at
     once; with them (``reserved_only``) the admission is counted by :func:`checks_passed`."""
     series = _RESERVATIONS if reserved_only else _RESERVED_AND_ADMITTED
-    _counted(_KEPT.group(_children, series, cluster_queue, local_queue, namespace), waited)
+    _KEPT.group(_tally, series, cluster_queue, local_queue, namespace).add(waited)
     if late:
         _KEPT.of(LATE, cluster_queue).inc()
 
@@ -307,7 +307,7 @@ def checks_passed(
 ) -> None:
     """A reservation whose admission checks are all Ready is admitted: counted with its wait
     from queue time, and ``checks_waited`` from its reservation."""
-    _counted(_KEPT.group(_children, _ADMISSIONS, cluster_queue, local_queue, namespace), waited)
+    _KEPT.group(_tally, _ADMISSIONS, cluster_queue, local_queue, namespace).add(waited)
     _KEPT.of(ADMISSION_CHECKS_WAIT, cluster_queue).observe(checks_waited)
     _KEPT.of(LQ_ADMISSION_CHECKS_WAIT, local_queue, namespace).observe(checks_waited)
 
@@ -317,24 +317,22 @@ def pods_ready(
 ) -> None:
     """A workload's pods became ready: ``waited`` from its queue time, ``since_admitted``
     from its admission (Kueue's ready and admitted-until-ready wait times)."""
-    ready, until_ready, lq_ready, lq_until_ready = _KEPT.group(
-        _children, _READINESS, cluster_queue, local_queue, namespace
-    )
-    ready.observe(waited)
-    until_ready.observe(since_admitted)
-    lq_ready.observe(waited)
-    lq_until_ready.observe(since_admitted)
+    ready, until_ready = _KEPT.group(_tallies, _READINESS, cluster_queue, local_queue, namespace)
+    ready.add(waited)
+    until_ready.add(since_admitted)
 
 
-def _counted(series: tuple[Any, ...], waited: float) -> None:
-    """A count and a wait, per ClusterQueue and per LocalQueue: each four series of a group
-    (one group of four, or of eight: reservation and admission at once)."""
-    for at in range(0, len(series), 4):
-        cq_count, lq_count, cq_wait, lq_wait = series[at : at + 4]
-        cq_count.inc()
-        lq_count.inc()
-        cq_wait.observe(waited)
-        lq_wait.observe(waited)
+def _tally(metrics: tuple[Any, ...], cluster_queue: str, local_queue: str, namespace: str) -> Tally:
+    """The metrics' children for the queues, counted together: the counters count one, the
+    histograms observe one wait (the ClusterQueue's series and the LocalQueue's alike)."""
+    kept = _children(metrics, cluster_queue, local_queue, namespace)
+    counters = [c for c in kept if type(c) is LightCounter]
+    return Tally(counters, [h for h in kept if type(h) is LightHistogram])
+
+
+def _tallies(groups: tuple[tuple[Any, ...], ...], *queues: str) -> tuple[Tally, ...]:
+    """One :func:`_tally` per group of metrics, in order."""
+    return tuple(_tally(group, *queues) for group in groups)
 
 
 def _children(
