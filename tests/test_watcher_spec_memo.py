@@ -146,10 +146,15 @@ def test_a_spec_is_taken_from_an_earlier_object_only_when_nothing_it_depends_on_
     first: dict[str, Any], second: dict[str, Any], shared: bool, why: str
 ) -> None:
     memo = SpecMemo()
+    as_read = copy.deepcopy(second)
     taken = memo.spec(first)
     spec = memo.spec(second)
     assert (spec is taken) is shared, why
     assert _reported(spec) == _reported(workload_spec(second)), why
+    # Taken: the object holds the first one's spec mapping (one copy per template), and its
+    # contents are still what was read.
+    assert (second["spec"] is first["spec"]) is shared, why
+    assert second == as_read, why
 
 
 def test_the_remembered_kinds_are_the_ones_whose_spec_ignores_identity() -> None:

@@ -25,7 +25,8 @@ class SpecMemo:
 
     def __init__(self, size: int = MEMO_SIZE) -> None:
         self.size = size
-        self.specs: dict[bytes, WorkloadSpec] = {}
+        # what was read -> its spec, and the ``spec`` mapping of the object it was read from
+        self.specs: dict[bytes, tuple[WorkloadSpec, Any]] = {}
 
     def spec(self, obj: dict[str, Any]) -> WorkloadSpec:
         """``workload_spec(obj)``, or the spec an earlier object gave if it is of a kind in
@@ -35,8 +36,11 @@ class SpecMemo:
 
         Why: ``workload_spec`` (every field checked, every quantity parsed) was most of the
         watcher's cost of reading an object, and a burst of Jobs from one template repeats
-        it with nothing changed but the name. The spec returned for an equal object holds
-        that object's pod specs (equal, not these): read them, never write them.
+        it with nothing changed but the name. An object whose spec is taken so is given the
+        equal object's ``spec`` mapping in place of its own (equal JSON, so equal contents):
+        the objects of one template hold one copy, not one each, and their pod specs are the
+        ones the returned spec holds. That is sound because the local backend never writes
+        into an object it has read: a shared mapping stays as it was read.
         """
         if obj.get("kind") not in MEMO_KINDS:
             return workload_spec(obj)
@@ -52,10 +56,12 @@ class SpecMemo:
                 obj.get("spec"),
             )
         )
-        spec = self.specs.get(key)
-        if spec is None:
+        remembered = self.specs.get(key)
+        if remembered is None:
             spec = workload_spec(obj)
             if len(self.specs) >= self.size:
                 del self.specs[next(iter(self.specs))]
-            self.specs[key] = spec
+            self.specs[key] = (spec, obj.get("spec"))
+            return spec
+        spec, obj["spec"] = remembered
         return spec
