@@ -399,6 +399,22 @@ async def test_contract_a_finished_run_is_reported_finished_once(cluster: Cluste
     assert not await cluster.runs(REF)
 
 
+async def test_the_local_backend_never_writes_into_an_object_it_read(cluster: Cluster) -> None:
+    """Not the contract, the local backend's own premise: equal objects share one spec
+    mapping (services/watcher/local/spec_memo.py), which is sound only if nothing writes
+    into an object once read. Through a whole run (admitted, started as processes, ready,
+    finished, recorded), what the backend holds is still what the bucket stores."""
+    if cluster.kind != "local":
+        pytest.skip("the local backend's objects")
+    backend = await created_and_admitted(cluster)
+    assert isinstance(backend, LocalBackend)
+    await until(lambda: cluster.runs(REF), "runs after admission")
+    await cluster.finish(REF)
+    await until(lambda: cluster.settled(REF), "the finish recorded")
+    stored = await cluster._status_or_object(OBJECTS_BUCKET, REF)
+    assert backend.objects[workload_key(REF.namespace, REF.name)] == stored
+
+
 async def test_contract_a_ready_run_that_loses_a_pod_is_reported_not_ready(
     cluster: Cluster,
 ) -> None:
