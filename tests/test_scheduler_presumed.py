@@ -298,15 +298,15 @@ def test_undo_takes_back_heads_whose_turn_has_not_come(
     next_key = records[3].key
     assert items == records[:3] and next_key is not None
     presumed = Presumed()
-    presumed.add("co", queue, "a", items, next_key)
+    presumed.add("co", queue, items, next_key)
     assert presumed.undo("other", _key(1, 9)) == ([], 0)  # another root: nothing
     entries, count = presumed.undo("co", _key(high, 9))
-    assert [entry[0][CLOCK] for entry in entries] == pushed, reason
+    assert [entry[CLOCK] for entry in entries] == pushed, reason
     assert count == back, reason
     assert [record.key for record in queue.offered][::-1] == sorted(
         record.key for record in records[3 - back :] if record.key is not None
     ), reason
     superseded = bool(back)
-    assert presumed.drop("a", next_key) is superseded, reason
-    assert not presumed.drop("a", next_key), reason  # dropped once
+    assert presumed.drop(next_key) is superseded, reason
+    assert not presumed.drop(next_key), reason  # dropped once
     assert presumed.undo("co", _key(high, 9)) == ([], 0), reason  # undone once

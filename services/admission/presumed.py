@@ -74,12 +74,12 @@ class _Chain:
     """The heads of one ClusterQueue presumed after one of them was left parked, in order,
     and the key of the entry its queue got in the heap after them (None: none)."""
 
-    __slots__ = ("items", "name", "next_key", "queue")
+    __slots__ = ("items", "next_key", "queue")
 
     def __init__(
-        self, queue: ClusterQueueQueue, name: str, items: list[Record], next_key: OrderKey | None
+        self, queue: ClusterQueueQueue, items: list[Record], next_key: OrderKey | None
     ) -> None:
-        self.queue, self.name, self.items, self.next_key = queue, name, items, next_key
+        self.queue, self.items, self.next_key = queue, items, next_key
 
 
 class Presumed:
@@ -90,20 +90,19 @@ class Presumed:
     def __init__(self) -> None:
         self._by_root: dict[str, list[_Chain]] = {}
         self.count = self.taken_back = 0  # heads presumed, and taken back, in the pass
-        # (ClusterQueue, id of the key) -> entries to drop when popped (see undo)
-        self.superseded: dict[tuple[str, int], int] = {}
+        # id of a key -> entries of it to drop when popped (see undo)
+        self.superseded: dict[int, int] = {}
 
     def add(
         self,
         root: str,
         queue: ClusterQueueQueue,
-        name: str,
         items: list[Record],
         next_key: OrderKey | None,
     ) -> None:
         """Presume ``items`` (taken off ``queue``'s offers, smallest key first) left parked;
         ``next_key``: the entry pushed for ``queue`` after them."""
-        self._by_root.setdefault(root, []).append(_Chain(queue, name, items, next_key))
+        self._by_root.setdefault(root, []).append(_Chain(queue, items, next_key))
         self.count += len(items)
 
     def settle(self) -> None:
@@ -113,7 +112,7 @@ class Presumed:
         self._by_root.clear()
         self.superseded.clear()
 
-    def undo(self, root: str, high: OrderKey) -> tuple[list[tuple[OrderKey, str]], int]:
+    def undo(self, root: str, high: OrderKey) -> tuple[list[OrderKey], int]:
         """An admission under ``root``: the presumed heads whose turn has not come are
         offered again. ``high`` is the largest key popped from the heap since the pass's
         heap of heads last ran empty, the admitted head's included; a presumed head's key
@@ -125,7 +124,7 @@ class Presumed:
         chains = self._by_root.pop(root, None)
         if not chains:
             return [], 0
-        pushes: list[tuple[OrderKey, str]] = []
+        pushes: list[OrderKey] = []
         count = 0
         for chain in chains:
             items = chain.items
@@ -136,17 +135,17 @@ class Presumed:
                 continue  # every turn has come
             back = items[first:]
             chain.queue.offered.extend(reversed(back))  # offers: largest key first
-            pushes.append((_key_of(back[0]), chain.name))
+            pushes.append(_key_of(back[0]))
             count += len(back)
             if chain.next_key is not None:
-                marker = (chain.name, id(chain.next_key))
+                marker = id(chain.next_key)
                 self.superseded[marker] = self.superseded.get(marker, 0) + 1
         self.taken_back += count
         return pushes, count
 
-    def drop(self, name: str, key: OrderKey) -> bool:
-        """Whether the popped entry ``(key, name)`` is one ``undo`` superseded (dropped once)."""
-        marker = (name, id(key))
+    def drop(self, key: OrderKey) -> bool:
+        """Whether the popped entry ``key`` is one ``undo`` superseded (dropped once)."""
+        marker = id(key)
         count = self.superseded.get(marker)
         if not count:
             return False

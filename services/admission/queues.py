@@ -309,7 +309,8 @@ class ClusterQueueQueue:
         group's top are dropped on the way)."""
         offered: list[tuple[OrderKey, Record]] = []
         records = self.records
-        for shape, group in list(self.parked.items()):
+        emptied: list[bytes] = []
+        for shape, group in self.parked.items():
             while group:
                 key = group[0]
                 record = records.get(key[UID])
@@ -318,7 +319,9 @@ class ClusterQueueQueue:
                     break
                 heapq.heappop(group)
             else:
-                del self.parked[shape]
+                emptied.append(shape)
+        for shape in emptied:
+            del self.parked[shape]
         offered.sort(reverse=True)  # by key: keys are unique (their uid)
         return [record for _, record in offered]
 

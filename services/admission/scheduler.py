@@ -39,6 +39,7 @@ from services.admission.queues import (
     ADMITTED,
     FINISHED,
     PENDING,
+    UID,
     ClusterQueueQueue,
     OrderKey,
     Record,
@@ -58,12 +59,12 @@ __all__ = [
 ]
 
 
-# A ClusterQueue's head in the pass's heaps: (key, ClusterQueue), in queue order. Heads that
-# need no borrowing first: one found to need borrowing moves to a second heap, popped only
-# while the first is empty (as one heap of (borrowing, key, ClusterQueue) would order them,
-# without comparing the flag in every comparison). A plain tuple: made and compared for every
-# head tried.
-_Head = tuple[OrderKey, str]
+# A ClusterQueue's head in the pass's heaps: its key, in queue order (keys are unique: the
+# record's uid ends each; its ClusterQueue is the record's). Heads that need no borrowing
+# first: one found to need borrowing moves to a second heap, popped only while the first is
+# empty (as one heap of (borrowing, key) would order them, without comparing the flag in
+# every comparison). The key alone, not (key, ClusterQueue): a comparison walks one tuple.
+_Head = OrderKey
 
 
 class Scheduler(Assigning):
@@ -216,14 +217,19 @@ class Scheduler(Assigning):
                     continue
                 head = queue.candidate() if queue.offered else queue.head()
                 if head is not None and head.key is not None:
-                    heads.append((head.key, name))
+                    heads.append(head.key)
             self._ready = set()
             fair_roots: dict[str, list[str]] = {}  # fair sharing: cohort heads by tournament
             if config.fairness.enabled:
-                for entry in heads:
-                    if config.tree.cluster_queues[entry[1]].parent is not None:
-                        fair_roots.setdefault(config.root(entry[1]), []).append(entry[1])
-                heads = [e for e in heads if config.tree.cluster_queues[e[1]].parent is None]
+                in_cohort = [self._records[key[UID]].cq for key in heads]
+                for name in in_cohort:
+                    if config.tree.cluster_queues[name].parent is not None:
+                        fair_roots.setdefault(config.root(name), []).append(name)
+                heads = [
+                    key
+                    for key, name in zip(heads, in_cohort, strict=True)
+                    if config.tree.cluster_queues[name].parent is None
+                ]
             heapq.heapify(heads)
             # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
             # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
@@ -244,24 +250,26 @@ class Scheduler(Assigning):
             presumed = Presumed()  # offered heads left parked ahead of their turn
             self.quiet_queues = 0
             presumes = offers and self.presumes  # see Assigning._leave_parked
-            high = heads[0][0] if heads else NO_KEY  # the largest popped since heads ran empty
+            high = heads[0] if heads else NO_KEY  # the largest popped since heads ran empty
+            records = self._records
             while heads or borrowers:
                 borrowing = not heads
-                key, name = heapq.heappop(borrowers if borrowing else heads)
+                key = heapq.heappop(borrowers if borrowing else heads)
                 if borrowing:
                     presumed.settle()
                     high = key
-                elif presumed.superseded and presumed.drop(name, key):
+                elif presumed.superseded and presumed.drop(key):
                     continue
                 elif high < key:
                     high = key
+                name = records[key[UID]].cq  # a pass unqueues none but the record it tries
                 queue = self._queues[name]
                 record = queue.candidate() if queue.offered else queue.head()
                 if record is None:
                     continue
                 if record.key is not key:  # the head changed since it was pushed
                     if record.key is not None:
-                        heapq.heappush(heads, (record.key, name))
+                        heapq.heappush(heads, record.key)
                     continue
                 tried += 1
                 chain: list[Record] | None = None
@@ -281,7 +289,7 @@ class Scheduler(Assigning):
                         if not borrowing and not config.borrowing_yields:
                             # Kueue admits heads that need no borrowing first. (Yielding goes by
                             # order: a borrower goes before non-borrowers that come after it.)
-                            heapq.heappush(borrowers, (key, name))
+                            heapq.heappush(borrowers, key)
                             continue
                     self._decide(name, record, result)
                     if record.state is ADMITTED and presumes:
@@ -295,9 +303,9 @@ class Scheduler(Assigning):
                 following = queue.candidate() if queue.offered else queue.head()
                 following_key = None if following is None else following.key
                 if following_key is not None:
-                    heapq.heappush(heads, (following_key, name))
+                    heapq.heappush(heads, following_key)
                 if chain:
-                    presumed.add(config.root(name), queue, name, chain, following_key)
+                    presumed.add(config.root(name), queue, chain, following_key)
                     tried += len(chain)
                     left_parked += len(chain)
         finally:  # an offer outliving its pass would be read as current by the next

@@ -245,7 +245,13 @@ class SettledFailures:
         """Every one of ``offers`` (of ClusterQueue ``name``) was just left parked, at the
         own usage ``own_version`` and the root's ``version``: remembered for quiet, if each
         one's reading is of its own node and the root only (a cohort between them changes
-        with its other ClusterQueues) and was read for it (usage_read)."""
+        with its other ClusterQueues) and was read for it (usage_read). The same offers
+        as remembered keep their reading of the root (the same shapes read the same)."""
+        known = self._quiet.get(name)
+        if known is not None and known.offers is offers:
+            known.own_version = own_version
+            known.values = () if known.roots is None else self._root_read(known.roots, version)
+            return
         widest: dict[FlavorResource, RootProbe] = {}
         for record in offers:
             reader = self._readers.get((name, record.shape))
@@ -253,8 +259,8 @@ class SettledFailures:
                 self._quiet.pop(name, None)
                 return
             for probe in () if reader.roots is None else reader.roots.probes:
-                known = widest.get(probe[1])
-                if known is None or known[3] < probe[3]:
+                wide = widest.get(probe[1])
+                if wide is None or wide[3] < probe[3]:
                     widest[probe[1]] = probe
         roots: RootReading | None = None
         if widest:
