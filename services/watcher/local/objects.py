@@ -9,8 +9,10 @@ from typing import Any
 import msgspec
 
 from services.watcher.local.spec_memo import SpecMemo
+from shared.durations import parse_duration
 from shared.events import WorkloadRef
 from shared.workloads import (
+    SIMULATED_RUNTIME_ANNOTATION,
     WorkloadError,
     WorkloadSpec,
     check_identity,
@@ -35,7 +37,10 @@ def read_workload(
     The rule: the value is a JSON Job, Pod or RayJob that :func:`workload_spec` accepts,
     whose name, namespace, uid and creation time pass :func:`check_identity`, stored under
     the key its namespace and name make (so a decision about it finds it, and nothing
-    derived from its name can point elsewhere). The spec is returned so that announcing
+    derived from its name can point elsewhere), and whose simulated runtime, if it has one
+    (``berth.dev/simulated-runtime``), is a duration (read when it is admitted: a bad one
+    then failed each batch of admissions it was in, and its own admission was dropped with
+    its quota held). The spec is returned so that announcing
     the workload does not read the object a second time; with ``specs``, a spec an equal
     object gave is taken from there (:meth:`SpecMemo.spec` says when).
     """
@@ -52,6 +57,12 @@ def read_workload(
         return f"stored under key {key!r}, but {ref.key} belongs under {expected!r}"
     if not isinstance(obj, dict):  # pragma: no cover - check_identity refused it
         return "not a mapping"
+    runtime = (obj["metadata"].get("annotations") or {}).get(SIMULATED_RUNTIME_ANNOTATION)
+    if runtime is not None:
+        try:
+            parse_duration(runtime)  # a string: workload_spec checked the annotations
+        except ValueError as error:
+            return f"`metadata.annotations.{SIMULATED_RUNTIME_ANNOTATION}`: {error}"
     return obj, spec
 
 
