@@ -24,6 +24,12 @@ __all__ = ["SettledFailures"]
 # (ClusterQueue, pod sets' shape, whether preemption may still find victims for it)
 Key = tuple[str, PodSetsShape, bool]
 Probe = tuple[dict[FlavorResource, int], FlavorResource]  # a node's usage of a pair
+# A reading: its exact part (the ClusterQueue's own node, and cohorts between it and the
+# root) and the root's part, each as read (() for a root the ClusterQueue does not have).
+# Two parts, not one tuple: each is the object kept per version (_own_read, _root_read), so
+# a reading is made without copying either, and compares part by part, at once where it is
+# the same object.
+Reading = tuple[tuple[int, ...], tuple[int, ...]]
 # the root's usage of a pair, the pair, the root's subtree quota of it, the most asked of it
 RootProbe = tuple[dict[FlavorResource, int], FlavorResource, int, int]
 
@@ -83,8 +89,8 @@ class SettledFailures:
         self._tree = tree
         # (ClusterQueue, shape) -> the usage its assignment reads: exactly, and of the root
         self._readers: dict[tuple[str, PodSetsShape], Reader] = {}
-        self._failures: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
-        self._fits: dict[Key, tuple[tuple[int, ...], AssignResult]] = {}
+        self._failures: dict[Key, tuple[Reading, AssignResult]] = {}
+        self._fits: dict[Key, tuple[Reading, AssignResult]] = {}
         # One reading per distinct root reading, by (root, pairs with what is asked of them).
         self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], RootReading] = {}
         self._quiet: dict[str, Quiet] = {}  # by ClusterQueue (see quiet)
@@ -96,7 +102,7 @@ class SettledFailures:
         pod_sets: list[PodSet],
         version: int | None = None,
         own_version: int | None = None,
-    ) -> tuple[int, ...]:
+    ) -> Reading:
         """What an assignment of ``pod_sets`` (of ``shape``) in ``info``'s ClusterQueue reads
         of the usage now; two assignments that read the same give the same result.
 
@@ -125,10 +131,10 @@ class SettledFailures:
             read = tuple([usage.get(fr, 0) for usage, fr in reader.exact])
         roots = reader.roots
         if roots is None:
-            return read
+            return read, ()
         if version is not None and roots.version == version:
-            return read + roots.values
-        return read + self._root_read(roots, version)
+            return read, roots.values
+        return read, self._root_read(roots, version)
 
     @staticmethod
     def _own_read(reader: Reader, own_version: int) -> tuple[int, ...]:
@@ -193,7 +199,7 @@ class SettledFailures:
             node = node.parent
         return Reader(exact, roots, own_only)
 
-    def get(self, key: Key, usage: tuple[int, ...]) -> AssignResult | None:
+    def get(self, key: Key, usage: Reading) -> AssignResult | None:
         """The result remembered for ``key`` (its failure, else its success) if it read this
         same ``usage``."""
         found = self._failures.get(key)
@@ -202,7 +208,7 @@ class SettledFailures:
         found = self._fits.get(key)
         return found[1] if found is not None and found[0] == usage else None
 
-    def put(self, key: Key, usage: tuple[int, ...], result: AssignResult) -> None:
+    def put(self, key: Key, usage: Reading, result: AssignResult) -> None:
         """Remember a result: the last failure and the last success that borrows of ``key``
         each (see the module docstring). Two that read the same are the same (see
         usage_read), so one handed back is what assigning again would give; its assignments
