@@ -40,9 +40,9 @@ def read_workload(
     derived from its name can point elsewhere), and whose simulated runtime, if it has one
     (``berth.dev/simulated-runtime``), is a duration (read when it is admitted: a bad one
     then failed each batch of admissions it was in, and its own admission was dropped with
-    its quota held). The spec is returned so that announcing
-    the workload does not read the object a second time; with ``specs``, a spec an equal
-    object gave is taken from there (:meth:`SpecMemo.spec` says when).
+    its quota held). The spec is returned so that announcing the workload does not read the
+    object a second time; with ``specs``, a spec an equal object gave is taken from there
+    (:meth:`SpecMemo.spec` says when).
     """
     try:
         obj = msgspec.json.decode(value)
