@@ -183,7 +183,9 @@ def histories(draw: st.DrawFn) -> list[Step]:
     return [*steps, Tick(now + 1_000)]
 
 
-@pytest.mark.parametrize("slack", [0, 1024], ids=["heap made anew at every push", "default"])
+@pytest.mark.parametrize(
+    "slack", [0, waiting.YOUNG_SLACK], ids=["heap made anew at every push", "default"]
+)
 @settings(max_examples=300, deadline=None)
 @given(steps=histories())
 def test_random_histories_age_as_a_look_at_every_wait(slack: int, steps: list[Step]) -> None:

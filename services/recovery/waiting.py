@@ -47,7 +47,7 @@ __all__ = [
 # decisions (berth.cq.…) too.
 WAIT_VERBS = frozenset({"submitted", "evicted", "finished", "deleted"})
 # Stale entries Waits._young may hold beyond twice the waits before it is made anew.
-YOUNG_SLACK = 1024
+YOUNG_SLACK = 16_384
 # What recovery reads back from the stream's start when it starts (its durable consumer
 # resumes after what it acknowledged): those, and its own announcements with their clocks.
 WAIT_HISTORY = (
