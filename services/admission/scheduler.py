@@ -10,8 +10,11 @@ of a cycle (not borrowing first, then priority, then queue time); after each adm
 usage is updated and that queue's next head joins the heap. A pass only touches queues where
 something happened since the last one (new workload, freed quota in the cohort, config);
 a set-aside head whose failure is known to hold, with the message it already has, is left
-where it is (``_fails_unchanged``). With fair sharing on, the heads of ClusterQueues in a
-cohort go by dominant resource share instead (services/admission/fair_order.py: fair_round).
+where it is (``_fails_unchanged``), and the set-aside heads after it in its queue with it,
+ahead of their turn, unless an admission in their cohort tree comes first
+(services/admission/assigning.py, presumed.py). With fair sharing on, the heads of
+ClusterQueues in a cohort go by dominant resource share instead
+(services/admission/fair_order.py: fair_round).
 """
 
 from __future__ import annotations
@@ -262,7 +265,7 @@ class Scheduler(Assigning):
                     continue
                 elif high < key:
                     high = key
-                name = records[key[UID]].cq  # a pass unqueues none but the record it tries
+                name = records[key[UID]].cq  # its queue (only delete drops a record)
                 queue = self._queues[name]
                 record = queue.candidate() if queue.offered else queue.head()
                 if record is None:
