@@ -1016,7 +1016,7 @@ def test_borrowing_does_not_yield_to_an_equal_priority() -> None:
 
 
 # Larges (priority 200) are due 1 s after creation, everything else 25 s after.
-TARGETS = [{"minPriority": 200, "wait": "1s"}, {"wait": "25s"}]
+TARGETS: list[dict[str, Any]] = [{"minPriority": 200, "wait": "1s"}, {"wait": "25s"}]
 
 
 def one_at_a_time(targets: list[dict[str, Any]], *queued: tuple[str, float, int]) -> list[str]:
