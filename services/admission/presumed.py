@@ -32,16 +32,19 @@ def presume(
     empty: a presumed head's turn must be known to come exactly when the heap passes its
     key (see Presumed.undo)."""
     items: list[Record] = []
-    while True:
-        record = queue.candidate()
-        if record is None or not record.parked:
-            return items
-        key = record.key
-        assert key is not None
+    offered = queue.offered  # holds changes no queue: the queued head stays as it is
+    head = queue.head()
+    limit = None if head is None else head.key
+    while offered:
+        record = offered[-1]  # candidate's, unless the queued head comes first
+        key = _key_of(record)
+        if limit is not None and not key < limit:
+            break
         if not high < key or not holds(record):
-            return items
-        queue.skip_offered()
+            break
+        offered.pop()  # skip_offered
         items.append(record)
+    return items
 
 
 def presume_all(queue: ClusterQueueQueue, high: OrderKey) -> list[Record]:
