@@ -277,7 +277,8 @@ async def test_refilter_changes_what_is_sent_from_the_next_message(nats_url: str
             await bus.js.publish(f"berth.cmd.create.default.c{i}", b"{}")
         subscription = await bus.replay_subscription(["berth.wl.>", "berth.cmd.>"])
         first = await subscription.fetch(4, timeout=1)
-        await bus.refilter(subscription, ["berth.wl.>"])
+        assert await bus.refilter(subscription, ["berth.wl.>"]), "other filters: changed"
+        assert not await bus.refilter(subscription, ["berth.wl.>"]), "the server's: unchanged"
         rest = await subscription.fetch(100, timeout=1)
         assert [m.subject.split(".")[1] for m in first] == ["wl", "cmd", "wl", "cmd"]
         assert [m.subject for m in rest] == [f"berth.wl.submitted.default.job-{i}" for i in (2, 3)]

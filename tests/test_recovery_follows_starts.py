@@ -18,9 +18,16 @@ from services.recovery.service import (
     LaunchRequest,
     subjects_for,
 )
-from shared.bus import STREAM, Bus
-from shared.events import WorkloadAdmitted, WorkloadFinished, WorkloadRef, WorkloadStarted
-from shared.jobs import JobStatus, ManagedJob
+from shared.bus import STREAM, Bus, BusError, KeyNotFound
+from shared.events import (
+    CreateWorkload,
+    Event,
+    WorkloadAdmitted,
+    WorkloadFinished,
+    WorkloadRef,
+    WorkloadStarted,
+)
+from shared.jobs import JobStatus, ManagedJob, job_key
 from tests.test_recovery_restart import configured, start_service, stop_recovery
 from tests.test_watcher_contract import until
 
@@ -126,3 +133,81 @@ async def _relaunch_and_restart(url: str, tmp_path: Path, bus: Bus) -> None:
         assert await _sent_starts(bus), "a job under way at start: starts followed at once"
     finally:
         await stop_recovery(runtime, task)
+
+
+def _launch_request(name: str) -> LaunchRequest:
+    template = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {}, "spec": {}}
+    return LaunchRequest(name=name, namespace="ns", template=template, resources="1x[CPU:1]",
+                         queue_name="lq")  # fmt: skip
+
+
+async def test_a_launch_asks_for_its_workload_only_once_starts_are_followed(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """The order the rule rests on: the consumer follows starts before the job's first
+    workload is asked for (else its start could be stored unfollowed and the job would wait
+    in STARTING for good)."""
+    bus = await configured(nats_url)
+    service, runtime, task = await start_service(nats_url, tmp_path / "r")
+    followed_at_create: list[bool] = []
+    publish_many = service.bus.publish_many
+
+    async def spying(events: Sequence[Event]) -> None:
+        if any(isinstance(event, CreateWorkload) for event in events):
+            followed_at_create.append(await _sent_starts(bus))
+        await publish_many(events)
+
+    try:
+        service.bus.publish_many = spying  # type: ignore[method-assign]
+        await service._launch(_launch_request("train"))
+        assert followed_at_create == [True]
+    finally:
+        await stop_recovery(runtime, task)
+        await bus.close()
+
+
+async def test_a_refilter_by_a_deposed_replica_is_set_right_by_the_next_tick(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """The consumer is shared by the replicas: a deposed leader's late refilter (here: made
+    from outside) drops starts the active one's job needs; its next tick reads the server's
+    filters, not what it last set, and follows starts again."""
+    bus = await configured(nats_url)
+    service, runtime, task = await start_service(nats_url, tmp_path / "r")
+    try:
+        await service._launch(_launch_request("train"))
+        assert await _sent_starts(bus)
+        info = await bus.js.consumer_info(STREAM, "recovery")
+        info.config.filter_subjects = [
+            s for s in info.config.filter_subjects or [] if "started" not in s
+        ]
+        await bus.js.add_consumer(STREAM, info.config)
+        assert not await _sent_starts(bus), "the deposed replica's refilter landed"
+        await until(lambda: _sent_starts(bus), "the active replica's tick followed starts again")
+    finally:
+        await stop_recovery(runtime, task)
+        await bus.close()
+
+
+async def test_a_launch_whose_refilter_fails_leaves_no_job_behind(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A launch refused with an error holds nothing: no job in memory (the metric, the
+    filters, the id's owner would count it) and none stored."""
+    bus = await configured(nats_url)
+    service, runtime, task = await start_service(nats_url, tmp_path / "r")
+
+    async def failing(subscription: object, subjects: Sequence[str]) -> bool:
+        raise BusError("nats: timeout")
+
+    try:
+        service.bus.refilter = failing  # type: ignore[method-assign]
+        with pytest.raises(BusError):
+            await service._launch(_launch_request("train"))
+        assert service.jobs == {} and service.by_workload == {}
+        assert service.kv is not None
+        with pytest.raises(KeyNotFound):
+            await service.kv.get(job_key(1))  # the id it took is never stored as a job
+    finally:
+        await stop_recovery(runtime, task)
+        await bus.close()

@@ -21,7 +21,7 @@ Reason = Literal[
 class Running:
     """An admitted workload as preemption sees it. Never changed once built: not frozen
     only because the fold builds one per admission, and a frozen dataclass sets each field
-    through ``object.__setattr__`` (the fold of the large-scale log took 15% longer)."""
+    through ``object.__setattr__``, a cost the fold would pay every time."""
 
     ref: WorkloadRef
     cluster_queue: str

@@ -15,7 +15,7 @@ from shared.config import AgeingPolicy
 from shared.durations import parse_duration
 from shared.starvation import fits_share
 
-__all__ = ["boost_at", "reservation_granted"]
+__all__ = ["boost_at", "reservation_granted", "reserve_after_seconds"]
 
 
 def boost_at(policy: AgeingPolicy, waited_seconds: float) -> tuple[int, bool]:
@@ -25,12 +25,16 @@ def boost_at(policy: AgeingPolicy, waited_seconds: float) -> tuple[int, bool]:
     boost = policy.priority_per_minute * int(waited * 1000) // 60_000
     if policy.max_boost is not None:
         boost = min(boost, policy.max_boost)
-    reserved = policy.reserve_after is not None and waited >= _seconds(policy.reserve_after)
+    after = policy.reserve_after
+    reserved = after is not None and waited >= reserve_after_seconds(after)
     return boost, reserved
 
 
-# reserveAfter in seconds: a tick asks for every aged workload's, of a handful of policies.
-_seconds = functools.lru_cache(maxsize=256)(parse_duration)
+@functools.lru_cache(maxsize=256)
+def reserve_after_seconds(text: str) -> float:
+    """A ``reserveAfter`` in seconds: read once per distinct text (a tick asks for every
+    aged workload's, of a handful of policies)."""
+    return parse_duration(text)
 
 
 def reservation_granted(

@@ -29,7 +29,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from services.recovery import lifecycle, metrics
-from services.recovery.ageing import boost_at, reservation_granted
+from services.recovery.ageing import boost_at, reservation_granted, reserve_after_seconds
 from services.recovery.reserving import Reservations
 from services.recovery.waiting import (
     WAIT_HISTORY,
@@ -43,7 +43,6 @@ from shared.bus import API_SUBJECT, JOBS_BUCKET, BusError, KeyExists, KeyNotFoun
 from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import dead_letters
-from shared.durations import parse_duration
 from shared.events import (
     AnyEvent,
     CreateWorkload,
@@ -134,7 +133,6 @@ class RecoveryService:
         self.announced: dict[str, tuple[int, bool]] = {}  # attempt uid -> (boost, reserved)
         self.waits = Waits()  # every workload's wait: each ages (docs/ageing.md)
         self.subscription: JetStreamContext.PullSubscription | None = None
-        self.following: list[str] = []  # what its consumer is sent (subjects_for)
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -147,8 +145,8 @@ class RecoveryService:
         log.info("waits_rebuilt", events=waits, waiting=len(self.waits.waits))
         # Every workload's events: its wait ages; starts while a job is under way, and of
         # those a start of a workload no job owns is skipped by _on_events.
-        self.following = subjects_for(self.jobs.values())
-        subscription = await self.bus.durable_subscription("recovery", self.following)
+        following = subjects_for(self.jobs.values())
+        subscription = await self.bus.durable_subscription("recovery", following)
         self.subscription = subscription
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")
@@ -183,6 +181,11 @@ class RecoveryService:
         self.jobs[job.id] = job
         for attempt in job.attempts:
             self._own_workload(job, attempt.name)
+
+    def _unindex(self, job: ManagedJob) -> None:
+        del self.jobs[job.id]
+        for attempt in job.attempts:
+            self.by_workload.pop((job.namespace, attempt.name), None)
 
     def _own_workload(self, job: ManagedJob, name: str) -> None:
         """Registered before the workload is asked for, so none of its events is skipped."""
@@ -223,11 +226,10 @@ class RecoveryService:
             now = time.time()
             outgoing: list[Event] = []
             changed: dict[int, ManagedJob] = {}
-            apply, owned = self.waits.apply, self.by_workload  # job_of, in line
+            apply, job_of = self.waits.apply, self.job_of
             for event in events:
                 apply(event)
-                ref = event.workload
-                job_id = owned.get((ref.namespace, ref.name)) if owned else None
+                job_id = job_of(event)
                 if job_id is None:
                     continue
                 job = self.jobs[job_id]
@@ -264,15 +266,20 @@ class RecoveryService:
             )
 
     async def _follow(self) -> None:
-        """Refilter the consumer if what it should be sent (``subjects_for``) changed; raises
-        ``BusError`` if that fails (the consumer is then sent what it was)."""
-        wanted = subjects_for(self.jobs.values())
-        if wanted == self.following or self.subscription is None:
+        """Refilter the consumer if what the server sends it is not what it should be
+        (``subjects_for``); raises ``BusError`` if that fails (the consumer is then sent
+        what it was).
+
+        Why the server's filters, not what this replica last set: the durable consumer is
+        shared by the replicas, so a deposed leader's late refilter could drop starts the new
+        leader's job needs; the active replica's next tick sets it right."""
+        if self.subscription is None:
             return
-        await self.bus.refilter(self.subscription, wanted)
-        why = "a managed job is under way" if STARTS in wanted else "no managed job under way"
-        log.info("consumer_follows", workload="", queue="", starts=STARTS in wanted, reason=why)
-        self.following = wanted
+        wanted = subjects_for(self.jobs.values())
+        if await self.bus.refilter(self.subscription, wanted):
+            starts = STARTS in wanted
+            why = "a managed job is under way" if starts else "no managed job under way"
+            log.info("consumer_follows", workload="", queue="", starts=starts, reason=why)
 
     # --- ageing ---------------------------------------------------------------------------
 
@@ -287,6 +294,8 @@ class RecoveryService:
                 continue  # its lease is suspended: no decisions until it is renewed
             async with self.lock:
                 await self._publish_boosts(time.time())
+                if not self.runtime.is_active:
+                    continue  # suspended while publishing: a deposed replica refilters nothing
                 try:
                     await self._follow()  # the last job ended: starts are no longer read
                 except BusError as error:  # still sent starts: more read than needed
@@ -310,7 +319,7 @@ class RecoveryService:
         def reserve_after(cluster_queue: str) -> float | None:
             if cluster_queue not in afters:
                 after = ageing(cluster_queue).reserve_after
-                afters[cluster_queue] = None if after is None else parse_duration(after)
+                afters[cluster_queue] = None if after is None else reserve_after_seconds(after)
             return afters[cluster_queue]
 
         least = least_reserve_after(policies)
@@ -445,8 +454,12 @@ class RecoveryService:
             else:
                 events = lifecycle.first_attempt(job, now)
             self._index(job)
-            await self._follow()  # its attempt's start must reach the consumer
-            await self._save([job])  # stored before anything else: an accepted job is never lost
+            try:
+                await self._follow()  # its attempt's start must reach the consumer
+                await self._save([job])  # stored before it is asked for: never lost once accepted
+            except BaseException:
+                self._unindex(job)  # refused: not held, as if never launched
+                raise
             await self.bus.publish_many(events)
             for event in events:
                 self._note(job, event)

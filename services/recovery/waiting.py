@@ -168,15 +168,16 @@ class Waits:
         return self.waits.get(wait.ref.uid) is wait and wait.since is None and not wait.running
 
     def _queue(self, wait: Wait) -> None:
-        """A wait begins again without a clock: looked at once it has lasted the least."""
-        if len(self._young) > 2 * len(self.waits) + YOUNG_SLACK:
-            self._compact()
+        """A wait begins (again) without a clock: looked at once it has lasted the least."""
+        self._compact_if_stale()
         heapq.heappush(self._young, (wait.waiting_since, wait.order, wait))
 
-    def _compact(self) -> None:
-        """``_young`` made anew from the current waits: called when most of it is stale
-        (its waits ended, run, or began again), when it holds more than twice the waits
-        there are (and ``YOUNG_SLACK``), so no ended wait is kept alive long by it."""
+    def _compact_if_stale(self) -> None:
+        """``_young`` made anew from the current waits when most of it is stale (its waits
+        ended, run, or began again): when it holds more than twice the waits there are (and
+        ``YOUNG_SLACK``), so no ended wait is kept alive long by it."""
+        if len(self._young) <= 2 * len(self.waits) + YOUNG_SLACK:
+            return
         young = self._young
         young[:] = [(w.waiting_since, w.order, w) for w in self.waits.values()
                     if w.since is None and not w.running]  # fmt: skip
@@ -206,7 +207,7 @@ def _submitted(waits: Waits, event: WorkloadSubmitted) -> None:
         order = waits._folded = waits._folded + 1
         began = event.created.timestamp()
         wait = waits.waits[event.workload.uid] = Wait(event.workload, request, began, order=order)
-        heapq.heappush(waits._young, (began, order, wait))  # Waits._queue, in line
+        waits._queue(wait)
 
 
 def _pending(waits: Waits, event: WorkloadPending) -> None:
@@ -245,8 +246,7 @@ def _ended(waits: Waits, event: WorkloadFinished | WorkloadDeleted) -> None:
     if waits.waits.pop(uid, None) is not None:
         waits._ripe.pop(uid, None)
         waits._aged.pop(uid, None)
-        if len(waits._young) > 2 * len(waits.waits) + YOUNG_SLACK:
-            waits._compact()
+        waits._compact_if_stale()
 
 
 # event type -> its fold

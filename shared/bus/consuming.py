@@ -188,14 +188,19 @@ class Consuming(Connection):
 
     async def refilter(
         self, subscription: JetStreamContext.PullSubscription, subjects: Sequence[str]
-    ) -> None:
+    ) -> bool:
         """From the next message the server sends on, the consumer gets ``subjects`` (and
         the lease markers) instead of what it got so far; what was sent before stays as it
         is, in stream order (nats-server 2.10 updates a consumer's filters in place, keeping
-        its position)."""
+        its position). Whether the server's consumer changed: not when it already had these
+        filters (read from the server, so a shared durable consumer that another replica
+        refiltered is set right)."""
         with translated():
             info = await subscription.consumer_info()
             config = info.config
+            had = list(config.filter_subjects or ())
+            if config.filter_subject:
+                had.append(config.filter_subject)
             # Still reading what was stored before batches: on with its new subjects.
             unbatched = self._reads().unbatched
             if (pending := unbatched.get(id(subscription))) is not None:
@@ -204,13 +209,17 @@ class Consuming(Connection):
             else:
                 config.filter_subjects = consumer_filters(subjects, batching=self.settings.batching)
             config.filter_subject = None
-            await self.js.add_consumer(info.stream_name, config)
+            changed = sorted(config.filter_subjects) != sorted(had)
+            if changed:
+                await self.js.add_consumer(info.stream_name, config)
         views = self._reads().views
         view = BatchView.of(subjects, self.settings.batching)
         if id(subscription) in views:  # what it took lately still counts as taken
             view.recent = views[id(subscription)].recent
         views[id(subscription)] = view
-        log.info("consumer_refiltered", consumer=info.name, subjects=config.filter_subjects)
+        if changed:
+            log.info("consumer_refiltered", consumer=info.name, subjects=config.filter_subjects)
+        return changed
 
     def _decode(
         self, subscription: JetStreamContext.PullSubscription, messages: Sequence[Msg]
