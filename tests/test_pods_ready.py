@@ -495,16 +495,6 @@ def test_order_time_from_events(
     assert clock.order_time(REF.uid, 1.0) == expected, case
 
 
-def _readiness(generation: int, ready: bool = True, at: float = 5.0) -> WorkloadPodsReady:
-    return WorkloadPodsReady(
-        source="watcher",
-        workload=REF,
-        generation=generation,
-        ready=ready,
-        time=datetime.fromtimestamp(at, UTC),
-    )
-
-
 def _folded_state(clock: PodsReadyClock) -> tuple[object, ...]:
     """Everything the clock keeps for REF, by kind of state."""
     uid = REF.uid
@@ -550,19 +540,19 @@ FOLDS: list[tuple[list[AnyEvent], float | None, tuple[object, ...], str]] = [
         "only reserved: no clock, nothing kept",
     ),
     (
-        [_admitted(1, 0.0), _readiness(1)],
+        [_admitted(1, 0.0), _ready(1, 5.0)],
         0.0,
         _STARTED,
         "first ready: returns the admission's time",
     ),
     (
-        [_admitted(1, 0.0), _readiness(2)],
+        [_admitted(1, 0.0), _ready(2, 5.0)],
         None,
         ((1, 0.0, None), None, 1, None, None, 1, 0),
         "another generation's ready: ignored",
     ),
     (
-        [_admitted(1, 0.0), _readiness(1), _readiness(1, ready=False, at=7.0)],
+        [_admitted(1, 0.0), _ready(1, 5.0), _ready(1, 7.0, ready=False)],
         None,
         ((1, 0.0, 7.0), None, 1, None, None, 1, 1),
         "readiness lost: waiting again, a recovery clock",
@@ -580,7 +570,7 @@ FOLDS: list[tuple[list[AnyEvent], float | None, tuple[object, ...], str]] = [
         "evicted unasked: left, its reason kept",
     ),
     (
-        [_admitted(1, 0.0), _readiness(1), _FINISHED],
+        [_admitted(1, 0.0), _ready(1, 5.0), _FINISHED],
         None,
         (None, None, 1, None, None, 1, 0),
         "done",
@@ -591,7 +581,7 @@ FOLDS: list[tuple[list[AnyEvent], float | None, tuple[object, ...], str]] = [
         (None, None, None, None, None, 1, 0),
         "deleted: nothing of it kept",
     ),
-    ([_admitted(1, 0.0), _readiness(1), _PENDING], None, _STARTED, "a kind it does not fold"),
+    ([_admitted(1, 0.0), _ready(1, 5.0), _PENDING], None, _STARTED, "a kind it does not fold"),
 ]
 
 
