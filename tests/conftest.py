@@ -130,12 +130,18 @@ def stack_pool(
         del request.config.stash[_POOL]
 
 
+# How many tests ahead the ``stack`` fixture looks for the next that asks for a stack: that
+# one's stack starts while this test runs and waits ready (idle) through the tests between.
+STACK_LOOK_AHEAD = 30
+
+
 @pytest.fixture
 def stack(request: pytest.FixtureRequest, stack_pool: StackPool) -> Iterator[Stack]:
-    """A `berth up` of this test's own (tests/stack_pool.py: if the next test asks for one
-    too, its stack starts meanwhile)."""
+    """A `berth up` of this test's own (tests/stack_pool.py: if one of the next
+    :data:`STACK_LOOK_AHEAD` tests asks for one too, its stack starts meanwhile)."""
     items = request.session.items
-    after = items[items.index(request.node) + 1 :][:1] if request.node in items else []
+    at = items.index(request.node) + 1 if request.node in items else len(items)
+    after = items[at : at + STACK_LOOK_AHEAD]
     wanted = any("stack" in getattr(item, "fixturenames", ()) for item in after)
     running = signed_in(stack_pool.take(another_wanted=wanted))
     try:

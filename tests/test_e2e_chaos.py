@@ -19,6 +19,7 @@ import pytest
 
 from bench.failover import ROLES, Scenario, render, run_failover
 from berth_cli.launcher import LiveStack, start_stack
+from tests.stack_pool import StackPool
 
 # ~4 Jobs per second while the kills go on (80-150 of them), 0.3-1.5 s of simulated run each.
 SCENARIO = Scenario(
@@ -27,14 +28,14 @@ SCENARIO = Scenario(
 
 
 @pytest.fixture
-def chaos_stack(tmp_path: Path) -> Iterator[LiveStack]:
+def chaos_stack(tmp_path: Path, stack_pool: StackPool) -> Iterator[LiveStack]:
     stack = start_stack(
         tmp_path / "berth", replicas=2, nats_cluster=3, env={"BERTH_POD_GRACE_SECONDS": "2"}
     )
     try:
         yield stack
     finally:
-        stack.stop()
+        stack_pool.release(stack)  # stopped in the background
 
 
 @pytest.mark.timeout(240)  # a loaded machine; ~45 s when idle

@@ -37,12 +37,14 @@ KINDS = EXAMPLES / "kinds"
 
 
 @pytest.fixture(scope="module")
-def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def shared_stack(
+    tmp_path_factory: pytest.TempPathFactory, stack_pool: StackPool
+) -> Iterator[Stack]:
     running = start_stack(tmp_path_factory.mktemp("examples") / "berth")
     try:
         yield running
     finally:
-        running.stop()
+        stack_pool.release(running)  # stopped in the background
         CLI_CREDENTIALS.pop(running.url, None)
         os.environ.pop("BERTH_CREDS", None)
 
