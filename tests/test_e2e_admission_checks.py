@@ -16,6 +16,7 @@ from shared.events import (
     WorkloadAdmitted,
     WorkloadPodsReady,
     WorkloadStarted,
+    WorkloadSubmitted,
 )
 from tests.conftest import Stack, berth
 from tests.e2e import (
@@ -294,11 +295,12 @@ def test_pods_not_ready_in_time_are_evicted_requeued_then_deactivated(
     assert value(admission, "berth_evicted_workloads_total", reason="PodsReadyTimeout", **cq) == 1
 
 
-# 10 s: long enough that the second workload is surely submitted while the first waits.
+# 6 s: long enough that the second workload is submitted while the first waits (the test
+# checks that it was, from the stream).
 BLOCKING = (
     PODS_READY.replace("    blockAdmission: false\n", "")
     .replace("backoffLimitCount: 1", "backoffLimitCount: 0")
-    .replace("timeout: 3s", "timeout: 10s")
+    .replace("timeout: 3s", "timeout: 6s")
 )
 
 
@@ -308,7 +310,7 @@ def test_block_admission_holds_the_next_workload_until_the_first_is_ready_or_out
     """blockAdmission (the default with enable): a second workload is admitted only after the
     first, never ready, was evicted for its timeout (deactivated at once: limit 0)."""
     url = stack.url
-    assert "blockAdmission" not in BLOCKING and "timeout: 10s" in BLOCKING
+    assert "blockAdmission" not in BLOCKING and "timeout: 6s" in BLOCKING
     config = tmp_path / "block.yaml"
     config.write_text(BLOCKING)
     berth("apply", "-f", str(config), url=url)
@@ -326,11 +328,17 @@ def test_block_admission_holds_the_next_workload_until_the_first_is_ready_or_out
         for i, e in enumerate(events)
         if isinstance(e, EvictionRequested) and e.workload.name == "never-ready"
     )
+    next_submitted_at = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, WorkloadSubmitted) and e.workload.name == "next"
+    )
     next_admitted_at = next(
         i
         for i, e in enumerate(events)
         if isinstance(e, WorkloadAdmitted) and e.workload.name == "next"
     )
+    assert next_submitted_at < timeout_at, "submitted only once the first was out: no test"
     assert next_admitted_at > timeout_at, "admitted while the first's pods were not ready"
     eviction = events[timeout_at]
     assert isinstance(eviction, EvictionRequested)
