@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.conftest import FIXTURES, Stack, berth, start_stack
 from tests.e2e import eventually
+from tests.stack_pool import StackPool
 
 SEED_001 = FIXTURES / "seed001"
 SEED_002 = FIXTURES / "seed002"
@@ -130,27 +131,25 @@ def test_failures_retry_setup_prechecks_and_cancel(stack: Stack, tmp_path: Path)
     assert again.returncode != 0 and "already CANCELLED" in again.stderr
 
 
-def test_jobs_survive_service_and_nats_restarts(tmp_path: Path) -> None:
+def test_jobs_survive_service_and_nats_restarts(stack: Stack, stack_pool: StackPool) -> None:
     """A killed recovery process loses nothing; after the whole stack (NATS included)
     restarts, ids, statuses and history are still there and new ids continue."""
-    data_dir = tmp_path / "berth"
-    first = start_stack(data_dir)
-    try:
-        url = first.url
-        berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
-        task = str(SEED_002 / "sky-kueue-task.yaml")
-        done = launch(url, "-n", "done", task)
-        eventually(lambda: status(url, done) == "SUCCEEDED", timeout=30)
-        running = launch(url, "-n", "running", task)
-        eventually(lambda: status(url, running) == "RUNNING")
-        os.kill(first.pids["recovery"], signal.SIGKILL)
-        # Only recovery writes a job's status: SUCCEEDED is the restarted one's (`berth up`
-        # restarts it after 1 s), from the finish it found in the stream.
-        eventually(lambda: status(url, running) == "SUCCEEDED", timeout=30)
-        before = jobs(url)
-    finally:
-        assert first.stop() == 0
-    second = start_stack(data_dir)
+    first = stack
+    url = first.url
+    berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
+    task = str(SEED_002 / "sky-kueue-task.yaml")
+    done = launch(url, "-n", "done", task)
+    eventually(lambda: status(url, done) == "SUCCEEDED", timeout=30)
+    running = launch(url, "-n", "running", task)
+    eventually(lambda: status(url, running) == "RUNNING")
+    os.kill(first.pids["recovery"], signal.SIGKILL)
+    # Only recovery writes a job's status: SUCCEEDED is the restarted one's (`berth up`
+    # restarts it after 1 s), from the finish it found in the stream.
+    eventually(lambda: status(url, running) == "SUCCEEDED", timeout=30)
+    before = jobs(url)
+    assert first.stop() == 0
+    stack_pool.settle()  # no two `berth up` start at once (tests/stack_pool.py)
+    second = start_stack(first.data_dir)
     try:
         url = second.url
         after = jobs(url)
@@ -160,4 +159,4 @@ def test_jobs_survive_service_and_nats_restarts(tmp_path: Path) -> None:
         third = launch(url, "-n", "third", str(SEED_002 / "sky-kueue-task.yaml"))
         assert third == max(before) + 1
     finally:
-        second.stop()
+        stack_pool.release(second)  # stopped in the background

@@ -25,8 +25,9 @@ import pytest
 from berth_cli.launcher import LiveStack, start_stack
 from shared.auth import USERS, ClientAuth
 from shared.bus import STREAM, Bus, BusError
-from tests.conftest import CLI_CREDENTIALS, FIXTURES, berth
+from tests.conftest import CLI_CREDENTIALS, FIXTURES, Stack, berth
 from tests.e2e import eventually, get_json, is_admitted
+from tests.stack_pool import StackPool
 from tests.test_e2e_foundation import gpu_job
 
 SERVICES = ("watcher", "admission", "preemption", "recovery")
@@ -34,14 +35,14 @@ ADMITTED = "berth.cq.perm-test.admitted.default.{}"  # a decision only admission
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
+def secured(tmp_path_factory: pytest.TempPathFactory, stack_pool: StackPool) -> Iterator[LiveStack]:
     running = start_stack(tmp_path_factory.mktemp("secured") / "berth")
     assert running.cli_credentials is not None
     CLI_CREDENTIALS[running.url] = str(running.cli_credentials)
     try:
         yield running
     finally:
-        running.stop()
+        stack_pool.release(running)  # stopped in the background
         CLI_CREDENTIALS.pop(running.url, None)
 
 
@@ -262,28 +263,22 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_nats_killed_comes_back_and_the_services_ride_it_out(tmp_path: Path) -> None:
+def test_nats_killed_comes_back_and_the_services_ride_it_out(stack: Stack, tmp_path: Path) -> None:
     """kill -9 nats-server: `berth up` restarts it on the same port and store; the services
     wait for it (no restart) and the next Job is admitted."""
-    stack = start_stack(tmp_path / "berth")
-    CLI_CREDENTIALS[stack.url] = str(stack.cli_credentials)
-    try:
-        berth("apply", "-f", str(FIXTURES / "seed003-kueue-resources.yaml"), url=stack.url)
-        _apply_and_admit(stack, tmp_path, "before")
-        services = {name: stack.pids[name] for name in SERVICES}
-        killed = time.monotonic()
-        os.kill(stack.pids["nats"], signal.SIGKILL)
-        eventually(lambda: _nats_pid(stack) != stack.pids["nats"], timeout=10, interval=0.05)
-        (tmp_path / "before.done").touch()  # its quota comes back for the next one
-        admitted_in = _apply_and_admit(stack, tmp_path, "after")
-        total = time.monotonic() - killed
-        print(f"\nNATS kill -> next admission {total:.2f}s (submit -> admitted {admitted_in:.2f}s)")
-        for name, pid in services.items():
-            assert _alive(pid), f"{name} exited during the outage"
-        assert "nats exited with code -9; restarting in 0s" in "".join(stack.output)
-    finally:
-        stack.stop()
-        CLI_CREDENTIALS.pop(stack.url, None)
+    berth("apply", "-f", str(FIXTURES / "seed003-kueue-resources.yaml"), url=stack.url)
+    _apply_and_admit(stack, tmp_path, "before")
+    services = {name: stack.pids[name] for name in SERVICES}
+    killed = time.monotonic()
+    os.kill(stack.pids["nats"], signal.SIGKILL)
+    eventually(lambda: _nats_pid(stack) != stack.pids["nats"], timeout=10, interval=0.05)
+    (tmp_path / "before.done").touch()  # its quota comes back for the next one
+    admitted_in = _apply_and_admit(stack, tmp_path, "after")
+    total = time.monotonic() - killed
+    print(f"\nNATS kill -> next admission {total:.2f}s (submit -> admitted {admitted_in:.2f}s)")
+    for name, pid in services.items():
+        assert _alive(pid), f"{name} exited during the outage"
+    assert "nats exited with code -9; restarting in 0s" in "".join(stack.output)
 
 
 def test_kill_9_of_berth_up_leaves_no_orphan(tmp_path: Path) -> None:
@@ -314,7 +309,7 @@ def test_kill_9_of_berth_up_leaves_no_orphan(tmp_path: Path) -> None:
         CLI_CREDENTIALS.pop(stack.url, None)
 
 
-def test_replicas(tmp_path: Path) -> None:
+def test_replicas(stack_pool: StackPool, tmp_path: Path) -> None:
     """--replicas 2: eight service processes, each with its own id, port and log; all ready."""
     stack = start_stack(tmp_path / "berth", replicas=2)
     try:
@@ -328,10 +323,10 @@ def test_replicas(tmp_path: Path) -> None:
         rows = [line.split()[0] for line in stack.output if re.match(r"^[a-z]+-\d ", line)]
         assert rows == names  # one row each, by role
     finally:
-        stack.stop()
+        stack_pool.release(stack)  # stopped in the background
 
 
-def test_nats_cluster(tmp_path: Path) -> None:
+def test_nats_cluster(stack_pool: StackPool, tmp_path: Path) -> None:
     """--nats-cluster 3: three JetStream nodes with authenticated routes; the stream is kept
     on all three, a Job is admitted through it, and a killed node is restarted."""
     stack = start_stack(tmp_path / "berth", nats_cluster=3)
@@ -365,7 +360,7 @@ def test_nats_cluster(tmp_path: Path) -> None:
         eventually(lambda: _nats_pid(stack, "nats-1") != stack.pids["nats-1"], timeout=10)
         eventually(lambda: asyncio.run(stream_replicas()) == 3, timeout=30)  # caught up again
     finally:
-        stack.stop()
+        stack_pool.release(stack)  # stopped in the background
         CLI_CREDENTIALS.pop(stack.url, None)
 
 
