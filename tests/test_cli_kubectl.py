@@ -25,6 +25,7 @@ from berth_cli.main import cli
 from berth_cli.watching import RowPrinter
 from tests.conftest import CLI_CREDENTIALS, FIXTURES, REPO, Stack, berth, start_stack
 from tests.e2e import eventually, get_json, job_manifest, submit_manifest
+from tests.stack_pool import StackPool
 
 # (word, kind, why)
 KIND_CASES = [
@@ -130,7 +131,7 @@ def test_version(args: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def live(tmp_path_factory: pytest.TempPathFactory, stack_pool: StackPool) -> Iterator[Stack]:
     """seed 003's queue (one GPU), a finished job, a running 1-GPU job and a pending one."""
     folder = tmp_path_factory.mktemp("kubectl")
     running = start_stack(folder / "berth")
@@ -143,7 +144,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         eventually(lambda: len(get_json(url, "pending", "cluster-queue")) == 1)
         yield running
     finally:
-        running.stop()
+        stack_pool.release(running)  # stopped in the background
         CLI_CREDENTIALS.pop(running.url, None)
         os.environ.pop("BERTH_CREDS", None)
 
