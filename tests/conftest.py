@@ -130,18 +130,12 @@ def stack_pool(
         del request.config.stash[_POOL]
 
 
-# How many tests ahead the ``stack`` fixture looks for the next that asks for a stack: that
-# one's stack starts while this test runs and waits ready (idle) through the tests between.
-STACK_LOOK_AHEAD = 30
-
-
 @pytest.fixture
 def stack(request: pytest.FixtureRequest, stack_pool: StackPool) -> Iterator[Stack]:
-    """A `berth up` of this test's own (tests/stack_pool.py: if one of the next
-    :data:`STACK_LOOK_AHEAD` tests asks for one too, its stack starts meanwhile)."""
+    """A `berth up` of this test's own (tests/stack_pool.py: if a later test asks for one
+    too, its stack starts meanwhile, then waits ready, idle at ~3% of a core, for it)."""
     items = request.session.items
-    at = items.index(request.node) + 1 if request.node in items else len(items)
-    after = items[at : at + STACK_LOOK_AHEAD]
+    after = items[items.index(request.node) + 1 :] if request.node in items else []
     wanted = any("stack" in getattr(item, "fixturenames", ()) for item in after)
     running = signed_in(stack_pool.take(another_wanted=wanted))
     try:

@@ -2,10 +2,10 @@
 
 Every test that asks for ``stack`` still gets a stack of its own that no other test touched:
 started for it alone, stopped after it. Only the waiting moves: the next stack test's stack
-starts while the current one runs (and waits, idle, through any tests between them:
-tests/conftest.py ``STACK_LOOK_AHEAD``), and a used stack stops in the background while the
-next test runs, so a test waits neither the start (~1.5 s idle, ~4 s on a loaded machine: five Python
-processes importing) nor the stop (~1 s: the services drain).
+starts while the current one runs (and waits, idle, through any tests between them), and a
+used stack stops in the background while the next test runs, so a test waits neither the
+start (~1.5 s idle, ~4 s on a loaded machine: five Python processes importing) nor the stop
+(~1 s: the services drain).
 
 The spare starts at the lowest CPU priority (nice 19), so its imports take only what the
 running test leaves idle and do not slow the test beside it (several tests wait on windows of
