@@ -37,11 +37,12 @@ _configured = False
 HELD_LIMIT = 512  # lines held at most before they are written
 
 
-def _processors() -> list[Any]:
+def _processors(stamper: UtcStamper | None = None) -> list[Any]:
+    """Berth's chain before rendering (its lines' and the stdlib records')."""
     return [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        UtcStamper(),
+        stamper or UtcStamper(),
         _exception_rendered,
     ]
 
@@ -85,20 +86,18 @@ class UtcStamper:
 
 
 class JsonLine:
-    """Berth's processor chain in one processor: a line exactly as ``_processors()`` then a
-    ``JSONRenderer`` with msgspec's encoder (``enc_hook=str``) render it (the context
-    variables merged, the level, the timestamp, a traceback rendered if ``exc_info``, then the
-    JSON bytes), in one call instead of five: a service logs a line per decision.
+    """Berth's processor chain in one processor: ``_processors()`` then the JSON bytes from
+    msgspec's encoder (``enc_hook=str``), as a ``JSONRenderer`` would render them, without
+    structlog's generic loop around each: a service logs a line per decision.
     :func:`berth_bound_logger`'s ``info`` calls it directly when it is the whole chain."""
 
     def __init__(self, stamper: UtcStamper | None = None) -> None:
-        self.stamper = stamper or UtcStamper()
+        self.chain = _processors(stamper)
 
     def __call__(self, logger: Any, method: str, event_dict: EventDict) -> bytes:
-        structlog.contextvars.merge_contextvars(logger, method, event_dict)
-        structlog.processors.add_log_level(logger, method, event_dict)
-        event_dict["timestamp"] = self.stamper.stamp(self.stamper.clock())
-        return _ENCODER.encode(_exception_rendered(logger, method, event_dict))
+        for processor in self.chain:
+            event_dict = processor(logger, method, event_dict)
+        return _ENCODER.encode(event_dict)
 
 
 def berth_bound_logger(min_level: int) -> type[Any]:
