@@ -133,6 +133,7 @@ class RecoveryService:
         self.announced: dict[str, tuple[int, bool]] = {}  # attempt uid -> (boost, reserved)
         self.waits = Waits()  # every workload's wait: each ages (docs/ageing.md)
         self.subscription: JetStreamContext.PullSubscription | None = None
+        self.following: list[str] = []  # what this replica last set its consumer to
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -145,8 +146,8 @@ class RecoveryService:
         log.info("waits_rebuilt", events=waits, waiting=len(self.waits.waits))
         # Every workload's events: its wait ages; starts while a job is under way, and of
         # those a start of a workload no job owns is skipped by _on_events.
-        following = subjects_for(self.jobs.values())
-        subscription = await self.bus.durable_subscription("recovery", following)
+        self.following = subjects_for(self.jobs.values())
+        subscription = await self.bus.durable_subscription("recovery", self.following)
         self.subscription = subscription
         api = await self._serve_api()
         self.runtime.spawn(self._age(), name="recovery.ageing")
@@ -266,20 +267,24 @@ class RecoveryService:
             )
 
     async def _follow(self) -> None:
-        """Refilter the consumer if what the server sends it is not what it should be
-        (``subjects_for``); raises ``BusError`` if that fails (the consumer is then sent
-        what it was).
+        """Refilter the consumer if what it should be sent (``subjects_for``) is not what
+        it is sent; raises ``BusError`` if that fails (the consumer is then sent what it was).
 
-        Why the server's filters, not what this replica last set: the durable consumer is
-        shared by the replicas, so a deposed leader's late refilter could drop starts the new
-        leader's job needs; the active replica's next tick sets it right."""
+        Why the server's filters are read while a job needs starts: the durable consumer is
+        shared by the replicas, so a deposed leader's late refilter could drop the starts
+        the new leader's job needs; the active replica's next tick sets it right. With no job
+        under way a stale filter can only send starts it skips, so the last filter this
+        replica set is compared instead (no request per tick)."""
         if self.subscription is None:
             return
         wanted = subjects_for(self.jobs.values())
+        if wanted == self.following and STARTS not in wanted:
+            return
         if await self.bus.refilter(self.subscription, wanted):
             starts = STARTS in wanted
             why = "a managed job is under way" if starts else "no managed job under way"
             log.info("consumer_follows", workload="", queue="", starts=starts, reason=why)
+        self.following = wanted
 
     # --- ageing ---------------------------------------------------------------------------
 
