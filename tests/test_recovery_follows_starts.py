@@ -6,7 +6,8 @@ filters through a job's launch, run and end, and a restart with a job under way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from services.recovery.service import (
     STARTS,
     WAIT_SUBJECTS,
     LaunchRequest,
+    RecoveryService,
     subjects_for,
 )
 from shared.bus import STREAM, Bus, BusError, KeyNotFound
@@ -86,10 +88,7 @@ async def test_a_jobs_start_is_read_and_starts_are_dropped_once_it_ended(
     service, runtime, task = await start_service(nats_url, tmp_path / "first")
     try:
         assert not await _sent_starts(bus), "no job: no starts sent"
-        template = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {}, "spec": {}}
-        reply = await service._launch(LaunchRequest(name="train", namespace="ns",
-                                                    template=template, resources="1x[CPU:1]",
-                                                    queue_name="lq"))  # fmt: skip
+        reply = await service._launch(_launch_request("train"))
         job = service.jobs[reply["id"]]
         assert job.status == JobStatus.PENDING and await _sent_starts(bus), "followed at launch"
         attempt = job.current
@@ -122,9 +121,7 @@ async def _relaunch_and_restart(url: str, tmp_path: Path, bus: Bus) -> None:
     service, runtime, task = await start_service(url, tmp_path / "second")
     try:
         assert not await _sent_starts(bus), "the jobs it loaded all ended: no starts"
-        template = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {}, "spec": {}}
-        await service._launch(LaunchRequest(name="again", namespace="ns", template=template,
-                                            resources="1x[CPU:1]", queue_name="lq"))  # fmt: skip
+        await service._launch(_launch_request("again"))
     finally:
         await stop_recovery(runtime, task)
     await bus.js.delete_consumer(STREAM, "recovery")  # it starts afresh: filters from its jobs
@@ -141,29 +138,36 @@ def _launch_request(name: str) -> LaunchRequest:
                          queue_name="lq")  # fmt: skip
 
 
+@asynccontextmanager
+async def _recovery(url: str, data_dir: Path) -> AsyncIterator[tuple[Bus, RecoveryService]]:
+    """A configured server's connection (as admission) and recovery running on it."""
+    bus = await configured(url)
+    service, runtime, task = await start_service(url, data_dir)
+    try:
+        yield bus, service
+    finally:
+        await stop_recovery(runtime, task)
+        await bus.close()
+
+
 async def test_a_launch_asks_for_its_workload_only_once_starts_are_followed(
     nats_url: str, tmp_path: Path
 ) -> None:
     """The order the rule rests on: the consumer follows starts before the job's first
     workload is asked for (else its start could be stored unfollowed and the job would wait
     in STARTING for good)."""
-    bus = await configured(nats_url)
-    service, runtime, task = await start_service(nats_url, tmp_path / "r")
-    followed_at_create: list[bool] = []
-    publish_many = service.bus.publish_many
+    async with _recovery(nats_url, tmp_path / "r") as (bus, service):
+        followed_at_create: list[bool] = []
+        publish_many = service.bus.publish_many
 
-    async def spying(events: Sequence[Event]) -> None:
-        if any(isinstance(event, CreateWorkload) for event in events):
-            followed_at_create.append(await _sent_starts(bus))
-        await publish_many(events)
+        async def spying(events: Sequence[Event]) -> None:
+            if any(isinstance(event, CreateWorkload) for event in events):
+                followed_at_create.append(await _sent_starts(bus))
+            await publish_many(events)
 
-    try:
         service.bus.publish_many = spying  # type: ignore[method-assign]
         await service._launch(_launch_request("train"))
         assert followed_at_create == [True]
-    finally:
-        await stop_recovery(runtime, task)
-        await bus.close()
 
 
 async def test_a_refilter_by_a_deposed_replica_is_set_right_by_the_next_tick(
@@ -172,9 +176,7 @@ async def test_a_refilter_by_a_deposed_replica_is_set_right_by_the_next_tick(
     """The consumer is shared by the replicas: a deposed leader's late refilter (here: made
     from outside) drops starts the active one's job needs; its next tick reads the server's
     filters, not what it last set, and follows starts again."""
-    bus = await configured(nats_url)
-    service, runtime, task = await start_service(nats_url, tmp_path / "r")
-    try:
+    async with _recovery(nats_url, tmp_path / "r") as (bus, service):
         await service._launch(_launch_request("train"))
         assert await _sent_starts(bus)
         info = await bus.js.consumer_info(STREAM, "recovery")
@@ -184,9 +186,6 @@ async def test_a_refilter_by_a_deposed_replica_is_set_right_by_the_next_tick(
         await bus.js.add_consumer(STREAM, info.config)
         assert not await _sent_starts(bus), "the deposed replica's refilter landed"
         await until(lambda: _sent_starts(bus), "the active replica's tick followed starts again")
-    finally:
-        await stop_recovery(runtime, task)
-        await bus.close()
 
 
 async def test_a_launch_whose_refilter_fails_leaves_no_job_behind(
@@ -194,13 +193,11 @@ async def test_a_launch_whose_refilter_fails_leaves_no_job_behind(
 ) -> None:
     """A launch refused with an error holds nothing: no job in memory (the metric, the
     filters, the id's owner would count it) and none stored."""
-    bus = await configured(nats_url)
-    service, runtime, task = await start_service(nats_url, tmp_path / "r")
 
     async def failing(subscription: object, subjects: Sequence[str]) -> bool:
         raise BusError("nats: timeout")
 
-    try:
+    async with _recovery(nats_url, tmp_path / "r") as (_, service):
         service.bus.refilter = failing  # type: ignore[method-assign]
         with pytest.raises(BusError):
             await service._launch(_launch_request("train"))
@@ -208,6 +205,3 @@ async def test_a_launch_whose_refilter_fails_leaves_no_job_behind(
         assert service.kv is not None
         with pytest.raises(KeyNotFound):
             await service.kv.get(job_key(1))  # the id it took is never stored as a job
-    finally:
-        await stop_recovery(runtime, task)
-        await bus.close()
