@@ -6,7 +6,8 @@ ready before the clock starts) with ``--queues`` ClusterQueues whose quota is ne
 the generator creates 1-CPU Jobs with a simulated run time at the rate for ``--duration``
 seconds, in 10 ms batches, through the objects bucket as `berth submit` does. Submit to admit
 is each workload's creation time to its WorkloadAdmitted's time (the admission service's
-clock, same machine), read live from the admitted subjects. A rate is held when the generator
+clock, same machine), read live from the admitted batches (the record; the per-workload
+admitted subjects with ``BERTH_BUS_BATCHES=0``). A rate is held when the generator
 reached it (>= 95%), every workload was admitted, and p99 submit-to-admit is under
 ``--p99-ms`` over at least 1,000 samples. Rates run in ascending order and stop after the
 first one not held (``--keep-going``: every rate).
@@ -41,9 +42,12 @@ from rich.console import Console
 from bench.kueue_scheduler import SERVICE_NAMES, proc_stats
 from bench.objects import FLAVOR, cpu_cluster_queue, queue_namespace, simulated_job
 from berth_cli.up import Stack
-from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus
+from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus, BusSettings
 from shared.config import encode_object, object_key, parse_object
+from shared.subjects import batch_subject
 from shared.workloads import workload_key
+
+ADMITTED_FAMILY = "cq.*.admitted"
 
 TICK_S = 0.01
 MIN_SAMPLES = 1_000
@@ -104,16 +108,23 @@ async def generate(
     bus = await Bus.connect(stack.nats_url, source="bench", auth=stack.admin_auth)
     created: dict[str, float] = {}
     admitted: dict[str, float] = {}
-    decoder = msgspec.json.Decoder(_Admitted)
+    batched = BusSettings.from_env().batching
+    # With batches on, the generator reads the record (one message per admission pass) rather
+    # than the per-workload copies: a copy per admission delivered to this process cost it and
+    # nats-server a message each, CPU the stack under test then lacked on these two cores.
+    decode_batch = msgspec.json.Decoder(list[_Admitted]).decode
+    decode_one = msgspec.json.Decoder(_Admitted).decode
 
     async def on_admitted(msg: Any) -> None:
-        event = decoder.decode(msg.data)
-        admitted.setdefault(event.workload.uid, event.time.timestamp())
+        for event in decode_batch(msg.data) if batched else [decode_one(msg.data)]:
+            admitted.setdefault(event.workload.uid, event.time.timestamp())
 
     try:
         config_kv = await bus.kv(CONFIG_BUCKET)
         objects_kv = await bus.kv(OBJECTS_BUCKET)
-        subscription = await bus.nc.subscribe("berth.cq.*.admitted.>", cb=on_admitted)
+        subscription = await bus.nc.subscribe(
+            batch_subject(ADMITTED_FAMILY) if batched else "berth.cq.*.admitted.>", cb=on_admitted
+        )
         objects = [parse_object(d) for d in config_documents(queues)]
         await asyncio.gather(*(config_kv.put(object_key(o), encode_object(o)) for o in objects))
         await asyncio.sleep(2.0)  # every service has folded the config
