@@ -19,6 +19,7 @@ from shared.bus.pulling import ReadCounts, decode_batch
 from shared.events import (
     AnyEvent,
     WorkloadAdmitted,
+    all_of_family,
     decode_event,
     encode_event,
     subject_family_of,
@@ -139,6 +140,15 @@ def test_no_event_is_tracked_by_the_garbage_collector() -> None:
     assert not gc.is_tracked(admission.assignments[0])
 
 
+def test_all_of_family_agrees_with_each_events_family() -> None:
+    """The per-batch check (``all_of_family``) says of one event what its family says, for
+    every family there is: true for its own, false for every other."""
+    families = {subject_family_of(sample) for sample, _, _ in SUBJECT_CASES}
+    for sample, _, why in SUBJECT_CASES:
+        for family in families:
+            assert all_of_family([sample], family) == (subject_family_of(sample) == family), why
+
+
 def test_every_event_type_has_a_subject_case() -> None:
     """A new event type gets a row above (its family shortcut is proven there)."""
     from shared.events import _SUBJECTS
@@ -159,6 +169,47 @@ def pending(name: str) -> AnyEvent:
 def batch(subject: str, events: list[AnyEvent]) -> Msg:
     payload = b"[" + b",".join(encode_event(e) for e in events) + b"]"
     return Msg(None, subject=subject, data=payload)  # type: ignore[arg-type]
+
+
+# (events, family, whether all are of it, why)
+ALL_OF_FAMILY_CASES: list[tuple[list[AnyEvent], str, bool, str]] = [
+    ([], "cq.*.admitted", True, "no event: none is of another family"),
+    ([admitted("a"), admitted("b")], "cq.*.admitted", True, "admissions in an admitted batch"),
+    (
+        [admitted("a"), admitted("b", reserved_only=True)],
+        "cq.*.admitted",
+        False,
+        "one reservation among admissions: the type alone must not pass it",
+    ),
+    (
+        [admitted("a", reserved_only=True), admitted("b")],
+        "cq.*.reserved",
+        False,
+        "one admission among reservations",
+    ),
+    (
+        [admitted("a", reserved_only=True), admitted("b", reserved_only=True)],
+        "cq.*.reserved",
+        True,
+        "reservations in a reserved batch",
+    ),
+    ([pending("a"), admitted("b")], "cq.*.pending", False, "two types: one is not the family's"),
+    ([admitted("a")], "cq.*.pending", False, "one type, another family's"),
+    ([pending("a")], "cq.*.bogus", False, "a family no event type has"),
+]
+
+
+@pytest.mark.parametrize(
+    ("events", "family", "expected", "why"),
+    ALL_OF_FAMILY_CASES,
+    ids=[c[-1] for c in ALL_OF_FAMILY_CASES],
+)
+def test_all_of_family_judges_a_batch_as_one_event_at_a_time(
+    events: list[AnyEvent], family: str, expected: bool, why: str
+) -> None:
+    assert all_of_family(events, family) is expected, why
+    one_at_a_time = all(subject_family_of(e) == family for e in events)
+    assert one_at_a_time is expected, why
 
 
 ALL_ADMITTED = ["berth.cq.*.admitted.>"]
@@ -196,6 +247,16 @@ EXPAND_CASES: list[tuple[str, list[AnyEvent], list[str] | None, Keep, list[str],
         2,
         0,
         "the service's keep reads each event's subject; both count as sent",
+    ),
+    (
+        "berth.b.cq.admitted",
+        [admitted("a"), admitted("b", cluster_queue="cq-2"), admitted("c", cluster_queue="cq-2")],
+        ["berth.cq.cq-2.>"],
+        lambda subject: not subject.endswith(".c"),
+        ["admitted-b"],
+        3,
+        0,
+        "a pattern inside the family and a keep: an event must pass both",
     ),
     (
         "berth.b.cq.pending",

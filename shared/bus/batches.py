@@ -31,6 +31,7 @@ from nats.aio.msg import Msg
 from shared.events import (
     AnyEvent,
     Event,
+    all_of_family,
     decode_event,
     encode_event,
     subject_family_of,
@@ -267,9 +268,24 @@ def expand(
         malformed(msg, f"{msg.subject} is no batch subject of a batched family")
         return []
     events = _list_decoder.decode(msg.data)
+    if not all_of_family(events, family):  # checked per batch: judged one by one only here
+        events = _of_family(msg, events, family, malformed)
+    if delivered is not None and events:
+        delivered[family] += len(events)
     pick = None if view is None or view.twins.get(msg.subject, False) else view.wanted
+    if pick is not None and keep is not None:
+        events = [event for event in events if pick(at := subject_for(event)) and keep(at)]
+    elif (wants := pick or keep) is not None:
+        events = [event for event in events if wants(subject_for(event))]
+    return events if view is None else view.recent.firsts(events)
+
+
+def _of_family(
+    msg: Msg, events: list[AnyEvent], family: str, malformed: Callable[[Msg, str], None]
+) -> list[AnyEvent]:
+    """The events of a batch on ``msg.subject`` that are of its ``family``, in order; each
+    other one is handed to ``malformed`` (:func:`expand`)."""
     kept: list[AnyEvent] = []
-    sent = 0
     for event in events:
         if subject_family_of(event) != family:
             malformed(
@@ -278,15 +294,8 @@ def expand(
                 f" batch on {msg.subject}: only {family} events belong there",
             )
             continue
-        sent += 1
-        if pick is not None or keep is not None:
-            subject = subject_for(event)
-            if (pick is not None and not pick(subject)) or (keep is not None and not keep(subject)):
-                continue
         kept.append(event)
-    if delivered is not None and sent:
-        delivered[family] += sent
-    return kept if view is None else view.recent.firsts(kept)
+    return kept
 
 
 def record_of(msg: Msg) -> list[AnyEvent]:
