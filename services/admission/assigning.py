@@ -99,11 +99,12 @@ class Assigning(Placement):
         record: Record,
         failed: Failed,
         high: OrderKey,
-    ) -> list[Record] | None:
+    ) -> list[Record] | AssignResult | None:
         """Whether the offered ``record``, popped in its turn, is left parked as it is
-        (``_fails_unchanged``): None if it is to be tried; else it is taken off the offers,
-        with the offered heads after it that are presumed left parked too (``presume``:
-        empty unless ``presumes``; ``high`` as it says).
+        (``_fails_unchanged``): if so it is taken off the offers, with the offered heads after
+        it that are presumed left parked too (``presume``: empty unless ``presumes``; ``high``
+        as it says), and those are returned; else it is to be tried, and what is returned is
+        its remembered result that holds now, or None if none does.
 
         A ClusterQueue whose offers are the very ones it had when all were last found left
         parked at one reading, and that reads the same now (settled.py: ``quiet``), leaves
@@ -123,7 +124,7 @@ class Assigning(Placement):
             return presume_all(queue, high)
         known = self._assign(name, record, failed, known_only=True)
         if known is None or not self._fails_unchanged(record, known):
-            return None
+            return known
         whole = offers is not None and len(queue.offered) == len(offers)
         queue.skip_offered()
         if not self.presumes:

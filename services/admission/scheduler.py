@@ -12,7 +12,8 @@ something happened since the last one (new workload, freed quota in the cohort, 
 a set-aside head whose failure is known to hold, with the message it already has, is left
 where it is (``_fails_unchanged``), and the set-aside heads after it in its queue with it,
 ahead of their turn, unless an admission in their cohort tree comes first
-(services/admission/assigning.py, presumed.py). With fair sharing on, the heads of
+(services/admission/assigning.py, presumed.py); one known to fit by borrowing waits for
+the borrowers' turn still parked (``_borrows_later``). With fair sharing on, the heads of
 ClusterQueues in a cohort go by dominant resource share instead
 (services/admission/fair_order.py: fair_round).
 """
@@ -277,10 +278,14 @@ class Scheduler(Assigning):
                 tried += 1
                 chain: list[Record] | None = None
                 if record.parked:  # offered (see offers above)
-                    chain = self._leave_parked(name, queue, record, failed, high)
-                    if chain is not None:
+                    left = self._leave_parked(name, queue, record, failed, high)
+                    if isinstance(left, list):
+                        chain = left
                         left_parked += 1
                         result = None
+                    elif left is not None and self._borrows_later(left, borrowing):
+                        heapq.heappush(borrowers, key)  # still offered: see _borrows_later
+                        continue
                     else:
                         queue.take_offered(record)
                         key = record.key
@@ -323,6 +328,16 @@ class Scheduler(Assigning):
         for preemptor in self._nominations.take_released():
             self.unnominate(preemptor)
         return out
+
+    def _borrows_later(self, known: AssignResult, borrowing: bool) -> bool:
+        """Whether an offered (parked) head whose remembered result ``known`` holds now, popped
+        before the pass turned to borrowers, goes to the borrowers still offered (not moved
+        into its queue): it fits by borrowing, and Kueue admits heads that need no borrowing
+        first. Its queue waits for it either way (nothing of it is pushed meanwhile); in its
+        turn among the borrowers it is popped as any offered head is, so one that no longer
+        fits, with the message it has, is left parked as it was instead of moved and parked
+        again (its queue keeps its offers for the next pass: queues.py, ``offers``)."""
+        return known.fits and known.borrows and not borrowing and not self._config.borrowing_yields
 
     def _decide(self, name: str, record: Record, result: AssignResult) -> None:
         """Admit the head, or note why not and set it aside (park it, or block its queue)."""
