@@ -200,18 +200,24 @@ def test_light_histogram_without_its_labels_refuses() -> None:
         metric.observe(1.0)
 
 
-# (second call's label values, forget between the calls, the group made again, why)
+# (second call's label values, forget between the calls, second call by another maker, the
+# group made again, why)
 GROUP_CASES = [
-    (("a",), False, False, "same maker and values: the kept group, not made again"),
-    (("b",), False, True, "changed values: another group"),
-    (("a",), True, True, "a forget between: made again (its children may be gone)"),
+    (("a",), False, False, False, "same maker and values: the kept group, not made again"),
+    (("b",), False, False, True, "changed values: another group"),
+    (("a",), True, False, True, "a forget between: made again (its children may be gone)"),
+    (("a",), False, True, True, "another maker, same values: its own group (other series)"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("second", "forget", "made_again", "reason"), GROUP_CASES, ids=[c[3] for c in GROUP_CASES]
+    ("second", "forget", "other_maker", "made_again", "reason"),
+    GROUP_CASES,
+    ids=[c[4] for c in GROUP_CASES],
 )
-def test_group(second: tuple[str, ...], forget: bool, made_again: bool, reason: str) -> None:
+def test_group(
+    second: tuple[str, ...], forget: bool, other_maker: bool, made_again: bool, reason: str
+) -> None:
     """A group is kept by its maker and arguments, holds the children ``of`` gives, and is
     dropped by any ``forget``."""
     kept, counter = Children(), _counter()
@@ -221,10 +227,13 @@ def test_group(second: tuple[str, ...], forget: bool, made_again: bool, reason: 
         made.append(values)
         return (kept.of(counter, *values),)
 
+    def other(*values: str) -> tuple[Counter]:
+        return make(*values)
+
     first = kept.group(make, "a")
     if forget:
         kept.forget(lambda metric, values: False)
-    again = kept.group(make, *second)
+    again = kept.group(other if other_maker else make, *second)
     assert made == [("a",), second] if made_again else [("a",)], reason
     assert (again is first) != made_again, reason
     assert again[0] is counter.labels(*second), reason

@@ -49,7 +49,9 @@ class Children:
 
     def __init__(self) -> None:
         self._kept: dict[tuple[object, tuple[str, ...]], Any] = {}
-        self._groups: dict[tuple[object, tuple[Hashable, ...]], Any] = {}
+        # make -> its args -> the group: ``make`` hashed by identity, the args (label values)
+        # by their cached str hashes (a key holding metric objects hashed each of them).
+        self._groups: dict[Callable[..., Any], dict[tuple[Hashable, ...], Any]] = {}
 
     def __len__(self) -> int:
         """The children kept (groups are only shortcuts to them)."""
@@ -65,10 +67,12 @@ class Children:
 
     def group(self, make: Callable[..., G], *args: Hashable) -> G:
         """``make(*args)`` (children made with :meth:`of`), kept by ``make`` and ``args``."""
-        key = (make, args)
-        found = self._groups.get(key)
+        made = self._groups.get(make)
+        if made is None:
+            made = self._groups[make] = {}
+        found = made.get(args)
         if found is None:
-            found = self._groups[key] = make(*args)
+            found = made[args] = make(*args)
         return cast(G, found)
 
     def forget(self, gone: Callable[[object, tuple[str, ...]], bool]) -> None:

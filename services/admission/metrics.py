@@ -10,6 +10,7 @@ state would double every sum.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter
@@ -23,17 +24,8 @@ from shared.quantities import QuantityError, parse_quantity
 if TYPE_CHECKING:
     from services.admission.service import AdmissionService
 
-__all__ = [
-    "QUEUES",
-    "admitted",
-    "attempt",
-    "checks_passed",
-    "cohort_shares",
-    "evicted",
-    "forget_queues",
-    "pods_ready",
-    "queue_samples",
-]
+__all__ = ["QUEUES", "admitted", "attempt", "checks_passed", "cohort_shares", "evicted"]
+__all__ += ["forget_queues", "pods_ready", "queue_samples"]
 
 # Kueue's buckets (1 s to 10240 s, doubling from 2.5) and sub-second ones before them: a
 # Kueue panel reading a bucket by its `le` finds it.
@@ -296,8 +288,8 @@ def admitted(
     """A quota reservation, counted per ClusterQueue and LocalQueue with its wait from queue
     time; ``late`` past its wait target. Without admission checks it is an admission at
     once; with them (``reserved_only``) the admission is counted by :func:`checks_passed`."""
-    series = _RESERVATIONS if reserved_only else _RESERVED_AND_ADMITTED
-    _KEPT.group(_tally, series, cluster_queue, local_queue, namespace).add(waited)
+    make = _reservation_tally if reserved_only else _reserved_and_admitted_tally
+    _KEPT.group(make, cluster_queue, local_queue, namespace).add(waited)
     if late:
         _KEPT.of(LATE, cluster_queue).inc()
 
@@ -307,7 +299,7 @@ def checks_passed(
 ) -> None:
     """A reservation whose admission checks are all Ready is admitted: counted with its wait
     from queue time, and ``checks_waited`` from its reservation."""
-    _KEPT.group(_tally, _ADMISSIONS, cluster_queue, local_queue, namespace).add(waited)
+    _KEPT.group(_admission_tally, cluster_queue, local_queue, namespace).add(waited)
     _KEPT.of(ADMISSION_CHECKS_WAIT, cluster_queue).observe(checks_waited)
     _KEPT.of(LQ_ADMISSION_CHECKS_WAIT, local_queue, namespace).observe(checks_waited)
 
@@ -317,7 +309,7 @@ def pods_ready(
 ) -> None:
     """A workload's pods became ready: ``waited`` from its queue time, ``since_admitted``
     from its admission (Kueue's ready and admitted-until-ready wait times)."""
-    ready, until_ready = _KEPT.group(_tallies, _READINESS, cluster_queue, local_queue, namespace)
+    ready, until_ready = _KEPT.group(_readiness_tallies, cluster_queue, local_queue, namespace)
     ready.add(waited)
     until_ready.add(since_admitted)
 
@@ -330,9 +322,16 @@ def _tally(metrics: tuple[Any, ...], cluster_queue: str, local_queue: str, names
     return Tally(counters, [h for h in kept if type(h) is LightHistogram])
 
 
-def _tallies(groups: tuple[tuple[Any, ...], ...], *queues: str) -> tuple[Tally, ...]:
-    """One :func:`_tally` per group of metrics, in order."""
-    return tuple(_tally(group, *queues) for group in groups)
+# Each series' maker, by its queues alone: a group is kept by its maker and label values
+# (Children.group), so no call hashes its metrics.
+_reservation_tally = partial(_tally, _RESERVATIONS)
+_reserved_and_admitted_tally = partial(_tally, _RESERVED_AND_ADMITTED)
+_admission_tally = partial(_tally, _ADMISSIONS)
+
+
+def _readiness_tallies(cluster_queue: str, local_queue: str, namespace: str) -> tuple[Tally, ...]:
+    """One :func:`_tally` per group of :data:`_READINESS`, in order."""
+    return tuple(_tally(group, cluster_queue, local_queue, namespace) for group in _READINESS)
 
 
 def _children(
