@@ -12,7 +12,7 @@ import pytest
 from services.admission.activation import queued
 from services.admission.interning import Interner
 from services.admission.model import QueuedWorkload
-from services.admission.workload_objects import WorkloadRecord, render_workload
+from services.admission.workload_objects import _NOT_READY, WorkloadRecord, render_workload
 from shared.events import (
     WorkloadEvicted,
     WorkloadFinished,
@@ -239,3 +239,83 @@ def test_a_requeue_count_is_the_records_own(reason: str, a_times: int, b_times: 
         shown = render_workload(one, {})["status"].get("requeueState")
         assert shown == ({"count": times} if times else None), reason
         assert (one.kind, one.labels) == (SUBMITTED.kind, SUBMITTED.labels), reason
+
+
+def _admission(one: WorkloadRecord, queue: str, at: datetime) -> None:
+    one.on_admitted(
+        msgspec.structs.replace(ADMITTED, workload=one.ref, cluster_queue=queue, time=at)
+    )
+
+
+def _stepwise(one: WorkloadRecord, queue: str, at: datetime) -> None:
+    """An admission without checks as on_admitted set it condition by condition (the rule
+    admitted_conditions keeps in one step): the reference."""
+    one.admission = msgspec.structs.replace(
+        ADMITTED, workload=one.ref, cluster_queue=queue, time=at
+    )
+    message = f"Quota reserved in ClusterQueue {queue}"
+    one._set_shared("QuotaReserved", "True", "QuotaReserved", message, at)
+    one._set_shared("Admitted", "True", "Admitted", "The workload is admitted", at)
+    if "PodsReady" in one.conditions:
+        one._set_shared("PodsReady", "False", "WaitForStart", _NOT_READY, at)
+    if "Evicted" in one.conditions:
+        one._set_shared("Evicted", "False", "Admitted", "The workload is admitted again", at)
+
+
+def _evicted(one: WorkloadRecord) -> None:
+    ref = one.ref
+    one.on_evicted(
+        WorkloadEvicted(source="t", workload=ref, generation=1, reason="Preempted", time=AT)
+    )
+
+
+LATER = AT.replace(hour=3)
+Step1 = Callable[[WorkloadRecord], None]  # what happens to every record alike
+# (reason, what each record went through before, a's admission, b's, b shares a's dict)
+Admission = tuple[str, datetime]  # (ClusterQueue, the pass's moment)
+ADMISSIONS: list[tuple[str, list[Step1], Admission, Admission, bool]] = [
+    ("fresh records, same queue and moment: one dict", [], ("cq", AT), ("cq", AT), True),
+    ("after one shared report: the kept change again", [pending()], ("cq", AT), ("cq", AT), True),
+    ("another queue: not a's change (its message)", [], ("cq", AT), ("other", AT), False),
+    ("another moment: not a's change (its time)", [], ("cq", AT), ("cq", LATER), False),
+    (
+        "admitted again after pods ready and an eviction: PodsReady and Evicted turn False",
+        [admitted, ready, _evicted],
+        ("cq", LATER),
+        ("cq", LATER),
+        True,  # each one's own dict before (its eviction), then an equal set: kept once
+    ),
+    (
+        "admitted again with QuotaReserved still True: its transition time stays",
+        [admitted],
+        ("cq", LATER),
+        ("cq", LATER),
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("reason", "before", "a_admission", "b_admission", "shared"),
+    ADMISSIONS,
+    ids=[c[0] for c in ADMISSIONS],
+)
+def test_an_admission_sets_what_its_steps_set(
+    reason: str,
+    before: list[Callable[[WorkloadRecord], None]],
+    a_admission: tuple[str, datetime],
+    b_admission: tuple[str, datetime],
+    shared: bool,
+) -> None:
+    """on_admitted's change in one step (kept per dict before, queue and moment) is the
+    change its conditions made one by one, and is taken again only for the same three."""
+    a, b, reference = record("a"), record("b"), record("b")
+    for step in before:
+        for one in (a, b, reference):
+            step(one)
+    _admission(a, *a_admission)
+    _admission(b, *b_admission)
+    _stepwise(reference, *b_admission)
+    assert list(b.conditions.items()) == list(reference.conditions.items()), reason
+    assert (a.conditions is b.conditions) is shared, reason
+    assert render_workload(b, {}) == render_workload(reference, {}), reason

@@ -60,6 +60,10 @@ _RESERVED_IN: Generations[str, str] = Generations()
 # Condition made, hashed or compared.
 Transition = tuple[int, str, str, str, str, datetime]
 _TRANSITIONS: dict[Transition, tuple[Conditions, Conditions]] = {}
+# An admission's whole change lately (no checks): (the dict before by identity, its
+# ClusterQueue, the pass's moment) -> (that dict, the dict after). Its steps depend on
+# nothing else: one look-up for all of them, and a miss makes only the dict after.
+_ADMISSIONS: dict[tuple[int, str, datetime], tuple[Conditions, Conditions]] = {}
 
 
 def with_condition(conditions: Conditions, kind: str, condition: Condition) -> Conditions:
@@ -81,6 +85,31 @@ def _condition(
     if current is not None and current.status == status:
         time = current.time
     return Condition(status, reason, message, time)
+
+
+def admitted_conditions(before: Conditions, queue: str, time: datetime) -> Conditions:
+    """The conditions after an admission in ClusterQueue ``queue`` at ``time`` without
+    admission checks (Kueue's): QuotaReserved and Admitted True; PodsReady False
+    ``WaitForStart`` if it was there (a new admission's pods start over), Evicted False if it
+    was there. Each is set as :func:`_condition` sets it, in that order; the dict after is
+    kept once (with_condition), never written."""
+    updated = dict(before)
+    steps = [
+        ("QuotaReserved", "True", "QuotaReserved", _reserved_in(queue)),
+        ("Admitted", "True", "Admitted", "The workload is admitted"),
+    ]
+    if "PodsReady" in before:
+        steps.append(("PodsReady", "False", "WaitForStart", _NOT_READY))
+    if "Evicted" in before:
+        steps.append(("Evicted", "False", "Admitted", "The workload is admitted again"))
+    for kind, status, reason, message in steps:
+        updated[kind] = _condition(updated, kind, status, reason, message, time)
+    return kept_once(_SETS, tuple(updated.items()), lambda: updated)
+
+
+def _reserved_in(queue: str) -> str:
+    """The QuotaReserved message of an admission in ``queue``, one string per queue."""
+    return _RESERVED_IN.kept(queue, lambda: f"Quota reserved in ClusterQueue {queue}")
 
 
 # (kind, labels, annotations, creation, requeue count) once per distinct value: a record
@@ -197,20 +226,20 @@ class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
     def on_admitted(self, event: WorkloadAdmitted) -> None:
         self.admission = event
         queue = event.cluster_queue
-        message = _RESERVED_IN.kept(queue, lambda: f"Quota reserved in ClusterQueue {queue}")
-        self._set_shared("QuotaReserved", "True", "QuotaReserved", message, event.time)
         if event.reserved_only:  # Kueue: QuotaReserved, not Admitted until the checks pass
+            message = _reserved_in(queue)
+            self._set_shared("QuotaReserved", "True", "QuotaReserved", message, event.time)
             checks = ", ".join(event.admission_checks)
             waiting = f"The workload has not all checks ready: {checks}"
             self._set_shared("Admitted", "False", "UnsatisfiedChecks", waiting, event.time)
             return
-        self._set_shared("Admitted", "True", "Admitted", "The workload is admitted", event.time)
-        if "PodsReady" in self.conditions:  # a new admission's pods start over
-            self._set_shared("PodsReady", "False", "WaitForStart", _NOT_READY, event.time)
-        if "Evicted" in self.conditions:
-            self._set_shared(
-                "Evicted", "False", "Admitted", "The workload is admitted again", event.time
-            )
+        before, at = self.conditions, event.time
+        key = (id(before), queue, at)
+        found = _ADMISSIONS.get(key)
+        if found is None:
+            after = admitted_conditions(before, queue, at)
+            found = kept_once(_ADMISSIONS, key, lambda: (before, after))
+        self.conditions = found[1]
 
     def on_pods_ready(self, event: WorkloadPodsReady) -> None:
         """Kueue's PodsReady condition of the current admission, once the watcher reported
