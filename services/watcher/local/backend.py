@@ -185,11 +185,11 @@ class LocalBackend:
         announcements.clear()
         self.announcing.clear()
         await self.bus.publish_many([event for event, _ in batch])
+        announced, info = self.announced, log.info  # the logger's lookup once per batch
         for event, kind in batch:
-            self.announced.add(event.workload.uid)
-            log.info(
-                "workload_submitted", workload=event.workload.key, queue=event.queue_name, kind=kind
-            )
+            ref = event.workload
+            announced.add(ref.uid)
+            info("workload_submitted", workload=ref.key, queue=event.queue_name, kind=kind)
 
     async def _dead_letter(
         self, bucket: str, entry: KeyValue.Entry, reason: str, value: bytes

@@ -153,14 +153,9 @@ class Finishes:
         phases = [phase_of(code) for _, _, _, code, _ in finishes]
         for phase, count in Counter(phases).items():
             metrics.FINISHED.labels(result=phase).inc(count)
+        info = log.info  # the logger's lookup once per round, not per line
         for (_, ref, gen, code, _), phase in zip(finishes, phases, strict=True):
-            log.info(
-                "workload_finished",
-                workload=ref.key,
-                phase=phase,
-                exit_code=code,
-                generation=gen,
-            )
+            info("workload_finished", workload=ref.key, phase=phase, exit_code=code, generation=gen)
 
     async def report_again(self, left: list[tuple[str, dict[str, Any]]]) -> None:
         """At start: report the finishes of these objects (key, object) whose terminal

@@ -20,7 +20,17 @@ from shared.workloads import (
     workload_spec,
 )
 
-__all__ = ["find_object", "read_object", "read_status", "read_workload"]
+__all__ = [
+    "SECONDS_MEMO_SIZE",
+    "find_object",
+    "read_object",
+    "read_status",
+    "read_workload",
+    "simulated_seconds",
+]
+
+SECONDS_MEMO_SIZE = 256  # runtimes remembered at most (all forgotten when it is full)
+_seconds: dict[str, float] = {}  # runtime text -> seconds (simulated_seconds)
 
 
 def read_object(key: str, value: bytes) -> dict[str, Any] | str:
@@ -60,10 +70,25 @@ def read_workload(
     runtime = (obj["metadata"].get("annotations") or {}).get(SIMULATED_RUNTIME_ANNOTATION)
     if runtime is not None:
         try:
-            parse_duration(runtime)  # a string: workload_spec checked the annotations
+            simulated_seconds(runtime)  # a string: workload_spec checked the annotations
         except ValueError as error:
             return f"`metadata.annotations.{SIMULATED_RUNTIME_ANNOTATION}`: {error}"
     return obj, spec
+
+
+def simulated_seconds(text: str) -> float:
+    """``parse_duration(text)``: a simulated runtime (``berth.dev/simulated-runtime``) in
+    seconds, raising ``ValueError`` as it does. A text read before is not parsed again: each
+    workload's runtime was parsed twice (read, then admitted), and a burst of Jobs from one
+    template repeats one text. A refusal is never remembered; past
+    :data:`SECONDS_MEMO_SIZE` texts everything is forgotten (the bound)."""
+    seconds = _seconds.get(text)
+    if seconds is None:
+        seconds = parse_duration(text)
+        if len(_seconds) >= SECONDS_MEMO_SIZE:
+            _seconds.clear()
+        _seconds[text] = seconds
+    return seconds
 
 
 def read_status(value: bytes) -> dict[str, Any] | str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from services.watcher import metrics, reporting
 from services.watcher.local.finishes import Finishes
-from services.watcher.local.objects import find_object
+from services.watcher.local.objects import find_object, simulated_seconds
 from services.watcher.local.pods import local_pods
 from services.watcher.local.processes import RunningPods, kill_leftover, workload_log_dir
 from services.watcher.local.readiness import exec_probes, readiness_changes, wait_ready
@@ -18,7 +18,6 @@ from services.watcher.local.run_files import RunSetupError, prepare_run
 from services.watcher.local.simulated import Clocks, Simulated
 from services.watcher.local.statuses import StatusStore, StatusWrites
 from shared.bus import SentEvents, Settling
-from shared.durations import parse_duration
 from shared.events import AnyEvent, EvictionRequested, WorkloadAdmitted, WorkloadRef
 from shared.logging import get_logger
 from shared.service import Runtime
@@ -166,7 +165,7 @@ class Runs:
         status = self.store.of(key, obj)
         if seconds is None or int(status.get("generation", 0)) >= event.generation:
             return None
-        return Simulated(key, event.workload, event.generation), parse_duration(seconds)
+        return Simulated(key, event.workload, event.generation), simulated_seconds(seconds)
 
     async def start_simulated(self, runs: list[tuple[Simulated, float]]) -> Settling:
         """Start the runs' clocks and send their statuses and Started reports; returns what
