@@ -10,14 +10,17 @@ import io
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
-from shared.logging import HELD_LIMIT, LoopBatchedLines, UtcStamper
+from shared.logging import HELD_LIMIT, LoopBatchedLines, UtcStamper, get_logger
 
 REPO = Path(__file__).resolve().parent.parent
 SECOND = 1_767_323_045  # 2026-01-02T03:04:05Z
@@ -109,17 +112,26 @@ class _Writes(io.BytesIO):
         return super().write(data)
 
 
-def _in_one_turn(lines: LoopBatchedLines) -> list[bytes]:
-    """Three lines logged by one callback; what was written while it ran."""
+def _in_a_loop(lines: LoopBatchedLines, body: Callable[[], Awaitable[None]]) -> list[bytes]:
+    """``body`` run in a loop; what was written when it ended (the loop then turns once)."""
 
     async def main() -> list[bytes]:
-        for word in (b"a", b"b", b"c"):
-            lines.msg(word)
+        await body()
         during = list(cast(_Writes, lines.file).writes)
         await asyncio.sleep(0)
         return during
 
     return asyncio.run(main())
+
+
+def _in_one_turn(lines: LoopBatchedLines) -> list[bytes]:
+    """Three lines logged by one callback; what was written while it ran."""
+
+    async def body() -> None:
+        for word in (b"a", b"b", b"c"):
+            lines.msg(word)
+
+    return _in_a_loop(lines, body)
 
 
 def _outside_a_loop(lines: LoopBatchedLines) -> list[bytes]:
@@ -166,14 +178,37 @@ def _closed_loop_then_no_loop(lines: LoopBatchedLines) -> list[bytes]:
 def _past_the_limit(lines: LoopBatchedLines) -> list[bytes]:
     """One turn logs more than HELD_LIMIT lines: the first HELD_LIMIT go out at once."""
 
-    async def main() -> list[bytes]:
+    async def body() -> None:
         for _ in range(HELD_LIMIT + 1):
             lines.msg(b"x")
-        during = list(cast(_Writes, lines.file).writes)
-        await asyncio.sleep(0)
-        return during
 
-    return asyncio.run(main())
+    return _in_a_loop(lines, body)
+
+
+def _two_turns(lines: LoopBatchedLines) -> list[bytes]:
+    """A line in each of two turns of one loop: the first turn's write done, the second
+    turn's line must ask for a write of its own (none is due any more)."""
+
+    async def body() -> None:
+        lines.msg(b"a")
+        await asyncio.sleep(0)
+        lines.msg(b"b")
+
+    return _in_a_loop(lines, body)
+
+
+def _another_thread_meanwhile(lines: LoopBatchedLines) -> list[bytes]:
+    """While a loop is due to write its turn's lines, a thread with no loop logs one: a
+    write is due, but not on that thread's loop (it has none), so it writes at once, the
+    held line first."""
+
+    async def body() -> None:
+        lines.msg(b"a")
+        other = threading.Thread(target=lines.msg, args=(b"b",))
+        other.start()
+        other.join()
+
+    return _in_a_loop(lines, body)
 
 
 Scene = Callable[[LoopBatchedLines], list[bytes]]
@@ -183,6 +218,13 @@ BATCHED_LINES: list[tuple[Scene, list[bytes], list[bytes], str]] = [
     (_outside_a_loop, [b"a\n", b"b\n"], [], "no loop (the CLI): each line written at once"),
     (_a_closed_loop_leaves_them, [b"a\nb\n"], [], "a closed loop's lines are not lost"),
     (_closed_loop_then_no_loop, [b"a\nb\n"], [], "a line outside a loop never overtakes one held"),
+    (_two_turns, [b"a\n", b"b\n"], [b"a\n"], "each turn of a loop writes its own lines"),
+    (
+        _another_thread_meanwhile,
+        [b"a\nb\n"],
+        [b"a\nb\n"],
+        "a loop due to write elsewhere does not hold a thread's line",
+    ),
     (
         _past_the_limit,
         [b"x\n" * HELD_LIMIT, b"x\n"],
@@ -217,9 +259,7 @@ def test_held_lines_are_written_when_the_process_exits(exit_call: str) -> None:
         f"    {exit_call}\n"
         "asyncio.run(main())\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, timeout=60, cwd=REPO
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, cwd=REPO)
     assert b'"event":"last_words"' in done.stderr, done.stderr
 
 
@@ -236,8 +276,43 @@ def test_a_library_line_keeps_its_place_among_berth_lines() -> None:
         "    get_logger('t').info('last')\n"
         "asyncio.run(main())\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, timeout=60, cwd=REPO
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, cwd=REPO)
     events = [json.loads(line)["event"] for line in done.stderr.splitlines()]
     assert events == ["first", "library", "last"], done.stderr
+
+
+# (structlog keeps a logger on first use, a line logged after a reconfiguration is
+#  captured, why)
+KEPT_LOGGER_CASES = [
+    (True, False, "kept: get_logger's logger keeps the level method structlog's proxy keeps"),
+    (False, True, "not kept (a test's configuration): each line asks the proxy, as configured"),
+]
+
+
+@pytest.mark.parametrize(
+    ("cache", "captured_after", "why"), KEPT_LOGGER_CASES, ids=[c[2] for c in KEPT_LOGGER_CASES]
+)
+def test_a_logger_keeps_its_method_only_when_structlog_keeps_its_logger(
+    cache: bool, captured_after: bool, why: str
+) -> None:
+    before = structlog.get_config()
+    structlog.configure(cache_logger_on_first_use=cache)
+    try:
+        log = get_logger("kept")
+        with capture_logs() as first:
+            log.info("one", workload="ns/a")
+        assert first == [
+            {"component": "kept", "workload": "ns/a", "event": "one", "log_level": "info"}
+        ], why
+        assert ("info" in vars(log)) is cache, why
+        # A configuration made after the first line: a kept logger does not see it, as
+        # structlog's own cached proxy does not; an unkept one does.
+        structlog.configure(processors=[structlog.testing.LogCapture()])
+        with capture_logs() as second:
+            log.info("two")
+        assert bool(second) is captured_after, why
+    finally:
+        structlog.configure(
+            processors=before["processors"],
+            cache_logger_on_first_use=before["cache_logger_on_first_use"],
+        )
