@@ -327,3 +327,46 @@ def test_a_tally_refuses(buckets: tuple[float, ...], parent: bool, error: str, w
     )
     with pytest.raises(ValueError, match=error):
         Tally([counter if parent else counter.labels("a")], [one.labels("a"), other.labels("a")])
+
+
+Step = tuple[str, float]  # ("tally" | "observe" | "inc" | "read", amount)
+BIG = 1e16  # 1.0 added to it is lost: the sums show the order of the additions
+# (steps on one tally of a counter and a histogram, and the same children directly; why)
+HELD_CASES: list[tuple[list[Step], str]] = [
+    ([("tally", BIG), ("observe", 1.0), ("observe", 1.0)], "a direct observe after held adds"),
+    ([("tally", BIG), ("inc", 1.0), ("observe", 1.0)], "a direct inc after held adds"),
+    ([("observe", 1.0), ("tally", 1.0), ("tally", BIG)], "held adds after direct ones"),
+    ([("tally", BIG), ("read", 0), ("tally", 1.0), ("observe", 1.0)], "a read between: done"),
+    ([("tally", 0.2)] * 3000 + [("observe", 5.0)], "more than HELD_LIMIT: done at the limit"),
+]
+
+
+def _held(steps: list[Step], *, tally: bool) -> list[list[tuple[Any, ...]]]:
+    """The samples after ``steps``: the tally's adds through a Tally (held), or each as its
+    counter's inc() and histogram's observe() at once (the reference)."""
+    registry = CollectorRegistry()
+    counter = LightCounter(f"h_{next(_names)}", "c", ["q"], registry=registry)
+    histogram = LightHistogram(f"h_{next(_names)}", "h", ["q"], buckets=(1.0,), registry=registry)
+    count, wait = counter.labels("a"), histogram.labels("a")
+    together = Tally([count], [wait])
+    seen = []
+    for step, amount in steps:
+        if step == "tally" and tally:
+            together.add(amount)
+        elif step == "tally":
+            count.inc()
+            wait.observe(amount)
+        elif step == "observe":
+            wait.observe(amount)
+        elif step == "inc":
+            count.inc(amount)
+        else:
+            seen.append(_samples(histogram))
+    return [*seen, _samples(counter), _samples(histogram)]
+
+
+@pytest.mark.parametrize(("steps", "why"), HELD_CASES, ids=[c[1] for c in HELD_CASES])
+def test_held_additions_are_done_in_order(steps: list[Step], why: str) -> None:
+    """A tally's held additions are done before any other count or read of its children:
+    every sum and count as if each had been done at once."""
+    assert repr(_held(steps, tally=True)) == repr(_held(steps, tally=False)), why

@@ -13,6 +13,11 @@ whether the next call looks it up again.
 A counter child of prometheus_client takes a lock on every increment; :class:`LightCounter`
 adds to a plain float (one thread, as below); its samples are the same.
 
+A tally's additions (:class:`Tally`, an admission's eight series) are held in order and
+done together (:func:`flush`), before anything reads or counts a light child otherwise: the
+same additions in the same order, so every sample is the same; done one by one, between a
+pass's other work, each touched eight children gone cold.
+
 A histogram child of prometheus_client holds a lock and a float object per bucket, and makes
 them (with each bucket's text) when first labelled, which is slow for a thousand
 ClusterQueues and LocalQueues with eight wait-time histograms each; and every observation
@@ -33,7 +38,11 @@ from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["Children", "LightCounter", "LightHistogram", "Tally"]
+__all__ = ["HELD_LIMIT", "Children", "LightCounter", "LightHistogram", "Tally", "flush"]
+
+# Tally additions not done yet, in the order they were made: tally, amount, tally, amount...
+_HELD: list[Any] = []
+HELD_LIMIT = 2048  # entries held at most (half as many additions): then done at once
 
 
 class _Labelled(Protocol):
@@ -98,13 +107,17 @@ class LightCounter(Counter):
             raise ValueError(f"{self._type} metric is missing label values")
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
+        if _HELD:
+            flush()
         self._count += amount
 
     def reset(self) -> None:
+        flush()
         self._count = 0.0
         self._created = time.time()
 
     def _child_samples(self) -> Iterable[Sample]:
+        flush()
         sample = Sample("_total", {}, self._count, None, None)
         if prometheus_metrics._use_created:
             return (sample, Sample("_created", {}, self._created, None, None))
@@ -124,6 +137,8 @@ class LightHistogram(Histogram):
         (a NaN in none, its sum NaN); exemplars are not kept."""
         if self._labelnames and not self._labelvalues:  # as Histogram.observe refuses
             raise ValueError(f"{self._type} metric is missing label values")
+        if _HELD:
+            flush()
         bounds = self._upper_bounds
         index = bisect_left(bounds, amount)
         self._total += amount
@@ -131,6 +146,7 @@ class LightHistogram(Histogram):
             self._counts[index] += 1
 
     def _child_samples(self) -> Iterable[Sample]:
+        flush()
         samples = []
         acc = 0.0
         for bound, count in zip(self._upper_bounds, self._counts, strict=True):
@@ -149,7 +165,8 @@ class Tally:
     """Light children counted together by one call (an admission's count and wait, per
     ClusterQueue and per LocalQueue): :meth:`add` is each counter's ``inc()`` and each
     histogram's ``observe(amount)``, the bucket found once for all (their buckets are one
-    list: any other is refused here); the samples are the same."""
+    list: any other is refused here); the samples are the same. The additions are held
+    and done in order by :func:`flush` (the module's docstring)."""
 
     __slots__ = ("_bounds", "_counters", "_histograms")
 
@@ -164,6 +181,14 @@ class Tally:
         self._bounds: list[float] = histograms[0]._upper_bounds if histograms else []
 
     def add(self, amount: float) -> None:
+        """Count ``amount``: held, done by :func:`flush` (at the latest when
+        :data:`HELD_LIMIT` entries are held)."""
+        _HELD.append(self)
+        _HELD.append(amount)
+        if len(_HELD) >= HELD_LIMIT:
+            flush()
+
+    def _add(self, amount: float) -> None:
         for counter in self._counters:
             counter._count += 1
         bounds = self._bounds
@@ -173,3 +198,15 @@ class Tally:
             histogram._total += amount
             if counted:
                 histogram._counts[index] += 1
+
+
+def flush() -> None:
+    """Do the held tally additions, in the order they were made: before a light child is
+    read (its samples) or counted otherwise (``inc``, ``observe``, ``reset``), so each
+    child adds the same amounts in the same order as if each had been done at once."""
+    if not _HELD:
+        return
+    held = _HELD.copy()
+    _HELD.clear()  # (a child's samples read during the loop find nothing held)
+    for tally, amount in zip(held[::2], held[1::2], strict=True):
+        tally._add(amount)
