@@ -136,15 +136,17 @@ _RULES: dict[str, tuple[str, Callable[[object], str | None]]] = {
 }
 
 
-def name_problem(value: object, rule: str = "name") -> str | None:
+def name_problem(value: object, rule: str = "name", *, remember: bool = True) -> str | None:
     """Why ``value`` breaks ``rule`` (one of name, namespace, label-value, label-key, uid,
     generate-name), or None when it is valid.
 
     A string of at most :data:`MEMO_LONGEST` characters is judged once per rule and the
     verdict remembered (:func:`_string_problem`, the last :data:`MEMO_SIZE` of them): the
     watcher judges the same label keys and values, resource names and queue names for every
-    workload. Anything else (longer, not exactly a ``str``) is judged every time."""
-    if type(value) is str and len(value) <= MEMO_LONGEST:
+    workload. Anything else (longer, not exactly a ``str``), or a value the caller knows to
+    be new each time (``remember=False``: a workload's own name or uid), is judged every
+    time, the memo untouched."""
+    if remember and type(value) is str and len(value) <= MEMO_LONGEST:
         return _string_problem(value, rule)
     return _RULES[rule][1](value)
 

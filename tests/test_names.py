@@ -179,6 +179,19 @@ def test_remembered_verdicts_match_a_fresh_check(
             assert fresh is not None and fresh.endswith(problem), why
 
 
+@pytest.mark.parametrize(("rule", "value", "valid", "why"), REMEMBERED_CASES)
+def test_a_verdict_not_remembered_is_the_same(
+    rule: str, value: str, valid: bool, why: str
+) -> None:
+    """``remember=False`` (a value new each time): the same verdict, word for word, and the
+    memo neither asked nor grown."""
+    before = _string_problem.cache_info()
+    problem = name_problem(value, rule, remember=False)
+    assert _string_problem.cache_info() == before, why
+    assert problem == name_problem(value, rule), why
+    assert (problem is None) is valid, why
+
+
 def test_the_memo_is_bounded() -> None:
     """Distinct names by the thousands (every workload's own) never grow it past its size."""
     for index in range(MEMO_SIZE + 100):

@@ -94,7 +94,7 @@ def _problem(value: str, rule: str = "name", *, remember: bool = True) -> str | 
     valid = _VALID.get(rule) if remember and type(value) is str else None
     if valid is not None and value in valid:
         return None
-    problem = name_problem(value, rule)
+    problem = name_problem(value, rule, remember=remember)  # new ones: not in its memo either
     if problem is None and valid is not None:
         kept_once(valid, value, lambda: True)
     return problem
