@@ -22,6 +22,8 @@ __all__ = ["StatusStore", "StatusWrites"]
 
 log = get_logger("watcher.local")
 
+_encode = msgspec.json.Encoder().encode
+
 
 class StatusWrites:
     """Status writes in flight: (key, encoded status) and their acks to come."""
@@ -65,18 +67,21 @@ class StatusStore:
         assert self.bus is not None and self.kv is not None
         writes = StatusWrites()
         updated = datetime.now(UTC).isoformat()  # one moment for the statuses sent together
+        objects, statuses, of = self.objects, self.statuses, self.of
+        values = writes.values
+        puts: list[tuple[str, bytes, int | None]] = []  # plain puts (no last revision)
         for key, change in updates:
-            obj = self.objects.get(key)
+            obj = objects.get(key)
             if obj is None:
                 continue
-            status = {**self.of(key, obj), **change}
+            status = {**of(key, obj), **change}
             status["uid"] = obj["metadata"]["uid"]
             status["updated"] = updated
-            self.statuses[key] = status
-            writes.values.append((key, msgspec.json.encode(status)))
-        writes.sent = await self.bus.send_key_updates(
-            self.kv, [(key, value, None) for key, value in writes.values]
-        )
+            statuses[key] = status
+            value = _encode(status)
+            values.append((key, value))
+            puts.append((key, value, None))
+        writes.sent = await self.bus.send_key_updates(self.kv, puts)
         return writes
 
     async def settle(self, writes: StatusWrites) -> None:
