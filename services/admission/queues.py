@@ -32,7 +32,7 @@ from services.admission.flavors import pod_sets_shape
 from services.admission.interning import kept_once
 from services.admission.model import QueuedWorkload
 from services.admission.waiting import Rank
-from shared.events import FlavorAssignment
+from shared.events import FlavorAssignment, PodSet, WorkloadRef
 from shared.quota import FlavorResource
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "Record",
     "State",
     "order_key",
+    "placeholder_workload",
     "standing",
 ]
 
@@ -116,6 +117,15 @@ def standing(key: OrderKey) -> Rank:
 _SHAPES: dict[bytes, bytes] = {}
 
 
+# The pod sets of every placeholder's workload (see Record.placeholder): never a submitted one's.
+_NO_POD_SETS: Final[list[PodSet]] = []
+
+
+def placeholder_workload(ref: WorkloadRef) -> QueuedWorkload:
+    """The workload of a restored admission until its submit is seen (Record.placeholder)."""
+    return QueuedWorkload(ref=ref, local_queue="", pod_sets=_NO_POD_SETS, queue_time=0.0)
+
+
 class Record(msgspec.Struct, gc=False, eq=False):
     """The scheduler's state for one workload. Never tracked by the garbage collector (a
     million of them would make every full collection walk them): it refers to no object
@@ -132,7 +142,6 @@ class Record(msgspec.Struct, gc=False, eq=False):
     # Empty and shared until admitted: no list of its own per pending record.
     assignments: Sequence[FlavorAssignment] = ()
     usage: dict[FlavorResource, int] | None = None
-    placeholder: bool = False  # restored admission whose submit has not been seen yet
     shape_key: bytes | None = None  # see shape
 
     @property
@@ -142,6 +151,13 @@ class Record(msgspec.Struct, gc=False, eq=False):
             shape = pod_sets_shape(self.wl.pod_sets)
             self.shape_key = kept_once(_SHAPES, shape, lambda: shape)
         return self.shape_key
+
+    @property
+    def placeholder(self) -> bool:
+        """A restored admission whose submit has not been seen yet: its workload is
+        ``placeholder_workload``'s (told by its pod sets' identity, so that no field of a
+        million records holds a flag that is almost never set)."""
+        return self.wl.pod_sets is _NO_POD_SETS
 
     def replace_workload(self, wl: QueuedWorkload) -> None:
         self.wl = wl

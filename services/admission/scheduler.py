@@ -47,6 +47,7 @@ from services.admission.queues import (
     ClusterQueueQueue,
     OrderKey,
     Record,
+    placeholder_workload,
     standing,
 )
 from services.admission.waiting import Rank
@@ -96,8 +97,7 @@ class Scheduler(Assigning):
 
     def _swap_workload(self, record: Record, wl: QueuedWorkload) -> None:
         lq_before = (record.wl.ref.namespace, record.lq_name)
-        record.replace_workload(wl)
-        record.placeholder = False
+        record.replace_workload(wl)  # no longer a placeholder
         if record.state == ADMITTED and record.usage is not None:
             self._books.lq_admitted_by(lq_before, record.usage, -1)
             self._books.lq_admitted_by((wl.ref.namespace, record.lq_name), record.usage, 1)
@@ -118,8 +118,7 @@ class Scheduler(Assigning):
         """Replay a past admission (after a restart); idempotent, emits nothing."""
         record = self._records.get(ref.uid)
         if record is None:
-            record = Record(QueuedWorkload(ref=ref, local_queue="", pod_sets=[], queue_time=0.0))
-            record.placeholder = True
+            record = Record(placeholder_workload(ref))
             self._records[ref.uid] = record
         if record.state == ADMITTED:
             if record.cq == cluster_queue and list(record.assignments) == list(assignments):
