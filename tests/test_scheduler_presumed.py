@@ -166,8 +166,25 @@ CASES = [
         {},
     ),
     Case(
-        "quiet must not apply: a's own usage changed since (a2, 1Gi, admitted in a): p1 reads "
-        "it, is tried (the same message), and p2 is left parked in its own turn",
+        "quiet must not apply: a's own usage changed since (a2, 3.5Gi, admitted in a, so that "
+        "p1's 1Gi would borrow): p1 reads it, is tried (the same message), and p2 is left "
+        "parked in its own turn",
+        [
+            finish("bm1"),
+            SCHEDULE,
+            submit(wl("a2", "qa", t=0.5, memory="3584Mi")),
+            SCHEDULE,
+            finish("bm2"),
+        ],
+        0,
+        0,
+        0,
+        {},
+    ),
+    Case(
+        "a's own usage changed since (a2, 1Gi), but p1 reads the same (its 1Gi still needs no "
+        "borrowing: settled.py, _bounds): quiet does not apply (a's own usage version "
+        "changed), p1 is left parked in its turn and p2 presumed with it",
         [
             finish("bm1"),
             SCHEDULE,
@@ -175,7 +192,7 @@ CASES = [
             SCHEDULE,
             finish("bm2"),
         ],
-        0,
+        1,
         0,
         0,
         {},

@@ -259,3 +259,43 @@ def test_the_own_part_is_read_once_per_own_version(
     again = settled.usage_read(q0, shape, pod_sets, 1, version)
     assert (again != first) is sees, why
     assert settled.usage_read(q0, shape, pod_sets) == settled.usage_read(q0, shape, pod_sets, 2, 3)
+
+
+# (why, q0's quota of cpu on flavor a, its cohort, its usage of it in two states, whether the
+#  two states read the same; q0 is asked 2 cpus and 1Gi)
+BOUNDS: list[tuple[str, Any, str, int, int, bool]] = [
+    ("both states borrow (usage above the subtree): the same reading", 4, "c", 5000, 7000, True),
+    ("one at the subtree, one above it: borrowing either way", 4, "c", 4000, 9000, True),
+    ("both leave room for the request (at most subtree - asked)", 4, "c", 0, 2000, True),
+    ("one leaves room, the other borrows with 2 more: read apart", 4, "c", 2000, 3000, False),
+    ("a borrowing limit caps what it may use: read exactly", (4, 2, None), "c", 5000, 7000, False),
+    ("a lending limit keeps a local share: read exactly", (4, None, 1), "c", 5000, 7000, False),
+    ("a ClusterQueue that is its own root: read exactly", 4, "", 5000, 7000, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "quota", "parent", "first", "second", "same"), BOUNDS, ids=[c[0] for c in BOUNDS]
+)
+def test_own_usage_is_read_within_bounds(
+    why: str, quota: Any, parent: str, first: int, second: int, same: bool
+) -> None:
+    """A ClusterQueue's own usage of a pair tells the assigner only whether a request of at
+    most what the shape asks would borrow: read within its subtree less that and its subtree,
+    where it has neither limit and a cohort (settled.py ``_bounds``); exactly otherwise."""
+    objects = [flavor("a"), flavor("b"), cq("q0", two_flavors(quota), cohort=parent)]
+    objects.append(cq("q1", two_flavors(40), cohort="c"))
+    topology = Topology.build(parse_object(document) for document in objects)
+    tree, info = topology.tree, topology.cqs["q0"]
+    pod_sets = pods((1, 2))
+    shape = pod_sets_shape(pod_sets)
+    readings, outcomes = [], []
+    for used in (first, second):
+        settled = SettledFailures(tree)
+        tree.add_usage("q0", {("a", "cpu"): used})
+        readings.append(settled.usage_read(info, shape, pod_sets))
+        outcomes.append(_outcome(partial.assign(info, topology.flavors, tree, pod_sets)))
+        tree.remove_usage("q0", {("a", "cpu"): used})
+    assert (readings[0] == readings[1]) is same, why
+    if same:
+        assert outcomes[0] == outcomes[1], why

@@ -17,13 +17,15 @@ from __future__ import annotations
 from services.admission.flavors import AssignResult, ClusterQueueInfo, PodSetsShape
 from services.admission.queues import Record
 from shared.events import PodSet
-from shared.quota import FlavorResource, QuotaTree
+from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
 __all__ = ["SettledFailures"]
 
 # (ClusterQueue, pod sets' shape, whether preemption may still find victims for it)
 Key = tuple[str, PodSetsShape, bool]
-Probe = tuple[dict[FlavorResource, int], FlavorResource]  # a node's usage of a pair
+# A node's usage of a pair, read within bounds (see _bounds): (usage, pair, low, high).
+Probe = tuple[dict[FlavorResource, int], FlavorResource, int, int]
+EXACT = (-(1 << 126), 1 << 126)  # bounds beyond any usage: read exactly
 # A reading: its exact part (the ClusterQueue's own node, and cohorts between it and the
 # root) and the root's part, each as read (() for a root the ClusterQueue does not have).
 # Two parts, not one tuple: each is the object kept per version (_own_read, _root_read), so
@@ -106,9 +108,10 @@ class SettledFailures:
         """What an assignment of ``pod_sets`` (of ``shape``) in ``info``'s ClusterQueue reads
         of the usage now; two assignments that read the same give the same result.
 
-        For each (flavor, resource) of its resource groups: its usage on the ClusterQueue and
-        on each cohort above it but the root, and the root's free quota (subtree minus usage)
-        capped at the most of that resource the pod sets ask for. The cap is enough: the root
+        For each (flavor, resource) of its resource groups: its usage on the ClusterQueue
+        (read within bounds beyond which it tells nothing: _bounds) and on each cohort above
+        it but the root, and the root's free quota (subtree minus usage) capped at the most
+        of that resource the pod sets ask for. The cap is enough: the root
         enters only what is available, as ``min(K, free + M)`` with K and M set by the nodes
         below it, so once free reaches what is asked, either the request fits or K alone
         says by how much it does not; and reclaiming within the hierarchy never stops at the
@@ -128,7 +131,9 @@ class SettledFailures:
             else:
                 read = self._own_read(reader, own_version)
         else:
-            read = tuple([usage.get(fr, 0) for usage, fr in reader.exact])
+            read = tuple(
+                [min(max(usage.get(fr, 0), low), high) for usage, fr, low, high in reader.exact]
+            )
         roots = reader.roots
         if roots is None:
             return read, ()
@@ -145,7 +150,9 @@ class SettledFailures:
         changes with any of their ClusterQueues): such a reading is read each time."""
         if reader.own_version == own_version:
             return reader.own_values
-        values = reader.own_values = tuple([usage.get(fr, 0) for usage, fr in reader.exact])
+        values = reader.own_values = tuple(
+            [min(max(usage.get(fr, 0), low), high) for usage, fr, low, high in reader.exact]
+        )
         reader.own_version = own_version
         return values
 
@@ -194,7 +201,9 @@ class SettledFailures:
                     )
                 roots = shared
             else:
-                exact.extend((node.usage, fr) for fr in frs)
+                exact.extend(
+                    (node.usage, fr, *_bounds(node, fr, asked[fr[1]], node is own)) for fr in frs
+                )
                 own_only = own_only and node is own
             node = node.parent
         return Reader(exact, roots, own_only)
@@ -278,3 +287,27 @@ class SettledFailures:
                 roots = self._roots[key] = RootReading(probes)
         values = () if roots is None else self._root_read(roots, version)
         self._quiet[name] = Quiet(offers, own_version, roots, values)
+
+
+def _bounds(node: QuotaNode, fr: FlavorResource, asked: int, own: bool) -> tuple[int, int]:
+    """The bounds within which ``node``'s usage of ``fr`` is read (usage below the low one
+    reads as it, above the high one as it): every assignment of a shape asking at most
+    ``asked`` of the resource reads the same outside them as at them.
+
+    For the ClusterQueue's own node, under a cohort, with no borrowing or lending limit on
+    the pair: its subtree quota less ``asked``, and its subtree quota. The assigner reads that
+    node's usage only as ``usage + value > subtree`` (borrowing, and reclaiming in a
+    hierarchy), ``value`` from 1 to ``asked``: false for every value up to the low bound,
+    true for every one from the high bound. What it may use is its parent's to say: its
+    local share, ``guaranteed - usage``, is 0 without a lending limit, and the parent's is
+    not capped without a borrowing limit (shared/quota.py ``_available``). So a ClusterQueue
+    reads the same while it keeps borrowing, or keeps room for the shape, whatever it uses.
+    Any other node (a cohort between it and the root, a ClusterQueue that is its own root,
+    or one with a limit) is read exactly (EXACT)."""
+    quota = node.quotas.get(fr)
+    if not own or node.parent is None:
+        return EXACT
+    if quota is not None and (quota.borrowing_limit is not None or quota.lending_limit is not None):
+        return EXACT
+    subtree = node.subtree.get(fr, 0)
+    return subtree - asked, subtree
