@@ -71,10 +71,19 @@ class Case:
     again: bool  # ... and was handled in an earlier batch already (a redelivery)
     publishes: bool  # something was published
     stores: bool  # the job was stored
+    jobs: bool = True  # the service owns the managed job (else it owns none at all)
 
 
 CASES = [
     Case("Only other workloads' facts: nothing published or stored.", False, False, False, False),
+    Case(
+        "No managed job at all (the batch only ages waits): nothing published or stored.",
+        False,
+        False,
+        False,
+        False,
+        jobs=False,
+    ),
     Case(
         "The managed job's admission: its status published, the job stored.",
         True,
@@ -96,6 +105,8 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.why for c in CASES])
 async def test_a_batch_publishes_and_stores_only_for_managed_jobs(case: Case) -> None:
     service, attempt, published, stored = service_with_a_job()
+    if not case.jobs:
+        service._unindex(service.jobs[7])
     started = WorkloadStarted(source="watcher", workload=OTHER, generation=1)
     events: list[AnyEvent] = [submitted(OTHER), started]
     if case.managed:

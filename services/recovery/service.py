@@ -224,12 +224,15 @@ class RecoveryService:
 
     async def _on_events(self, events: list[AnyEvent]) -> None:
         async with self.lock:
+            apply, job_of = self.waits.apply, self.job_of
+            for event in events:  # every workload's facts age its wait (nothing below reads it)
+                apply(event)
+            if not self.by_workload:
+                return  # no managed job's workload: job_of is None for each, nothing to do
             now = time.time()
             outgoing: list[Event] = []
             changed: dict[int, ManagedJob] = {}
-            apply, job_of = self.waits.apply, self.job_of
             for event in events:
-                apply(event)
                 job_id = job_of(event)
                 if job_id is None:
                     continue
