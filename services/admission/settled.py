@@ -23,8 +23,9 @@ __all__ = ["SettledFailures"]
 
 # (ClusterQueue, pod sets' shape, whether preemption may still find victims for it)
 Key = tuple[str, PodSetsShape, bool]
-# A node's usage of a pair, read within bounds (see _bounds): (usage, pair, low, high).
-Probe = tuple[dict[FlavorResource, int], FlavorResource, int, int]
+# A node's usage of a pair, read within bounds (see _bounds): (usage, pair, (low, high)),
+# each distinct bounds kept once (SettledFailures._reader).
+Probe = tuple[dict[FlavorResource, int], FlavorResource, tuple[int, int]]
 EXACT = (-(1 << 126), 1 << 126)  # bounds beyond any usage: read exactly
 # A reading: its exact part (the ClusterQueue's own node, and cohorts between it and the
 # root) and the root's part, each as read (() for a root the ClusterQueue does not have).
@@ -85,12 +86,13 @@ class SettledFailures:
     """Assignments by (ClusterQueue, shape, victims possible), with the usage they read: the
     last failure and the last success that borrows of each."""
 
-    __slots__ = ("_failures", "_fits", "_quiet", "_readers", "_roots", "_tree")
+    __slots__ = ("_bounds", "_failures", "_fits", "_quiet", "_readers", "_roots", "_tree")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
         # (ClusterQueue, shape) -> the usage its assignment reads: exactly, and of the root
         self._readers: dict[tuple[str, PodSetsShape], Reader] = {}
+        self._bounds: dict[tuple[int, int], tuple[int, int]] = {}  # each distinct one once
         self._failures: dict[Key, tuple[Reading, AssignResult]] = {}
         self._fits: dict[Key, tuple[Reading, AssignResult]] = {}
         # One reading per distinct root reading, by (root, pairs with what is asked of them).
@@ -131,9 +133,7 @@ class SettledFailures:
             else:
                 read = self._own_read(reader, own_version)
         else:
-            read = tuple(
-                [min(max(usage.get(fr, 0), low), high) for usage, fr, low, high in reader.exact]
-            )
+            read = tuple([min(max(usage.get(fr, 0), b[0]), b[1]) for usage, fr, b in reader.exact])
         roots = reader.roots
         if roots is None:
             return read, ()
@@ -151,7 +151,7 @@ class SettledFailures:
         if reader.own_version == own_version:
             return reader.own_values
         values = reader.own_values = tuple(
-            [min(max(usage.get(fr, 0), low), high) for usage, fr, low, high in reader.exact]
+            [min(max(usage.get(fr, 0), b[0]), b[1]) for usage, fr, b in reader.exact]
         )
         reader.own_version = own_version
         return values
@@ -201,9 +201,9 @@ class SettledFailures:
                     )
                 roots = shared
             else:
-                exact.extend(
-                    (node.usage, fr, *_bounds(node, fr, asked[fr[1]], node is own)) for fr in frs
-                )
+                for fr in frs:
+                    bounds = _bounds(node, fr, asked[fr[1]], node is own)
+                    exact.append((node.usage, fr, self._bounds.setdefault(bounds, bounds)))
                 own_only = own_only and node is own
             node = node.parent
         return Reader(exact, roots, own_only)
