@@ -13,9 +13,10 @@ from typing import Any
 import msgspec
 import pytest
 from nats.aio.msg import Msg
+from prometheus_client import REGISTRY
 
 from shared.bus.batches import BatchView, RecentIds, expand
-from shared.bus.pulling import ReadCounts, decode_batch
+from shared.bus.pulling import MESSAGES_READ, ReadCounts, decode_batch, read_counter
 from shared.events import (
     AnyEvent,
     WorkloadAdmitted,
@@ -431,3 +432,46 @@ def test_recent_ids_judge_a_take_as_one_id_at_a_time(
 def test_recent_ids_refuse_a_window_of_no_id(size: int) -> None:
     with pytest.raises(ValueError, match="at least one event id"):
         RecentIds(size=size)
+
+
+# (labels of a first series, labels of a second, whether they are one series, why)
+READ_COUNTER_CASES = [
+    (("t-admission", "cq.*.admitted", "delivered"),) * 2 + (True, "the same labels: kept"),
+    (
+        ("t-admission", "cq.*.admitted", "delivered"),
+        ("t-admission", "cq.*.admitted", "decoded"),
+        False,
+        "another stage: another series",
+    ),
+    (
+        ("t-admission", "cq.*.admitted", "delivered"),
+        ("t-watcher", "cq.*.admitted", "delivered"),
+        False,
+        "another consumer",
+    ),
+    (
+        ("t-admission", "cq.*.admitted", "delivered"),
+        ("t-admission", "cq.*.pending", "delivered"),
+        False,
+        "another subject family",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "same", "why"), READ_COUNTER_CASES, ids=[c[-1] for c in READ_COUNTER_CASES]
+)
+def test_read_counter_is_the_series_of_its_labels(
+    first: tuple[str, str, str], second: tuple[str, str, str], same: bool, why: str
+) -> None:
+    """A kept series is the one ``labels()`` gives, and counts what it is given there."""
+    assert read_counter(*first) is MESSAGES_READ.labels(*first), why
+    assert (read_counter(*first) is read_counter(*second)) is same, why
+    labels = dict(zip(("consumer", "subject", "stage"), second, strict=True))
+
+    def counted() -> float:
+        return REGISTRY.get_sample_value("berth_bus_messages_read_total", labels) or 0.0
+
+    before = counted()
+    read_counter(*first).inc(2)
+    assert counted() - before == (2 if same else 0), why

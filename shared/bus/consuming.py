@@ -17,7 +17,6 @@ import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
-from prometheus_client import Counter
 
 from shared.bus.batches import BatchView
 from shared.bus.connection import Connection
@@ -41,11 +40,13 @@ from shared.bus.handing import (
     stopped_within,
 )
 from shared.bus.pulling import (
+    MESSAGES_READ,
     PULL_EXPIRES_S,
     PullPump,
     ReadCounts,
     decode_batch,
     handling_chunks,
+    read_counter,
 )
 from shared.bus.settings import JS_API_PREFIX, STREAM
 from shared.events import AnyEvent
@@ -57,16 +58,6 @@ __all__ = ["HANDLER_ATTEMPTS", "MESSAGES_READ", "Consuming", "Handler", "Settlin
 log = get_logger("bus")
 
 HANDLER_ATTEMPTS = 10  # a batch whose handler keeps raising is retried this often, then split
-
-# What each consumer was sent and decoded per subject family: what the Kueue benchmark's
-# table of readers is made of.
-MESSAGES_READ = Counter(
-    "berth_bus_messages_read",
-    "Messages this service's consumer was sent (stage delivered) and decoded (stage decoded),"
-    " per subject without its names (cq.*.admitted, wl.started...): what was sent and not"
-    " decoded was dropped unread.",
-    ["consumer", "subject", "stage"],
-)
 
 
 class Consuming(Connection):
@@ -243,7 +234,7 @@ class Consuming(Connection):
         consumer = self._consumer_names.get(id(subscription), self.source)
         for stage, counter in (("delivered", counts.delivered), ("decoded", counts.decoded)):
             for family, count in counter.items():
-                MESSAGES_READ.labels(consumer, family, stage).inc(count)
+                read_counter(consumer, family, stage).inc(count)
         return events
 
     def fence(self, subscription: JetStreamContext.PullSubscription) -> Fence:
