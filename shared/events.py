@@ -508,7 +508,7 @@ def all_of_family(events: Sequence[Event], family: str) -> bool:
     for none, vacuously): judged for the whole list at once, by the set of their types
     (each family is one type's) and, for an admission's two families, whether any or all
     only reserve. What a consumer checks every batch it reads with (shared/bus/batches.py
-    ``expand``): an event per Python call there was a tenth of a reader's CPU."""
+    ``expand``), without a Python call per event."""
     kind = _KIND_OF_FAMILY.get(family)
     if kind is None or not events:
         return not events

@@ -254,8 +254,8 @@ class _Logger:
     """structlog's lazy proxy (:func:`get_logger`: assembled on first use, as configured
     then) whose level methods, once structlog keeps the assembled logger
     (``cache_logger_on_first_use``), are kept here too: then ``log.info`` is an attribute
-    of this object, not the proxy's failed attribute lookup and ``bind()`` per line (a
-    fifth of a line's CPU). Anything else is the proxy's."""
+    of this object, not the proxy's failed attribute lookup and ``bind()`` per line.
+    Anything else is the proxy's."""
 
     def __init__(self, proxy: Any) -> None:
         self._proxy = proxy

@@ -211,7 +211,7 @@ MESSAGES_READ = prometheus_client.Counter(
 @functools.cache
 def read_counter(consumer: str, subject: str, stage: str) -> prometheus_client.Counter:
     """:data:`MESSAGES_READ`'s series for these labels, looked up once: ``labels()`` takes
-    a lock and checks its labels at every call, per take and family (2% of recovery's CPU).
+    a lock and checks its labels at every call, and a consumer counts per take and family.
     The same series ``labels()`` gives (nothing removes one)."""
     return MESSAGES_READ.labels(consumer, subject, stage)
 
