@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from services.admission import admission_checks, bounds, gates, pods_ready, service
+from services.admission import activation, admission_checks, bounds, gates, pods_ready, service
 from shared import events
 
 
@@ -73,3 +73,22 @@ def test_events_are_never_subclassed() -> None:
     for cls in classes:
         if issubclass(cls, events.Event) and cls is not events.Event:
             assert cls.__bases__ == (events.Event,), cls
+
+
+# (the set the service's fold filters a part's calls by, that part's own filter, why)
+HOISTED_CASES: list[tuple[frozenset[type], frozenset[type], str]] = [
+    (bounds.AgeingBook.FOLDED, bounds._FOLDED, "the starvation bounds"),
+    (gates.Gates.FOLDED, gates._FOLDED, "the gates"),
+    (activation.Activity.ECHOED, activation._ECHOED, "the echoes of inactive workloads"),
+]
+
+
+@pytest.mark.parametrize(
+    ("hoisted", "own", "why"), HOISTED_CASES, ids=[c[2] for c in HOISTED_CASES]
+)
+def test_the_fold_calls_a_part_for_every_kind_it_reads(
+    hoisted: frozenset[type], own: frozenset[type], why: str
+) -> None:
+    """AdmissionService._apply skips a part's call for a kind the part would pass by: by the
+    part's own filter, the same set, so no kind it reads is ever skipped."""
+    assert hoisted is own, why

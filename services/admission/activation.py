@@ -29,7 +29,7 @@ fold, which is how a restarted or newly elected leader knows it was already said
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from services.admission.deactivation import (
     DEACTIVATED,
@@ -85,6 +85,8 @@ class Activity:
 
     ``gates`` and ``limits`` are the service's own: a reactivation resets the requeue state
     the gates keep and the execution time the limits count."""
+
+    ECHOED: ClassVar[frozenset[type]] = _ECHOED  # what echoed reads; it passes any other by
 
     gates: Gates = field(default_factory=Gates)
     limits: ExecutionLimits = field(default_factory=ExecutionLimits)

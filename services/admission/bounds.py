@@ -15,7 +15,7 @@ import itertools
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from services.admission.interning import kept_once
 from services.admission.model import WorkloadView
@@ -93,6 +93,8 @@ class Known(Protocol):
 
 
 class AgeingBook:
+    FOLDED: ClassVar[frozenset[type]] = _FOLDED  # what apply reads; it passes any other by
+
     def __init__(self, known: Mapping[str, Known] | None = None) -> None:
         """``known``: the service's records by uid, which hold each workload's pod sets
         already; without it (a book on its own), the book keeps each request itself."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -63,6 +63,7 @@ class _Eviction:
 
 @dataclass
 class Gates:
+    FOLDED: ClassVar[frozenset[type]] = _FOLDED  # what apply reads; it passes any other by
     checks: CheckGate = field(default_factory=CheckGate)
     pods_ready: PodsReadyClock = field(default_factory=PodsReadyClock)
     evictions: dict[str, _Eviction] = field(default_factory=dict)  # uid -> the last requested
