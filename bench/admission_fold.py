@@ -6,7 +6,8 @@ its own admissions folded back) driven in one process: 200 ClusterQueues in 10 c
 (bench/admission_core.py's world), workloads submitted in batches of 500, each batch
 followed by one pass; the pods of what the last pass admitted become ready, half of what
 runs finishes (``--batch``: more per batch, deeper queues, more waiting decisions). The bus
-is a sink that keeps what ``_decide`` publishes; the log lines are written, to /dev/null.
+is a sink that keeps what ``_decide`` publishes; the log lines are written, to /dev/null;
+the garbage collector is set as every service sets it (shared/gc_tuning.py).
 Prints CPU seconds (process time) of the fold and of the decisions,
 the core's ``schedule()`` apart, per workload, the waiting (Inadmissible) decisions, and a
 digest of every published decision in order (a change outside the core must leave it as it
@@ -47,6 +48,7 @@ from shared.events import (
     WorkloadSubmitted,
     now,
 )
+from shared.gc_tuning import tune_gc
 from shared.logging import configure_logging
 from shared.service import Runtime
 
@@ -160,6 +162,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.stderr = open(os.devnull, "w")  # the log lines: written, and dropped
     configure_logging(service="admission")
+    tune_gc()  # as run_service sets it for the service
     for _ in range(args.repeat):
         fold_s, decide_s, core_s, digest, admitted, waiting = run(args.workloads, args.batch)
         outside = fold_s + decide_s - core_s
