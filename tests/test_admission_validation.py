@@ -297,6 +297,41 @@ def test_remembered_names_in_an_assignment(flavor: str | None, code: str | None,
     assert "example.com/gpu" in validation._VALID["label-key"], why
 
 
+GOOD = FlavorAssignment("main", 1, {"cpu": "f"}, {"cpu": 1000})
+# (the first assignment judged, the second, the second's refusal code, why): a valid
+# assignment is remembered by identity; only that very object skips its checks.
+SAME_ASSIGNMENT_CASES: list[tuple[FlavorAssignment, FlavorAssignment, str | None, str]] = [
+    (GOOD, GOOD, None, "the same object, judged valid: found, not judged again"),
+    (
+        GOOD,
+        msgspec.structs.replace(GOOD, count=-1),
+        "invalid_count",
+        "another object (a decoded or changed one): judged, refused",
+    ),
+    (
+        FlavorAssignment("main", 1, {}, {"cpu": 1000}),
+        FlavorAssignment("main", 1, {}, {"cpu": 1000}),
+        "invalid_flavor",
+        "a refused one is never remembered: an equal one is refused again",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "code", "why"),
+    SAME_ASSIGNMENT_CASES,
+    ids=[c[3] for c in SAME_ASSIGNMENT_CASES],
+)
+def test_a_valid_assignment_is_judged_once(
+    first: FlavorAssignment, second: FlavorAssignment, code: str | None, why: str
+) -> None:
+    validation.refusal(_assigned(first))
+    remembered = validation._VALID_ASSIGNMENTS.get(id(second)) is second
+    assert remembered == (second is first and code is None), why
+    found = validation.refusal(_assigned(second))
+    assert (None if found is None else found.code) == code, why
+
+
 def _service() -> AdmissionService:
     service = AdmissionService(cast(Runtime, SimpleNamespace(bus=None)))
     documents = [

@@ -136,24 +136,42 @@ def _unassigned(resource: str, amount: int, flavors: Mapping[str, str]) -> bool:
     return flavor is None or _problem(flavor) is not None
 
 
+# Assignments found valid, by identity; each value is its key's object, so no other can take
+# its id while it is kept. The leader's own admissions are folded after they are published
+# (service._publish) and share one assignment per shape (flavors.py keeps them once): each
+# is judged once, not per admission. Assignments are frozen, their dicts never written.
+_VALID_ASSIGNMENTS: dict[int, FlavorAssignment] = {}
+
+
 def _assignments_refusal(assignments: list[FlavorAssignment]) -> Refusal | None:
     for assignment in assignments:
-        if assignment.count < 0:
+        if _VALID_ASSIGNMENTS.get(id(assignment)) is not assignment:  # else: judged valid
+            found = _assignment_refusal(assignment)
+            if found is not None:
+                return found
+    return None
+
+
+def _assignment_refusal(assignment: FlavorAssignment) -> Refusal | None:
+    """Why one assignment may not be folded (refusal's rule), or None; a valid one is
+    remembered (:data:`_VALID_ASSIGNMENTS`)."""
+    if assignment.count < 0:
+        return Refusal(
+            "invalid_count",
+            f"{_assignment(assignment)}: count {assignment.count} is negative",
+        )
+    usage, flavors = assignment.usage, assignment.flavors
+    bad = _quantities_refusal(usage)
+    if bad is not None:
+        return Refusal(bad[0], f"{_assignment(assignment)} usage: {bad[1]}")
+    for resource, amount in usage.items():
+        if _unassigned(resource, amount, flavors):
+            unassigned = sorted(r for r, a in usage.items() if _unassigned(r, a, flavors))
             return Refusal(
-                "invalid_count",
-                f"{_assignment(assignment)}: count {assignment.count} is negative",
+                "invalid_flavor",
+                f"{_assignment(assignment)}: no valid flavor for {unassigned}",
             )
-        usage, flavors = assignment.usage, assignment.flavors
-        bad = _quantities_refusal(usage)
-        if bad is not None:
-            return Refusal(bad[0], f"{_assignment(assignment)} usage: {bad[1]}")
-        for resource, amount in usage.items():
-            if _unassigned(resource, amount, flavors):
-                unassigned = sorted(r for r, a in usage.items() if _unassigned(r, a, flavors))
-                return Refusal(
-                    "invalid_flavor",
-                    f"{_assignment(assignment)}: no valid flavor for {unassigned}",
-                )
+    kept_once(_VALID_ASSIGNMENTS, id(assignment), lambda: assignment)
     return None
 
 
