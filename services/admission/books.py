@@ -6,13 +6,27 @@ is in milli-units per (flavor, resource); "admitted" counts admitted workloads.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from services.admission.model import LocalQueueKey
 from shared.quota import FlavorResource
 
 __all__ = ["QueueBooks"]
 
+K = TypeVar("K", str, LocalQueueKey)
 
-def _add(target: dict[FlavorResource, int], usage: dict[FlavorResource, int], sign: int) -> None:
+
+def _add(
+    targets: dict[K, dict[FlavorResource, int]],
+    key: K,
+    usage: dict[FlavorResource, int],
+    sign: int,
+) -> None:
+    """``usage`` added (``sign`` 1) to or taken (-1) from ``targets[key]``, made if missing
+    (no empty dict made and dropped on every call, as ``setdefault(key, {})`` did)."""
+    target = targets.get(key)
+    if target is None:
+        target = targets[key] = {}
     for fr, value in usage.items():
         target[fr] = target.get(fr, 0) + sign * value
 
@@ -30,7 +44,7 @@ class QueueBooks:
     ) -> None:
         """An admission starts (``sign`` 1) or ends (-1) in ``cq`` through ``lq``."""
         self.cq_admitted[cq] = self.cq_admitted.get(cq, 0) + sign
-        _add(self.cq_usage.setdefault(cq, {}), usage, sign)
+        _add(self.cq_usage, cq, usage, sign)
         self.lq_admitted_by(lq, usage, sign)
 
     def lq_admitted_by(
@@ -38,7 +52,7 @@ class QueueBooks:
     ) -> None:
         """An admission counts for (1) or no longer for (-1) the LocalQueue ``lq``."""
         self.lq_admitted[lq] = self.lq_admitted.get(lq, 0) + sign
-        _add(self.lq_usage.setdefault(lq, {}), usage, sign)
+        _add(self.lq_usage, lq, usage, sign)
 
     def queued(self, lq: LocalQueueKey, delta: int) -> None:
         """A workload joins (1) or leaves (-1) the pending ones of ``lq``."""
