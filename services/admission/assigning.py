@@ -81,6 +81,21 @@ class Assigning(Placement):
             failed[shape] = (version, result)
         return result
 
+    def _taken(
+        self, name: str, record: Record, failed: Failed, known: AssignResult
+    ) -> AssignResult:
+        """``_assign`` of an offered ``record`` just taken to be tried, whose remembered result
+        ``known`` held when ``_leave_parked`` looked (nothing changes the usage in between):
+        that result, noted in ``failed`` as ``_assign`` notes a failure, without reading it
+        again."""
+        if not known.fits:
+            root = self._config.root_of.get(name, name)
+            failed[(name, record.shape_key or record.shape)] = (
+                self._usage_version.get(root, 0),
+                known,
+            )
+        return known
+
     @staticmethod
     def _fails_unchanged(record: Record, known: AssignResult) -> bool:
         """Whether trying an offered (parked) ``record`` whose failure ``known`` holds would

@@ -288,7 +288,10 @@ class Scheduler(Assigning):
                     else:
                         queue.take_offered(record)
                         key = record.key
-                        result = self._assign(name, record, failed)
+                        if left is None:
+                            result = self._assign(name, record, failed)
+                        else:
+                            result = self._taken(name, record, failed, left)
                 else:
                     result = self._assign(name, record, failed)
                 if result is not None:  # None: an offered record left parked as it was
