@@ -63,7 +63,16 @@ def quotas_of(groups: Iterable[ResourceGroup]) -> dict[FlavorResource, ResourceQ
 class QuotaNode:
     """A ClusterQueue or a Cohort in the tree."""
 
-    __slots__ = ("children", "is_cluster_queue", "name", "parent", "quotas", "subtree", "usage")
+    __slots__ = (
+        "children",
+        "is_cluster_queue",
+        "kept",
+        "name",
+        "parent",
+        "quotas",
+        "subtree",
+        "usage",
+    )
 
     def __init__(
         self, name: str, is_cluster_queue: bool, quotas: dict[FlavorResource, ResourceQuota]
@@ -75,6 +84,10 @@ class QuotaNode:
         self.children: list[QuotaNode] = []
         self.subtree: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
+        # ``guaranteed`` of each flavor-resource where it is not 0, set by ``QuotaTree.build``
+        # once ``subtree`` is known (quotas and subtree never change after): the usage updates
+        # and ``available`` read it once per node and flavor-resource instead of recomputing it.
+        self.kept: dict[FlavorResource, int] = {}
 
     def guaranteed(self, fr: FlavorResource) -> int:
         """Capacity this node keeps from its parent (its subtree beyond the lending limit)."""
@@ -128,6 +141,8 @@ class QuotaTree:
         for node in tree.cluster_queues.values():
             if node.parent is None:
                 tree._accumulate(node)
+        for node in (*tree.cohorts.values(), *tree.cluster_queues.values()):
+            node.kept = {fr: kept for fr in node.quotas if (kept := node.guaranteed(fr))}
         return tree
 
     def _cohort(self, name: str) -> QuotaNode:
@@ -268,18 +283,20 @@ class QuotaTree:
 
 def _available(node: QuotaNode, fr: FlavorResource) -> int:
     parent = node.parent
+    usage = node.usage.get(fr, 0)
     if parent is None:
-        return node.subtree.get(fr, 0) - node.usage.get(fr, 0)
+        return node.subtree.get(fr, 0) - usage
     parent_available = _available(parent, fr)
+    guaranteed = node.kept.get(fr, 0)
     quota = node.quotas.get(fr)
     if quota is not None and quota.borrowing_limit is not None:
-        guaranteed = node.guaranteed(fr)
         stored_in_parent = node.subtree.get(fr, 0) - guaranteed
-        used_in_parent = max(0, node.usage.get(fr, 0) - guaranteed)
+        used_in_parent = max(0, usage - guaranteed)
         parent_available = min(
             stored_in_parent - used_in_parent + quota.borrowing_limit, parent_available
         )
-    return node.local_available(fr) + parent_available
+    local = guaranteed - usage  # node.local_available(fr)
+    return (local if local > 0 else 0) + parent_available
 
 
 def potential_available(node: QuotaNode, fr: FlavorResource) -> int:
@@ -295,14 +312,35 @@ def potential_available(node: QuotaNode, fr: FlavorResource) -> int:
 
 
 def _add_usage(node: QuotaNode, fr: FlavorResource, value: int) -> None:
-    local = node.local_available(fr)
-    node.usage[fr] = node.usage.get(fr, 0) + value
-    if node.parent is not None and value > local:
-        _add_usage(node.parent, fr, value - local)
+    """Charge ``value`` to the node; what exceeds its room under guaranteed quota
+    (``local_available`` before the charge) goes up to its parent, and so on."""
+    while True:
+        usage = node.usage
+        before = usage.get(fr, 0)
+        usage[fr] = before + value
+        parent = node.parent
+        if parent is None:
+            return
+        local = node.kept.get(fr, 0) - before
+        if local < 0:
+            local = 0
+        if value <= local:
+            return
+        value -= local
+        node = parent
 
 
 def _remove_usage(node: QuotaNode, fr: FlavorResource, value: int) -> None:
-    stored_in_parent = node.usage.get(fr, 0) - node.guaranteed(fr)
-    node.usage[fr] = node.usage.get(fr, 0) - value
-    if stored_in_parent > 0 and node.parent is not None:
-        _remove_usage(node.parent, fr, min(value, stored_in_parent))
+    """Take ``value`` off the node; as much of it as the node stored in its parent (usage
+    above guaranteed quota) comes off the parent, and so on."""
+    while True:
+        usage = node.usage
+        before = usage.get(fr, 0)
+        usage[fr] = before - value
+        parent = node.parent
+        stored_in_parent = before - node.kept.get(fr, 0)
+        if stored_in_parent <= 0 or parent is None:
+            return
+        if stored_in_parent < value:
+            value = stored_in_parent
+        node = parent

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from shared.config import ClusterQueue, Cohort, parse_object
-from shared.quota import QuotaTree
+from shared.quota import QuotaNode, QuotaTree
 
 CPU = ("f", "cpu")
 
@@ -193,3 +193,77 @@ def test_fits_checks_every_resource() -> None:
     assert tree.fits("a", {CPU: k(2)})
     assert not tree.fits("a", {CPU: k(2) + 1})
     assert not tree.fits("missing", {CPU: 1})
+
+
+def _lending_tree() -> QuotaTree:
+    """a keeps 6 of its 10 (lending 4); b keeps nothing (no lending limit); left keeps 7
+    of its subtree of 5 + a's 4 lent + b's 1 (lending 3); right has no quota at all."""
+    return QuotaTree.build(
+        [cq("a", 10, "left", lending=4), cq("b", 1, "left"), cq("c", 2, "right")],
+        [cohort("root"), cohort("left", "root", nominal=5, lending=3), cohort("right", "root")],
+    )
+
+
+@pytest.mark.parametrize(
+    ("node", "kept", "why"),
+    [
+        ("a", {CPU: k(6)}, "a lending limit keeps nominal minus it"),
+        ("b", {}, "no lending limit: nothing kept, the shortcut holds no entry"),
+        ("left", {CPU: k(7)}, "a Cohort keeps its subtree (5 + 4 lent + 1) minus its limit"),
+        ("right", {}, "a Cohort without quota keeps nothing"),
+    ],
+)
+def test_kept_is_guaranteed_where_not_zero(node: str, kept: dict[Any, int], why: str) -> None:
+    """QuotaNode.kept, read by the usage updates and ``available``, is ``guaranteed`` of
+    every flavor-resource where that is not 0."""
+    tree = _lending_tree()
+    found = tree.cluster_queues.get(node) or tree.cohorts[node]
+    assert found.kept == kept, why
+    assert found.guaranteed(CPU) == kept.get(CPU, 0), why
+
+
+@pytest.mark.parametrize(
+    ("steps", "why"),
+    [
+        ([("a", k(5))], "within a's kept quota: nothing reaches its Cohort"),
+        ([("a", k(9))], "beyond a's kept quota: the excess goes up"),
+        ([("a", k(9)), ("b", k(9)), ("c", k(3))], "every level stores some in its parent"),
+        ([("a", k(9)), ("a", -k(2)), ("a", -k(6))], "removals give back to the parent first"),
+        ([("b", k(4)), ("a", k(8)), ("b", -k(4)), ("a", -k(8))], "all gone: all zero"),
+        ([("a", -k(1)), ("a", k(8))], "usage below zero first (an unknown release)"),
+    ],
+)
+def test_usage_each_node_stores_what_exceeds_kept(steps: list[tuple[str, int]], why: str) -> None:
+    """The usage updates' rule, whatever the order of steps: a ClusterQueue's usage is its
+    sum; a Cohort's is what its children use beyond their guaranteed quota; and
+    ``available`` reads the same as the definition through ``guaranteed``."""
+    tree = _lending_tree()
+    for queue, value in steps:
+        if value > 0:
+            tree.add_usage(queue, {CPU: value})
+        else:
+            tree.remove_usage(queue, {CPU: -value})
+    for queue in ("a", "b", "c"):
+        expected = sum(v for q, v in steps if q == queue)
+        assert tree.cluster_queues[queue].usage.get(CPU, 0) == expected, why
+    for name in ("left", "right", "root"):
+        node = tree.cohorts[name]
+        stored = sum(max(0, c.usage.get(CPU, 0) - c.guaranteed(CPU)) for c in node.children)
+        assert node.usage.get(CPU, 0) == stored, f"{name}: {why}"
+    for queue in ("a", "b", "c"):
+        node = tree.cluster_queues[queue]
+        assert tree.available(queue, *CPU) == _available_by_definition(node), why
+
+
+def _available_by_definition(node: QuotaNode) -> int:
+    """Kueue's available(), spelled with ``guaranteed`` and ``local_available`` only."""
+    if node.parent is None:
+        return node.subtree.get(CPU, 0) - node.usage.get(CPU, 0)
+    parent_available = _available_by_definition(node.parent)
+    quota = node.quotas.get(CPU)
+    if quota is not None and quota.borrowing_limit is not None:
+        guaranteed = node.guaranteed(CPU)
+        stored = node.subtree.get(CPU, 0) - guaranteed
+        used = max(0, node.usage.get(CPU, 0) - guaranteed)
+        parent_available = min(stored - used + quota.borrowing_limit, parent_available)
+    return node.local_available(CPU) + parent_available
