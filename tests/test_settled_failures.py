@@ -262,23 +262,42 @@ def test_the_own_part_is_read_once_per_own_version(
 
 
 # (why, q0's quota of cpu on flavor a, its cohort, its usage of it in two states, whether the
-#  two states read the same; q0 is asked 2 cpus and 1Gi)
-BOUNDS: list[tuple[str, Any, str, int, int, bool]] = [
-    ("both states borrow (usage above the subtree): the same reading", 4, "c", 5000, 7000, True),
-    ("one at the subtree, one above it: borrowing either way", 4, "c", 4000, 9000, True),
-    ("both leave room for the request (at most subtree - asked)", 4, "c", 0, 2000, True),
-    ("one leaves room, the other borrows with 2 more: read apart", 4, "c", 2000, 3000, False),
-    ("a borrowing limit caps what it may use: read exactly", (4, 2, None), "c", 5000, 7000, False),
-    ("a lending limit keeps a local share: read exactly", (4, None, 1), "c", 5000, 7000, False),
-    ("a ClusterQueue that is its own root: read exactly", 4, "", 5000, 7000, False),
+#  two states read the same; q0 is asked 2 cpus and 1Gi unless ``cpu`` says otherwise)
+BOUNDS: list[tuple[str, Any, str, int, int, bool, int]] = [
+    ("both states borrow (usage above the subtree): the same reading", 4, "c", 5000, 7000, True, 2),
+    ("one at the subtree, one above it: borrowing either way", 4, "c", 4000, 9000, True, 2),
+    ("both leave room for the request (at most subtree - asked)", 4, "c", 0, 2000, True, 2),
+    ("one leaves room, the other borrows with 2 more: read apart", 4, "c", 2000, 3000, False, 2),
+    (
+        "a borrowing limit caps what it may use: read exactly",
+        (4, 2, None),
+        "c",
+        5000,
+        7000,
+        False,
+        2,
+    ),
+    ("a lending limit keeps a local share: read exactly", (4, None, 1), "c", 5000, 7000, False, 2),
+    ("a ClusterQueue that is its own root: read exactly", 4, "", 5000, 7000, False, 2),
+    (
+        "a request below 0 (not from 1 to what is asked): read exactly",
+        4,
+        "c",
+        5000,
+        7000,
+        False,
+        -2,
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("why", "quota", "parent", "first", "second", "same"), BOUNDS, ids=[c[0] for c in BOUNDS]
+    ("why", "quota", "parent", "first", "second", "same", "cpu"),
+    BOUNDS,
+    ids=[c[0] for c in BOUNDS],
 )
 def test_own_usage_is_read_within_bounds(
-    why: str, quota: Any, parent: str, first: int, second: int, same: bool
+    why: str, quota: Any, parent: str, first: int, second: int, same: bool, cpu: int
 ) -> None:
     """A ClusterQueue's own usage of a pair tells the assigner only whether a request of at
     most what the shape asks would borrow: read within its subtree less that and its subtree,
@@ -287,7 +306,7 @@ def test_own_usage_is_read_within_bounds(
     objects.append(cq("q1", two_flavors(40), cohort="c"))
     topology = Topology.build(parse_object(document) for document in objects)
     tree, info = topology.tree, topology.cqs["q0"]
-    pod_sets = pods((1, 2))
+    pod_sets = pods((1, cpu))
     shape = pod_sets_shape(pod_sets)
     readings, outcomes = [], []
     for used in (first, second):

@@ -303,9 +303,10 @@ def _bounds(node: QuotaNode, fr: FlavorResource, asked: int, own: bool) -> tuple
     not capped without a borrowing limit (shared/quota.py ``_available``). So a ClusterQueue
     reads the same while it keeps borrowing, or keeps room for the shape, whatever it uses.
     Any other node (a cohort between it and the root, a ClusterQueue that is its own root,
-    or one with a limit) is read exactly (EXACT)."""
+    or one with a limit) is read exactly (EXACT), and so is any node for a request that
+    is not above 0 (the values the assigner tests are then not from 1 to ``asked``)."""
     quota = node.quotas.get(fr)
-    if not own or node.parent is None:
+    if not own or node.parent is None or asked <= 0:
         return EXACT
     if quota is not None and (quota.borrowing_limit is not None or quota.lending_limit is not None):
         return EXACT
