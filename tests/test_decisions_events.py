@@ -5,6 +5,7 @@ each is let go once turned into its events)."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 from typing import cast
 
 import msgspec
@@ -16,6 +17,7 @@ from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
 from services.admission.model import Admission, Inadmissible
 from services.admission.pending_throttle import PendingThrottle
+from services.admission.scheduler import Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.events import Event, WorkloadAdmitted, WorkloadPending, WorkloadRef
 from tests.conftest import captured_logs
@@ -195,3 +197,41 @@ def test_a_released_reports_line(reason: str, bound: bool) -> None:
             "log_level": "info",
         }
     ], reason
+
+
+def _inadmissible(name: str, message: str = "2 more needed") -> Inadmissible:
+    return Inadmissible(
+        ref=WorkloadRef("ns", name, name), cluster_queue="cq", reason="Pending", message=message
+    )
+
+
+# (reason, the pass's waiting decisions, their preempting priorities by name)
+ALIKE: list[tuple[str, list[Inadmissible], dict[str, int]]] = [
+    ("alike but for the workload: one report each", [_inadmissible("a"), _inadmissible("b")], {}),
+    ("another message: its own", [_inadmissible("a"), _inadmissible("b", "3 more")], {}),
+    ("another priority: its own", [_inadmissible("a"), _inadmissible("b")], {"b": 5}),
+    (
+        "alike again after another: the first one's",
+        [_inadmissible("a"), _inadmissible("b", "3 more"), _inadmissible("c")],
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(("reason", "waiting", "priorities"), ALIKE, ids=[c[0] for c in ALIKE])
+def test_reports_alike_in_a_pass_are_each_their_own(
+    reason: str, waiting: list[Inadmissible], priorities: dict[str, int]
+) -> None:
+    """A pass's reports alike in all but their workload are made once: each released
+    report is its own decision's (workload, message, priority), as if made alone."""
+    core = cast(
+        Scheduler, SimpleNamespace(preempting_priority=lambda ref: priorities.get(ref.name, 0))
+    )
+    throttle = PendingThrottle(1.0)
+    assert Decisions(core, {}, Gates(), ExecutionLimits(), throttle).events(list(waiting), []) == []
+    released = {e.workload.name: e for e in throttle.due(time.monotonic() + 2.0)}
+    for decision in waiting:
+        own = released[decision.ref.name]
+        assert own.workload == decision.ref, reason
+        assert (own.message, own.reason, own.cluster_queue) == (decision.message, "Pending", "cq")
+        assert own.priority == priorities.get(decision.ref.name, 0), reason

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from services.admission.pending_throttle import PendingThrottle
+from services.admission.pending_throttle import PendingThrottle, said
 from shared.events import ContestedResource, WorkloadPending, WorkloadRef
 
 REF = WorkloadRef(namespace="ns", name="w", uid="u1")
@@ -230,3 +230,31 @@ def test_a_newer_message_for_one_leaves_the_others_saying() -> None:
         ("u1", "5 more needed"),
         ("u2", "2 more needed"),
     ]
+
+
+# (reason, offers in turn: (now, uid, message, preemption may help))
+ALIKE_CASES: list[tuple[str, list[tuple[float, str, str, bool]]]] = [
+    ("first reports held", [(0.0, "u1", "a", False), (0.0, "u2", "a", False)]),
+    ("preemption may help: published at once", [(0.0, "u1", "a", True), (0.0, "u2", "a", True)]),
+    (
+        "published, then the message alone changes: held its second",
+        [(0.0, "u1", "a", True), (0.5, "u1", "b", True), (2.0, "u1", "c", True)],
+    ),
+    ("held, then newer: the newest goes out", [(0.0, "u1", "a", False), (0.2, "u1", "b", False)]),
+]
+
+
+@pytest.mark.parametrize(("reason", "offers"), ALIKE_CASES, ids=[c[0] for c in ALIKE_CASES])
+def test_what_a_report_alike_said_is_what_its_own_says(
+    reason: str, offers: list[tuple[float, str, str, bool]]
+) -> None:
+    """offer(alike=said(...)) of a report alike in all but its workload and id decides and
+    holds exactly as offer() finding it from the report itself."""
+    own, told = PendingThrottle(1.0), PendingThrottle(1.0)
+    for now, uid, message, may_help in offers:
+        event = msgspec.structs.replace(
+            pending(message, may_help=may_help), workload=WorkloadRef("ns", uid, uid)
+        )
+        other = msgspec.structs.replace(event, workload=WorkloadRef("ns", "x", "x"), id="y")
+        assert own.offer(event, now) == told.offer(event, now, said(other)), reason
+    assert _but_id(own.due(10.0)) == _but_id(told.due(10.0)), reason

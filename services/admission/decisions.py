@@ -21,7 +21,7 @@ from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
 from services.admission.interning import kept_once
 from services.admission.model import Admission, Decision, Inadmissible
-from services.admission.pending_throttle import PendingThrottle
+from services.admission.pending_throttle import PendingThrottle, Said, said
 from services.admission.scheduler import Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.events import (
@@ -73,29 +73,47 @@ class Decisions:
         stamp = decided_at.timestamp()
         logger = pending_logger()  # looked up once per pass (lines of admissions too)
         records, offer = self.records, self.pending_throttle.offer
+        # This pass's reports by all they say but their workload (a backlog says the same
+        # of many): the first one's event, and what the throttle reads of them (said).
+        alike: dict[tuple[object, ...], tuple[WorkloadPending, Said]] = {}
         decisions.reverse()  # taken from the end: in their order
         while decisions:
             decision = decisions.pop()
-            record = records.get(decision.ref.uid)
+            ref = decision.ref
+            record = records.get(ref.uid)
             if type(decision) is Admission:
                 outgoing.append(self._admitted(decision, record, wall, decided_at, stamp, logger))
             elif type(decision) is Inadmissible:
                 contested = decision.contested
-                pending = WorkloadPending(
-                    id="",  # given one if published now: a held report never goes out as is
-                    source="admission",
-                    workload=decision.ref,
-                    cluster_queue=decision.cluster_queue or "_",
-                    reason=decision.reason,
-                    message=decision.message,
-                    priority=self.scheduler.preempting_priority(decision.ref),
-                    preemption_may_help=decision.preemption_may_help,
-                    contested=_contested(contested) if contested else _NONE_CONTESTED,
-                    time=decided_at,
+                priority = self.scheduler.preempting_priority(ref)
+                key = (  # every field of its report but the workload
+                    decision.cluster_queue,
+                    decision.reason,
+                    decision.message,
+                    priority,
+                    decision.preemption_may_help,
+                    contested,
                 )
+                found = alike.get(key)
+                if found is None:
+                    pending = WorkloadPending(
+                        id="",  # given one if published now: a held report never goes out
+                        source="admission",
+                        workload=ref,
+                        cluster_queue=decision.cluster_queue or "_",
+                        reason=decision.reason,
+                        message=decision.message,
+                        priority=priority,
+                        preemption_may_help=decision.preemption_may_help,
+                        contested=_contested(contested) if contested else _NONE_CONTESTED,
+                        time=decided_at,
+                    )
+                    found = alike[key] = (pending, said(pending))
+                else:
+                    pending = msgspec.structs.replace(found[0], workload=ref)
                 if record is not None:
                     record.on_pending(pending)  # what `berth get` shows is never held back
-                if offer(pending, now):
+                if offer(pending, now, found[1]):
                     pending = msgspec.structs.replace(pending, id=new_event_id())
                     log_pending(pending, logger)
                     outgoing.append(pending)

@@ -24,9 +24,11 @@ from msgspec.structs import astuple
 from services.admission.interning import kept_once
 from shared.events import WorkloadPending, WorkloadRef, new_event_id
 
-__all__ = ["PendingThrottle"]
+__all__ = ["PendingThrottle", "Said", "said"]
 
 Material = tuple[str, str, bool, tuple[tuple[str, str, int], ...]]
+# What offer reads of a report but its id and workload: its material and its saying (said).
+Said = tuple[Material, WorkloadPending]
 
 # One tuple per distinct material, shared by the workloads reported alike (a pass reports
 # hundreds of thousands with a few thousand distinct ones).
@@ -61,6 +63,12 @@ def _material(event: WorkloadPending) -> Material:
     return kept_once(_MATERIALS, material, lambda: material)
 
 
+def said(event: WorkloadPending) -> Said:
+    """What :meth:`PendingThrottle.offer` reads of ``event`` but its id and workload: the
+    same for every report alike in all else, so a pass finds it once for them all."""
+    return _material(event), _saying(event)
+
+
 class PendingThrottle:
     """Held reports are kept lean, as a pass can hold most of a million: what a report says,
     kept once for every workload held with the same saying, without an event id (a held
@@ -79,29 +87,34 @@ class PendingThrottle:
         # (now, now + interval): one float for a pass's first reports (NaN equals no now).
         self._last = (float("nan"), 0.0)
 
-    def offer(self, event: WorkloadPending, now: float) -> bool:
-        """True: publish ``event`` now. False: it is held, and :meth:`due` will return it."""
+    def offer(self, event: WorkloadPending, now: float, alike: Said | None = None) -> bool:
+        """True: publish ``event`` now. False: it is held, and :meth:`due` will return it.
+        ``alike``: :func:`said` of a report alike in all but its id and workload, if the
+        caller has it (else found here)."""
         uid = event.workload.uid
-        material = _material(event)
+        material = _material(event) if alike is None else alike[0]
+        saying = None if alike is None else alike[1]
         last = self._published.get(uid)
         if last is None and not event.preemption_may_help:
             if self._last[0] != now:
                 self._last = (now, now + self.interval)
-            return self._hold(uid, event, self._last[1])  # a first report waits
+            return self._hold(uid, event, self._last[1], saying)  # a first report waits
         if last is not None and last[0] == material and now - last[1] < self.interval:
-            return self._hold(uid, event, last[1] + self.interval)
+            return self._hold(uid, event, last[1] + self.interval, saying)
         self._published[uid] = (material, now)
         self._end_hold(uid)
         return True
 
-    def _hold(self, uid: str, event: WorkloadPending, until: float) -> bool:
+    def _hold(
+        self, uid: str, event: WorkloadPending, until: float, saying: WorkloadPending | None
+    ) -> bool:
         if uid not in self._held:  # held already: a newer message keeps the time set
             batch = self._batches.get(until)
             if batch is None:
                 batch = self._batches[until] = []
                 heapq.heappush(self._due, (until, batch))
             batch.append(event.workload)
-        self._held[uid] = _saying(event)
+        self._held[uid] = _saying(event) if saying is None else saying
         return False
 
     def _end_hold(self, uid: str) -> None:
