@@ -28,6 +28,7 @@ __all__ = [
     "QuotaNode",
     "QuotaTree",
     "ResourceQuota",
+    "available_at",
     "potential_available",
     "quotas_of",
 ]
@@ -188,7 +189,7 @@ class QuotaTree:
         Negative after over-admission (quota lowered under existing usage).
         """
         node = self.cluster_queues.get(cluster_queue)
-        return 0 if node is None else _available(node, (flavor, resource))
+        return 0 if node is None else available_at(node, (flavor, resource))
 
     def potential_available(self, cluster_queue: str, flavor: str, resource: str) -> int:
         """The most the ClusterQueue could ever use of (flavor, resource), were all usage gone."""
@@ -220,7 +221,7 @@ class QuotaTree:
         node = self.cluster_queues.get(cluster_queue)
         if node is None:
             return False
-        return all(value <= _available(node, fr) for fr, value in usage.items() if value)
+        return all(value <= available_at(node, fr) for fr, value in usage.items() if value)
 
     # --- updates ---------------------------------------------------------------------------
 
@@ -281,12 +282,14 @@ class QuotaTree:
         return result
 
 
-def _available(node: QuotaNode, fr: FlavorResource) -> int:
+def available_at(node: QuotaNode, fr: FlavorResource) -> int:
+    """``QuotaTree.available`` of the node itself (no lookup by name): what more of ``fr``
+    it may use now, borrowing included."""
     parent = node.parent
     usage = node.usage.get(fr, 0)
     if parent is None:
         return node.subtree.get(fr, 0) - usage
-    parent_available = _available(parent, fr)
+    parent_available = available_at(parent, fr)
     guaranteed = node.kept.get(fr, 0)
     quota = node.quotas.get(fr)
     if quota is not None and quota.borrowing_limit is not None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import msgspec
 import pytest
 
 from services.preemption.cluster import Cluster
-from services.preemption.service import touches_reservations
+from services.preemption.service import PreemptionService, touches_reservations
 from shared.events import (
     AdmissionCheckUpdated,
     AnyEvent,
@@ -21,8 +22,9 @@ from shared.events import (
     WorkloadStarted,
     WorkloadSubmitted,
 )
+from shared.service import Runtime
 from tests.test_preemption_due import pending, reserved
-from tests.test_preemption_holds import admit, ask, deleted, evict, evicted, finished, ref
+from tests.test_preemption_holds import CPU, admit, ask, deleted, evict, evicted, finished, ref
 from tests.test_victims import cq
 
 CREATED = datetime(2026, 1, 1, tzinfo=UTC)
@@ -198,3 +200,54 @@ def test_touched_queues_are_kept_only_when_a_reservation_can_be_due(name: str) -
     case = TOUCH_CASES[name]
     cluster = folded(case.before)
     assert touches_reservations(cluster, case.batch) == case.touches, case.why
+
+
+@dataclass(frozen=True)
+class AdmitCase:
+    why: str
+    before: list[AnyEvent]
+    usage: int  # milli-CPU of ``a`` after ``w``'s admission at generation 2 (2 CPU)
+    victim: bool  # whether ``w`` is still someone's victim after it
+
+
+ADMIT_CASES = {
+    "first_run": AdmitCase("Nothing ran before: no release to make.", [], 2000, False),
+    "running_before": AdmitCase(
+        "Its first run (1 CPU) is released first: it must not be counted twice.",
+        [admit("w", "a", 1)],
+        2000,
+        False,
+    ),
+    "victim_before": AdmitCase(
+        "A victim still running, admitted again, leaves its preemptor's flight (which held"
+        " its 1 CPU as gone and the preemptor's 1 CPU as used).",
+        [admit("w", "a", 1), ask("p", "a", 1), evict("w", "a", "p")],
+        2000,
+        False,
+    ),
+    "other_running": AdmitCase("Another workload's run stays.", [admit("x", "a", 1)], 3000, False),
+}
+
+
+@pytest.mark.parametrize("name", ADMIT_CASES)
+def test_an_admission_releases_only_what_ran_before(name: str) -> None:
+    """Cluster._admitted calls _release only when the workload runs or is a victim: the
+    cases where it must, and where it has nothing to do."""
+    case = ADMIT_CASES[name]
+    cluster = folded(case.before)
+    cluster.apply(admit("w", "a", 2, generation=2))
+    assert cluster.tree.usage("a").get(CPU, 0) == case.usage, case.why
+    assert ("w" in cluster.victim_of) == case.victim, case.why
+    assert set(cluster.running_in["a"]) == set(cluster.running), case.why
+
+
+@pytest.mark.parametrize("name", FOLD_CASES)
+def test_the_live_fold_folds_as_apply(name: str) -> None:
+    """PreemptionService._fold looks each event's fold up itself (Cluster.folds) instead of
+    calling Cluster.apply: the same books, whatever the kind (one without a fold too)."""
+    case = FOLD_CASES[name]
+    service = PreemptionService(cast(Runtime, SimpleNamespace(bus=None)))
+    service.cluster.set_config([cq("a", {"rf/cpu": 4})])
+    service._fold(case.before, live=False)
+    service._fold([case.event], live=True)
+    assert books(service.cluster) == books(folded([*case.before, case.event])), case.why

@@ -84,8 +84,9 @@ class Cluster:
         self.preempted_by: dict[str, dict[str, float]] = {}
         self.queue_of: dict[str, str] = {}  # uid -> its ClusterQueue, pending or admitted
         self._protections: dict[str, Protection] = {}
-        # event type -> its fold (apply)
-        self._folds: dict[type, Callable[[Any], None]] = {
+        # event type -> its fold (apply; the service's live loop looks an event's fold up here
+        # itself, one call per event fewer)
+        self.folds: dict[type, Callable[[Any], None]] = {
             WorkloadPending: self._pending,
             WorkloadSubmitted: self._submitted,
             WorkloadAdmitted: self._admitted,
@@ -160,7 +161,7 @@ class Cluster:
         dict lookup, not a ``match`` that tried up to eight class patterns per event with the
         most frequent event, a pending decision, last. A type with no fold here (a start,
         pod readiness) changes nothing."""
-        fold = self._folds.get(type(event))
+        fold = self.folds.get(type(event))
         if fold is not None:
             fold(event)
 
@@ -171,7 +172,8 @@ class Cluster:
         uid = event.workload.uid
         if self.generations.get(uid, 0) >= event.generation:
             return
-        self._release(uid)
+        if uid in self.running or uid in self.victim_of:  # else _release has nothing to do
+            self._release(uid)
         self.generations[uid] = event.generation
         admitted_at = event.time.timestamp()
         aged = uid in self.since
@@ -187,13 +189,17 @@ class Cluster:
             usage=quota_of(event.assignments),
             preemptions=recent(list(history.values()), admitted_at) if history else 0,
         )
-        self.queue_of[uid] = event.cluster_queue
+        queue = event.cluster_queue
+        self.queue_of[uid] = queue
         self.running[uid] = running
-        self.running_in.setdefault(event.cluster_queue, {})[uid] = running
-        if event.cluster_queue in self.cluster_queues:
-            self.tree.add_usage(event.cluster_queue, running.usage)
+        in_queue = self.running_in.get(queue)
+        if in_queue is None:
+            in_queue = self.running_in[queue] = {}
+        in_queue[uid] = running
+        if queue in self.cluster_queues:
+            self.tree.add_usage(queue, running.usage)
         self.waiting.pop(uid, None)
-        if self.in_flight.pop(uid, None) is not None:  # a preemptor got its room
+        if self.in_flight and self.in_flight.pop(uid, None) is not None:  # got its room
             self._sync_hold(uid)
 
     def _evicted(self, event: WorkloadEvicted) -> None:

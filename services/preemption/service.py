@@ -125,23 +125,25 @@ class PreemptionService:
         # ClusterQueues whose room or reservations changed, for the waiting reservations
         # below; kept only if there can be one when the batch is folded (touches_reservations).
         touched: set[str] | None = set() if touches_reservations(cluster, events) else None
-        due = self.due
+        due, folds, waiting = self.due, cluster.folds, cluster.waiting
         for event in events:
             uid = event.workload.uid
             kind = type(event)
             victim_of = victims.get(uid) if kind in _FREEING else None
+            fold = folds.get(kind)  # Cluster.apply, without its call
             if touched is not None:
                 queue = queue_of.get(uid)
                 if queue:
                     touched.add(queue)
-                apply(event)
+                if fold is not None:
+                    fold(event)
                 queue = queue_of.get(uid)
                 if queue:
                     touched.add(queue)
-            else:
-                apply(event)
+            elif fold is not None:
+                fold(event)
             if kind is WorkloadPending:
-                if uid in cluster.waiting:
+                if uid in waiting:
                     due[uid] = time.monotonic()
             elif victim_of is not None:
                 if not cluster.busy(victim_of) and victim_of in cluster.waiting:
