@@ -289,7 +289,10 @@ def available_at(node: QuotaNode, fr: FlavorResource) -> int:
     usage = node.usage.get(fr, 0)
     if parent is None:
         return node.subtree.get(fr, 0) - usage
-    parent_available = available_at(parent, fr)
+    if parent.parent is None:  # available_at(parent, fr) of a root, without the call
+        parent_available = parent.subtree.get(fr, 0) - parent.usage.get(fr, 0)
+    else:
+        parent_available = available_at(parent, fr)
     guaranteed = node.kept.get(fr, 0)
     quota = node.quotas.get(fr)
     if quota is not None and quota.borrowing_limit is not None:

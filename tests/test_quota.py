@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -222,6 +223,14 @@ def test_kept_is_guaranteed_where_not_zero(node: str, kept: dict[Any, int], why:
     assert found.guaranteed(CPU) == kept.get(CPU, 0), why
 
 
+def _flat_tree() -> QuotaTree:
+    """a and b in one cohort, the root (a lends 4 of 10 and borrows at most 3); c alone."""
+    return QuotaTree.build(
+        [cq("a", 10, "flat", borrowing=3, lending=4), cq("b", 1, "flat"), cq("c", 2)], []
+    )
+
+
+@pytest.mark.parametrize("build", [_lending_tree, _flat_tree])
 @pytest.mark.parametrize(
     ("steps", "why"),
     [
@@ -233,11 +242,14 @@ def test_kept_is_guaranteed_where_not_zero(node: str, kept: dict[Any, int], why:
         ([("a", -k(1)), ("a", k(8))], "usage below zero first (an unknown release)"),
     ],
 )
-def test_usage_each_node_stores_what_exceeds_kept(steps: list[tuple[str, int]], why: str) -> None:
+def test_usage_each_node_stores_what_exceeds_kept(
+    build: Callable[[], QuotaTree], steps: list[tuple[str, int]], why: str
+) -> None:
     """The usage updates' rule, whatever the order of steps: a ClusterQueue's usage is its
     sum; a Cohort's is what its children use beyond their guaranteed quota; and
-    ``available`` reads the same as the definition through ``guaranteed``."""
-    tree = _lending_tree()
+    ``available`` reads the same as the definition through ``guaranteed``, in a tree of
+    three levels (a Cohort's parent asked through a call) and of two (a root read inline)."""
+    tree = build()
     for queue, value in steps:
         if value > 0:
             tree.add_usage(queue, {CPU: value})
@@ -246,8 +258,8 @@ def test_usage_each_node_stores_what_exceeds_kept(steps: list[tuple[str, int]], 
     for queue in ("a", "b", "c"):
         expected = sum(v for q, v in steps if q == queue)
         assert tree.cluster_queues[queue].usage.get(CPU, 0) == expected, why
-    for name in ("left", "right", "root"):
-        node = tree.cohorts[name]
+    for node in tree.cohorts.values():
+        name = node.name
         stored = sum(max(0, c.usage.get(CPU, 0) - c.guaranteed(CPU)) for c in node.children)
         assert node.usage.get(CPU, 0) == stored, f"{name}: {why}"
     for queue in ("a", "b", "c"):
