@@ -300,7 +300,7 @@ def _bounds(node: QuotaNode, fr: FlavorResource, asked: int, own: bool) -> tuple
     hierarchy), ``value`` from 1 to ``asked``: false for every value up to the low bound,
     true for every one from the high bound. What it may use is its parent's to say: its
     local share, ``guaranteed - usage``, is 0 without a lending limit, and the parent's is
-    not capped without a borrowing limit (shared/quota.py ``_available``). So a ClusterQueue
+    not capped without a borrowing limit (shared/quota.py ``available_at``). So a ClusterQueue
     reads the same while it keeps borrowing, or keeps room for the shape, whatever it uses.
     Any other node (a cohort between it and the root, a ClusterQueue that is its own root,
     or one with a limit) is read exactly (EXACT), and so is any node for a request that
