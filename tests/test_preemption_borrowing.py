@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.preemption.borrowing import BorrowingTree, lenders
+from services.preemption.borrowing import BorrowingTree, hierarchical, lenders
 from shared.config import ClusterQueue, Cohort
 from shared.quota import FlavorResource, QuotaTree
 from tests.test_victims import cohort, cq
@@ -188,3 +188,27 @@ def test_index_answers_as_asking_every_queue(
                     lenders(plain, name, contested)
                 )
     assert set(lenders(indexed, asker, contested)) == set(lenders(plain, asker, contested))
+
+
+# A ClusterQueue alone named as the hierarchical tree's root Cohort ("root"), and a flat
+# cohort whose name is that of a hierarchical one's child ("x" there is a Cohort of "root").
+SHAPES = [*QUEUES, cq("root", {"f/cpu": 4}), cq("flat", {"f/cpu": 4}, "x2")]
+
+
+@pytest.mark.parametrize(
+    ("queue", "expected", "why"),
+    [
+        ("h1", True, "under Cohort x under Cohort root: two levels of Cohorts"),
+        ("h2", True, "another ClusterQueue of the same hierarchical tree"),
+        ("a", False, "a flat cohort: ClusterQueues only under its root"),
+        ("alone", False, "in no cohort: its own root, with no children"),
+        ("root", False, "alone, though named as the hierarchical root: told apart by identity"),
+        ("flat", False, "a flat cohort beside the hierarchical tree"),
+    ],
+)
+def test_hierarchical_is_asked_once_per_tree(queue: str, expected: bool, why: str) -> None:
+    """borrowing.hierarchical answers from the roots a BorrowingTree found at its build as
+    is_hierarchical does by looking at the root's children (a plain QuotaTree)."""
+    indexed, plain = _trees(SHAPES)
+    assert hierarchical(indexed, indexed.cluster_queues[queue]) is expected, why
+    assert hierarchical(plain, plain.cluster_queues[queue]) is expected, why

@@ -12,9 +12,17 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 
 from shared.config import ClusterQueue, Cohort
+from shared.hierarchy import is_hierarchical
 from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
-__all__ = ["BorrowingTree", "borrowed_in", "cohort_members", "is_borrowing", "lenders"]
+__all__ = [
+    "BorrowingTree",
+    "borrowed_in",
+    "cohort_members",
+    "hierarchical",
+    "is_borrowing",
+    "lenders",
+]
 
 
 def is_borrowing(node: QuotaNode, contested: Collection[FlavorResource]) -> bool:
@@ -71,19 +79,30 @@ def lenders(
     return [q for q in cohort_members(tree, cluster_queue) if is_borrowing(nodes[q], contested)]
 
 
+def hierarchical(tree: QuotaTree, node: QuotaNode) -> bool:
+    """``is_hierarchical(node)`` (Cohorts under Cohorts in its tree): a ``BorrowingTree``
+    answers from the roots it found at its build, any other tree by looking."""
+    if isinstance(tree, BorrowingTree):
+        return tree.hierarchical(node)
+    return is_hierarchical(node)
+
+
 class BorrowingTree(QuotaTree):
     """A quota tree that keeps, per cohort tree, its borrowing ClusterQueues and what they
     borrow in (``borrowed_in``). Every usage change goes through ``add_usage`` or
     ``remove_usage``, which mark the ClusterQueue; a question first brings the marked
     queues' entries up to date, so it answers as ``borrowed_in`` of every queue would now."""
 
-    __slots__ = ("_borrowing", "_changed", "_root")
+    __slots__ = ("_borrowing", "_changed", "_hierarchical", "_root")
 
     def __init__(self) -> None:
         super().__init__()
         self._changed: set[str] | None = None  # None: every queue (nothing indexed yet)
         self._borrowing: dict[str, dict[str, frozenset[FlavorResource]]] = {}  # root -> cq ->
         self._root: dict[str, str] = {}  # cq in a cohort -> the name of its cohort tree's root
+        # the roots with a Cohort child (by identity: a ClusterQueue alone is its own root
+        # and may share a Cohort's name)
+        self._hierarchical: set[QuotaNode] = set()
 
     @classmethod
     def build(
@@ -91,7 +110,16 @@ class BorrowingTree(QuotaTree):
     ) -> BorrowingTree:
         tree = super().build(cluster_queues, cohorts)
         assert isinstance(tree, BorrowingTree)
+        # The roots with a Cohort among their children (is_hierarchical of the ClusterQueues
+        # under them): the shape never changes after the build, so it is asked once here,
+        # not of every child of the root per victim search.
+        roots = {node.root() for node in tree.cluster_queues.values()}
+        tree._hierarchical = {root for root in roots if is_hierarchical(root)}
         return tree
+
+    def hierarchical(self, node: QuotaNode) -> bool:
+        """``is_hierarchical(node)``, from the roots found at the build."""
+        return node.root() in self._hierarchical
 
     def add_usage(self, cluster_queue: str, usage: Mapping[FlavorResource, int]) -> None:
         super().add_usage(cluster_queue, usage)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 
-from services.preemption.borrowing import cohort_members
+from services.preemption.borrowing import cohort_members, hierarchical
 from services.preemption.fair_hierarchical import hierarchical_fair_preemptions
 from services.preemption.fair_sharing import fair_preemptions, weight_of
 from services.preemption.hierarchical import hierarchical_victims
@@ -25,7 +25,6 @@ from services.preemption.model import Preemptor, Running, SearchResult, Victim
 from services.preemption.ordering import Candidates, RunningOf, find_candidates, never
 from services.preemption.simulation import Simulation
 from shared.config import ClusterQueue, ClusterQueuePreemption, Cohort, FairSharingSettings
-from shared.hierarchy import is_hierarchical
 from shared.quantities import parse_quantity
 from shared.quota import FlavorResource, QuotaNode, QuotaTree, available_at
 
@@ -64,7 +63,7 @@ def find_victims(
         return SearchResult((), FITS)
     policy = spec.spec.preemption
     fair = fair_sharing is not None and fair_sharing.enable
-    if not fair and is_hierarchical(node):
+    if not fair and hierarchical(tree, node):
         # Cohorts under cohorts: Kueue's hierarchical reclaim (services/preemption/hierarchical.py).
         everyone = _everyone(tree, own, running)
         found = hierarchical_victims(tree, policy, preemptor, everyone, contested, protected)
@@ -73,7 +72,7 @@ def find_victims(
     if not candidates:
         return SearchResult((), NO_CANDIDATES)
     sim = Simulation(tree, own, preemptor.needs, contested)
-    if fair and fair_sharing is not None and is_hierarchical(node):
+    if fair and fair_sharing is not None and hierarchical(tree, node):
         # Shares compared at the least common ancestor (services/preemption/fair_hierarchical.py).
         weight = _weights(cluster_queues, cohorts or {})
         victims = hierarchical_fair_preemptions(
