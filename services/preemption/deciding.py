@@ -58,10 +58,12 @@ def decide(cluster: Cluster, uid: str, wall: float) -> Decision:
     pending = cluster.waiting.get(uid)
     if pending is None or cluster.busy(uid):
         return Decision()  # admitted meanwhile, or its victims are still leaving
-    reservation = cluster.reservation(uid)
-    first = cluster.first_reservation(pending.cluster_queue)
-    if first is not None and first != uid:
-        return Decision(message="waits behind an ageing reservation in its ClusterQueue")
+    reservation: tuple[float, str] | None = None
+    if cluster.reserved:  # else there is no reservation to be or to wait behind
+        reservation = cluster.reservation(uid)
+        first = cluster.first_reservation(pending.cluster_queue)
+        if first is not None and first != uid:
+            return Decision(message="waits behind an ageing reservation in its ClusterQueue")
     if fits_now(cluster.tree, cluster.cluster_queues, pending.cluster_queue, needs_of(pending)):
         return _FITS  # what the search below would answer (find_victims: FITS), without it
     ever_protected = False

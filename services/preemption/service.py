@@ -68,7 +68,7 @@ def touches_reservations(cluster: Cluster, events: list[AnyEvent]) -> bool:
     the cluster holds a reservation now or a boost in the batch may grant one (nothing else
     adds to ``Cluster.reserved``). Else the fold keeps no set of touched ClusterQueues: with
     no reservation at its end, nothing would read it."""
-    return bool(cluster.reserved) or any(type(event) is PriorityBoosted for event in events)
+    return bool(cluster.reserved) or PriorityBoosted in set(map(type, events))
 
 
 class PreemptionService:
