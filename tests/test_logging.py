@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -296,7 +297,11 @@ def test_a_logger_keeps_its_method_only_when_structlog_keeps_its_logger(
     cache: bool, captured_after: bool, why: str
 ) -> None:
     before = structlog.get_config()
-    structlog.configure(cache_logger_on_first_use=cache)
+    # Every level passes, whatever an in-process CLI run configured before (it keeps errors).
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        cache_logger_on_first_use=cache,
+    )
     try:
         log = get_logger("kept")
         with capture_logs() as first:
@@ -314,5 +319,6 @@ def test_a_logger_keeps_its_method_only_when_structlog_keeps_its_logger(
     finally:
         structlog.configure(
             processors=before["processors"],
+            wrapper_class=before["wrapper_class"],
             cache_logger_on_first_use=before["cache_logger_on_first_use"],
         )
