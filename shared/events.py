@@ -30,15 +30,15 @@ exact identity.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 __all__ = [
     "STATE_SUBJECTS",
+    "SUBJECT_PARTS",
     "SUBJECT_ROOT",
     "AdmissionCheckUpdated",
     "ContestedResource",
@@ -64,14 +64,12 @@ __all__ = [
     "WorkloadRef",
     "WorkloadStarted",
     "WorkloadSubmitted",
-    "all_of_family",
     "decode_event",
     "encode_event",
     "event_json_schema",
     "new_event_id",
     "now",
     "quota_of",
-    "subject_family_of",
     "subject_for",
 ]
 
@@ -396,8 +394,8 @@ AnyEvent = (
 _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 
-# event type -> (subject family, short verb)
-_SUBJECTS: dict[type[Event], tuple[str, str]] = {
+# event type -> (its subjects' second token, short verb): where each event is published
+SUBJECT_PARTS: dict[type[Event], tuple[str, str]] = {
     WorkloadSubmitted: ("wl", "submitted"),
     WorkloadStarted: ("wl", "started"),
     WorkloadPodsReady: ("wl", "podsready"),
@@ -420,17 +418,12 @@ _SUBJECTS: dict[type[Event], tuple[str, str]] = {
 # event type -> its subjects' start, where the workload's name tokens follow and nothing else
 _PLAIN_PREFIXES: dict[type[Event], str] = {
     kind: f"{SUBJECT_ROOT}.{family}.{verb}."
-    for kind, (family, verb) in _SUBJECTS.items()
+    for kind, (family, verb) in SUBJECT_PARTS.items()
     if family in ("wl", "cmd") or kind is PriorityBoosted
 }
 # event type -> the verb of its subjects, for the ClusterQueues' (``cq``) family
 _CQ_VERBS: dict[type[Event], str] = {
-    kind: verb for kind, (family, verb) in _SUBJECTS.items() if family == "cq"
-}
-# event type -> the family of its subjects (:func:`subject_family_of`).
-_FAMILIES: dict[type[Event], str] = {
-    kind: f"cq.*.{verb}" if family == "cq" else f"{family}.{verb or '*'}"
-    for kind, (family, verb) in _SUBJECTS.items()
+    kind: verb for kind, (family, verb) in SUBJECT_PARTS.items() if family == "cq"
 }
 
 
@@ -471,10 +464,10 @@ def subject_for(event: Event) -> str:
     verb = _CQ_VERBS.get(kind)
     if verb is not None:  # a ClusterQueue's decision (the most published, with admissions)
         if type(event) is WorkloadAdmitted and event.reserved_only:
-            verb = "reserved"  # as subject_family_of: cq.*.reserved
+            verb = "reserved"  # as shared.event_families.subject_family_of: cq.*.reserved
         queue = subject_token(getattr(event, "cluster_queue", ""))
         return f"{SUBJECT_ROOT}.cq.{queue}.{verb}.{tail}"
-    family, verb = _SUBJECTS[kind]
+    family, verb = SUBJECT_PARTS[kind]
     if isinstance(event, AdmissionCheckUpdated):
         return f"{SUBJECT_ROOT}.check.{subject_token(event.check)}.{tail}"
     if isinstance(event, JobStatusChanged):
@@ -482,43 +475,6 @@ def subject_for(event: Event) -> str:
     if isinstance(event, LeaderElected):
         return f"{SUBJECT_ROOT}.lease.{subject_token(event.role)}"
     return f"{SUBJECT_ROOT}.{family}.{verb}.{tail}"
-
-
-def subject_family_of(event: Event) -> str:
-    """``shared.subjects.subject_family`` of :func:`subject_for` (``cq.*.admitted``) from the
-    type alone, no subject built: what a batch's events are checked against and counted by.
-    An admission that only reserves quota (``reserved_only``) is ``cq.*.reserved``, not
-    ``admitted``: the watcher does not read it, the workload waits for its admission checks."""
-    if type(event) is WorkloadAdmitted and event.reserved_only:
-        return "cq.*.reserved"
-    return _FAMILIES[type(event)]
-
-
-# subject family -> the one event type whose events are of it (both cq.*.admitted and
-# cq.*.reserved: WorkloadAdmitted, told apart by reserved_only)
-_KIND_OF_FAMILY: dict[str, type[Event]] = {
-    **{family: kind for kind, family in _FAMILIES.items()},
-    "cq.*.reserved": WorkloadAdmitted,
-}
-_RESERVED_ONLY = attrgetter("reserved_only")
-
-
-def all_of_family(events: Sequence[Event], family: str) -> bool:
-    """Whether :func:`subject_family_of` is ``family`` for every event of ``events`` (and
-    for none, vacuously): judged for the whole list at once, by the set of their types
-    (each family is one type's) and, for an admission's two families, whether any or all
-    only reserve. What a consumer checks every batch it reads with (shared/bus/batches.py
-    ``expand``), without a Python call per event."""
-    kind = _KIND_OF_FAMILY.get(family)
-    if kind is None or not events:
-        return not events
-    if set(map(type, events)) != {kind}:
-        return False
-    if kind is WorkloadAdmitted:
-        if family == "cq.*.reserved":
-            return all(map(_RESERVED_ONLY, events))
-        return not any(map(_RESERVED_ONLY, events))
-    return True
 
 
 # An event's JSON, and any event from its JSON (raising ``msgspec.DecodeError`` naming the

@@ -17,8 +17,9 @@ from shared.auth import ClientAuth, CredentialStore
 from shared.bus import STREAM, Bus
 from shared.bus.batches import MAX_BATCH_BYTES, Prepared, batched
 from shared.bus.settings import BusSettings
+from shared.event_families import subject_family_of
 from shared.events import (
-    _SUBJECTS,
+    SUBJECT_PARTS,
     AnyEvent,
     Event,
     EvictionRequested,
@@ -31,7 +32,6 @@ from shared.events import (
     WorkloadSubmitted,
     encode_event,
     now,
-    subject_family_of,
     subject_for,
 )
 from shared.subjects import FAMILY_PATTERNS, batched_filters, subject_family
@@ -523,7 +523,7 @@ async def test_an_event_repeated_in_another_batch_is_handled_once(nats_url: str)
 def test_every_event_has_a_family_that_is_batched_or_not() -> None:
     """A new event type must be placed: batched (a service's) or single (commands, checks,
     markers), else its events would fall through the consumers' filters."""
-    for family, verb in _SUBJECTS.values():
+    for family, verb in SUBJECT_PARTS.values():
         if family == "cq":
             name = f"cq.*.{verb}"
         elif family in ("check", "lease"):

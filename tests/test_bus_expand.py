@@ -1,6 +1,6 @@
 """What a consumer takes from one batch message (shared/bus/batches.py ``expand``) and the
-subjects and families of events (shared/events.py ``subject_for``, ``subject_family_of``),
-as tables: the shortcuts that save per-event work (a family from the type, a subject built
+subjects and families of events (shared/events.py ``subject_for``,
+shared/event_families.py ``subject_family_of``), as tables: the shortcuts that save per-event work (a family from the type, a subject built
 only when something reads it, counts per batch) must decide exactly as before."""
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from prometheus_client import REGISTRY
 
 from shared.bus.batches import BatchView, RecentIds, expand
 from shared.bus.pulling import MESSAGES_READ, ReadCounts, decode_batch, read_counter
+from shared.event_families import all_of_family, subject_family_of
 from shared.events import (
     AnyEvent,
     WorkloadAdmitted,
-    all_of_family,
     decode_event,
     encode_event,
-    subject_family_of,
     subject_for,
 )
 from shared.subjects import subject_family
@@ -152,9 +151,9 @@ def test_all_of_family_agrees_with_each_events_family() -> None:
 
 def test_every_event_type_has_a_subject_case() -> None:
     """A new event type gets a row above (its family shortcut is proven there)."""
-    from shared.events import _SUBJECTS
+    from shared.events import SUBJECT_PARTS
 
-    assert {type(sample) for sample, _, _ in SUBJECT_CASES} == set(_SUBJECTS)
+    assert {type(sample) for sample, _, _ in SUBJECT_CASES} == set(SUBJECT_PARTS)
 
 
 def admitted(name: str, **extra: Any) -> AnyEvent:

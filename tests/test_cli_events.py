@@ -17,7 +17,7 @@ import pytest
 
 from berth_cli.client import CliError
 from berth_cli.events import EVENT_TYPES, EventFilter, Tap, detail, resolve_types, subjects_for
-from shared.events import _SUBJECTS
+from shared.events import SUBJECT_PARTS
 from tests.conftest import CLI_CREDENTIALS, FIXTURES, REPO, Stack, berth
 from tests.e2e import job_manifest, submit_manifest
 
@@ -77,7 +77,7 @@ def test_subject_filters(wanted: EventFilter, expected: list[str], reason: str) 
 def test_event_types_follow_the_contract() -> None:
     """Every workload event shared/events.py publishes is a --type, on its family and verb
     (a leader's marker is about no workload: it shows with no filter, under berth.>)."""
-    published = {kind.__name__: pair for kind, pair in _SUBJECTS.items() if pair[0] != "lease"}
+    published = {kind.__name__: pair for kind, pair in SUBJECT_PARTS.items() if pair[0] != "lease"}
     assert {name: EVENT_TYPES.get(name) for name in published} == published
 
 

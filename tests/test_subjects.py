@@ -8,7 +8,7 @@ import pytest
 from services.admission import service as admission
 from services.preemption import service as preemption
 from services.recovery.service import RecoveryService
-from shared.events import _SUBJECTS, STATE_SUBJECTS, WorkloadRef, WorkloadStarted
+from shared.events import STATE_SUBJECTS, SUBJECT_PARTS, WorkloadRef, WorkloadStarted
 from shared.jobs import Attempt, ManagedJob
 from shared.service import Runtime
 from shared.subjects import covers, server_filters, subject_family, subject_matcher
@@ -61,7 +61,7 @@ def test_state_subjects_carry_every_fact_but_started() -> None:
     """Admission and preemption fold STATE_SUBJECTS: a new workload fact must not be left out
     by accident (only WorkloadStarted is, as it changes no quota)."""
     wanted = subject_matcher(STATE_SUBJECTS)
-    for event_type, (family, verb) in _SUBJECTS.items():
+    for event_type, (family, verb) in SUBJECT_PARTS.items():
         if family == "wl":
             subject = f"berth.wl.{verb}.ns.name"
             assert wanted(subject) is (event_type is not WorkloadStarted), subject
@@ -121,7 +121,7 @@ def _folded_types(subjects: tuple[str, ...]) -> set[str]:
         verb or family: f"berth.{family}.q.{verb}.ns.name"
         if family == "cq"
         else f"berth.{family}.{verb or 'x'}.ns.name"
-        for family, verb in _SUBJECTS.values()
+        for family, verb in SUBJECT_PARTS.values()
     }
     kinds["reserved"] = "berth.cq.q.reserved.ns.name"
     return {kind for kind, subject in kinds.items() if wanted(subject)}

@@ -28,13 +28,12 @@ from typing import NamedTuple
 import msgspec
 from nats.aio.msg import Msg
 
+from shared.event_families import all_of_family, subject_family_of
 from shared.events import (
     AnyEvent,
     Event,
-    all_of_family,
     decode_event,
     encode_event,
-    subject_family_of,
     subject_for,
 )
 from shared.logging import get_logger
@@ -261,7 +260,7 @@ def expand(
     ``msgspec.DecodeError`` if the payload is not an array of events. ``delivered`` counts
     the events sent in it per family, kept or not (refused ones not).
 
-    An event's family follows from its type (:func:`shared.events.subject_family_of`); its
+    An event's family follows from its type (:func:`shared.event_families.subject_family_of`); its
     subject is built only for a view that picks events inside the batch or a ``keep``."""
     family = BATCH_SUBJECTS.get(msg.subject)
     if family is None:
