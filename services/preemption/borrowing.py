@@ -121,13 +121,15 @@ class BorrowingTree(QuotaTree):
         """``is_hierarchical(node)``, from the roots found at the build."""
         return node.root() in self._hierarchical
 
+    # The base class's methods by name, not super(): Python 3.11 makes a super object per
+    # call, and these run for every admission and release the service folds.
     def add_usage(self, cluster_queue: str, usage: Mapping[FlavorResource, int]) -> None:
-        super().add_usage(cluster_queue, usage)
+        QuotaTree.add_usage(self, cluster_queue, usage)
         if self._changed is not None:
             self._changed.add(cluster_queue)
 
     def remove_usage(self, cluster_queue: str, usage: Mapping[FlavorResource, int]) -> None:
-        super().remove_usage(cluster_queue, usage)
+        QuotaTree.remove_usage(self, cluster_queue, usage)
         if self._changed is not None:
             self._changed.add(cluster_queue)
 

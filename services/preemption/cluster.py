@@ -141,10 +141,13 @@ class Cluster:
     ) -> float:
         """When ``w`` may be a victim of ``preemptor`` (services/preemption/protection.py)."""
         uid = w.ref.uid
+        # Most candidates were never preempted: no dict or list is made for them.
+        by = self.preempted_by.get(uid)
+        history = self.preempted_at.get(uid)
         return protected_until(
-            last_by_this_preemptor=self.preempted_by.get(uid, {}).get(preemptor),
+            last_by_this_preemptor=by.get(preemptor) if by else None,
             admitted_at=w.admitted_at,
-            preempted_at=list(self.preempted_at.get(uid, {}).values()),
+            preempted_at=list(history.values()) if history else (),
             protection=self.protection(w.cluster_queue),
             # Asked at search time: a clock announced just after the run's admission counts.
             aged=uid in self.since,
