@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from services.preemption.borrowing import is_borrowing
 from services.preemption.model import Reason, Running, Victim
-from shared.quota import FlavorResource, QuotaNode, QuotaTree
+from shared.quota import FlavorResource, QuotaNode, QuotaTree, available_at
 
 __all__ = ["Simulation"]
 
@@ -43,9 +43,9 @@ class Simulation:
     def fits(self, allow_borrowing: bool) -> bool:
         """workloadFits: every need within what is available; without borrowing, also within
         the ClusterQueue's own nominal quota."""
-        tree, queue = self.tree, self.queue
+        node = self.node  # the tree's node of ``queue``: asked directly, not by name
         for fr, value in self._contested_needs:
-            if value > tree.available(queue, fr[0], fr[1]):
+            if value > available_at(node, fr):
                 return False
         if not allow_borrowing:
             usage, subtree = self.node.usage, self.node.subtree
