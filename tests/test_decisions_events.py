@@ -211,7 +211,7 @@ ALIKE: list[tuple[str, list[Inadmissible], dict[str, int]]] = [
     ("another message: its own", [_inadmissible("a"), _inadmissible("b", "3 more")], {}),
     ("another priority: its own", [_inadmissible("a"), _inadmissible("b")], {"b": 5}),
     (
-        "alike again after another: the first one's",
+        "alike again after another (only the last is kept): made again, the same",
         [_inadmissible("a"), _inadmissible("b", "3 more"), _inadmissible("c")],
         {},
     ),

@@ -73,9 +73,11 @@ class Decisions:
         stamp = decided_at.timestamp()
         logger = pending_logger()  # looked up once per pass (lines of admissions too)
         records, offer = self.records, self.pending_throttle.offer
-        # This pass's reports by all they say but their workload (a backlog says the same
-        # of many): the first one's event, and what the throttle reads of them (said).
-        alike: dict[tuple[object, ...], tuple[WorkloadPending, Said]] = {}
+        # The last report made, by all it says but its workload, with what the throttle reads
+        # of it (said): the next report alike (a queue's heads after it, in a backlog) is its
+        # event with another workload. Only the last: a pass's every distinct report kept to
+        # its end raised the first pass's peak of memory.
+        last: tuple[tuple[object, ...], WorkloadPending, Said] | None = None
         decisions.reverse()  # taken from the end: in their order
         while decisions:
             decision = decisions.pop()
@@ -94,8 +96,7 @@ class Decisions:
                     decision.preemption_may_help,
                     contested,
                 )
-                found = alike.get(key)
-                if found is None:
+                if last is None or last[0] != key:
                     pending = WorkloadPending(
                         id="",  # given one if published now: a held report never goes out
                         source="admission",
@@ -108,12 +109,12 @@ class Decisions:
                         contested=_contested(contested) if contested else _NONE_CONTESTED,
                         time=decided_at,
                     )
-                    found = alike[key] = (pending, said(pending))
+                    last = (key, pending, said(pending))
                 else:
-                    pending = msgspec.structs.replace(found[0], workload=ref)
+                    pending = msgspec.structs.replace(last[1], workload=ref)
                 if record is not None:
                     record.on_pending(pending)  # what `berth get` shows is never held back
-                if offer(pending, now, found[1]):
+                if offer(pending, now, last[2]):
                     pending = msgspec.structs.replace(pending, id=new_event_id())
                     log_pending(pending, logger)
                     outgoing.append(pending)
