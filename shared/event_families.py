@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import attrgetter
 
-from shared.events import SUBJECT_PARTS, Event, WorkloadAdmitted
+from shared.events import SUBJECT_PARTS, Event, WorkloadAdmitted, only_reserves
 
 __all__ = ["all_of_family", "subject_family_of"]
 
@@ -19,10 +19,9 @@ _FAMILIES: dict[type[Event], str] = {
 
 def subject_family_of(event: Event) -> str:
     """``shared.subjects.subject_family`` of ``shared.events.subject_for``
-    (``cq.*.admitted``) from the type alone, no subject built.
-    An admission that only reserves quota (``reserved_only``) is ``cq.*.reserved``, not
-    ``admitted``: the watcher does not read it, the workload waits for its admission checks."""
-    if type(event) is WorkloadAdmitted and event.reserved_only:
+    (``cq.*.admitted``) from the type alone, no subject built (``cq.*.reserved`` for an
+    admission that :func:`shared.events.only_reserves`)."""
+    if only_reserves(event):
         return "cq.*.reserved"
     return _FAMILIES[type(event)]
 

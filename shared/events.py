@@ -69,6 +69,7 @@ __all__ = [
     "event_json_schema",
     "new_event_id",
     "now",
+    "only_reserves",
     "quota_of",
     "subject_for",
 ]
@@ -454,6 +455,13 @@ def subject_token(value: str) -> str:
     return value.replace(".", "_").replace("*", "_").replace(">", "_") or "_"
 
 
+def only_reserves(event: Event) -> bool:
+    """Whether ``event`` is an admission that only reserves quota (``reserved_only``): it is
+    published on ``cq.<cq>.reserved``, not ``admitted``, which the watcher does not read; the
+    workload waits for its admission checks."""
+    return type(event) is WorkloadAdmitted and event.reserved_only
+
+
 def subject_for(event: Event) -> str:
     ref = event.workload
     kind = type(event)
@@ -463,8 +471,8 @@ def subject_for(event: Event) -> str:
     tail = f"{subject_token(ref.namespace)}.{subject_token(ref.name)}"
     verb = _CQ_VERBS.get(kind)
     if verb is not None:  # a ClusterQueue's decision (the most published, with admissions)
-        if type(event) is WorkloadAdmitted and event.reserved_only:
-            verb = "reserved"  # as shared.event_families.subject_family_of: cq.*.reserved
+        if only_reserves(event):
+            verb = "reserved"
         queue = subject_token(getattr(event, "cluster_queue", ""))
         return f"{SUBJECT_ROOT}.cq.{queue}.{verb}.{tail}"
     family, verb = SUBJECT_PARTS[kind]
