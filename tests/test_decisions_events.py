@@ -199,9 +199,19 @@ def test_a_released_reports_line(reason: str, bound: bool) -> None:
     ], reason
 
 
-def _inadmissible(name: str, message: str = "2 more needed") -> Inadmissible:
+def _inadmissible(
+    name: str,
+    message: str = "2 more needed",
+    cluster_queue: str = "cq",
+    reason: str = "Pending",
+    preemption_may_help: bool = False,
+) -> Inadmissible:
     return Inadmissible(
-        ref=WorkloadRef("ns", name, name), cluster_queue="cq", reason="Pending", message=message
+        ref=WorkloadRef("ns", name, name),
+        cluster_queue=cluster_queue,
+        reason=reason,
+        message=message,
+        preemption_may_help=preemption_may_help,
     )
 
 
@@ -210,6 +220,21 @@ ALIKE: list[tuple[str, list[Inadmissible], dict[str, int]]] = [
     ("alike but for the workload: one report each", [_inadmissible("a"), _inadmissible("b")], {}),
     ("another message: its own", [_inadmissible("a"), _inadmissible("b", "3 more")], {}),
     ("another priority: its own", [_inadmissible("a"), _inadmissible("b")], {"b": 5}),
+    (
+        "another ClusterQueue: its own",
+        [_inadmissible("a"), _inadmissible("b", cluster_queue="cq2")],
+        {},
+    ),
+    (
+        "another reason: its own",
+        [_inadmissible("a"), _inadmissible("b", reason="QuotaReserved")],
+        {},
+    ),
+    (
+        "preemption may help one only: its own",
+        [_inadmissible("a"), _inadmissible("b", preemption_may_help=True)],
+        {},
+    ),
     (
         "alike again after another (only the last is kept): made again, the same",
         [_inadmissible("a"), _inadmissible("b", "3 more"), _inadmissible("c")],
@@ -223,15 +248,27 @@ def test_reports_alike_in_a_pass_are_each_their_own(
     reason: str, waiting: list[Inadmissible], priorities: dict[str, int]
 ) -> None:
     """A pass's reports alike in all but their workload are made once: each released
-    report is its own decision's (workload, message, priority), as if made alone."""
+    report is its own decision's (workload, ClusterQueue, reason, message, priority,
+    whether preemption may help), as if made alone."""
     core = cast(
         Scheduler, SimpleNamespace(preempting_priority=lambda ref: priorities.get(ref.name, 0))
     )
     throttle = PendingThrottle(1.0)
-    assert Decisions(core, {}, Gates(), ExecutionLimits(), throttle).events(list(waiting), []) == []
-    released = {e.workload.name: e for e in throttle.due(time.monotonic() + 2.0)}
+    made = Decisions(core, {}, Gates(), ExecutionLimits(), throttle).events(list(waiting), [])
+    # A first report is held, unless preemption may help (then it goes out at once).
+    now = [d.ref.name for d in waiting if d.preemption_may_help]
+    assert [e.workload.name for e in made] == now, reason
+    pending = cast(list[WorkloadPending], made) + throttle.due(time.monotonic() + 2.0)
+    released = {e.workload.name: e for e in pending}
     for decision in waiting:
         own = released[decision.ref.name]
         assert own.workload == decision.ref, reason
-        assert (own.message, own.reason, own.cluster_queue) == (decision.message, "Pending", "cq")
+        said = (own.cluster_queue, own.reason, own.message, own.preemption_may_help)
+        wanted = (
+            decision.cluster_queue,
+            decision.reason,
+            decision.message,
+            decision.preemption_may_help,
+        )
+        assert said == wanted, reason
         assert own.priority == priorities.get(decision.ref.name, 0), reason
