@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from services.admission import partial
+from services.admission import settled as settled_module
 from services.admission.flavors import AssignResult, pod_sets_shape
 from services.admission.settled import Reading, SettledFailures
 from services.admission.topology import Topology
@@ -263,11 +264,51 @@ def test_the_own_part_is_read_once_per_own_version(
 
 # (why, q0's quota of cpu on flavor a, its cohort, its usage of it in two states, whether the
 #  two states read the same; q0 is asked 2 cpus and 1Gi unless ``cpu`` says otherwise)
-BOUNDS: list[tuple[str, Any, str, int, int, bool, int]] = [
-    ("both states borrow (usage above the subtree): the same reading", 4, "c", 5000, 7000, True, 2),
-    ("one at the subtree, one above it: borrowing either way", 4, "c", 4000, 9000, True, 2),
-    ("both leave room for the request (at most subtree - asked)", 4, "c", 0, 2000, True, 2),
-    ("one leaves room, the other borrows with 2 more: read apart", 4, "c", 2000, 3000, False, 2),
+# q0's subtree quota of cpu is 4000 and the shape asks 2000 (1 pod of 2 cpus): bounds 2000
+# and 4001 (settled._bounds) where it has a cohort and no limit.
+BOUNDS: list[tuple[str, Any, str, int, int, bool, int | None]] = [
+    (
+        "both states borrow (usage above the subtree): the same reading",
+        4,
+        "c",
+        5000,
+        7000,
+        True,
+        None,
+    ),
+    ("at the high bound and above it: borrowing either way", 4, "c", 4001, 9000, True, None),
+    (
+        "one at the subtree, one above it: a count of 0 tells them apart",
+        4,
+        "c",
+        4000,
+        9000,
+        False,
+        None,
+    ),
+    ("just below the high bound and at it: read apart", 4, "c", 4000, 4001, False, None),
+    ("just below the subtree and at it: read apart", 4, "c", 3999, 4000, False, None),
+    ("both leave room for the request (at most subtree - asked)", 4, "c", 0, 2000, True, None),
+    ("at the low bound and just above it: read apart", 4, "c", 2000, 2001, False, None),
+    ("one leaves room, the other borrows with 2 more: read apart", 4, "c", 2000, 3000, False, None),
+    (
+        "a count that may drop to 0: at the subtree and above it read apart",
+        4,
+        "c",
+        4000,
+        5000,
+        False,
+        0,
+    ),
+    (
+        "a count that may drop to 0: both above the subtree read the same",
+        4,
+        "c",
+        5000,
+        7000,
+        True,
+        0,
+    ),
     (
         "a borrowing limit caps what it may use: read exactly",
         (4, 2, None),
@@ -275,38 +316,38 @@ BOUNDS: list[tuple[str, Any, str, int, int, bool, int]] = [
         5000,
         7000,
         False,
-        2,
+        None,
     ),
-    ("a lending limit keeps a local share: read exactly", (4, None, 1), "c", 5000, 7000, False, 2),
-    ("a ClusterQueue that is its own root: read exactly", 4, "", 5000, 7000, False, 2),
     (
-        "a request below 0 (not from 1 to what is asked): read exactly",
-        4,
+        "a lending limit keeps a local share: read exactly",
+        (4, None, 1),
         "c",
         5000,
         7000,
         False,
-        -2,
+        None,
     ),
+    ("a ClusterQueue that is its own root: read exactly", 4, "", 5000, 7000, False, None),
 ]
 
 
 @pytest.mark.parametrize(
-    ("why", "quota", "parent", "first", "second", "same", "cpu"),
+    ("why", "quota", "parent", "first", "second", "same", "min_count"),
     BOUNDS,
     ids=[c[0] for c in BOUNDS],
 )
 def test_own_usage_is_read_within_bounds(
-    why: str, quota: Any, parent: str, first: int, second: int, same: bool, cpu: int
+    why: str, quota: Any, parent: str, first: int, second: int, same: bool, min_count: int | None
 ) -> None:
     """A ClusterQueue's own usage of a pair tells the assigner only whether a request of at
-    most what the shape asks would borrow: read within its subtree less that and its subtree,
-    where it has neither limit and a cohort (settled.py ``_bounds``); exactly otherwise."""
+    most what the shape asks (from 0 of it, for a count partial admission may reduce to 0)
+    would borrow: read within its subtree less that and its subtree plus 1, where it has
+    neither limit and a cohort (settled.py ``_bounds``); exactly otherwise."""
     objects = [flavor("a"), flavor("b"), cq("q0", two_flavors(quota), cohort=parent)]
     objects.append(cq("q1", two_flavors(40), cohort="c"))
     topology = Topology.build(parse_object(document) for document in objects)
     tree, info = topology.tree, topology.cqs["q0"]
-    pod_sets = pods((1, cpu))
+    pod_sets = [PodSet("ps0", 1, {"cpu": 2000, "memory": GI}, min_count=min_count)]
     shape = pod_sets_shape(pod_sets)
     readings, outcomes = [], []
     for used in (first, second):
@@ -318,3 +359,51 @@ def test_own_usage_is_read_within_bounds(
     assert (readings[0] == readings[1]) is same, why
     if same:
         assert outcomes[0] == outcomes[1], why
+
+
+def test_a_count_reduced_to_0_reads_usage_at_the_subtree_apart() -> None:
+    """A pod set that may be reduced to 0 pods (min_count 0) still tests the resources it
+    requests, as ``usage + 0 > subtree``: its ClusterQueue's usage at its subtree (fits
+    without borrowing at 0 pods) and above it (borrows) must read apart, though both leave
+    the cohort the same free quota; read the same, a result kept in one was handed back in
+    the other (the reviewer's case: q0 at 4000 with q1 at 3000, and q0 at 5000 with q1 at
+    2000)."""
+    objects = [
+        flavor("a"),
+        cq("q0", group(["cpu"], ("a", {"cpu": 4})), cohort="c"),
+        cq("q1", group(["cpu"], ("a", {"cpu": 4})), cohort="c"),
+    ]
+    topology = Topology.build(parse_object(document) for document in objects)
+    tree, info = topology.tree, topology.cqs["q0"]
+    pod_sets = [PodSet("main", 2, {"cpu": 2000}, min_count=0)]
+    shape = pod_sets_shape(pod_sets)
+    seen: list[tuple[Reading, bool]] = []
+    for own, other in ((4000, 3000), (5000, 2000)):  # the cohort uses 7000 of 8000 in both
+        tree.add_usage("q0", {("a", "cpu"): own})
+        tree.add_usage("q1", {("a", "cpu"): other})
+        result = partial.assign(info, topology.flavors, tree, pod_sets, victims_possible=True)
+        seen.append((SettledFailures(tree).usage_read(info, shape, pod_sets), result.borrows))
+        tree.remove_usage("q0", {("a", "cpu"): own})
+        tree.remove_usage("q1", {("a", "cpu"): other})
+    assert [borrows for _, borrows in seen] == [False, True]  # else the case proves nothing
+    assert seen[0][0] != seen[1][0]
+
+
+def test_the_limit_clears_the_bounds_too() -> None:
+    """Past FAILURES_LIMIT results, put starts over: every table built per shape is
+    emptied, the distinct bounds too (else they pile up as shapes come and go)."""
+    objects = [flavor("a"), flavor("b")]
+    objects += [cq(f"q{i}", two_flavors(4), cohort="c") for i in range(2)]
+    topology = Topology.build(parse_object(document) for document in objects)
+    settled = SettledFailures(topology.tree)
+    pod_sets = pods((1, 2))
+    shape = pod_sets_shape(pod_sets)
+    usage = settled.usage_read(topology.cqs["q0"], shape, pod_sets)
+    assert settled._bounds  # else the case proves nothing
+    failed = partial.assign(topology.cqs["q0"], topology.flavors, topology.tree, pods((9, 2)))
+    assert not failed.fits
+    for i in range(settled_module.FAILURES_LIMIT):
+        settled._failures[(f"q{i}", shape, False)] = (usage, failed)
+    settled.put(("q0", shape, False), usage, failed)
+    assert not settled._bounds and not settled._readers and not settled._roots
+    assert list(settled._failures) == [("q0", shape, False)]

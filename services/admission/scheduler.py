@@ -295,12 +295,11 @@ class Scheduler(Assigning):
                 else:
                     result = self._assign(name, record, failed)
                 if result is not None:  # None: an offered record left parked as it was
-                    if result.fits and result.borrows:
-                        if not borrowing and not config.borrowing_yields:
-                            # Kueue admits heads that need no borrowing first. (Yielding goes by
-                            # order: a borrower goes before non-borrowers that come after it.)
-                            heapq.heappush(borrowers, key)
-                            continue
+                    if self._borrows_later(result, borrowing):
+                        # Kueue admits heads that need no borrowing first. (Yielding goes by
+                        # order: a borrower goes before non-borrowers that come after it.)
+                        heapq.heappush(borrowers, key)
+                        continue
                     self._decide(name, record, result)
                     if record.state is ADMITTED and presumes:
                         pushes, taken_back = presumed.undo(config.root(name), high)

@@ -228,6 +228,7 @@ class SettledFailures:
             self._fits.clear()
             self._readers.clear()
             self._roots.clear()
+            self._bounds.clear()
         if not result.fits:
             self._failures[key] = (usage, result)
         elif result.borrows:
@@ -295,20 +296,22 @@ def _bounds(node: QuotaNode, fr: FlavorResource, asked: int, own: bool) -> tuple
     ``asked`` of the resource reads the same outside them as at them.
 
     For the ClusterQueue's own node, under a cohort, with no borrowing or lending limit on
-    the pair: its subtree quota less ``asked``, and its subtree quota. The assigner reads that
-    node's usage only as ``usage + value > subtree`` (borrowing, and reclaiming in a
-    hierarchy), ``value`` from 1 to ``asked``: false for every value up to the low bound,
-    true for every one from the high bound. What it may use is its parent's to say: its
-    local share, ``guaranteed - usage``, is 0 without a lending limit, and the parent's is
-    not capped without a borrowing limit (shared/quota.py ``available_at``). So a ClusterQueue
-    reads the same while it keeps borrowing, or keeps room for the shape, whatever it uses.
-    Any other node (a cohort between it and the root, a ClusterQueue that is its own root,
-    or one with a limit) is read exactly (EXACT), and so is any node for a request that
-    is not above 0 (the values the assigner tests are then not from 1 to ``asked``)."""
+    the pair: its subtree quota less ``asked``, and its subtree quota plus 1. The assigner
+    reads that node's usage only as ``usage + value > subtree`` (borrowing, and reclaiming
+    in a hierarchy), ``value`` from 0 to ``asked`` (0: a pod set that partial admission may
+    reduce to 0 pods, ``min_count`` 0, still tests a resource it requests): false for every
+    value when usage is at most the low bound, true for every one when usage is at least the
+    high bound; usage at the subtree (false for 0) and above it (true) read apart. What it
+    may use is its parent's to say: its local share, ``guaranteed - usage``, is 0 without a
+    lending limit, and the parent's is not capped without a borrowing limit (shared/quota.py
+    ``available_at``). So a ClusterQueue reads the same while it keeps borrowing, or keeps
+    room for the shape, whatever it uses. Any other node (a cohort between it and the root,
+    a ClusterQueue that is its own root, or one with a limit) is read exactly (EXACT), and so
+    is any node for a request not above 0 (validation refuses one: kept as a guard)."""
     quota = node.quotas.get(fr)
     if not own or node.parent is None or asked <= 0:
         return EXACT
     if quota is not None and (quota.borrowing_limit is not None or quota.lending_limit is not None):
         return EXACT
     subtree = node.subtree.get(fr, 0)
-    return subtree - asked, subtree
+    return subtree - asked, subtree + 1
