@@ -225,20 +225,55 @@ ADMIT_CASES = {
         2000,
         False,
     ),
+    "victim_gone_before": AdmitCase(
+        "A victim whose eviction is done, admitted again: its first run and its place in"
+        " the flight were released by the eviction; only the new run counts.",
+        [admit("w", "a", 1), ask("p", "a", 1), evict("w", "a", "p"), evicted("w")],
+        2000,
+        False,
+    ),
     "other_running": AdmitCase("Another workload's run stays.", [admit("x", "a", 1)], 3000, False),
 }
 
 
 @pytest.mark.parametrize("name", ADMIT_CASES)
 def test_an_admission_releases_only_what_ran_before(name: str) -> None:
-    """Cluster._admitted calls _release only when the workload runs or is a victim: the
-    cases where it must, and where it has nothing to do."""
+    """Cluster._admitted calls _release only when the workload runs (a victim always does:
+    test_a_victim_is_always_running): the cases where it must, and where it has nothing
+    to do. No flight is left for ``p``: its only victim runs again or is gone."""
     case = ADMIT_CASES[name]
     cluster = folded(case.before)
     cluster.apply(admit("w", "a", 2, generation=2))
     assert cluster.tree.usage("a").get(CPU, 0) == case.usage, case.why
     assert ("w" in cluster.victim_of) == case.victim, case.why
     assert set(cluster.running_in["a"]) == set(cluster.running), case.why
+    assert not cluster.busy("p"), case.why
+
+
+_VICTIM = [admit("v", "a", 1), ask("p", "a", 1), evict("v", "a", "p")]
+
+# (why, events: after each, every victim is running)
+VICTIM_RUNS: list[tuple[str, list[AnyEvent]]] = [
+    ("a victim's eviction ends its run and its victimhood together", [*_VICTIM, evicted("v")]),
+    ("so does its finish", [*_VICTIM, finished("v")]),
+    ("and its deletion", [*_VICTIM, deleted("v")]),
+    ("an eviction of an older run ends neither", [*_VICTIM, evicted("v", generation=0)]),
+    (
+        "a request to evict a workload no longer running makes no victim",
+        [admit("v", "a", 1), evicted("v"), ask("p", "a", 1), evict("v", "a", "p")],
+    ),
+    ("a victim admitted again is no victim", [*_VICTIM, admit("v", "a", 1, generation=2)]),
+]
+
+
+@pytest.mark.parametrize(("why", "events"), VICTIM_RUNS, ids=[c[0] for c in VICTIM_RUNS])
+def test_a_victim_is_always_running(why: str, events: list[AnyEvent]) -> None:
+    """Cluster.victim_of names only running workloads, after every event: Cluster._admitted
+    relies on it (it releases a re-admitted workload only if it runs)."""
+    cluster = folded([])
+    for event in events:
+        cluster.apply(event)
+        assert set(cluster.victim_of) <= set(cluster.running), why
 
 
 @pytest.mark.parametrize("name", FOLD_CASES)

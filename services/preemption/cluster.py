@@ -175,7 +175,9 @@ class Cluster:
         uid = event.workload.uid
         if self.generations.get(uid, 0) >= event.generation:
             return
-        if uid in self.running or uid in self.victim_of:  # else _release has nothing to do
+        # Else _release has nothing to do: a victim is always running (victim_of only takes
+        # a running workload, and _release ends both together; test_preemption_fold_kinds).
+        if uid in self.running:
             self._release(uid)
         self.generations[uid] = event.generation
         admitted_at = event.time.timestamp()
