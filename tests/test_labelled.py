@@ -335,6 +335,10 @@ BIG = 1e16  # 1.0 added to it is lost: the sums show the order of the additions
 HELD_CASES: list[tuple[list[Step], str]] = [
     ([("tally", BIG), ("observe", 1.0), ("observe", 1.0)], "a direct observe after held adds"),
     ([("tally", BIG), ("inc", 1.0), ("observe", 1.0)], "a direct inc after held adds"),
+    (
+        [("tally", 1.0), ("tally", 1.0), ("inc", BIG)],
+        "a direct inc of a big amount after held counts: 2 then BIG, not BIG then 1s lost",
+    ),
     ([("observe", 1.0), ("tally", 1.0), ("tally", BIG)], "held adds after direct ones"),
     ([("tally", BIG), ("read", 0), ("tally", 1.0), ("observe", 1.0)], "a read between: done"),
     ([("tally", 0.2)] * 3000 + [("observe", 5.0)], "more than HELD_LIMIT: done at the limit"),
