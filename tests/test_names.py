@@ -92,7 +92,11 @@ def test_other_rules(rule: str, value: str, valid: bool, why: str) -> None:
             "/tmp/x",
             'metadata.name "/tmp/x" is not a valid name: a lowercase RFC 1123 subdomain',
         ),
-        (check_name, "a" * 300, r'"a{57}\.\.\." \(300 characters\) is not a valid name: must be no more than 253'),
+        (
+            check_name,
+            "a" * 300,
+            r'"a{57}\.\.\." \(300 characters\) is not a valid name: must be no more than 253',
+        ),
         (check_name, 42, "metadata.name 42 is not a valid name: must be a string"),
         (check_name, "café", 'metadata.name "café" is not a valid name'),
         (check_name, "a\nb", r'metadata.name "a\\nb" is not a valid name'),
@@ -112,7 +116,9 @@ def test_errors_name_the_field_the_value_and_the_rule(
 def test_label_errors_name_their_field() -> None:
     with pytest.raises(InvalidName, match=r'^labels\.team "a b" is not a valid label value'):
         check_label_value("a b", "labels.team")
-    with pytest.raises(InvalidName, match=r"^labels \"A/b\" is not a valid label key: prefix part: a lowercase"):
+    with pytest.raises(
+        InvalidName, match=r"^labels \"A/b\" is not a valid label key: prefix part: a lowercase"
+    ):
         check_label_key("A/b", "labels")
 
 
@@ -180,9 +186,7 @@ def test_remembered_verdicts_match_a_fresh_check(
 
 
 @pytest.mark.parametrize(("rule", "value", "valid", "why"), REMEMBERED_CASES)
-def test_a_verdict_not_remembered_is_the_same(
-    rule: str, value: str, valid: bool, why: str
-) -> None:
+def test_a_verdict_not_remembered_is_the_same(rule: str, value: str, valid: bool, why: str) -> None:
     """``remember=False`` (a value new each time): the same verdict, word for word, and the
     memo neither asked nor grown."""
     before = _string_problem.cache_info()
