@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from services.admission.metrics import cohort_shares, queue_samples
+from services.admission.queue_gauges import cohort_shares, queue_samples
 from services.admission.scheduler import Scheduler
 from shared.config import ClusterQueue, Cohort
 from tests.test_scheduler import V1, config, cq, flavor, group

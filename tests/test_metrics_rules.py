@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from services.admission.metrics import queue_samples
+from services.admission.queue_gauges import queue_samples
 from services.admission.scheduler import QueuedWorkload, Scheduler
 from services.recovery import metrics as recovery_metrics
 from shared.config import ClusterQueue, LocalQueue, parse_object

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from services.admission.metrics import queue_samples
+from services.admission.queue_gauges import queue_samples
 from services.admission.scheduler import Admission, QueuedWorkload, Scheduler
 from shared.config import ClusterQueue
 from shared.events import FlavorAssignment

@@ -27,7 +27,7 @@ from datetime import datetime
 
 from nats.js import JetStreamContext
 
-from services.admission import metrics, validation
+from services.admission import metrics, queue_gauges, validation
 from services.admission.activation import INACTIVE, Activity, queued
 from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from services.admission.api import serve_api
@@ -117,7 +117,7 @@ class AdmissionService:
         replayed = await self.bus.replay_to_end(subscription, self._apply)
         log.info("state_rebuilt", events=replayed, seconds=round(time.monotonic() - started, 3))
         api = await serve_api(self)
-        metrics.watch_queues(self)
+        queue_gauges.watch_queues(self)
         lag = sample_consumer_lag(self.runtime, consumer="admission", subscription=subscription)
         self.runtime.spawn(lag, name="admission.lag")
         self.runtime.set_ready()  # a warm standby is ready too: it can take over at once
