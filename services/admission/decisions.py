@@ -33,7 +33,7 @@ from shared.events import (
 )
 from shared.logging import get_logger
 
-__all__ = ["PENDING_MESSAGE_INTERVAL_S", "Decisions", "log_pending", "pending_logger"]
+__all__ = ["PENDING_MESSAGE_INTERVAL_S", "Decisions", "log_pending"]
 
 log = get_logger("admission")
 
@@ -71,7 +71,6 @@ class Decisions:
         wall = time.time()  # queue times and deadlines are epoch seconds
         decided_at = datetime.now(UTC)  # one moment for the pass's events (records share it)
         stamp = decided_at.timestamp()
-        logger = pending_logger()  # looked up once per pass (lines of admissions too)
         records, offer = self.records, self.pending_throttle.offer
         # The last report made, by all it says but its workload, with what the throttle reads
         # of it (said): the next report alike (a queue's heads after it, in a backlog) is its
@@ -84,7 +83,7 @@ class Decisions:
             ref = decision.ref
             record = records.get(ref.uid)
             if type(decision) is Admission:
-                outgoing.append(self._admitted(decision, record, wall, decided_at, stamp, logger))
+                outgoing.append(self._admitted(decision, record, wall, decided_at, stamp))
             elif type(decision) is Inadmissible:
                 contested = decision.contested
                 priority = self.scheduler.preempting_priority(ref)
@@ -116,7 +115,7 @@ class Decisions:
                     record.on_pending(pending)  # what `berth get` shows is never held back
                 if offer(pending, now, last[2]):
                     pending = msgspec.structs.replace(pending, id=new_event_id())
-                    log_pending(pending, logger)
+                    log_pending(pending)
                     outgoing.append(pending)
         return outgoing
 
@@ -127,10 +126,9 @@ class Decisions:
         wall: float,
         at: datetime,
         stamp: float,
-        logger: Any,
     ) -> WorkloadAdmitted:
         """The admission's event (``at`` the pass's moment, ``stamp`` its epoch seconds),
-        applied to its record, counted and logged (by ``logger``: the pass's)."""
+        applied to its record, counted and logged."""
         ref = decision.ref
         self.pending_throttle.forget(ref.uid)
         generation = self.scheduler.generation(ref)
@@ -173,7 +171,7 @@ class Decisions:
             line["weighted_share"] = decision.weighted_share
         if late is not None:
             line["late_s"] = round(late, 3)
-        logger.info("reserved" if event.reserved_only else "admitted", **line)
+        log.info("reserved" if event.reserved_only else "admitted", **line)
         return event
 
 
@@ -185,15 +183,9 @@ def _contested(contested: tuple[tuple[str, str, int], ...]) -> list[ContestedRes
     )
 
 
-def pending_logger() -> Any:
-    """The module's logger as configured now, for many lines in a row (a pass's, or the
-    held reports released at once): the lazy proxy's lookup made once, not per line."""
-    return log.bind()
-
-
-def log_pending(event: WorkloadPending, logger: Any = None) -> None:
-    """A pending report's line (``logger``: a pass's bound logger, or the module's)."""
-    (log if logger is None else logger).info(
+def log_pending(event: WorkloadPending) -> None:
+    """A pending report's line."""
+    log.info(
         "pending",
         workload=event.workload.key,
         queue=event.cluster_queue,

@@ -37,7 +37,6 @@ from services.admission.decisions import (
     PENDING_MESSAGE_INTERVAL_S,
     Decisions,
     log_pending,
-    pending_logger,
 )
 from services.admission.evictions import deactivation as deactivate
 from services.admission.evictions import eviction as evict
@@ -154,9 +153,8 @@ class AdmissionService:
             await self._gated(time.time())
             held = self.pending_throttle.due(time.monotonic())
             if held:
-                logger = pending_logger()  # looked up once for them all
                 for pending in held:
-                    log_pending(pending, logger)
+                    log_pending(pending)
                 await self.bus.publish_many(held)
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
