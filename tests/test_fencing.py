@@ -212,7 +212,8 @@ async def test_a_durable_consumer_resumes_with_the_markers_before_its_ack_floor(
 
         async def handler(events: list[AnyEvent]) -> None:
             handled.extend(e.workload.name for e in events)
-            stop.set()
+            if handled:  # a take of the lease markers alone is handed over empty (acked)
+                stop.set()
 
         await asyncio.wait_for(first.consume(subscription, handler, stopping=stop), 10)
         await asyncio.sleep(0.2)  # the ack is in
