@@ -58,7 +58,15 @@ from bench.kueue_config import CONFIGS, ScenarioConfig
 from bench.kueue_ideal import IdealResult, simulate_ideal
 from bench.objects import FLAVOR, cpu_cluster_queue, queue_namespace, simulated_job
 from berth_cli.up import CONSOLE, Stack
-from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus, BusTimeout, KeyExists, KeyNotFound
+from shared.bus import (
+    CONFIG_BUCKET,
+    OBJECTS_BUCKET,
+    Bus,
+    BusSettings,
+    BusTimeout,
+    KeyExists,
+    KeyNotFound,
+)
 from shared.config import encode_object, object_key, parse_object
 from shared.events import (
     AnyEvent,
@@ -68,6 +76,7 @@ from shared.events import (
     WorkloadStarted,
     encode_event,
 )
+from shared.subjects import batch_subject
 from shared.workloads import workload_key
 
 __all__ = ["SERVICE_NAMES", "RunResult", "main", "run_benchmark"]
@@ -174,6 +183,9 @@ class DriveResult:
     console_messages: int | None = None  # server-sent events read from the console, if any
 
 
+FINISHED_FAMILY = "wl.finished"  # the watcher's finished reports (docs/events.md, Batches)
+
+
 class _Finished(msgspec.Struct):
     class _Ref(msgspec.Struct):
         uid: str
@@ -237,14 +249,22 @@ async def drive(
         total = config.total_workloads
         finished: set[str] = set()
         all_done = asyncio.Event()
-        decoder = msgspec.json.Decoder(_Finished)
+        batched = BusSettings.from_env().batching
+        # With batches on, the generator reads the record (one message per watcher round)
+        # rather than the per-workload copies: a copy per finish delivered to this process
+        # cost it and nats-server a message each, CPU the stack under test then lacked.
+        decode_batch = msgspec.json.Decoder(list[_Finished]).decode
+        decode_one = msgspec.json.Decoder(_Finished).decode
 
         async def on_finished(msg: Any) -> None:
-            finished.add(decoder.decode(msg.data).workload.uid)
+            for event in decode_batch(msg.data) if batched else [decode_one(msg.data)]:
+                finished.add(event.workload.uid)
             if len(finished) >= total:
                 all_done.set()
 
-        subscription = await bus.nc.subscribe("berth.wl.finished.>", cb=on_finished)
+        subscription = await bus.nc.subscribe(
+            batch_subject(FINISHED_FAMILY) if batched else "berth.wl.finished.>", cb=on_finished
+        )
 
         t_config = time.time()
         objects = [parse_object(d) for d in config_documents(config)]
