@@ -29,12 +29,13 @@ exact identity.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
+
+from shared.event_ids import new_event_id
 
 __all__ = [
     "STATE_SUBJECTS",
@@ -83,13 +84,6 @@ MilliQuantities = dict[str, int]
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-def new_event_id() -> str:
-    """A random UUID (version 4) in hex, as ``uuid.uuid4().hex``, without a UUID object."""
-    raw = bytearray(os.urandom(16))
-    raw[6], raw[8] = (raw[6] & 0x0F) | 0x40, (raw[8] & 0x3F) | 0x80  # version 4, RFC 4122
-    return raw.hex()
 
 
 class WorkloadRef(msgspec.Struct, frozen=True, gc=False):
