@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import logging
 import os
 import sys
@@ -85,6 +86,13 @@ class UtcStamper:
         return f"{prefix}.{micro:06d}Z" if micro else f"{prefix}Z"
 
 
+# What structlog's merge_contextvars reads: its context variables, by their name's prefix.
+_CONTEXT_PREFIX = structlog.contextvars.STRUCTLOG_KEY_PREFIX
+_CONTEXT_PREFIX_LENGTH = len(_CONTEXT_PREFIX)
+# add_log_level's level of a method whose name is not its level.
+_LEVEL_NAMES = {"warn": "warning", "exception": "error"}
+
+
 class JsonLine:
     """Berth's processor chain in one processor: ``_processors()`` then the JSON bytes from
     msgspec's encoder (``enc_hook=str``), as a ``JSONRenderer`` would render them, without
@@ -92,11 +100,22 @@ class JsonLine:
     :func:`berth_bound_logger`'s ``info`` calls it directly when it is the whole chain."""
 
     def __init__(self, stamper: UtcStamper | None = None) -> None:
-        self.chain = _processors(stamper)
+        self.stamper = stamper or UtcStamper()
 
     def __call__(self, logger: Any, method: str, event_dict: EventDict) -> bytes:
-        for processor in self.chain:
-            event_dict = processor(logger, method, event_dict)
+        """The steps of ``_processors(self.stamper)``, in its order, each inline (no call
+        per processor): structlog's ``merge_contextvars`` (a context variable never replaces
+        a key the line has), ``add_log_level`` (``warn`` is ``warning``, ``exception``
+        ``error``), the stamper, :func:`_exception_rendered`."""
+        for var, value in contextvars.copy_context().items():
+            name = var.name
+            if name.startswith(_CONTEXT_PREFIX) and value is not Ellipsis:
+                event_dict.setdefault(name[_CONTEXT_PREFIX_LENGTH:], value)
+        event_dict["level"] = _LEVEL_NAMES.get(method, method)
+        stamper = self.stamper
+        event_dict["timestamp"] = stamper.stamp(stamper.clock())
+        if "exc_info" in event_dict:
+            event_dict = structlog.processors.format_exc_info(logger, method, event_dict)
         return _ENCODER.encode(event_dict)
 
 

@@ -121,6 +121,12 @@ def _contextvar(log: Any) -> None:
     log.info("with_request", workload="ns/a")
 
 
+def _unbound(log: Any) -> None:
+    structlog.contextvars.bind_contextvars(request="r-1")
+    structlog.contextvars.unbind_contextvars("request")
+    log.info("after_unbind", workload="ns/a")
+
+
 def _not_json(log: Any) -> None:
     log.info("odd", path=Path("/a/b"), numbers=(1, 2), nested={"k": [1.5, None, True]})
 
@@ -141,6 +147,7 @@ SCENES: list[tuple[Callable[[Any], None], int, str]] = [
     (_bound, logging.INFO, "a bound value, then a keyword replacing it in its place"),
     (_overrides, logging.INFO, "keywords beat the logger's context; a contextvar never does"),
     (_contextvar, logging.INFO, "a context variable bound meanwhile is merged"),
+    (_unbound, logging.INFO, "a context variable unbound (Ellipsis) is not merged"),
     (_not_json, logging.INFO, "what JSON lacks is its str(); tuples are lists"),
     (_decision, logging.WARNING, "info filtered out: nothing written"),
     (_warnings, logging.WARNING, "warnings still written when info is filtered"),
