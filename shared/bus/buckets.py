@@ -4,22 +4,17 @@ and stream it is (watches and pipelined updates need them)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
 from shared.bus.errors import BucketNotFound, NotFound, translated
-from shared.logging import get_logger
 
 __all__ = ["Bucket", "Listeners", "open_bucket"]
-
-log = get_logger("bus")
 
 # Called on each reconnect of the connection the bucket was opened on (Bus keeps the set).
 Listeners = set[Callable[[], None]]
@@ -28,9 +23,7 @@ Listeners = set[Callable[[], None]]
 class Bucket(KeyValue):
     """A key-value bucket: ``name``, its stream ``stream``, and ``prefix``, the subject a
     key's value is stored on without the key. ``reconnects``: told of each reconnect, so a
-    watch of the bucket starts again at once (shared/bus/keywatch.py). ``atomic``: its stream
-    takes atomic batches (``allow_atomic``), so many plain puts can be stored together on one
-    ack (shared/bus/publishing.py).
+    watch of the bucket starts again at once (shared/bus/keywatch.py).
 
     Its operations raise the bus's errors: ``KeyNotFound`` (no such key, or deleted),
     ``KeyExists`` (a compare-and-swap lost, or a create of a key that exists),
@@ -44,10 +37,8 @@ class Bucket(KeyValue):
         js: JetStreamContext,
         direct: bool,
         reconnects: Listeners,
-        atomic: bool = False,
     ) -> None:
         self.name = name
-        self.atomic = atomic
         self.nc = nc
         self.reconnects = reconnects
         self.stream = f"KV_{name}"
@@ -66,8 +57,7 @@ class Bucket(KeyValue):
         except NotFound as error:
             raise BucketNotFound(f"no bucket {name}") from error
         direct = bool(info.config.allow_direct)
-        atomic = bool(info.config.allow_atomic)
-        return cls(name=name, nc=nc, js=js, direct=direct, reconnects=reconnects, atomic=atomic)
+        return cls(name=name, nc=nc, js=js, direct=direct, reconnects=reconnects)
 
     async def get(
         self, key: str, revision: int | None = None, validate_keys: bool = True
@@ -133,8 +123,7 @@ async def open_bucket(
     replicas: int,
     reconnects: Listeners,
 ) -> Bucket:
-    """The bucket ``name``, created on first use, its stream taking atomic batches (a bucket
-    made before keeps one ack per put: ``Bucket.atomic``)."""
+    """The bucket ``name``, created on first use."""
     try:
         return await Bucket.existing(nc, js, name, reconnects=reconnects)
     except BucketNotFound:
@@ -148,16 +137,4 @@ async def open_bucket(
             )
         except nats.js.errors.BadRequestError:
             pass  # another service won the race
-        else:
-            await _allow_atomic(js, name)
         return await Bucket.existing(nc, js, name, reconnects=reconnects)
-
-
-async def _allow_atomic(js: JetStreamContext, name: str) -> None:
-    """Let the new bucket's stream take atomic batches (nats-py's bucket config has no such
-    field). Refused (a server without them), the bucket keeps one ack per put."""
-    try:
-        info = await js.stream_info(f"KV_{name}")
-        await js.update_stream(dataclasses.replace(info.config, allow_atomic=True))
-    except nats.errors.Error as error:
-        log.warning("bucket_not_atomic", bucket=name, error=repr(error))

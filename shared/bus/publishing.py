@@ -13,8 +13,6 @@ publish pipelined (:meth:`Publishing.publish_many`), never one awaited ack at a 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import secrets
 from collections.abc import Sequence
 
 import msgspec
@@ -29,15 +27,7 @@ from shared.bus.errors import BusError, KeyExists, NoStream
 from shared.events import Event
 from shared.logging import get_logger
 
-__all__ = [
-    "ATOMIC_BATCH",
-    "PUBLISH_ATTEMPTS",
-    "KeyUpdates",
-    "Publishing",
-    "SentEvents",
-    "goes_atomic",
-    "keep_publishing",
-]
+__all__ = ["PUBLISH_ATTEMPTS", "KeyUpdates", "Publishing", "SentEvents", "keep_publishing"]
 
 log = get_logger("bus")
 
@@ -47,20 +37,6 @@ PUBLISH_BACKOFF_CAP_S = 2.0
 # stream comes back at an instant nobody announces (a Raft election ends): retrying at most
 # this far apart, a publish is stored soon after, not up to a whole backoff later.
 OUTAGE_BACKOFF_CAP_S = 0.25
-# Puts per atomic batch: nats-server takes at most 1,000 by default.
-ATOMIC_BATCH = 500
-# An atomic batch's id, unique among the batches in flight to a stream: this process's
-# random prefix and a count.
-_BATCH_PREFIX = f"{secrets.token_hex(8)}-"
-_batch_numbers = itertools.count(1)
-
-
-def goes_atomic(bucket_atomic: bool, updates: Sequence[tuple[str, bytes, int | None]]) -> bool:
-    """Whether key updates go as atomic batches (one ack for many puts, stored all or none)
-    rather than one acked put each: the bucket's stream takes them, there are two or more,
-    and none is a compare-and-swap (each swap has an outcome of its own: a lost one must not
-    drop the others, as it would drop its whole batch)."""
-    return bucket_atomic and len(updates) > 1 and all(last is None for _, _, last in updates)
 
 
 def keep_publishing(attempt: int, *, outage: bool, stopping: bool) -> bool:
@@ -97,34 +73,21 @@ class SentEvents:
 
 
 class KeyUpdates:
-    """Key updates sent and not yet acknowledged (:meth:`Publishing.send_key_updates`).
-    ``after``: per key sent in an atomic batch, how many of the batch's messages follow it
-    (None: sent alone); the batch's one ack holds the last one's revision."""
+    """Key updates sent and not yet acknowledged (:meth:`Publishing.send_key_updates`)."""
 
-    def __init__(
-        self,
-        keys: list[str],
-        futures: list[asyncio.Future[Ack]],
-        after: list[int] | None = None,
-    ) -> None:
+    def __init__(self, keys: list[str], futures: list[asyncio.Future[Ack]]) -> None:
         self.keys = keys
         self.futures = futures
-        self.after = after
 
     async def outcomes(self) -> list[int | Exception]:
         """Each update's new revision, or ``KeyExists`` (the swap lost),
-        ``AckTimeout`` (unknown, or no stream answered, or its atomic batch was refused: read
-        or write the key again) or ``BusError``."""
+        ``AckTimeout`` (unknown, or no stream answered: read the key again) or ``BusError``."""
         outcomes: list[int | Exception] = []
-        after = self.after or [-1] * len(self.keys)
-        for key, future, behind in zip(self.keys, self.futures, after, strict=True):
+        for key, future in zip(self.keys, self.futures, strict=True):
             try:
-                outcomes.append((await future).seq - max(behind, 0))
+                outcomes.append((await future).seq)
             except PublishRefused as refused:
-                if behind >= 0:
-                    # Its batch was stored whole or not at all: not stored, write it again.
-                    outcomes.append(AckTimeout(f"update of {key} in a batch: {refused}"))
-                elif refused.err_code == WRONG_LAST_SEQUENCE:
+                if refused.err_code == WRONG_LAST_SEQUENCE:
                     outcomes.append(KeyExists(f"update of {key}: {refused.description}"))
                 elif refused.code == NO_RESPONDERS:
                     # The bucket's stream has no leader this instant (a NATS cluster electing
@@ -251,10 +214,6 @@ class Publishing(Connection):
         ``outcomes()``, one round trip for all. A last revision of None is a plain put."""
         if not isinstance(kv, Bucket):
             raise TypeError(f"update a bucket opened by Bus.kv, not {type(kv).__name__}")
-        keys = [key for key, _, _ in updates]
-        if goes_atomic(kv.atomic, updates):
-            futures, after = await self._send_atomic(kv.prefix, updates)
-            return KeyUpdates(keys, futures, after)
         prefix = kv.prefix
         futures = await self.acks.send_many(
             [
@@ -267,30 +226,4 @@ class Publishing(Connection):
                 for key, value, last in updates
             ]
         )
-        return KeyUpdates(keys, futures)
-
-    async def _send_atomic(
-        self, prefix: str, updates: Sequence[tuple[str, bytes, int | None]]
-    ) -> tuple[list[asyncio.Future[Ack]], list[int]]:
-        """Plain puts as atomic batches of at most :data:`ATOMIC_BATCH`: every message but
-        the last of each without a reply, the last (the commit) acked for the batch. Each
-        put's future (its batch's) and how many of its batch's messages follow it."""
-        futures: list[asyncio.Future[Ack]] = []
-        after: list[int] = []
-        publish = self.nc.publish
-        for start in range(0, len(updates), ATOMIC_BATCH):
-            chunk = updates[start : start + ATOMIC_BATCH]
-            batch_id = f"{_BATCH_PREFIX}{next(_batch_numbers)}"
-            *body, (key, value, _) = chunk
-            for sequence, (body_key, body_value, _) in enumerate(body, 1):
-                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(sequence)}
-                await publish(f"{prefix}{body_key}", body_value, headers=headers)
-            commit = {
-                "Nats-Batch-Id": batch_id,
-                "Nats-Batch-Sequence": str(len(chunk)),
-                "Nats-Batch-Commit": "1",
-            }
-            future = await self.acks.send(f"{prefix}{key}", value, commit)
-            futures += [future] * len(chunk)
-            after += range(len(chunk) - 1, -1, -1)
-        return futures, after
+        return KeyUpdates([key for key, _, _ in updates], futures)
