@@ -425,6 +425,55 @@ def test_recovery_off_never_evicts() -> None:
     assert clock.due(10_000.0) == []
 
 
+# (why, the facts before waitForPodsReady is enabled (steps: admitted at 0, then ready or
+# lost at a time), when it is enabled, then asked: the evictions (reason, cause) a clock
+# enabled from the start gives too)
+LATE_ENABLE_CASES: list[tuple[str, list[tuple[str, float]], float, list[tuple[str, str]]]] = [
+    ("admitted, never ready: the start clock from its admission", [], 10, [("x", "WaitForStart")]),
+    ("not before the timeout", [], 9, []),
+    ("ready meanwhile: nothing to time out", [("ready", 5)], 500, []),
+    ("lost readiness meanwhile: the recovery clock", [("ready", 5), ("lost", 100)], 129, []),
+    ("its 30s from the loss", [("ready", 5), ("lost", 100)], 130, [("x", "WaitForRecovery")]),
+    ("evicted meanwhile: none", [("evicted", 1)], 500, []),
+    ("enabled, disabled, enabled again", [("off-on", 2)], 10, [("x", "WaitForStart")]),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "facts", "now", "expected"), LATE_ENABLE_CASES, ids=[c[0] for c in LATE_ENABLE_CASES]
+)
+def test_clocks_of_what_was_admitted_before_enabling(
+    why: str, facts: list[tuple[str, float]], now: float, expected: list[tuple[str, str]]
+) -> None:
+    """While waitForPodsReady is off, no deadline is kept (due times nothing out); enabled,
+    the clocks of the admissions folded meanwhile run as if it had been on all along (fails
+    if the heaps are not made again from the waiting runs)."""
+    enabled = _recovery_clock()
+    late = PodsReadyClock()
+    late.configure(WaitForPodsReady(enable=False))
+    for clock in (enabled, late):
+        clock.apply(_admitted(1, 0.0))
+        for fact, at in facts:
+            if fact == "evicted":
+                clock.apply(
+                    WorkloadEvicted(source="watcher", workload=REF, generation=1, reason="x")
+                )
+            elif fact != "off-on":
+                clock.apply(_ready(1, at, ready=fact == "ready"))
+    assert late.deadlines == late.recoveries == [], "off: no heap entry"
+    assert late.due(now) == [], "off: nothing timed out"
+    if ("off-on", 2) in facts:  # on, then off again: still nothing kept
+        late.configure(enabled.settings)
+        late.configure(WaitForPodsReady(enable=False))
+        assert late.deadlines == late.recoveries == []
+    late.configure(enabled.settings)
+    late.random.seed(1)
+    enabled.random.seed(1)
+    got = [(e.reason, e.detail) for e in late.due(now)]
+    assert got == [(e.reason, e.detail) for e in enabled.due(now)], why
+    assert got == [("PodsReadyTimeout", cause) for _, cause in expected], why
+
+
 ORDER_FOLD: list[tuple[str, str, list[str], float]] = [
     ("requeued after a pods-ready timeout: its eviction time", "Eviction", ["timeout"], 50.0),
     ("Creation: its creation time", "Creation", ["timeout"], 1.0),

@@ -178,9 +178,11 @@ class PodsReadyClock:
         self.waiting: dict[str, _Admitted] = {}
         self.ready: dict[str, _Admitted] = {}
         self.generations: dict[str, int] = {}  # uid -> its latest admission seen
-        # (clock started at, uid, generation): WaitForStart, and WaitForRecovery.
+        # (clock started at, uid, generation): WaitForStart, and WaitForRecovery; kept only
+        # while the clocks run (_clocks).
         self.deadlines: list[tuple[float, str, int]] = []
         self.recoveries: list[tuple[float, str, int]] = []
+        self.timing = False  # waitForPodsReady is enabled: the heaps are kept
         # uid -> the generations evicted for PodsReadyTimeout with a requeue (a set, so that
         # a redelivered eviction counts once): its requeue count is their number.
         self.requeued: dict[str, set[int]] = {}
@@ -193,6 +195,23 @@ class PodsReadyClock:
         self.settings = settings or WaitForPodsReady()
         self.timeout = parse_duration(self.settings.timeout)
         self.recovery = recovery_seconds(self.settings)
+        self._clocks()
+
+    def _clocks(self) -> None:
+        """The deadline heaps are kept only while waitForPodsReady is enabled: disabled,
+        :meth:`due` times nothing out (no timeout), so an entry per admission pushed and
+        popped was work for nothing. Enabled (again), they are made from :attr:`waiting`,
+        which is kept either way: one entry per run whose clock runs, as the pushes of
+        :meth:`apply` would have left once their stale entries were popped (due reads only
+        entries that match a waiting run)."""
+        self.timing = self.enabled
+        runs = self.waiting.items() if self.timing else ()
+        self.deadlines = [(r.at, uid, r.generation) for uid, r in runs if r.lost_at is None]
+        self.recoveries = [
+            (r.lost_at, uid, r.generation) for uid, r in runs if r.lost_at is not None
+        ]
+        heapq.heapify(self.deadlines)
+        heapq.heapify(self.recoveries)
 
     @property
     def enabled(self) -> bool:
@@ -217,7 +236,8 @@ class PodsReadyClock:
                 )
                 self.ready.pop(uid, None)
                 self.evictions.pop(uid, None)  # Kueue's Evicted turns False
-                heapq.heappush(self.deadlines, (at, uid, event.generation))
+                if self.timing:
+                    heapq.heappush(self.deadlines, (at, uid, event.generation))
         elif type(event) is WorkloadPodsReady and event.ready:
             if current is not None and current.generation == event.generation:
                 del self.waiting[uid]  # ready: nothing left to time out
@@ -231,7 +251,8 @@ class PodsReadyClock:
                 del self.ready[uid]
                 run.lost_at = event.time.timestamp()
                 self.waiting[uid] = run
-                heapq.heappush(self.recoveries, (run.lost_at, uid, run.generation))
+                if self.timing:
+                    heapq.heappush(self.recoveries, (run.lost_at, uid, run.generation))
         elif type(event) is EvictionRequested:
             self._leaving(uid, event.generation)
             self.evictions[uid] = (event.reason, event.time.timestamp(), event.generation)
