@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
@@ -29,43 +28,22 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from services.recovery import lifecycle, metrics
-from services.recovery.ageing import boost_at, reservation_granted, reserve_after_seconds
+from services.recovery.requests import CancelRequest, LaunchRequest, LaunchTask, next_id
 from services.recovery.reserving import Reservations
-from services.recovery.waiting import (
-    WAIT_HISTORY,
-    WAIT_VERBS,
-    Aged,
-    Waits,
-    earlier_totals,
-    least_reserve_after,
-)
-from shared.bus import API_SUBJECT, JOBS_BUCKET, BusError, KeyExists, KeyNotFound, Served
-from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, ageing_for, config_key
+from services.recovery.ticking import Announced, Tick, ageing_tick
+from services.recovery.waiting import WAIT_HISTORY, WAIT_VERBS, Waits
+from shared.bus import API_SUBJECT, JOBS_BUCKET, BusError, Served
+from shared.config import ClusterQueue, ClusterQueuePolicy, config_key
 from shared.config_mirror import ConfigMirror
 from shared.deadletter import dead_letters
-from shared.events import (
-    AnyEvent,
-    CreateWorkload,
-    Event,
-    JobStatusChanged,
-    PriorityBoosted,
-    WorkloadRef,
-)
-from shared.jobs import (
-    NEXT_ID_KEY,
-    JobStatus,
-    ManagedJob,
-    PipelineTask,
-    encode_job,
-    job_key,
-    load_jobs,
-)
+from shared.events import AnyEvent, CreateWorkload, Event, JobStatusChanged, PriorityBoosted
+from shared.jobs import JobStatus, ManagedJob, PipelineTask, encode_job, job_key, load_jobs
 from shared.logging import get_logger
 from shared.metrics import sample_consumer_lag
 from shared.service import Runtime
-from shared.starvation import queue_facts
 
-__all__ = ["LaunchRequest", "RecoveryService"]
+# The API's requests (services/recovery/requests.py), by their old address too.
+__all__ = ["CancelRequest", "LaunchRequest", "LaunchTask", "RecoveryService", "subjects_for"]
 
 log = get_logger("recovery")
 
@@ -94,32 +72,6 @@ def subjects_for(jobs: Iterable[ManagedJob]) -> list[str]:
     return list(WAIT_SUBJECTS)
 
 
-class LaunchTask(msgspec.Struct, rename="camel"):
-    """One task of a pipeline, in order."""
-
-    name: str
-    template: dict[str, Any]
-    resources: str
-    max_restarts_on_errors: int = 0
-    recover_on_exit_codes: list[int] = []
-
-
-class LaunchRequest(msgspec.Struct, rename="camel"):
-    name: str
-    namespace: str
-    template: dict[str, Any]
-    resources: str
-    queue_name: str = ""
-    max_restarts_on_errors: int = 0
-    recover_on_exit_codes: list[int] = []
-    tasks: list[LaunchTask] = []  # a pipeline's tasks (the first is also the fields above)
-
-
-class CancelRequest(msgspec.Struct, rename="camel"):
-    id: int | None = None
-    name: str | None = None
-
-
 class RecoveryService:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -130,7 +82,7 @@ class RecoveryService:
         self.kv: KeyValue | None = None
         self.lock = asyncio.Lock()  # one writer at a time: API calls, the consumer, the tick
         self.reservations = Reservations()
-        self.announced: dict[str, tuple[int, bool]] = {}  # attempt uid -> (boost, reserved)
+        self.announced: Announced = {}  # attempt uid -> (boost, reserved) last announced
         self.waits = Waits()  # every workload's wait: each ages (docs/ageing.md)
         self.subscription: JetStreamContext.PullSubscription | None = None
         self.following: list[str] = []  # what this replica last set its consumer to
@@ -203,22 +155,8 @@ class RecoveryService:
             await self.kv.put(job_key(job.id), encode_job(job))
 
     async def _next_id(self) -> int:
-        """Sequential ids (1, 2, ...) via compare-and-swap, safe against a second replica."""
         assert self.kv is not None
-        while True:
-            try:
-                entry = await self.kv.get(NEXT_ID_KEY)
-                current = int(entry.value or b"1")
-                await self.kv.update(NEXT_ID_KEY, str(current + 1).encode(), last=entry.revision)
-                return current
-            except KeyNotFound:
-                try:
-                    await self.kv.create(NEXT_ID_KEY, b"2")
-                    return 1
-                except KeyExists:
-                    continue
-            except KeyExists:
-                continue
+        return await next_id(self.kv)
 
     # --- events ---------------------------------------------------------------------------
 
@@ -310,122 +248,21 @@ class RecoveryService:
                     log.warning("refilter_failed", workload="", queue="", reason=str(error))
 
     async def _publish_boosts(self, now: float) -> None:
-        policies = self.config.of_kind(ClusterQueuePolicy)
+        """The ageing tick (services/recovery/ticking.py): its announcements published,
+        then the jobs whose boost changed stored."""
         queues = {cq.metadata.name: cq for cq in self.config.of_kind(ClusterQueue)}
-
-        # Per ClusterQueue, once per tick: its policy, reserveAfter and nominal quota.
-        ageings: dict[str, AgeingPolicy] = {}
-        afters: dict[str, float | None] = {}
-        nominals: dict[str, Mapping[str, int]] = {}
-
-        def ageing(cluster_queue: str) -> AgeingPolicy:
-            found = ageings.get(cluster_queue)
-            if found is None:
-                found = ageings[cluster_queue] = ageing_for(policies, cluster_queue)
-            return found
-
-        def reserve_after(cluster_queue: str) -> float | None:
-            if cluster_queue not in afters:
-                after = ageing(cluster_queue).reserve_after
-                afters[cluster_queue] = None if after is None else reserve_after_seconds(after)
-            return afters[cluster_queue]
-
-        least = least_reserve_after(policies)
-        plain = {w.ref.uid: w for w in self.waits.ageing(now, reserve_after, least=least)}
-        managed: dict[str, tuple[ManagedJob, float, str]] = {}  # uid -> (job, clock, its cq)
-        for job in self.jobs.values():
-            attempt = job.current
-            if attempt is None or job.done:
-                continue
-            wait = plain.get(attempt.uid)
-            plain_clock = None if wait is None else wait.since
-            clocks = [c for c in (job.first_preempted_at, plain_clock) if c is not None]
-            if clocks:
-                queue = job.cluster_queue or (wait.cluster_queue if wait else "")
-                managed[attempt.uid] = (job, min(clocks), queue)
-        # Every clock, managed or not, for the share rule (reservations go earliest first).
-        aged = [
-            Aged((clock, uid), queue, self.reservations.request(job))
-            for uid, (job, clock, queue) in managed.items()
-        ]
-        aged += [
-            Aged((wait.since, uid), wait.cluster_queue, wait.request)
-            for uid, wait in plain.items()
-            if uid not in managed and wait.since is not None
-        ]
-        requests = {a.clock[1]: a.request for a in aged}
-        before = earlier_totals(aged)
-
-        def granted(policy: AgeingPolicy, clock: float, uid: str, queue: str) -> bool:
-            cluster_queue = queues.get(queue)
-            if cluster_queue is None:
-                return False
-            if queue not in nominals:
-                nominals[queue] = queue_facts(cluster_queue).nominal
-            return reservation_granted(
-                policy, request=requests[uid], nominal=nominals[queue], earlier=[before[uid]]
-            )
-
-        outgoing: list[Event] = []
-        changed: list[ManagedJob] = []
-        for uid, (job, clock, queue) in managed.items():
-            wait = self.waits.waits.get(uid)
-            if job.status != JobStatus.RECOVERING and (wait is None or wait.running):
-                continue  # only a waiting job ages; a running one keeps what it had
-            policy = ageing(queue)
-            boost, due = boost_at(policy, now - clock)
-            # A reservation once granted is kept: the jobs it was counted with only leave.
-            reserved = due and (job.reserved or granted(policy, clock, uid, queue))
-            assert job.current is not None
-            ref = WorkloadRef(job.namespace, job.current.name, uid)
-            event = self._announce(ref, clock, (boost, reserved), policy)
-            if event is None:
-                continue
-            if (boost, reserved) != (job.boost, job.reserved):
-                job.boost, job.reserved = boost, reserved
-                metrics.boosted(cluster_queue=queue, reserved=reserved)
-                changed.append(job)
-            outgoing.append(event)
-            why = _why(now - clock, due=due, reserved=reserved)
-            log.info("job_boosted", job=job.id, workload=ref.key, queue=queue, boost=boost,
-                     reserved=reserved, reason=why)  # fmt: skip
-        for uid, wait in plain.items():
-            if uid in managed or wait.running or wait.since is None:
-                continue
-            policy = ageing(wait.cluster_queue)
-            boost, due = boost_at(policy, now - wait.since)
-            queue = wait.cluster_queue
-            reserved = due and (wait.reserved or granted(policy, wait.since, uid, queue))
-            event = self._announce(wait.ref, wait.since, (boost, reserved), policy)
-            if event is None:
-                continue
-            wait.boost, wait.reserved = boost, reserved
-            outgoing.append(event)
-            why = _why(now - wait.since, due=due, reserved=reserved)
-            log.info("workload_boosted", workload=wait.ref.key, queue=queue, boost=boost,
-                     reserved=reserved, reason=why)  # fmt: skip
+        tick = Tick(policies=self.config.of_kind(ClusterQueuePolicy), queues=queues)
+        outgoing, changed = ageing_tick(
+            now,
+            tick=tick,
+            waits=self.waits,
+            jobs=self.jobs.values(),
+            reservations=self.reservations,
+            announced=self.announced,
+        )
         if outgoing:
             await self.bus.publish_many(outgoing)
             await self._save(changed)
-
-    def _announce(
-        self, ref: WorkloadRef, clock: float, ageing: tuple[int, bool], policy: AgeingPolicy
-    ) -> PriorityBoosted | None:
-        """The boost to publish, or None if this one was announced already. Announced once
-        per workload even at boost 0: admission and preemption learn the clock from it."""
-        if self.announced.get(ref.uid) == ageing:
-            return None
-        self.announced[ref.uid] = ageing
-        boost, reserved = ageing
-        return PriorityBoosted(
-            id=f"boost-{ref.uid}-{boost}-{int(reserved)}",
-            source="recovery",
-            workload=ref,
-            boost=boost,
-            reserved=reserved,
-            can_preempt=policy.boost_can_preempt,
-            since=datetime.fromtimestamp(clock, UTC),
-        )
 
     # --- API ------------------------------------------------------------------------------
 
@@ -493,8 +330,3 @@ class RecoveryService:
             if not cancelled:
                 return {"error": f"job {matches[0].id} already {matches[0].status.value}"}
             return {"cancelled": cancelled}
-
-
-def _why(waited: float, *, due: bool, reserved: bool) -> str:
-    held = "; its reservation waits for share" if due and not reserved else ""
-    return f"waited {waited:.0f}s since its ageing clock{held}"
