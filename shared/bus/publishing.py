@@ -24,6 +24,7 @@ from shared.bus.batches import COPY_HEADER, Prepared, Wire, batched
 from shared.bus.buckets import Bucket
 from shared.bus.connection import Connection
 from shared.bus.errors import BusError, KeyExists, NoStream
+from shared.bus.headers import header_value
 from shared.events import Event
 from shared.logging import get_logger
 
@@ -130,17 +131,19 @@ class Publishing(Connection):
         first: whatever a service does on reading the batch (an admission after a submission)
         comes after them in the per-workload view too. Sent after their batch's ack, a
         service's reaction could be stored before the copy of what it reacted to. Best effort:
-        the batch is the record (docs/events.md "Batches")."""
+        the batch is the record (docs/events.md "Batches"). Ids as ``header_value``s: nats-py
+        cleans them at no cost (shared/bus/headers.py)."""
         publish = self.nc.publish  # the current client's, whichever it is at each copy
         try:
             for subject, payload, msg_id in copies:
-                await publish(subject, payload, headers={"Nats-Msg-Id": msg_id, COPY_HEADER: "1"})
+                headers = {"Nats-Msg-Id": header_value(msg_id), COPY_HEADER: "1"}
+                await publish(subject, payload, headers=headers)
         except nats.errors.Error as error:
             log.warning("copies_unsent", count=len(copies), error=repr(error))
 
     async def publish_raw(self, subject: str, payload: bytes, msg_id: str) -> Ack:
         """Publish a prepared message until the stream stores it, or give up (BusError)."""
-        headers = {"Nats-Msg-Id": msg_id}
+        headers = {"Nats-Msg-Id": header_value(msg_id)}
         delay = 0.1
         attempt = 0
         while True:
@@ -192,7 +195,10 @@ class Publishing(Connection):
             wire, copies = [p[:3] for p in prepared], []  # subject, payload, message id
         await self.publish_copies(copies)
         futures = await self.acks.send_many(
-            [(subject, payload, {"Nats-Msg-Id": msg_id}) for subject, payload, msg_id in wire]
+            [
+                (subject, payload, {"Nats-Msg-Id": header_value(msg_id)})
+                for subject, payload, msg_id in wire
+            ]
         )
         return SentEvents(self, wire, futures)
 
@@ -221,7 +227,9 @@ class Publishing(Connection):
                     f"{prefix}{key}",
                     value,
                     # A plain put has no headers (as kv.put): not an empty block to build.
-                    None if last is None else {"Nats-Expected-Last-Subject-Sequence": str(last)},
+                    None
+                    if last is None
+                    else {"Nats-Expected-Last-Subject-Sequence": header_value(str(last))},
                 )
                 for key, value, last in updates
             ]
