@@ -10,11 +10,14 @@ pending workload (tracemalloc, measured around submit). Run:
 from __future__ import annotations
 
 import gc
+import hashlib
 import random
 import time
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from services.admission.scheduler import Admission, QueuedWorkload, Scheduler
 from shared.config import ConfigObject, parse_object
@@ -24,6 +27,7 @@ V1 = "kueue.x-k8s.io/v1beta1"
 CLUSTER_QUEUES = 1_000
 COHORTS = 10
 WORKLOADS = 100_000
+ENCODER = msgspec.json.Encoder()
 
 
 def build_config(
@@ -118,6 +122,10 @@ def main() -> None:
     start = time.perf_counter()
     decisions = scheduler.schedule()
     first = time.perf_counter() - start
+    # Every decision of every pass, in order: the same decisions give the same digest.
+    digest = hashlib.sha256()
+    for decision in decisions:
+        digest.update(ENCODER.encode(decision))
     admitted = [d for d in decisions if isinstance(d, Admission)]
     attempted = scheduler.tried
 
@@ -129,8 +137,10 @@ def main() -> None:
         for admission in batch:
             scheduler.finish(admission.ref)
         start = time.perf_counter()
-        scheduler.schedule()
+        decisions = scheduler.schedule()
         steady_time += time.perf_counter() - start
+        for decision in decisions:
+            digest.update(ENCODER.encode(decision))
         steady_decisions += scheduler.tried
 
     violations = scheduler.quota.violations()
@@ -151,6 +161,7 @@ def main() -> None:
     print(f"memory per pending workload:  {per_workload:,.0f} bytes (scheduler state, tracemalloc)")
     print(f"  incl. QueuedWorkload + ref:  {per_workload_all:,.0f} bytes")
     print(f"limit violations:             {len(violations)}")
+    print(f"decisions digest:             {digest.hexdigest()[:12]} (every pass, in order)")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from services.admission import partial
 from services.admission.flavors import AssignResult
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
-from services.admission.settled import Key, SettledFailures
+from services.admission.settled import Reader, Reading, SettledFailures
 from shared.config import ConfigObject
 from tests.test_scheduler import wl
 from tests.test_scheduler_offers import NO_BORROWING, OPS, Step, apply, lockstep, world
@@ -26,7 +26,7 @@ from tests.test_scheduler_properties import SETTINGS, tree_config
 class _Forgetful(SettledFailures):
     """Remembers nothing: every head is assigned again."""
 
-    def get(self, key: Key, usage: tuple[int, ...]) -> AssignResult | None:
+    def known(self, reader: Reader, victims_possible: bool, usage: Reading) -> AssignResult | None:
         return None
 
 

@@ -390,20 +390,27 @@ def test_a_count_reduced_to_0_reads_usage_at_the_subtree_apart() -> None:
 
 
 def test_the_limit_clears_the_bounds_too() -> None:
-    """Past FAILURES_LIMIT results, put starts over: every table built per shape is
-    emptied, the distinct bounds too (else they pile up as shapes come and go)."""
+    """Past FAILURES_LIMIT readers (each with the results remembered on it), a new one
+    starts over: every table built per shape is emptied, the distinct bounds too (else they
+    pile up as shapes come and go); an existing one is kept as it is."""
     objects = [flavor("a"), flavor("b")]
     objects += [cq(f"q{i}", two_flavors(4), cohort="c") for i in range(2)]
     topology = Topology.build(parse_object(document) for document in objects)
     settled = SettledFailures(topology.tree)
     pod_sets = pods((1, 2))
     shape = pod_sets_shape(pod_sets)
-    usage = settled.usage_read(topology.cqs["q0"], shape, pod_sets)
+    q0 = topology.cqs["q0"]
+    usage = settled.usage_read(q0, shape, pod_sets)
     assert settled._bounds  # else the case proves nothing
-    failed = partial.assign(topology.cqs["q0"], topology.flavors, topology.tree, pods((9, 2)))
+    failed = partial.assign(q0, topology.flavors, topology.tree, pods((9, 2)))
     assert not failed.fits
-    for i in range(settled_module.FAILURES_LIMIT):
-        settled._failures[(f"q{i}", shape, False)] = (usage, failed)
-    settled.put(("q0", shape, False), usage, failed)
-    assert not settled._bounds and not settled._readers and not settled._roots
-    assert list(settled._failures) == [("q0", shape, False)]
+    settled.put(("q0", shape, True), usage, failed)
+    reader = settled._readers[("q0", shape)]
+    for i in range(settled_module.FAILURES_LIMIT - 1):
+        settled._readers[(f"x{i}", shape)] = reader
+    assert settled.usage_read(q0, shape, pod_sets) == usage, "a known reader: nothing cleared"
+    assert len(settled._readers) == settled_module.FAILURES_LIMIT
+    other = pods((2, 2))
+    settled.usage_read(topology.cqs["q1"], pod_sets_shape(other), other)
+    assert list(settled._readers) == [("q1", pod_sets_shape(other))]
+    assert settled.get(("q0", shape, True), usage) is None, "its failure went with its reader"

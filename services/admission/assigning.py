@@ -57,15 +57,10 @@ class Assigning(Placement):
         info = config.cqs[name]
         no_victims = self._no_victims  # mostly empty: then the record's workload is not read
         victims_possible = not no_victims or record.wl.ref.uid not in no_victims
-        settled = (name, pod_sets_shape, victims_possible)
-        usage = self._settled.usage_read(
-            info,
-            pod_sets_shape,
-            record.wl.pod_sets,
-            version,
-            self._own_usage_version.get(name, 0),
-        )
-        result = self._settled.get(settled, usage)
+        settled = self._settled
+        reader = settled.reader(info, pod_sets_shape, record.wl.pod_sets)
+        usage = settled.read(reader, version, self._own_usage_version.get(name, 0))
+        result = settled.known(reader, victims_possible, usage)
         if result is None:
             if known_only:
                 return None
@@ -76,7 +71,7 @@ class Assigning(Placement):
                 record.wl.pod_sets,
                 victims_possible=victims_possible,
             )
-            self._settled.put(settled, usage, result)
+            settled.remember(reader, victims_possible, usage, result)
         if not result.fits:
             failed[shape] = (version, result)
         return result

@@ -49,17 +49,25 @@ class RootReading:
         self.values: tuple[int, ...] = ()
 
 
+# A remembered result: (whether preemption may still find victims, the reading, the result)
+Kept = tuple[bool, Reading, AssignResult]
+
+
 class Reader:
     """What an assignment of one shape in one ClusterQueue reads of the usage: its exact
     probes, the root's, whether every exact probe is of the ClusterQueue's own node, and the
-    exact part last read with the own usage version it was read at (see _own_read)."""
+    exact part last read with the own usage version it was read at (see _own_read); and the
+    results remembered for it (SettledFailures.known): kept here, not in tables by key, so a
+    lookup is the reader's and no more."""
 
-    __slots__ = ("exact", "own_only", "own_values", "own_version", "roots")
+    __slots__ = ("exact", "failure", "fit", "own_only", "own_values", "own_version", "roots")
 
     def __init__(self, exact: list[Probe], roots: RootReading | None, own_only: bool) -> None:
         self.exact, self.roots, self.own_only = exact, roots, own_only
         self.own_version = -1  # versions count from 0: nothing read yet
         self.own_values: tuple[int, ...] = ()
+        self.failure: Kept | None = None  # the last failure
+        self.fit: Kept | None = None  # the last success that borrows
 
 
 class Quiet:
@@ -86,15 +94,13 @@ class SettledFailures:
     """Assignments by (ClusterQueue, shape, victims possible), with the usage they read: the
     last failure and the last success that borrows of each."""
 
-    __slots__ = ("_bounds", "_failures", "_fits", "_quiet", "_readers", "_roots", "_tree")
+    __slots__ = ("_bounds", "_quiet", "_readers", "_roots", "_tree")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
         # (ClusterQueue, shape) -> the usage its assignment reads: exactly, and of the root
         self._readers: dict[tuple[str, PodSetsShape], Reader] = {}
         self._bounds: dict[tuple[int, int], tuple[int, int]] = {}  # each distinct one once
-        self._failures: dict[Key, tuple[Reading, AssignResult]] = {}
-        self._fits: dict[Key, tuple[Reading, AssignResult]] = {}
         # One reading per distinct root reading, by (root, pairs with what is asked of them).
         self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], RootReading] = {}
         self._quiet: dict[str, Quiet] = {}  # by ClusterQueue (see quiet)
@@ -122,10 +128,24 @@ class SettledFailures:
         ``version``: the caller's count of changes of the root's usage; ``own_version``: of
         the ClusterQueue's own usage (None: read it now). They only spare reading again what
         they say is unchanged (_own_read, _root_read)."""
+        return self.read(self.reader(info, shape, pod_sets), version, own_version)
+
+    def reader(self, info: ClusterQueueInfo, shape: PodSetsShape, pod_sets: list[PodSet]) -> Reader:
+        """The reader of ``shape`` in ``info``'s ClusterQueue (made on first use); past
+        FAILURES_LIMIT of them every table built per shape starts over (shapes come and go:
+        rather than pile up)."""
         key = (info.name, shape)
         reader = self._readers.get(key)
         if reader is None:
+            if len(self._readers) >= FAILURES_LIMIT:
+                self._readers.clear()
+                self._roots.clear()
+                self._bounds.clear()
             reader = self._readers[key] = self._reader(info, pod_sets)
+        return reader
+
+    def read(self, reader: Reader, version: int | None, own_version: int | None) -> Reading:
+        """``usage_read`` with the reader in hand."""
         # The versions' hits are tested here, not in a call: most readings are of them.
         if reader.own_only and own_version is not None:
             if reader.own_version == own_version:
@@ -208,31 +228,38 @@ class SettledFailures:
             node = node.parent
         return Reader(exact, roots, own_only)
 
-    def get(self, key: Key, usage: Reading) -> AssignResult | None:
-        """The result remembered for ``key`` (its failure, else its success) if it read this
-        same ``usage``."""
-        found = self._failures.get(key)
-        if found is not None and found[0] == usage:
-            return found[1]
-        found = self._fits.get(key)
-        return found[1] if found is not None and found[0] == usage else None
+    def known(self, reader: Reader, victims_possible: bool, usage: Reading) -> AssignResult | None:
+        """The result remembered on ``reader`` (its failure, else its success) if it was
+        assigned with the same ``victims_possible`` and read this same ``usage``."""
+        found = reader.failure
+        if found is not None and found[0] is victims_possible and found[1] == usage:
+            return found[2]
+        found = reader.fit
+        if found is not None and found[0] is victims_possible and found[1] == usage:
+            return found[2]
+        return None
 
-    def put(self, key: Key, usage: Reading, result: AssignResult) -> None:
-        """Remember a result: the last failure and the last success that borrows of ``key``
-        each (see the module docstring). Two that read the same are the same (see
+    def remember(
+        self, reader: Reader, victims_possible: bool, usage: Reading, result: AssignResult
+    ) -> None:
+        """Remember a result on its reader: the last failure and the last success that
+        borrows each (see the module docstring). Two that read the same are the same (see
         usage_read), so one handed back is what assigning again would give; its assignments
         and usage are then shared by the workloads admitted with it (nothing changes them:
         FlavorAssignment is frozen, the usage only read)."""
-        if len(self._failures) >= FAILURES_LIMIT or len(self._fits) >= FAILURES_LIMIT:
-            self._failures.clear()  # shapes come and go: start over rather than pile up
-            self._fits.clear()
-            self._readers.clear()
-            self._roots.clear()
-            self._bounds.clear()
         if not result.fits:
-            self._failures[key] = (usage, result)
+            reader.failure = (victims_possible, usage, result)
         elif result.borrows:
-            self._fits[key] = (usage, result)
+            reader.fit = (victims_possible, usage, result)
+
+    def get(self, key: Key, usage: Reading) -> AssignResult | None:
+        """``known`` by ``key`` (None: no reader of its ClusterQueue and shape yet)."""
+        reader = self._readers.get((key[0], key[1]))
+        return None if reader is None else self.known(reader, key[2], usage)
+
+    def put(self, key: Key, usage: Reading, result: AssignResult) -> None:
+        """``remember`` by ``key``, whose reader ``usage_read`` made."""
+        self.remember(self._readers[(key[0], key[1])], key[2], usage, result)
 
     def quiet(
         self,
