@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +25,7 @@ from berth_cli.launcher import start_stack as start_live_stack
 from berth_cli.natsserver import NatsServer
 from shared.auth import ClientAuth, CredentialStore
 from shared.bus import Bus
+from tests.cli_fork import command as cli_command
 from tests.stack_pool import StackPool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,10 +71,11 @@ def bus_auth(url: str) -> ClientAuth:
 def berth(
     *args: str, url: str, check: bool = True, stdin: str | None = None, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real `berth` CLI in a subprocess, as a user would."""
+    """Run the real `berth` CLI in a subprocess, as a user would (its imports done ahead:
+    tests/cli_fork.py)."""
     credentials = {"BERTH_CREDS": CLI_CREDENTIALS[url]} if url in CLI_CREDENTIALS else {}
     result = subprocess.run(
-        [sys.executable, "-m", "berth_cli", *args],
+        cli_command(args),
         env={**os.environ, "BERTH_NATS_URL": url, **credentials},
         capture_output=True,
         text=True,
