@@ -2,7 +2,8 @@
 
 The admission service's fold (``_apply``) and its decision loop (``_decide``: one scheduling
 pass, then each decision turned into its event, record update, metrics and log line, and
-its own admissions folded back) driven in one process: 200 ClusterQueues in 10 cohorts
+its own admissions folded back; then the loop's turn: due evictions, the admission checks'
+and pods-ready clocks) driven in one process: 200 ClusterQueues in 10 cohorts
 (bench/admission_core.py's world), workloads submitted in batches of 500, each batch
 followed by one pass; the pods of what the last pass admitted become ready, half of what
 runs finishes (``--batch``: more per batch, deeper queues, more waiting decisions). The bus
@@ -134,10 +135,21 @@ def run(workloads: int, batch_size: int) -> tuple[float, float, float, str, int,
         service._apply(batch)
         fold_s += time.process_time() - started
         started = time.process_time()
-        asyncio.run(service._decide())
+        asyncio.run(_turn(service))
         decide_s += time.process_time() - started
     digest = sink.digest.hexdigest()[:12]
     return fold_s, decide_s, core_s, digest, len(sink.admitted), waited
+
+
+async def _turn(service: AdmissionService) -> None:
+    """What the service's loop does after folding a batch (``_live``): a pass, then the due
+    evictions and the admission checks' and pods-ready clocks; not the throttle's held
+    pending reports (due by the clock, which the digest must not depend on)."""
+    await service._decide()
+    expired = service._expired(time.time())
+    if expired:
+        await service.bus.publish_many(expired)
+    await service._gated(time.time())
 
 
 def _ready(admitted: WorkloadAdmitted) -> WorkloadPodsReady:
