@@ -60,13 +60,17 @@ async def _bound(bus: Bus, name: str) -> tuple[str | None, str]:
 
 
 async def _stream(url: str, seconds: float, job_id: int) -> list[Sample]:
-    """Submit a 1-CPU high-priority job every 0.5 s; sample the managed job and its bound."""
+    """Submit a 1-CPU high-priority job every 0.5 s; sample the managed job and its bound.
+    The stream stops after ``seconds``, or once the job succeeded (it can no longer be
+    preempted or wait: nothing later could change what the tests assert)."""
     bus = await Bus.connect(url, source="test", auth=bus_auth(url))
     samples: list[Sample] = []
     started = time.monotonic()
     index = 0
     try:
-        while time.monotonic() - started < seconds:
+        while time.monotonic() - started < seconds and not (
+            samples and samples[-1].status == "SUCCEEDED"
+        ):
             document = job_manifest(
                 f"high-{index}", cpu=1, simulated_runtime="1500ms", priority_class="high"
             )
@@ -158,12 +162,16 @@ def test_without_ageing_the_stream_starves_the_job(stack: Stack, tmp_path: Path)
 
 async def _plain_under_stream(url: str, seconds: float) -> list[Sample]:
     """The stream of 1-CPU high-priority jobs; after two of them, a plain 2-CPU low-priority
-    Job (not a managed job, never preempted); its bound sampled every 0.5 s."""
+    Job (not a managed job, never preempted); its bound sampled every 0.5 s. The stream
+    stops after ``seconds``, or once the plain Job finished (then it neither waits nor runs)."""
     bus = await Bus.connect(url, source="test", auth=bus_auth(url))
     samples: list[Sample] = []
     started = time.monotonic()
+    finished = False
     try:
         for index in range(int(seconds * 2)):
+            if finished:
+                break
             document = job_manifest(
                 f"high-{index}", cpu=1, simulated_runtime="1500ms", priority_class="high"
             )
@@ -174,6 +182,8 @@ async def _plain_under_stream(url: str, seconds: float) -> list[Sample]:
             if index >= 2:
                 found = await query_all(bus, "workloads", names=["default/plain"])
                 if found:
+                    conditions = found[0]["status"].get("conditions", [])
+                    finished = any(c["type"] == "Finished" for c in conditions)
                     shown = found[0]["status"].get("berth", {})
                     state = "pending" if "runsByReason" in shown else "other"
                     samples.append(Sample(time.monotonic() - started, state,
