@@ -135,9 +135,8 @@ def berth_bound_logger(min_level: int) -> type[Any]:
         processors = self._processors
         if args or len(processors) != 1 or type(processors[0]) is not JsonLine:
             return structlogs_info(self, event, *args, **kw)
-        event_dict = self._context.copy()
-        event_dict.update(kw)
-        event_dict["event"] = event
+        # As structlog builds it (context, keywords, then event), in one expression.
+        event_dict = {**self._context, **kw, "event": event}
         return self._logger.info(processors[0](self._logger, "info", event_dict))
 
     return type(f"Berth{base.__name__}", (base,), {"info": info})
