@@ -131,14 +131,26 @@ def stack_pool(
         del request.config.stash[_POOL]
 
 
+# The fixtures that take their stack from the pool (:func:`pooled_stack`): ``stack``, and
+# the module-scoped stacks some test modules share among their tests.
+POOLED = frozenset({"stack", "live", "shared_stack", "secured"})
+
+
+def pooled_stack(request: pytest.FixtureRequest, stack_pool: StackPool) -> Stack:
+    """A fresh `berth up` from the pool for ``request``'s test or module (tests/stack_pool.py:
+    if a later test asks for one too, its stack starts meanwhile, then waits ready, idle at
+    ~3% of a core, for it)."""
+    items, node = request.session.items, request.node
+    mine = [i for i, item in enumerate(items) if f"{item.nodeid}::".startswith(f"{node.nodeid}::")]
+    after = items[mine[-1] + 1 :] if mine else []
+    wanted = any(POOLED & set(getattr(item, "fixturenames", ())) for item in after)
+    return signed_in(stack_pool.take(another_wanted=wanted))
+
+
 @pytest.fixture
 def stack(request: pytest.FixtureRequest, stack_pool: StackPool) -> Iterator[Stack]:
-    """A `berth up` of this test's own (tests/stack_pool.py: if a later test asks for one
-    too, its stack starts meanwhile, then waits ready, idle at ~3% of a core, for it)."""
-    items = request.session.items
-    after = items[items.index(request.node) + 1 :] if request.node in items else []
-    wanted = any("stack" in getattr(item, "fixturenames", ()) for item in after)
-    running = signed_in(stack_pool.take(another_wanted=wanted))
+    """A `berth up` of this test's own (:func:`pooled_stack`)."""
+    running = pooled_stack(request, stack_pool)
     try:
         yield running
     finally:
@@ -153,7 +165,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test without ``stack`` runs once the spare is ready: no two `berth up` start at
     once (a test of its own may start one)."""
     pool = item.config.stash.get(_POOL, None)
-    if pool is not None and "stack" not in getattr(item, "fixturenames", ()):
+    if pool is not None and not POOLED & set(getattr(item, "fixturenames", ())):
         pool.settle()
 
 

@@ -23,7 +23,7 @@ from berth_cli.getting import get
 from berth_cli.kinds import config_names, resolve
 from berth_cli.main import cli
 from berth_cli.watching import RowPrinter
-from tests.conftest import CLI_CREDENTIALS, FIXTURES, REPO, Stack, berth, start_stack
+from tests.conftest import CLI_CREDENTIALS, FIXTURES, REPO, Stack, berth, pooled_stack
 from tests.e2e import eventually, get_json, job_manifest, submit_manifest
 from tests.stack_pool import StackPool
 
@@ -131,10 +131,12 @@ def test_version(args: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, stack_pool: StackPool) -> Iterator[Stack]:
+def live(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, stack_pool: StackPool
+) -> Iterator[Stack]:
     """seed 003's queue (one GPU), a finished job, a running 1-GPU job and a pending one."""
     folder = tmp_path_factory.mktemp("kubectl")
-    running = start_stack(folder / "berth")
+    running = pooled_stack(request, stack_pool)
     try:
         url = running.url
         berth("apply", "-f", str(FIXTURES / "seed003-kueue-resources.yaml"), url=url)

@@ -25,8 +25,8 @@ from tests.conftest import (
     STACK_ENV,
     Stack,
     berth,
+    pooled_stack,
     signed_in,
-    start_stack,
 )
 from tests.e2e import condition, event_log, eventually, get_json, is_admitted
 from tests.readme import Step, created_names, matches, started_as_shown, walkthroughs
@@ -37,10 +37,8 @@ KINDS = EXAMPLES / "kinds"
 
 
 @pytest.fixture(scope="module")
-def shared_stack(
-    tmp_path_factory: pytest.TempPathFactory, stack_pool: StackPool
-) -> Iterator[Stack]:
-    running = start_stack(tmp_path_factory.mktemp("examples") / "berth")
+def shared_stack(request: pytest.FixtureRequest, stack_pool: StackPool) -> Iterator[Stack]:
+    running = pooled_stack(request, stack_pool)
     try:
         yield running
     finally:

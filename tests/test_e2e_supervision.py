@@ -25,7 +25,7 @@ import pytest
 from berth_cli.launcher import LiveStack, start_stack
 from shared.auth import USERS, ClientAuth
 from shared.bus import STREAM, Bus, BusError
-from tests.conftest import CLI_CREDENTIALS, FIXTURES, Stack, berth
+from tests.conftest import CLI_CREDENTIALS, FIXTURES, Stack, berth, pooled_stack
 from tests.e2e import eventually, get_json, is_admitted
 from tests.stack_pool import StackPool
 from tests.test_e2e_foundation import gpu_job
@@ -35,8 +35,8 @@ ADMITTED = "berth.cq.perm-test.admitted.default.{}"  # a decision only admission
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory, stack_pool: StackPool) -> Iterator[LiveStack]:
-    running = start_stack(tmp_path_factory.mktemp("secured") / "berth")
+def secured(request: pytest.FixtureRequest, stack_pool: StackPool) -> Iterator[LiveStack]:
+    running = pooled_stack(request, stack_pool)
     assert running.cli_credentials is not None
     CLI_CREDENTIALS[running.url] = str(running.cli_credentials)
     try:
