@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -44,6 +45,7 @@ from shared.events import (
     SubmitWorkload,
     WorkloadAdmitted,
     WorkloadSubmitted,
+    now,
     subject_for,
 )
 from shared.logging import get_logger
@@ -119,8 +121,9 @@ class LocalBackend:
         thousand new workloads per second); anything else that publishes (a deletion) first
         flushes the announcements before it, so the stream keeps the bucket's order."""
         announcements: list[tuple[WorkloadSubmitted, str]] = []
+        at = now()  # the batch's announcements share their moment (reporting.py)
         for entry in entries:
-            await self._observe(entry, initial=False, announcements=announcements)
+            await self._observe(entry, initial=False, announcements=announcements, at=at)
         await self._flush_announcements(announcements)
 
     async def _observe_listed(self, entries: list[KeyValue.Entry]) -> None:
@@ -130,8 +133,9 @@ class LocalBackend:
         anything); an eviction of a run found orphaned first flushes the announcements
         before it, so the stream keeps the bucket's order."""
         announcements: list[tuple[WorkloadSubmitted, str]] = []
+        at = now()
         for entry in entries:
-            await self._observe(entry, initial=True, announcements=announcements)
+            await self._observe(entry, initial=True, announcements=announcements, at=at)
             if len(announcements) >= LISTED_BATCH:
                 await self._flush_announcements(announcements)
         await self._flush_announcements(announcements)
@@ -142,6 +146,7 @@ class LocalBackend:
         *,
         initial: bool,
         announcements: list[tuple[WorkloadSubmitted, str]],
+        at: datetime,
     ) -> None:
         value = live_value(entry)
         if value is None:
@@ -173,7 +178,7 @@ class LocalBackend:
             await self.runs.orphaned(entry.key, obj)
         if uid in self.announcing:
             return  # announced in this batch already
-        announcements.append((reporting.submitted(obj, spec), spec.kind))
+        announcements.append((reporting.submitted(obj, spec, at=at), spec.kind))
         self.announcing.add(uid)
 
     async def _flush_announcements(

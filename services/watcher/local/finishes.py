@@ -19,7 +19,7 @@ from services.watcher.local.processes import RunningPods
 from services.watcher.local.simulated import Simulated
 from services.watcher.local.statuses import StatusStore
 from shared.bus import SentEvents
-from shared.events import Event, WorkloadRef
+from shared.events import Event, WorkloadRef, now
 from shared.logging import get_logger
 from shared.service import Runtime
 
@@ -136,9 +136,12 @@ class Finishes:
         ignores for a generation that finished."""
         for _, ref, _, _, _ in finishes:
             self.running.pop(ref.uid, None)
+        at = now()  # the round's reports share their moment (reporting.py)
         reported = await self.runtime.bus.send_many(
             [
-                reporting.finished(ref, gen, succeeded=code == 0, exit_code=code, message=text)
+                reporting.finished(
+                    ref, gen, succeeded=code == 0, exit_code=code, message=text, at=at
+                )
                 for _, ref, gen, code, text in finishes
             ]
         )

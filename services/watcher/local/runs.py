@@ -18,7 +18,7 @@ from services.watcher.local.run_files import RunSetupError, prepare_run
 from services.watcher.local.simulated import Clocks, Simulated
 from services.watcher.local.statuses import StatusStore, StatusWrites
 from shared.bus import SentEvents, Settling
-from shared.events import AnyEvent, EvictionRequested, WorkloadAdmitted, WorkloadRef
+from shared.events import AnyEvent, EvictionRequested, WorkloadAdmitted, WorkloadRef, now
 from shared.logging import get_logger
 from shared.service import Runtime
 from shared.workloads import SIMULATED_RUNTIME_ANNOTATION, workload_spec
@@ -184,9 +184,10 @@ class Runs:
                     for run, _ in runs
                 ]
             )
+            at = now()  # the round's reports share their moment (reporting.py)
             reports = await self.runtime.bus.send_many(
-                [reporting.started(r.ref, r.generation) for r, _ in runs]
-                + [reporting.pods_ready(r.ref, r.generation) for r, _ in runs]
+                [reporting.started(r.ref, r.generation, at=at) for r, _ in runs]
+                + [reporting.pods_ready(r.ref, r.generation, at=at) for r, _ in runs]
             )
         except BaseException:
             self._announce_runs(runs)
