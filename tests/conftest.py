@@ -136,14 +136,16 @@ def stack_pool(
 POOLED = frozenset({"stack", "live", "shared_stack", "secured"})
 
 
-def pooled_stack(request: pytest.FixtureRequest, stack_pool: StackPool) -> Stack:
+def pooled_stack(
+    request: pytest.FixtureRequest, stack_pool: StackPool, *, more: bool = False
+) -> Stack:
     """A fresh `berth up` from the pool for ``request``'s test or module (tests/stack_pool.py:
-    if a later test asks for one too, its stack starts meanwhile, then waits ready, idle at
-    ~3% of a core, for it)."""
+    if a later test asks for one too, or ``more`` (this one will), the next stack starts
+    meanwhile, then waits ready, idle at ~3% of a core, for it)."""
     items, node = request.session.items, request.node
     mine = [i for i, item in enumerate(items) if f"{item.nodeid}::".startswith(f"{node.nodeid}::")]
     after = items[mine[-1] + 1 :] if mine else []
-    wanted = any(POOLED & set(getattr(item, "fixturenames", ())) for item in after)
+    wanted = more or any(POOLED & set(getattr(item, "fixturenames", ())) for item in after)
     return signed_in(stack_pool.take(another_wanted=wanted))
 
 

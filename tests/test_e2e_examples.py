@@ -4,7 +4,6 @@ admitted whole or not at all. The kinds share one stack (module scope) to keep t
 from __future__ import annotations
 
 import filecmp
-import itertools
 import json
 import os
 import re
@@ -22,11 +21,9 @@ from tests.conftest import (
     CLI_CREDENTIALS,
     FIXTURES,
     REPO,
-    STACK_ENV,
     Stack,
     berth,
     pooled_stack,
-    signed_in,
 )
 from tests.e2e import condition, event_log, eventually, get_json, is_admitted
 from tests.readme import Step, created_names, matches, started_as_shown, walkthroughs
@@ -126,24 +123,24 @@ def _run_step(step: Step, url: str, names: dict[str, str]) -> list[str]:
     return actual
 
 
-def test_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
+def test_readme_walkthroughs_run_as_written(
+    request: pytest.FixtureRequest, stack_pool: StackPool
+) -> None:
     """Each README walkthrough's commands, in order, as README.md shows them, print what it
     shows: a step that changes something runs once; one that reads runs until the state it
     shows is reached. `berth up` in a walkthrough is a fresh stack, which prints what the
-    README shows it print, if it shows anything (the next fresh stack starts while a
-    walkthrough runs, a used one stops behind it: tests/stack_pool.py)."""
+    README shows it print, if it shows anything (a fresh stack of the session's pool: the
+    next one starts while a walkthrough runs, a used one stops behind it: tests/stack_pool.py)."""
     found = walkthroughs(README.read_text())
-    folders = (tmp_path / f"berth-{index}" for index in itertools.count())
-    pool = StackPool(lambda: next(folders), STACK_ENV)
     running: Stack | None = None
     try:
         for index, walkthrough in enumerate(found):
             if running is None or walkthrough.fresh_stack:
                 if running is not None:
-                    pool.release(running)
+                    stack_pool.release(running)
                     CLI_CREDENTIALS.pop(running.url, None)
                 another = any(later.fresh_stack for later in found[index + 1 :])
-                running = signed_in(pool.take(another_wanted=another))
+                running = pooled_stack(request, stack_pool, more=another)
                 if walkthrough.up_output:
                     printed = running.output[: len(walkthrough.up_output)]
                     data_dir = str(running.data_dir)
@@ -157,9 +154,8 @@ def test_readme_walkthroughs_run_as_written(tmp_path: Path) -> None:
                     _run_step(step, url, names)
     finally:
         if running is not None:
-            pool.release(running)
+            stack_pool.release(running)
             CLI_CREDENTIALS.pop(running.url, None)
-        pool.close()
         os.environ.pop("BERTH_CREDS", None)
 
 
