@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from services.preemption.borrowing import BorrowingTree
 from shared.config import ClusterQueue, Cohort, parse_object
 from shared.quota import QuotaNode, QuotaTree
 
@@ -279,3 +280,63 @@ def _available_by_definition(node: QuotaNode) -> int:
         used = max(0, node.usage.get(CPU, 0) - guaranteed)
         parent_available = min(stored - used + quota.borrowing_limit, parent_available)
     return node.local_available(CPU) + parent_available
+
+
+def _two_resources(name: str, cohort_name: str, cpu: int, memory: int) -> ClusterQueue:
+    """A ClusterQueue with cpu and memory in flavor f, lending half of each to its cohort."""
+    resources = [
+        {"name": "cpu", "nominalQuota": cpu, "lendingLimit": cpu // 2},
+        {"name": "memory", "nominalQuota": memory, "lendingLimit": memory // 2},
+    ]
+    group = {
+        "coveredResources": ["cpu", "memory"],
+        "flavors": [{"name": "f", "resources": resources}],
+    }
+    obj = parse_object(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {"cohort": cohort_name, "resourceGroups": [group]},
+        }
+    )
+    assert isinstance(obj, ClusterQueue)
+    return obj
+
+
+MEMORY = ("f", "memory")
+
+
+@pytest.mark.parametrize("tree_class", [QuotaTree, BorrowingTree])
+@pytest.mark.parametrize(
+    ("queue", "amounts", "why"),
+    [
+        ("a", {CPU: k(3), MEMORY: k(9)}, "two flavor-resources, one within kept, one beyond"),
+        ("a", {CPU: k(9), MEMORY: k(3)}, "the first goes up to the cohort, the next starts low"),
+        ("a", {CPU: k(9), MEMORY: 0}, "a zero amount is skipped: it makes no usage entry"),
+        ("a", {CPU: 0, MEMORY: 0}, "all zero: nothing changes anywhere"),
+        ("missing", {CPU: k(1)}, "a ClusterQueue not in the tree: nothing changes"),
+    ],
+)
+def test_one_call_charges_as_one_call_per_flavor_resource(
+    tree_class: type[QuotaTree], queue: str, amounts: dict[tuple[str, str], int], why: str
+) -> None:
+    """add_usage and remove_usage of several flavor-resources at once leave every node as
+    one call per non-zero flavor-resource does (each starts again at the ClusterQueue), in
+    QuotaTree and in preemption's BorrowingTree; a zero amount touches no node."""
+    queues = [_two_resources("a", "co", 6, 10), _two_resources("b", "co", 2, 2)]
+    together, alone = tree_class.build(queues, []), tree_class.build(queues, [])
+    together.add_usage(queue, amounts)
+    for fr, value in amounts.items():
+        if value:
+            alone.add_usage(queue, {fr: value})
+
+    def usages(tree: QuotaTree) -> dict[str, dict[tuple[str, str], int]]:
+        nodes = [*tree.cluster_queues.values(), *tree.cohorts.values()]
+        return {node.name: dict(node.usage) for node in nodes}
+
+    assert usages(together) == usages(alone), why
+    if not any(amounts.values()) or queue == "missing":
+        assert all(not usage for usage in usages(together).values()), why
+    together.remove_usage(queue, amounts)
+    assert all(v == 0 for usage in usages(together).values() for v in usage.values()), why
