@@ -93,14 +93,18 @@ class Placement:
     def _new_queue(self, name: str, strict: bool) -> ClusterQueueQueue:
         """A pending queue; ordered across LocalQueues under admission fair sharing."""
         ledger, fairness = self._ledger, self._config.fairness
+        queue: ClusterQueueQueue
         if ledger is None or name not in fairness.usage_based:
-            return ClusterQueueQueue(strict, self._records)
-        return FairShareQueue(
-            strict,
-            self._records,
-            lambda lq: ledger.usage(lq, fairness.lq_weight(lq), self.clock()),
-            lambda: ledger.stamp(self.clock()),
-        )
+            queue = ClusterQueueQueue(strict, self._records)
+        else:
+            queue = FairShareQueue(
+                strict,
+                self._records,
+                lambda lq: ledger.usage(lq, fairness.lq_weight(lq), self.clock()),
+                lambda: ledger.stamp(self.clock()),
+            )
+        queue.name = name
+        return queue
 
     # --- placing a pending workload --------------------------------------------------------
 

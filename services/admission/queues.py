@@ -188,6 +188,7 @@ class ClusterQueueQueue:
         "_offers",
         "blocked",
         "heap",
+        "name",
         "offered",
         "parked",
         "records",
@@ -197,6 +198,7 @@ class ClusterQueueQueue:
 
     def __init__(self, strict: bool, records: dict[str, Record]) -> None:
         self.strict = strict
+        self.name = ""  # its ClusterQueue's (Placement._new_queue sets it)
         self.heap: list[OrderKey] = []
         # Set aside by BestEffortFIFO: shape -> heap of their keys (lazy deletion too).
         self.parked: dict[bytes, list[OrderKey]] = {}

@@ -78,6 +78,7 @@ class Scheduler(Assigning):
     offers = True  # parked heads offered, not moved (see schedule); tests turn it off
     left_parked = 0  # offered heads the last pass left parked as they were
     presumed = taken_back = 0  # of those, presumed ahead of their turn; taken back (presumed.py)
+    kept_blocked = 0  # blocked heads the last pass presumed blocked still (_stays_blocked)
 
     # --- workload facts --------------------------------------------------------------------
 
@@ -212,6 +213,15 @@ class Scheduler(Assigning):
                     queue.requeue_parked()
                 self._ready.add(name)
         self._dirty = set()
+        # The queue of each entry of the pass's heaps, by the id of its key (see _owner).
+        owner: dict[int, ClusterQueueQueue] = {}
+        # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
+        # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
+        # backlog of identical workloads then costs a dict lookup each, not a flavor search.
+        failed: Failed = {}
+        presumed = Presumed()  # heads left as they are ahead of their turn (presumed.py)
+        presumes = offers and self.presumes  # see Assigning._leave_parked
+        tried = left_parked = 0
         try:
             heads: list[_Head] = []
             for name in self._ready:
@@ -220,7 +230,13 @@ class Scheduler(Assigning):
                     continue
                 head = queue.candidate() if queue.offered else queue.head()
                 if head is not None and head.key is not None:
+                    if presumes and not queue.offered:
+                        if self._stays_blocked(name, queue, head, failed):
+                            presumed.block(config.root(name), queue, head)
+                            tried += 1
+                            continue
                     heads.append(head.key)
+                    owner[id(head.key)] = queue
             self._ready = set()
             fair_roots: dict[str, list[str]] = {}  # fair sharing: cohort heads by tournament
             if config.fairness.enabled:
@@ -234,11 +250,6 @@ class Scheduler(Assigning):
                     if config.tree.cluster_queues[name].parent is None
                 ]
             heapq.heapify(heads)
-            # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
-            # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
-            # backlog of identical workloads then costs a dict lookup each, not a flavor search.
-            failed: Failed = {}
-            tried = left_parked = 0
             for root, names in fair_roots.items():
                 tried += fair_round(
                     config.tree,
@@ -250,14 +261,12 @@ class Scheduler(Assigning):
                     decide=self._decide,
                 )
             borrowers: list[_Head] = []  # heads found to need borrowing: after the others
-            presumed = Presumed()  # offered heads left parked ahead of their turn
             self.quiet_queues = 0
-            presumes = offers and self.presumes  # see Assigning._leave_parked
             high = heads[0] if heads else NO_KEY  # the largest popped since heads ran empty
-            records = self._records
             while heads or borrowers:
                 borrowing = not heads
                 key = heapq.heappop(borrowers if borrowing else heads)
+                queue = self._owner(owner, key)
                 if borrowing:
                     presumed.settle()
                     high = key
@@ -265,14 +274,14 @@ class Scheduler(Assigning):
                     continue
                 elif high < key:
                     high = key
-                name = records[key[UID]].cq  # its queue (only delete drops a record)
-                queue = self._queues[name]
+                name = queue.name
                 record = queue.candidate() if queue.offered else queue.head()
                 if record is None:
                     continue
                 if record.key is not key:  # the head changed since it was pushed
                     if record.key is not None:
                         heapq.heappush(heads, record.key)
+                        owner[id(record.key)] = queue
                     continue
                 tried += 1
                 chain: list[Record] | None = None
@@ -284,6 +293,7 @@ class Scheduler(Assigning):
                         result = None
                     elif left is not None and self._borrows_later(left, borrowing):
                         heapq.heappush(borrowers, key)  # still offered: see _borrows_later
+                        owner[id(key)] = queue
                         continue
                     else:
                         queue.take_offered(record)
@@ -299,13 +309,15 @@ class Scheduler(Assigning):
                         # Kueue admits heads that need no borrowing first. (Yielding goes by
                         # order: a borrower goes before non-borrowers that come after it.)
                         heapq.heappush(borrowers, key)
+                        owner[id(key)] = queue
                         continue
                     self._decide(name, record, result)
                     if record.state is ADMITTED and presumes:
-                        pushes, taken_back = presumed.undo(config.root(name), high)
-                        for entry in pushes:
+                        pushes, taken_back, unblocked = presumed.undo(config.root(name), high)
+                        for entry, entry_queue in pushes:
                             heapq.heappush(heads, entry)
-                        tried -= taken_back
+                            owner[id(entry)] = entry_queue
+                        tried -= taken_back + unblocked
                         left_parked -= taken_back
                     if queue.blocked:
                         continue
@@ -313,6 +325,7 @@ class Scheduler(Assigning):
                 following_key = None if following is None else following.key
                 if following_key is not None:
                     heapq.heappush(heads, following_key)
+                    owner[id(following_key)] = queue
                 if chain:
                     presumed.add(config.root(name), queue, chain, following_key)
                     tried += len(chain)
@@ -323,12 +336,25 @@ class Scheduler(Assigning):
         self._out = []
         self.tried, self.left_parked = tried, left_parked
         self.presumed, self.taken_back = presumed.count, presumed.taken_back
+        self.kept_blocked = presumed.blocked - presumed.unblocked
         # A nomination ends with its evictions: a preemptor that still does not fit must not
         # hold its ClusterQueue (preemption looks at it again). Decisions this makes go out
         # with the next pass.
         for preemptor in self._nominations.take_released():
             self.unnominate(preemptor)
         return out
+
+    def _owner(self, owner: dict[int, ClusterQueueQueue], key: _Head) -> ClusterQueueQueue:
+        """The queue of ``key``, an entry just popped from the pass's heaps: the one noted in
+        ``owner`` when it was pushed (taken off: a small dict, where the record's lookup by
+        uid is one in the table of every workload), else the queue of its record (a key
+        pushed twice, by Presumed.undo: its first pop took the note). The note is the queue
+        of that very key object: each push notes it, and a key in a heap is alive, so no
+        other object has its id meanwhile."""
+        queue = owner.pop(id(key), None)
+        if queue is None:
+            queue = self._queues[self._records[key[UID]].cq]  # only delete drops a record
+        return queue
 
     def _borrows_later(self, known: AssignResult, borrowing: bool) -> bool:
         """Whether an offered (parked) head whose remembered result ``known`` holds now, popped
