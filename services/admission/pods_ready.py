@@ -182,7 +182,7 @@ class PodsReadyClock:
         # while the clocks run (_clocks).
         self.deadlines: list[tuple[float, str, int]] = []
         self.recoveries: list[tuple[float, str, int]] = []
-        self.timing = False  # waitForPodsReady is enabled: the heaps are kept
+        self.timing = self.settings.enable  # waitForPodsReady is on: the heaps are kept
         # uid -> the generations evicted for PodsReadyTimeout with a requeue (a set, so that
         # a redelivered eviction counts once): its requeue count is their number.
         self.requeued: dict[str, set[int]] = {}
