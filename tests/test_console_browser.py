@@ -49,7 +49,7 @@ pytestmark = pytest.mark.skipif(
 
 if CHROMIUM.exists():
     from selenium import webdriver
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -358,15 +358,16 @@ def _cluster_queue(url: str) -> dict[str, Any]:
 
 def _queue_action(driver: WebDriver, token: str, button: str) -> None:
     """Type the token into the queue page's form and press ``button`` (#stop-queue or
-    #resume-queue), again if a live update replaced the form meanwhile."""
-    for _ in range(5):
+    #resume-queue), again if a live update replaced the form meanwhile (or was replacing it:
+    not there for a moment)."""
+    for _ in range(20):
         try:
             driver.find_element(By.CSS_SELECTOR, "#queue-actions input[name=token]").send_keys(
                 token
             )
             driver.find_element(By.CSS_SELECTOR, button).click()
             return
-        except StaleElementReferenceException:
+        except (StaleElementReferenceException, NoSuchElementException):
             time.sleep(0.1)
     raise AssertionError("the queue form kept being replaced")
 
