@@ -9,7 +9,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -255,8 +255,8 @@ def test_dry_run_writes_nothing(live: Stack, tmp_path: Path) -> None:
 
     job = job_manifest("never", cpu=1)
     (tmp_path / "never.json").write_text(json.dumps(job))
-    out = berth("submit", "-f", str(tmp_path / "never.json"), "--dry-run", url=url).stdout
-    assert out == "job.batch/never created (dry run)\n"
+    printed = berth("submit", "-f", str(tmp_path / "never.json"), "--dry-run", url=url).stdout
+    assert printed == "job.batch/never created (dry run)\n"
     assert "never" not in {w["metadata"]["name"] for w in get_json(url, "wl")}
     exists = job_manifest("runs", cpu=1)
     (tmp_path / "runs.json").write_text(json.dumps(exists))
@@ -306,15 +306,24 @@ def test_watch_follows_a_new_workload(live: Stack, tmp_path: Path) -> None:
         text=True,
         cwd=REPO,
     )
+    finished = ["watched", "user-queue", "cluster-queue", "True", "True"]
+    lines: list[str] = []
+    assert process.stdout is not None
+    reader = threading.Thread(target=lines.extend, args=(process.stdout,), daemon=True)
+    reader.start()
     try:
-        time.sleep(1.0)
+        eventually(lambda: lines, timeout=20, interval=0.05)  # its first listing is out
         submit_manifest(url, tmp_path, job_manifest("watched", cpu=1, simulated_runtime="100ms"))
-        time.sleep(2.5)  # two polls: it appears, then it finishes
+        # Polls until it appears, then until it has finished.
+        eventually(lambda: any(line.split()[:5] == finished for line in lines), interval=0.05)
     finally:
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=10)
+        process.wait(10)
+        reader.join(10)
+        assert process.stderr is not None
+        stderr = process.stderr.read()
     assert process.returncode == 0 and "Traceback" not in stderr, stderr
-    lines = stdout.splitlines()
+    lines = "".join(lines).splitlines()
     assert lines[0].split()[:2] == ["NAME", "QUEUE"]
     watched = [line.split() for line in lines if line.startswith("watched ")]
-    assert watched and watched[-1][:5] == ["watched", "user-queue", "cluster-queue", "True", "True"]
+    assert watched and watched[-1][:5] == finished
