@@ -16,13 +16,35 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
 import msgspec
-import structlog
-from structlog.typing import EventDict
+
+
+@contextmanager
+def _rich_hidden() -> Iterator[None]:
+    """Hide rich while structlog is imported: structlog's dev and tracebacks modules import it
+    (about 0.05 s of CPU at every process's start, services included) for the console renderer
+    and rich tracebacks, which Berth never uses (its lines are JSON, its exceptions go through
+    ``format_exc_info``). A process that has rich already keeps it; rich stays importable after.
+    """
+    if "rich" in sys.modules:
+        yield
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]  # the import system's "not here"
+    try:
+        yield
+    finally:
+        if sys.modules.get("rich", False) is None:
+            del sys.modules["rich"]
+
+
+with _rich_hidden():
+    import structlog
+    from structlog.typing import EventDict
 
 __all__ = [
     "JsonLine",
