@@ -9,7 +9,15 @@ from pathlib import Path
 
 from shared.events import WorkloadAdmitted, WorkloadFinished, WorkloadStarted, WorkloadSubmitted
 from tests.conftest import FIXTURES, Stack, berth
-from tests.e2e import condition, event_log, eventually, get_json, is_admitted, peak_usage
+from tests.e2e import (
+    condition,
+    event_log,
+    eventually,
+    get_json,
+    is_admitted,
+    peak_usage,
+    pid_alive,
+)
 
 GPU = 1000  # one nvidia.com/gpu in milli-units
 
@@ -83,8 +91,9 @@ def test_seed_003_three_gpu_jobs_admitted_one_at_a_time(stack: Stack, tmp_path: 
     eventually(lambda: job_log.exists() and "started job-1" in job_log.read_text())
 
     # Kill admission mid-flight; `berth up` restarts it and it rebuilds from the stream.
-    os.kill(stack.pids["admission"], signal.SIGKILL)
-    time.sleep(1.5)
+    killed = stack.pids["admission"]
+    os.kill(killed, signal.SIGKILL)
+    eventually(lambda: not pid_alive(killed))  # what answers from now on is its successor
     eventually(first_admitted, timeout=30)
 
     flags["job-1"].touch()
