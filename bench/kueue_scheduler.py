@@ -485,7 +485,7 @@ class RunResult:
     config: ScenarioConfig
     wall: float
     startup: float
-    idle_startup_cpu: float  # the four services' CPU s to readiness on an idle stack
+    idle_startup_cpu: float | None  # the four services' CPU s to readiness on an idle stack
     drain_stop: float
     window: float
     usage_pct: float
@@ -658,6 +658,7 @@ def run_benchmark(
     with_console: bool = False,
     creations_per_s: float | None = None,
     save_events: Path | None = None,
+    measure_startup: bool = True,
 ) -> RunResult:
     ideal = simulate_ideal(config)
     owned_tmp = None
@@ -730,7 +731,7 @@ def run_benchmark(
         config=config,
         wall=wall,
         startup=startup,
-        idle_startup_cpu=idle_startup_cpu(),
+        idle_startup_cpu=idle_startup_cpu() if measure_startup else None,
         drain_stop=stopped_in,
         window=metrics["window"],
         usage_pct=metrics["usage_pct"],
@@ -852,10 +853,11 @@ def render(result: RunResult) -> str:
     workloads = max(1, result.workloads)
     services = sum(cpu for name, (cpu, _) in result.processes.items() if name in SERVICE_NAMES)
     row("service CPU per workload (ms; the four services)", _fmt(services / workloads * 1000, 3))
-    row(
-        "  less starting (an idle stack's, measured apart)",
-        _fmt((services - result.idle_startup_cpu) / workloads * 1000, 3),
-    )
+    if result.idle_startup_cpu is not None:
+        row(
+            "  less starting (an idle stack's, measured apart)",
+            _fmt((services - result.idle_startup_cpu) / workloads * 1000, 3),
+        )
     row(
         "  with nats-server",
         _fmt((services + result.processes.get("nats-server", (0.0, 0.0))[0]) / workloads * 1000, 3),
@@ -878,7 +880,11 @@ def render(result: RunResult) -> str:
     row("workloads created / finished", f"{result.workloads:,} / {result.finished:,}")
     row("creation span, first to last create (s)", _fmt(result.creation_span))
     row("startup / stop (s)", f"{_fmt(result.startup, 2)} / {_fmt(result.drain_stop, 2)}")
-    row("starting, four services' CPU s (an idle stack to ready)", _fmt(result.idle_startup_cpu, 2))
+    if result.idle_startup_cpu is not None:
+        row(
+            "starting, four services' CPU s (an idle stack to ready)",
+            _fmt(result.idle_startup_cpu, 2),
+        )
     row(
         "admitted -> started, mean / p99 (ms)",
         _mean_p99_text(result.start_lag),
