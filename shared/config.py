@@ -83,7 +83,6 @@ from shared.names import (
     check_namespace,
 )
 from shared.quantities import QuantityError, parse_quantity
-from shared.yaml_input import YamlInputError, load_all
 
 # The model lives in shared/config_base.py, shared/config_kueue.py and shared/config_berth.py;
 # everything is re-exported here, so `from shared.config import ClusterQueue` keeps working.
@@ -423,6 +422,9 @@ def load_documents(text: str, *, source: str = "input") -> list[dict[str, Any]]:
     A syntax error is reported with its line, as one line of text; the bounds of
     :mod:`shared.yaml_input` (size, depth, alias expansion) apply.
     """
+    # only the CLI reads YAML: imported here, a service's start does not import PyYAML
+    from shared.yaml_input import YamlInputError, load_all
+
     try:
         documents = load_all(text, source=source)
     except YamlInputError as error:

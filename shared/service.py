@@ -3,8 +3,8 @@
 Every service's ``__main__`` calls :func:`run_service` with its ``main`` coroutine. The
 order, modelled on aiohttp's documented graceful shutdown and kopf's reactor:
 
-1. JSON logging; the HTTP server (``/healthz``, ``/readyz``, ``/metrics``, ``/status``) on
-   loopback;
+1. JSON logging; the HTTP server (``/healthz``, ``/readyz``, ``/metrics``, ``/status``,
+   shared/probe_server.py) on loopback;
 2. the bus, and the event stream ensured;
 3. the replica's background tasks: its role's lease (:class:`Leadership`, docs/replicas.md)
    and its membership record (shared/membership.py);
@@ -28,7 +28,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
 import msgspec
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from shared.auth import ClientAuth
@@ -38,6 +37,7 @@ from shared.leadership import Leadership
 from shared.lease import LeaseSettings, replica_id_from_env, rfc3339
 from shared.logging import configure_logging, flush_logs, get_logger
 from shared.membership import Member, keep_record
+from shared.probe_server import Answer, serve_routes
 
 __all__ = ["PORT_IN_USE_EXIT", "Runtime", "run_service", "serve_probes"]
 
@@ -173,35 +173,25 @@ class Runtime:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-async def serve_probes(runtime: Runtime, *, host: str, port: int) -> web.AppRunner:
-    """Start the probe and metrics server; returns the runner to clean up."""
+async def serve_probes(runtime: Runtime, *, host: str, port: int) -> asyncio.Server:
+    """Start the probe and metrics server; returns the server to close."""
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    async def healthz() -> Answer:
+        return Answer(b"ok")
 
-    async def readyz(_: web.Request) -> web.Response:
+    async def readyz() -> Answer:
         if runtime.ready.is_set() and not runtime.stopping.is_set() and runtime.bus.nc.is_connected:
-            return web.Response(text="ready")
-        return web.Response(status=503, text="not ready")
+            return Answer(b"ready")
+        return Answer(b"not ready", status=503)
 
-    async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest(REGISTRY)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def metrics() -> Answer:
+        return Answer(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
-    async def status(_: web.Request) -> web.Response:
-        body = msgspec.json.encode(runtime.member())
-        return web.Response(body=body, content_type="application/json")
+    async def status() -> Answer:
+        return Answer(msgspec.json.encode(runtime.member()), content_type="application/json")
 
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/status", status)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    return runner
+    routes = {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics, "/status": status}
+    return await serve_routes(routes, host=host, port=port)
 
 
 MainCoroutine = Callable[[Runtime], Coroutine[Any, Any, None]]
@@ -248,7 +238,7 @@ async def _run(
     if supervisor:
         runtime.spawn(_follow_supervisor(runtime, int(supervisor)), name=f"{name}.supervisor")
     try:
-        runner = await serve_probes(runtime, host=host, port=port)
+        server = await serve_probes(runtime, host=host, port=port)
     except OSError as error:
         log.error("cannot_listen", service=name, http=runtime.http, error=str(error))
         await runtime.cancel_tasks(grace=0)
@@ -275,7 +265,8 @@ async def _run(
         await runtime.finish(grace=min(grace, 5.0))
     finally:
         await bus.close()
-        await runner.cleanup()
+        server.close()
+        await server.wait_closed()
         log.info("stopped", service=name, failed=runtime.failed)
     return 1 if runtime.failed else 0
 

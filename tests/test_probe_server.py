@@ -1,0 +1,110 @@
+"""shared/probe_server.py: a service's probes, metrics and /status over asyncio's streams.
+
+The table holds what a request line gets (route or error, body or not); one in-process server
+on a real loopback socket answers raw requests as kubelet, Prometheus and ``berth status`` send
+them, and ``urllib`` (an ordinary client) reads an answer whose connection closes."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+import pytest
+
+from shared.probe_server import Answer, Route, answer_for, encode, serve_routes
+
+
+async def _ok() -> Answer:
+    return Answer(b"ok")
+
+
+async def _json() -> Answer:
+    return Answer(b'{"a":1}', content_type="application/json")
+
+
+ROUTES: dict[str, Route] = {"/healthz": _ok, "/status": _json}
+
+# (request line, the route or the error status, whether the body is sent, reason)
+REQUESTS = [
+    (b"GET /healthz HTTP/1.1", "/healthz", True, "a known path"),
+    (b"GET /healthz?verbose=1 HTTP/1.1", "/healthz", True, "the query string is ignored"),
+    (b"HEAD /status HTTP/1.1", "/status", False, "HEAD: the route's headers, no body"),
+    (b"GET /healthz HTTP/1.0", "/healthz", True, "an HTTP/1.0 caller"),
+    (b"GET /nothing HTTP/1.1", 404, True, "an unknown path"),
+    (b"HEAD /nothing HTTP/1.1", 404, False, "an unknown path asked with HEAD: no body"),
+    (b"GET /healthz/ HTTP/1.1", 404, True, "a trailing slash is another path"),
+    (b"POST /healthz HTTP/1.1", 405, True, "the routes are read-only"),
+    (b"DELETE /status HTTP/1.1", 405, True, "the routes are read-only"),
+    (b"GET /healthz", 400, True, "no protocol"),
+    (b"GET /healthz FTP/1.1", 400, True, "not HTTP"),
+    (b"", 400, True, "an empty line"),
+]
+
+
+@pytest.mark.parametrize(("line", "expected", "with_body", "reason"), REQUESTS)
+def test_answer_for(line: bytes, expected: str | int, with_body: bool, reason: str) -> None:
+    wanted, body = answer_for(line, ROUTES)
+    if isinstance(expected, str):
+        assert wanted is ROUTES[expected], reason
+    else:
+        assert isinstance(wanted, Answer) and wanted.status == expected, reason
+        assert wanted.body.startswith(str(expected).encode() + b": "), "the body names it"
+    assert body == with_body, reason
+
+
+# (answer, with body, the exact bytes, reason)
+ENCODED = [
+    (
+        Answer(b"ok"),
+        True,
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 2\r\n"
+        b"Connection: close\r\n\r\nok",
+        "a plain answer",
+    ),
+    (
+        Answer(b"not ready", status=503),
+        False,
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Content-Length: 9\r\nConnection: close\r\n\r\n",
+        "HEAD: the body's length, without the body",
+    ),
+    (
+        Answer(b"{}", content_type="application/json"),
+        True,
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+        b"Connection: close\r\n\r\n{}",
+        "another content type",
+    ),
+]
+
+
+@pytest.mark.parametrize(("answer", "with_body", "expected", "reason"), ENCODED)
+def test_encode(answer: Answer, with_body: bool, expected: bytes, reason: str) -> None:
+    assert encode(answer, with_body=with_body) == expected, reason
+
+
+async def _exchange(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    writer.write_eof()  # a caller that sends no more: an incomplete request is not waited for
+    answer = await reader.read()  # to the end: the server closes the connection
+    writer.close()
+    await writer.wait_closed()
+    return answer
+
+
+async def test_a_server_answers_raw_requests_and_closes() -> None:
+    server = await serve_routes(ROUTES, host="127.0.0.1", port=0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        probe = b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: kube-probe/1.30\r\n\r\n"
+        assert (await _exchange(port, probe)).endswith(b"\r\n\r\nok")
+        missing = await _exchange(port, b"GET /x HTTP/1.1\r\n\r\n")
+        assert missing.startswith(b"HTTP/1.1 404 Not Found\r\n")
+        assert await _exchange(port, b"GET /healthz HTTP/1.1\r\n") == b"", "no end of headers"
+        url = f"http://127.0.0.1:{port}/status"
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        assert body == b'{"a":1}'
+    finally:
+        server.close()
+        await server.wait_closed()

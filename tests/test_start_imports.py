@@ -1,0 +1,79 @@
+"""What a process must not import at its start: every module below costs CPU at each start of
+each service process (the benchmark's service CPU, a pod's start, the suite's stacks) and is
+used only on a rare path or never. Each entry point is imported in a fresh interpreter, as
+``python -m`` starts it, and the modules it loaded are read from ``sys.modules``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+# aiohttp's own modules: ``import aiohttp`` alone (nats-py's, for its WebSocket transport) binds
+# a deferred module (shared/deferred.py) that loads none of them until it is used.
+AIOHTTP = {"aiohttp.client": "nats-py imports aiohttp for ws:// only (shared/deferred.py)"}
+WEB = {"aiohttp.web": "the probes are served by shared/probe_server.py"}
+RICH = {
+    "rich": "structlog's console renderer; Berth writes JSON lines (shared/logging.py)",
+    "pygments": "rich's syntax highlighting, same reason as rich",
+}
+YAML = {"yaml": "only the CLI reads YAML (shared/config.load_documents imports it)"}
+KUBE = {"kubernetes_asyncio": "the watcher's kube backend imports it when it runs"}
+SERVICE = AIOHTTP | WEB | RICH | YAML | KUBE
+
+# (module imported at start, {module that must not be loaded: why})
+ENTRY_POINTS = [
+    ("services.admission.__main__", SERVICE),
+    ("services.watcher.__main__", SERVICE),
+    ("services.preemption.__main__", SERVICE),
+    ("services.recovery.__main__", SERVICE),
+    ("berth_cli.main", AIOHTTP | WEB | KUBE),
+    ("berth_console.__main__", RICH | YAML | KUBE),
+]
+
+
+def python(code: str) -> str:
+    """What a fresh interpreter, started as the services are, prints running ``code``."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def loaded_by(module: str) -> set[str]:
+    """The modules a fresh interpreter holds, fully loaded, once it has imported ``module``."""
+    code = (
+        f"import sys, {module}\n"
+        "from shared.deferred import is_deferred\n"
+        "print('\\n'.join(name for name in sys.modules if not is_deferred(name)))"
+    )
+    return set(python(code).split())
+
+
+@pytest.mark.parametrize(("module", "absent"), ENTRY_POINTS)
+def test_a_start_does_not_import(module: str, absent: dict[str, str]) -> None:
+    loaded = loaded_by(module)
+    assert "shared.bus" in loaded or module == "berth_cli.main", "the check sees the imports"
+    wrongly = {name: why for name, why in absent.items() if name in loaded}
+    assert not wrongly, f"{module} imports at its start: {wrongly}"
+
+
+def test_a_deferred_module_loads_on_use() -> None:
+    """nats' bare import binds the deferred aiohttp; its first use, ``from aiohttp import web``
+    and a submodule's import each run it, and the module is the same object throughout."""
+    code = (
+        "import sys, services.preemption.__main__\n"
+        "from shared.deferred import is_deferred\n"
+        "import aiohttp, nats.aio.transport as transport\n"
+        "assert is_deferred('aiohttp') and transport.aiohttp is aiohttp\n"
+        "from aiohttp import web\n"
+        "assert not is_deferred('aiohttp') and 'aiohttp.client' in sys.modules\n"
+        "assert aiohttp.web is web and transport.aiohttp.ClientSession.__name__ == 'ClientSession'\n"
+        "assert sys.modules['aiohttp'] is aiohttp\n"
+        "print('ok')"
+    )
+    assert python(code).strip() == "ok"
