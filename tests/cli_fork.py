@@ -16,6 +16,10 @@ So each call is still a process of its own, started from nothing the tests touch
 server imports the CLI and nothing else, and runs no thread), with the caller's environment,
 descriptors and exit status; only the imports are done ahead. ``BERTH_TEST_CLI_FORK=0``
 runs ``python -m berth_cli`` instead (e.g. to compare).
+
+For calls run to their end (``subprocess.run``, as :func:`tests.conftest.berth` does): a
+signal sent to the client is not passed on, so a test that interrupts the CLI (``-w``,
+``-f``, Ctrl-C) starts ``python -m berth_cli`` itself.
 """
 
 from __future__ import annotations
