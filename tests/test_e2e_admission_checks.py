@@ -295,12 +295,10 @@ def test_pods_not_ready_in_time_are_evicted_requeued_then_deactivated(
     assert value(admission, "berth_evicted_workloads_total", reason="PodsReadyTimeout", **cq) == 1
 
 
-# 6 s: long enough that the second workload is submitted while the first waits (the test
-# checks that it was, from the stream).
-BLOCKING = (
-    PODS_READY.replace("    blockAdmission: false\n", "")
-    .replace("backoffLimitCount: 1", "backoffLimitCount: 0")
-    .replace("timeout: 3s", "timeout: 6s")
+# Its 3 s timeout is long enough that the second workload is submitted while the first waits
+# (the test checks that it was, from the stream): 0.3 s after the first's admission at load 5.
+BLOCKING = PODS_READY.replace("    blockAdmission: false\n", "").replace(
+    "backoffLimitCount: 1", "backoffLimitCount: 0"
 )
 
 
@@ -310,7 +308,7 @@ def test_block_admission_holds_the_next_workload_until_the_first_is_ready_or_out
     """blockAdmission (the default with enable): a second workload is admitted only after the
     first, never ready, was evicted for its timeout (deactivated at once: limit 0)."""
     url = stack.url
-    assert "blockAdmission" not in BLOCKING and "timeout: 6s" in BLOCKING
+    assert "blockAdmission" not in BLOCKING and "timeout: 3s" in BLOCKING
     config = tmp_path / "block.yaml"
     config.write_text(BLOCKING)
     berth("apply", "-f", str(config), url=url)
