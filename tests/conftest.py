@@ -141,11 +141,18 @@ def pooled_stack(
 ) -> Stack:
     """A fresh `berth up` from the pool for ``request``'s test or module (tests/stack_pool.py:
     if a later test asks for one too, or ``more`` (this one will), the next stack starts
-    meanwhile, then waits ready, idle at ~3% of a core, for it)."""
+    meanwhile, then waits ready, idle at ~3% of a core, for it). A module's stack is taken by
+    its first test that uses it; the module's later tests that share it want no other."""
     items, node = request.session.items, request.node
-    mine = [i for i, item in enumerate(items) if f"{item.nodeid}::".startswith(f"{node.nodeid}::")]
-    after = items[mine[-1] + 1 :] if mine else []
-    wanted = more or any(POOLED & set(getattr(item, "fixturenames", ())) for item in after)
+    shared = set() if request.scope == "function" else {request.fixturename}
+    mine = [
+        index
+        for index, item in enumerate(items)
+        if f"{item.nodeid}::".startswith(f"{node.nodeid}::")
+        and (not shared or shared <= set(getattr(item, "fixturenames", ())))
+    ]
+    after = items[mine[0] + 1 :] if mine else []
+    wanted = more or any((POOLED - shared) & set(getattr(i, "fixturenames", ())) for i in after)
     return signed_in(stack_pool.take(another_wanted=wanted))
 
 
