@@ -29,6 +29,7 @@ import gc
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -83,6 +84,7 @@ def _started() -> str:
                 stderr=log,
                 start_new_session=True,
             )
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # runs after the kill
         atexit.register(_server.kill)
         deadline = time.monotonic() + 30
         while not os.path.exists(_socket_path):  # bound before it imports the CLI
