@@ -10,8 +10,15 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
-from services.admission import metrics
-from services.admission.labelled import Children, LightCounter, LightHistogram, Tally
+from services.admission import labelled, metrics
+from services.admission.labelled import (
+    EXACT,
+    Children,
+    LightCounter,
+    LightHistogram,
+    Tally,
+    counted_up,
+)
 
 _names = itertools.count()
 
@@ -342,6 +349,26 @@ HELD_CASES: list[tuple[list[Step], str]] = [
     ([("observe", 1.0), ("tally", 1.0), ("tally", BIG)], "held adds after direct ones"),
     ([("tally", BIG), ("read", 0), ("tally", 1.0), ("observe", 1.0)], "a read between: done"),
     ([("tally", 0.2)] * 3000 + [("observe", 5.0)], "more than HELD_LIMIT: done at the limit"),
+    (
+        [("tally", 0.2)] * 5 + [("tally", 2.0)] * 3 + [("read", 0)],
+        "several adds of one tally, two buckets and none: counted in bulk, the same",
+    ),
+    (
+        [("inc", BIG), ("tally", 1.0), ("tally", 1.0), ("read", 0)],
+        "held counts on a count past 2**53: not in bulk (BIG + 2), one by one as inc() loses them",
+    ),
+    (
+        [("inc", 0.5), ("tally", 1.0), ("tally", 1.0), ("inc", 0.25), ("tally", 1.0)],
+        "a count not whole (a counter's own inc(0.5)): not in bulk",
+    ),
+    (
+        [("tally", 0.2)] * 3000 + [("read", 0)],
+        "past HELD_LIMIT: sums done at the limit, the counts kept on the tally until the read",
+    ),
+    (
+        [("tally", 1.0)] * 1500 + [("inc", BIG), ("tally", 1.0), ("read", 0)],
+        "the counts kept past the limit go on before a direct inc (1500 then BIG, then 1 lost)",
+    ),
 ]
 
 
@@ -374,3 +401,107 @@ def test_held_additions_are_done_in_order(steps: list[Step], why: str) -> None:
     """A tally's held additions are done before any other count or read of its children:
     every sum and count as if each had been done at once."""
     assert repr(_held(steps, tally=True)) == repr(_held(steps, tally=False)), why
+
+
+# (count, times, expected, why)
+COUNTED_UP_CASES = [
+    (3.0, 4, 7.0, "whole and small: at once"),
+    (EXACT - 2, 2, EXACT, "up to 2**53 exactly: at once"),
+    (EXACT, 2, EXACT, "past 2**53 each 1 is lost: one by one, not 2**53 + 2"),
+    (1e16, 3, 1e16, "far past 2**53: one by one"),
+    (0.5, 3, 3.5, "not whole: one by one"),
+    (math.inf, 2, math.inf, "infinite: one by one"),
+    (2.0, 0, 2.0, "nothing to add"),
+]
+
+
+@pytest.mark.parametrize(
+    ("count", "times", "expected", "why"), COUNTED_UP_CASES, ids=[c[3] for c in COUNTED_UP_CASES]
+)
+def test_counted_up_adds_ones_as_one_by_one(
+    count: float, times: int, expected: float, why: str
+) -> None:
+    one_by_one = count
+    for _ in range(times):
+        one_by_one += 1
+    assert repr(counted_up(count, times)) == repr(one_by_one) == repr(expected), why
+
+
+# (the order of additions by tally: "cq" counts in the ClusterQueue's and its own LocalQueue's
+# series, "other" in the ClusterQueue's and another LocalQueue's; the amount; why)
+SHARED_CASES: list[tuple[list[tuple[str, float]], str]] = [
+    ([("cq", BIG), ("other", 1.0), ("cq", 1.0)], "a shared child's sum: in the order made"),
+    (
+        [("cq", 1.0), ("cq", 1.0), ("other", BIG), ("other", 1.0), ("cq", BIG)],
+        "a shared child's sum: either tally's additions first would differ",
+    ),
+    ([("other", 1.0), ("cq", 1.0), ("cq", BIG), ("other", 0.2)], "two tallies interleaved"),
+    ([("cq", 0.2)] * 4 + [("other", 0.2)] * 2, "one bucket from two tallies: counts added up"),
+]
+
+
+def _shared(steps: list[tuple[str, float]], *, tally: bool) -> list[list[tuple[Any, ...]]]:
+    """Two tallies sharing the ClusterQueue's counter and histogram (two LocalQueues of
+    one ClusterQueue), held and flushed at once, or each child counted at once."""
+    registry = CollectorRegistry()
+    counter = LightCounter(f"s_{next(_names)}", "c", ["q"], registry=registry)
+    histogram = LightHistogram(f"s_{next(_names)}", "h", ["q"], buckets=(1.0,), registry=registry)
+    children = {
+        name: ([counter.labels("cq"), counter.labels(name)], [histogram.labels("cq")])
+        for name in ("cq", "other")
+    }
+    children["other"][1].append(histogram.labels("other"))
+    tallies = {name: Tally(*pair) for name, pair in children.items()}
+    for name, amount in steps:
+        if tally:
+            tallies[name].add(amount)
+            continue
+        for child in children[name][0]:
+            child.inc()
+        for wait in children[name][1]:
+            wait.observe(amount)
+    return [_samples(counter), _samples(histogram)]
+
+
+@pytest.mark.parametrize(("steps", "why"), SHARED_CASES, ids=[c[1] for c in SHARED_CASES])
+def test_tallies_sharing_a_child_count_as_each_at_once(
+    steps: list[tuple[str, float]], why: str
+) -> None:
+    assert repr(_shared(steps, tally=True)) == repr(_shared(steps, tally=False)), why
+
+
+def test_a_child_in_no_tally_is_counted_without_doing_the_held() -> None:
+    """inc() and observe() on a child of no tally leave a tally's additions held (nothing of
+    that child is among them); a child of a tally has them done first."""
+    registry = CollectorRegistry()
+    counter = LightCounter(f"n_{next(_names)}", "c", ["q"], registry=registry)
+    histogram = LightHistogram(f"n_{next(_names)}", "h", ["q"], buckets=(1.0,), registry=registry)
+    labelled.flush()
+    tally = Tally([counter.labels("in")], [histogram.labels("in")])
+    tally.add(0.5)
+    counter.labels("out").inc()
+    histogram.labels("out").observe(0.5)
+    assert labelled._HELD == [tally, 0.5], "a child of no tally: the held stay held"
+    counter.labels("in").inc()
+    assert labelled._HELD == [], "a child of the tally: the held are done first"
+    samples = next(iter(counter.collect())).samples
+    assert [s.value for s in samples if s.name.endswith("_total")] == [2.0, 1.0], "in, out"
+
+
+def test_counts_of_a_forgotten_queue_still_reach_its_series() -> None:
+    """A tally whose queue is forgotten (its group dropped) with counts not yet on its
+    children: the next read shows them all."""
+    by_lq = {"name": "gone-lq", "namespace": "gone-ns"}
+    before = _value("berth_local_queue_admitted_workloads_total", **by_lq)
+    for _ in range(3):
+        metrics.admitted(
+            cluster_queue="gone-cq",
+            namespace="gone-ns",
+            local_queue="gone-lq",
+            waited=0.3,
+            late=False,
+        )
+    metrics.forget_queues(set(), set())
+    assert _value("berth_local_queue_admitted_workloads_total", **by_lq) == before + 3
+    count = _value("berth_local_queue_admission_wait_time_seconds_count", **by_lq)
+    assert count == before + 3, "the wait histogram's count too (one workload each)"

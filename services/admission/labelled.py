@@ -14,9 +14,13 @@ A counter child of prometheus_client takes a lock on every increment; :class:`Li
 adds to a plain float (one thread, as below); its samples are the same.
 
 A tally's additions (:class:`Tally`, an admission's eight series) are held in order and
-done together (:func:`flush`), before anything reads or counts a light child otherwise: the
-same additions in the same order, so every sample is the same; done one by one, between a
-pass's other work, each touched eight children gone cold.
+done together, before anything reads a light child or counts one of a tally otherwise (a
+child in no tally is counted at once: nothing of it is held): the same additions in the
+same order, so every sample is the same; done one by one, between a pass's other work, each
+touched eight children gone cold. The sums are added to each histogram in order (float
+additions); the counts (a counter's one per addition, a bucket's) are whole numbers, kept
+on the tally and added to its children in bulk when one is read or counted otherwise
+(:func:`flush`): exact in any order (:func:`counted_up`).
 
 A histogram child of prometheus_client holds a lock and a float object per bucket, and makes
 them (with each bucket's text) when first labelled, which is slow for a thousand
@@ -38,11 +42,22 @@ from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["HELD_LIMIT", "Children", "LightCounter", "LightHistogram", "Tally", "flush"]
+__all__ = [
+    "EXACT",
+    "HELD_LIMIT",
+    "Children",
+    "LightCounter",
+    "LightHistogram",
+    "Tally",
+    "counted_up",
+    "flush",
+]
 
 # Tally additions not done yet, in the order they were made: tally, amount, tally, amount...
 _HELD: list[Any] = []
 HELD_LIMIT = 2048  # entries held at most (half as many additions): then done at once
+# Tallies whose counts are not yet on their children (Tally._times), each once.
+_UNCOUNTED: list[Tally] = []
 
 
 class _Labelled(Protocol):
@@ -99,6 +114,7 @@ class LightCounter(Counter):
     def _metric_init(self) -> None:
         self._count = 0.0
         self._created = time.time()
+        self._tallied = False  # in a Tally: its held additions are done before a count
 
     def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
         """Add ``amount``, refused as by Counter when negative or on the labelled parent;
@@ -107,7 +123,7 @@ class LightCounter(Counter):
             raise ValueError(f"{self._type} metric is missing label values")
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
-        if _HELD:
+        if self._tallied and (_HELD or _UNCOUNTED):
             flush()
         self._count += amount
 
@@ -131,13 +147,14 @@ class LightHistogram(Histogram):
         self._counts = [0.0] * len(self._upper_bounds)
         self._total = 0.0
         self._created = time.time()
+        self._tallied = False  # in a Tally: its held additions are done before a count
 
     def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
         """Count ``amount`` in the first bucket whose bound is at least it, as Histogram does
         (a NaN in none, its sum NaN); exemplars are not kept."""
         if self._labelnames and not self._labelvalues:  # as Histogram.observe refuses
             raise ValueError(f"{self._type} metric is missing label values")
-        if _HELD:
+        if self._tallied and (_HELD or _UNCOUNTED):
             flush()
         bounds = self._upper_bounds
         index = bisect_left(bounds, amount)
@@ -168,7 +185,7 @@ class Tally:
     list: any other is refused here); the samples are the same. The additions are held
     and done in order by :func:`flush` (the module's docstring)."""
 
-    __slots__ = ("_bounds", "_counters", "_histograms")
+    __slots__ = ("_bounds", "_counters", "_histograms", "_in_buckets", "_times")
 
     def __init__(self, counters: Sequence[LightCounter], histograms: Sequence[LightHistogram]):
         for child in (*counters, *histograms):
@@ -178,35 +195,78 @@ class Tally:
             raise ValueError("the histograms of a tally have one list of buckets")
         self._counters = tuple(counters)
         self._histograms = tuple(histograms)
+        tallied: Sequence[LightCounter | LightHistogram] = (*counters, *histograms)
+        for child in tallied:
+            child._tallied = True
         self._bounds: list[float] = histograms[0]._upper_bounds if histograms else []
+        # Additions done but not yet counted on the children: in all, and per bucket.
+        self._times = 0
+        self._in_buckets = [0] * len(self._bounds)
 
     def add(self, amount: float) -> None:
-        """Count ``amount``: held, done by :func:`flush` (at the latest when
+        """Count ``amount``: held, done by :func:`flush` (its sum at the latest when
         :data:`HELD_LIMIT` entries are held)."""
         _HELD.append(self)
         _HELD.append(amount)
         if len(_HELD) >= HELD_LIMIT:
-            flush()
-
-    def _add(self, amount: float) -> None:
-        for counter in self._counters:
-            counter._count += 1
-        bounds = self._bounds
-        index = bisect_left(bounds, amount)
-        counted = index < len(bounds) and amount <= bounds[index]  # a NaN in none
-        for histogram in self._histograms:
-            histogram._total += amount
-            if counted:
-                histogram._counts[index] += 1
+            _do_held()
 
 
 def flush() -> None:
-    """Do the held tally additions, in the order they were made: before a light child is
-    read (its samples) or counted otherwise (``inc``, ``observe``, ``reset``), so each
-    child adds the same amounts in the same order as if each had been done at once."""
+    """Do the held tally additions and put their counts on the children: before a light
+    child is read (its samples) or a child of a tally is counted otherwise (``inc``,
+    ``observe``, ``reset``), so each child shows the same as if each addition had been
+    done at once."""
+    _do_held()
+    if not _UNCOUNTED:
+        return
+    tallies = _UNCOUNTED.copy()
+    _UNCOUNTED.clear()
+    for tally in tallies:
+        times, in_buckets = tally._times, tally._in_buckets
+        tally._times = 0
+        tally._in_buckets = [0] * len(in_buckets)
+        for counter in tally._counters:
+            counter._count = counted_up(counter._count, times)
+        for index, counted in enumerate(in_buckets):
+            if counted:
+                for histogram in tally._histograms:
+                    counts = histogram._counts
+                    counts[index] = counted_up(counts[index], counted)
+
+
+def _do_held() -> None:
+    """The held additions, in the order they were made: each histogram's sum adds its
+    amounts in that order (float additions: another order could change it); the counts
+    (each addition one for each counter, one for its bucket) are kept on the tally, put on
+    the children by :func:`flush`."""
     if not _HELD:
         return
     held = _HELD.copy()
     _HELD.clear()  # (a child's samples read during the loop find nothing held)
+    uncounted = _UNCOUNTED.append
     for tally, amount in zip(held[::2], held[1::2], strict=True):
-        tally._add(amount)
+        for histogram in tally._histograms:
+            histogram._total += amount
+        if not tally._times:
+            uncounted(tally)
+        tally._times += 1
+        bounds = tally._bounds
+        index = bisect_left(bounds, amount)
+        if index < len(bounds) and amount <= bounds[index]:  # a NaN in none
+            tally._in_buckets[index] += 1
+
+
+EXACT = float(2**53)  # up to here every whole number is a float: adding 1 is exact
+
+
+def counted_up(count: float, times: int) -> float:
+    """``count`` with 1 added ``times`` times, one by one: at once (``count + times``) when
+    that is the same, ``count`` whole and ``count + times`` at most :data:`EXACT` (so every
+    sum on the way is exact); else one by one (a count past 2**53, where a 1 can be lost,
+    or a counter's own ``inc(0.5)``, where rounding could differ)."""
+    if count.is_integer() and count + times <= EXACT:
+        return count + times
+    for _ in range(times):
+        count += 1
+    return count
