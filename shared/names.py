@@ -32,6 +32,7 @@ __all__ = [
     "check_uid",
     "name_problem",
     "show",
+    "valid_name_and_uid",
 ]
 
 MAX_SUBDOMAIN = 253
@@ -149,6 +150,21 @@ def name_problem(value: object, rule: str = "name", *, remember: bool = True) ->
     if remember and type(value) is str and len(value) <= MEMO_LONGEST:
         return _string_problem(value, rule)
     return _RULES[rule][1](value)
+
+
+def valid_name_and_uid(name: object, uid: object) -> bool:
+    """Whether ``name`` is a valid object name and ``uid`` a valid uid (``name_problem``
+    finds nothing in either): one length test and one pattern each, no memo, for what is
+    new each time (a workload's own name and uid). False says only "not shown valid here":
+    a caller asks :func:`name_problem` for the problem (an exact ``str`` only passes)."""
+    return (
+        type(name) is str
+        and type(uid) is str
+        and len(name) <= MAX_SUBDOMAIN
+        and len(uid) <= MAX_UID
+        and _SUBDOMAIN.fullmatch(name) is not None
+        and _UID.fullmatch(uid) is not None
+    )
 
 
 # The longest label key (a subdomain prefix, "/", a name part); longer text is not remembered.

@@ -127,6 +127,56 @@ def test_the_rule(event: AnyEvent, code: str | None, why: str) -> None:
     assert (found.code if found else None) == code, why
 
 
+# (fact, whether its workload's names are shown valid at once (_valid_ref), whether its
+# first pod set's requests are (_valid_quantities), why): after one fact of namespace
+# "default" with cpu and memory, these are remembered valid; either shortcut may only pass
+# what the full judgement passes, and the verdict is the same with both turned off.
+SHORTCUT_CASES: list[tuple[WorkloadSubmitted, bool, bool, str]] = [
+    (submitted([PodSet("main", 2, {"cpu": 1, "memory": 0})]), True, True, "all remembered"),
+    (
+        submitted(ref=WorkloadRef("ns-never-seen", "job", "u")),
+        False,
+        True,
+        "a namespace not remembered yet: judged (valid)",
+    ),
+    (submitted(ref=WorkloadRef("Team A", "job", "u")), False, True, "an invalid namespace"),
+    (submitted(ref=WorkloadRef("default", "/tmp/x", "u")), False, True, "an invalid name"),
+    (submitted(ref=WorkloadRef("default", "job", "")), False, True, "no uid"),
+    (submitted([PodSet("main", 1, {})]), True, True, "no requests: nothing to judge"),
+    (submitted([PodSet("main", 1, {"cpu": -1})]), True, False, "a negative request"),
+    (submitted([PodSet("main", 1, {"cpu": 2**63})]), True, False, "too large a request"),
+    (submitted([PodSet("main", 1, {"bad name": 1})]), True, False, "an invalid resource"),
+    (
+        submitted([PodSet("main", 1, {"example.org/new": 1})]),
+        True,
+        False,
+        "a resource not remembered yet: judged (valid)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("event", "ref_at_once", "quantities_at_once", "why"),
+    SHORTCUT_CASES,
+    ids=[c[3] for c in SHORTCUT_CASES],
+)
+def test_the_shortcuts_give_the_full_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+    event: WorkloadSubmitted,
+    ref_at_once: bool,
+    quantities_at_once: bool,
+    why: str,
+) -> None:
+    assert refusal(submitted([PodSet("main", 1, {"cpu": 1, "memory": 1})])) is None
+    assert validation._valid_ref(event.workload) is ref_at_once, why
+    assert validation._valid_quantities(event.pod_sets[0].requests) is quantities_at_once, why
+    found = refusal(event)
+    monkeypatch.setattr(validation, "_valid_ref", lambda ref: False)
+    monkeypatch.setattr(validation, "_valid_quantities", lambda quantities: False)
+    judged = refusal(event)
+    assert found == judged, why
+
+
 # (fact, the known identity passed, the refusal code expected, why): a fact whose workload
 # equals the known (already checked) identity has its names not judged again; anything else is.
 KNOWN_CASES: list[tuple[AnyEvent, WorkloadRef | None, str | None, str]] = [

@@ -19,6 +19,7 @@ from shared.names import (
     check_namespace,
     check_uid,
     name_problem,
+    valid_name_and_uid,
 )
 
 NAME_CASES = [
@@ -202,3 +203,45 @@ def test_the_memo_is_bounded() -> None:
         assert name_problem(f"job-{index}") is None
     assert name_problem("job-") is not None  # still judged: ends with '-'
     assert _string_problem.cache_info().currsize <= MEMO_SIZE
+
+
+# (name, uid, shown valid at once, why): valid_name_and_uid says True only where name_problem
+# finds nothing in either; False sends the caller to name_problem.
+AT_ONCE_CASES: list[tuple[object, object, bool, str]] = [
+    ("job-1", "uid-1", True, "a plain name and uid"),
+    ("a.b.c", "0b6f2c0e-1c55-4c3e-9a0d-7f1e1f4b0e2a", True, "dotted name, a UUID"),
+    ("a" * 253, "u" * 128, True, "both at their limit"),
+    ("a" * 254, "u", False, "a name one too long"),
+    ("job", "u" * 129, False, "a uid one too long"),
+    ("", "u", False, "an empty name"),
+    ("job", "", False, "an empty uid"),
+    ("Job", "u", False, "an uppercase name"),
+    ("a..b", "u", False, "an empty DNS part"),
+    ("job", "a\r\nNats-Msg-Id: x", False, "a header injection in the uid"),
+    ("job", ":u", False, "a uid starting with ':'"),
+    ("café", "u", False, "unicode"),
+    (42, "u", False, "not a string"),
+    ("job", None, False, "no uid at all"),
+    (_Text("job"), "u", False, "a str subclass: never shown valid here (name_problem judges it)"),
+    ("job", _Text("u"), False, "a str subclass uid, the same"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "uid", "at_once", "why"), AT_ONCE_CASES, ids=[c[3] for c in AT_ONCE_CASES]
+)
+def test_valid_name_and_uid_says_valid_only_when_name_problem_does(
+    name: object, uid: object, at_once: bool, why: str
+) -> None:
+    assert valid_name_and_uid(name, uid) is at_once, why
+    judged = name_problem(name, "name") is None and name_problem(uid, "uid") is None
+    assert judged or not at_once, why
+    if type(name) is str and type(uid) is str:  # (a subclass: the one case they differ)
+        assert at_once is judged, why
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=260), st.text(max_size=130))
+def test_valid_name_and_uid_never_passes_what_name_problem_refuses(name: str, uid: str) -> None:
+    judged = name_problem(name, "name") is None and name_problem(uid, "uid") is None
+    assert valid_name_and_uid(name, uid) is judged

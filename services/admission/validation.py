@@ -21,7 +21,7 @@ from shared.events import (
     WorkloadSubmitted,
 )
 from shared.logging import get_logger
-from shared.names import name_problem, show
+from shared.names import name_problem, show, valid_name_and_uid
 from shared.quantities import MAX_MILLI
 
 __all__ = ["CHECKED", "Refusal", "refusal", "refused"]
@@ -64,7 +64,7 @@ def refusal(event: AnyEvent, known: WorkloadRef | None = None) -> Refusal | None
     if type(event) not in CHECKED:
         return None
     ref = event.workload
-    if known is None or ref != known:
+    if (known is None or ref != known) and not _valid_ref(ref):
         for value, rule in ((ref.namespace, "namespace"), (ref.name, "name"), (ref.uid, "uid")):
             # Its own name and uid are new with each workload: not remembered (_problem).
             if (problem := _problem(value, rule, remember=rule == "namespace")) is not None:
@@ -85,6 +85,20 @@ def refusal(event: AnyEvent, known: WorkloadRef | None = None) -> Refusal | None
 # Names found valid, per rule: the few that every fact repeats (namespaces; queue, flavor and
 # resource names) are judged once, then found here (kept as kept_once keeps its tables).
 _VALID: dict[str, dict[str, bool]] = {"namespace": {}, "name": {}, "label-key": {}}
+_VALID_NAMESPACES = _VALID["namespace"]
+_VALID_RESOURCES = _VALID["label-key"]
+
+
+def _valid_ref(ref: WorkloadRef) -> bool:
+    """Whether a workload's namespace (remembered valid), name and uid are all shown valid
+    at once (:func:`shared.names.valid_name_and_uid`); False: each is judged, as before,
+    for the problem (or found valid: a namespace not remembered yet)."""
+    namespace = ref.namespace
+    return (
+        type(namespace) is str
+        and namespace in _VALID_NAMESPACES
+        and valid_name_and_uid(ref.name, ref.uid)
+    )
 
 
 def _problem(value: str, rule: str = "name", *, remember: bool = True) -> str | None:
@@ -181,6 +195,8 @@ def _assignment(assignment: FlavorAssignment) -> str:
 
 def _quantities_refusal(quantities: dict[str, int]) -> tuple[str, str] | None:
     """The refusal code and what is wrong, for the first bad resource name or amount."""
+    if _valid_quantities(quantities):
+        return None
     for resource, amount in quantities.items():
         if (problem := _problem(resource, "label-key")) is not None:
             return "invalid_resource", f"resource {show(resource)}: {problem}"
@@ -189,6 +205,17 @@ def _quantities_refusal(quantities: dict[str, int]) -> tuple[str, str] | None:
         if amount > MAX_MILLI:
             return "quantity_too_large", f"{resource} {amount}m is too large"
     return None
+
+
+def _valid_quantities(quantities: dict[str, int]) -> bool:
+    """Whether every resource name is one remembered valid and every amount between 0 and
+    :data:`MAX_MILLI` (no call per resource); False: each is judged, as before, for the
+    first problem (or found valid: a name not remembered yet)."""
+    valid = _VALID_RESOURCES
+    for resource, amount in quantities.items():
+        if resource not in valid or not 0 <= amount <= MAX_MILLI:
+            return False
+    return True
 
 
 def refused(event: AnyEvent, known: WorkloadRef | None = None) -> bool:
