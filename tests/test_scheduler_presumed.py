@@ -316,15 +316,15 @@ def test_undo_takes_back_heads_whose_turn_has_not_come(
     assert items == records[:3] and next_key is not None
     presumed = Presumed()
     presumed.add("co", queue, items, next_key)
-    assert presumed.undo("other", _key(1, 9)) == ([], 0, 0)  # another root: nothing
-    entries, count, unblocked = presumed.undo("co", _key(high, 9))
+    assert presumed.undo("other", _key(1, 9)) == ([], 0)  # another root: nothing
+    entries, count = presumed.undo("co", _key(high, 9))
     assert [entry[CLOCK] for entry, _ in entries] == pushed, reason
     assert all(entry_queue is queue for _, entry_queue in entries), reason
-    assert (count, unblocked) == (back, 0), reason
+    assert count == back, reason
     assert [record.key for record in queue.offered][::-1] == sorted(
         record.key for record in records[3 - back :] if record.key is not None
     ), reason
     superseded = bool(back)
     assert presumed.drop(next_key) is superseded, reason
     assert not presumed.drop(next_key), reason  # dropped once
-    assert presumed.undo("co", _key(high, 9)) == ([], 0, 0), reason  # undone once
+    assert presumed.undo("co", _key(high, 9)) == ([], 0), reason  # undone once

@@ -102,21 +102,6 @@ class Assigning(Placement):
             return False  # a success: it is tried (settled.py keeps successes too)
         return record.emitted == (PENDING_REASON, known.message, known.preemption_may_help)
 
-    def _stays_blocked(
-        self, name: str, queue: ClusterQueueQueue, record: Record, failed: Failed
-    ) -> bool:
-        """Whether the queued head ``record`` of ``queue``, found as a pass starts, is left
-        as it is, its queue blocked, without entering the pass's heap: trying it in its turn
-        would block its queue again (StrictFIFO, or a reserved or nominated head: _decide)
-        with no decision, its remembered failure holding now with the message it already has
-        (_fails_unchanged). What it reads changes only with an admission under its root, and
-        Presumed.undo takes it back (unblocks its queue, its head into the heap) if one comes
-        before its turn."""
-        if not (queue.strict or record.wl.reserved or record.wl.nominated):
-            return False
-        known = self._assign(name, record, failed, known_only=True)
-        return known is not None and self._fails_unchanged(record, known)
-
     def _leave_parked(
         self,
         name: str,

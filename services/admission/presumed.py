@@ -77,28 +77,22 @@ class _Chain:
     """The heads of one ClusterQueue presumed after one of them was left parked, in order,
     and the key of the entry its queue got in the heap after them (None: none)."""
 
-    __slots__ = ("blocked", "items", "next_key", "queue")
+    __slots__ = ("items", "next_key", "queue")
 
     def __init__(
-        self,
-        queue: ClusterQueueQueue,
-        items: list[Record],
-        next_key: OrderKey | None,
-        blocked: bool = False,
+        self, queue: ClusterQueueQueue, items: list[Record], next_key: OrderKey | None
     ) -> None:
         self.queue, self.items, self.next_key = queue, items, next_key
-        self.blocked = blocked  # items: a blocked queue's head, not offered heads (block)
 
 
 class Presumed:
     """The presumptions of one pass, by root cohort, and the heap entries they superseded."""
 
-    __slots__ = ("_by_root", "blocked", "count", "superseded", "taken_back", "unblocked")
+    __slots__ = ("_by_root", "count", "superseded", "taken_back")
 
     def __init__(self) -> None:
         self._by_root: dict[str, list[_Chain]] = {}
-        self.count = self.taken_back = 0  # offered heads presumed, and taken back, in the pass
-        self.blocked = self.unblocked = 0  # blocked heads presumed (block), and taken back
+        self.count = self.taken_back = 0  # heads presumed, and taken back, in the pass
         # id of a key -> entries of it to drop when popped (see undo)
         self.superseded: dict[int, int] = {}
 
@@ -114,14 +108,6 @@ class Presumed:
         self._by_root.setdefault(root, []).append(_Chain(queue, items, next_key))
         self.count += len(items)
 
-    def block(self, root: str, queue: ClusterQueueQueue, head: Record) -> None:
-        """Presume the queued ``head`` of ``queue`` blocks it again (the scheduler's
-        _stays_blocked): ``queue`` is blocked as it was, its head not in the heap; undo
-        unblocks it and hands its head back if an admission under ``root`` comes first."""
-        queue.blocked = True
-        self._by_root.setdefault(root, []).append(_Chain(queue, [head], None, blocked=True))
-        self.blocked += 1
-
     def settle(self) -> None:
         """Every presumption stands: the pass's heap of heads ran empty, so each presumed
         head's turn has come, with no admission under its root before it (or undo would
@@ -131,21 +117,20 @@ class Presumed:
 
     def undo(
         self, root: str, high: OrderKey
-    ) -> tuple[list[tuple[OrderKey, ClusterQueueQueue]], int, int]:
+    ) -> tuple[list[tuple[OrderKey, ClusterQueueQueue]], int]:
         """An admission under ``root``: the presumed heads whose turn has not come are
         offered again. ``high`` is the largest key popped from the heap since the pass's
         heap of heads last ran empty, the admitted head's included; a presumed head's key
         was above it when presumed (see presume), so its turn has come exactly when
         ``high`` has passed it (the heap pops it before anything larger). Returns the heap
         entries to push (the first head taken back of each ClusterQueue, with its queue) and
-        how many offered heads, and how many blocked ones (``block``: its queue unblocked),
-        were taken back. The queue's entry pushed after them is dropped when popped (it is
-        pushed again when its turn comes after theirs: ``drop``)."""
+        how many heads were taken back. The queue's entry pushed after them is dropped when
+        popped (it is pushed again when its turn comes after theirs: ``drop``)."""
         chains = self._by_root.pop(root, None)
         if not chains:
-            return [], 0, 0
+            return [], 0
         pushes: list[tuple[OrderKey, ClusterQueueQueue]] = []
-        count = unblocked = 0
+        count = 0
         for chain in chains:
             items = chain.items
             first = len(items)
@@ -154,19 +139,14 @@ class Presumed:
             if first == len(items):
                 continue  # every turn has come
             back = items[first:]
-            pushes.append((_key_of(back[0]), chain.queue))
-            if chain.blocked:
-                chain.queue.blocked = False  # its head is tried in its turn
-                unblocked += 1
-                continue
             chain.queue.offered.extend(reversed(back))  # offers: largest key first
+            pushes.append((_key_of(back[0]), chain.queue))
             count += len(back)
             if chain.next_key is not None:
                 marker = id(chain.next_key)
                 self.superseded[marker] = self.superseded.get(marker, 0) + 1
         self.taken_back += count
-        self.unblocked += unblocked
-        return pushes, count, unblocked
+        return pushes, count
 
     def drop(self, key: OrderKey) -> bool:
         """Whether the popped entry ``key`` is one ``undo`` superseded (dropped once)."""

@@ -78,7 +78,6 @@ class Scheduler(Assigning):
     offers = True  # parked heads offered, not moved (see schedule); tests turn it off
     left_parked = 0  # offered heads the last pass left parked as they were
     presumed = taken_back = 0  # of those, presumed ahead of their turn; taken back (presumed.py)
-    kept_blocked = 0  # blocked heads the last pass presumed blocked still (_stays_blocked)
 
     # --- workload facts --------------------------------------------------------------------
 
@@ -219,7 +218,7 @@ class Scheduler(Assigning):
         # same ClusterQueue, with no usage change in its cohort since, fails the same way. A
         # backlog of identical workloads then costs a dict lookup each, not a flavor search.
         failed: Failed = {}
-        presumed = Presumed()  # heads left as they are ahead of their turn (presumed.py)
+        presumed = Presumed()  # offered heads left parked ahead of their turn
         presumes = offers and self.presumes  # see Assigning._leave_parked
         tried = left_parked = 0
         try:
@@ -230,11 +229,6 @@ class Scheduler(Assigning):
                     continue
                 head = queue.candidate() if queue.offered else queue.head()
                 if head is not None and head.key is not None:
-                    if presumes and not queue.offered:
-                        if self._stays_blocked(name, queue, head, failed):
-                            presumed.block(config.root(name), queue, head)
-                            tried += 1
-                            continue
                     heads.append(head.key)
                     owner[id(head.key)] = queue
             self._ready = set()
@@ -313,11 +307,11 @@ class Scheduler(Assigning):
                         continue
                     self._decide(name, record, result)
                     if record.state is ADMITTED and presumes:
-                        pushes, taken_back, unblocked = presumed.undo(config.root(name), high)
+                        pushes, taken_back = presumed.undo(config.root(name), high)
                         for entry, entry_queue in pushes:
                             heapq.heappush(heads, entry)
                             owner[id(entry)] = entry_queue
-                        tried -= taken_back + unblocked
+                        tried -= taken_back
                         left_parked -= taken_back
                     if queue.blocked:
                         continue
@@ -336,7 +330,6 @@ class Scheduler(Assigning):
         self._out = []
         self.tried, self.left_parked = tried, left_parked
         self.presumed, self.taken_back = presumed.count, presumed.taken_back
-        self.kept_blocked = presumed.blocked - presumed.unblocked
         # A nomination ends with its evictions: a preemptor that still does not fit must not
         # hold its ClusterQueue (preemption looks at it again). Decisions this makes go out
         # with the next pass.
