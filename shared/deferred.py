@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 import types
 from typing import Any
 
 __all__ = ["DEFERRED", "defer_import", "is_deferred"]
 
 DEFERRED = ("aiohttp",)
+_RUNNING = threading.RLock()  # a deferred module run by another one's code
 
 
 class _Deferred(types.ModuleType):
@@ -25,12 +27,19 @@ class _Deferred(types.ModuleType):
     (``__path__`` included, which a submodule's import reads) runs its code in place."""
 
     def __getattr__(self, attr: str) -> Any:
-        spec = self.__spec__
-        assert spec is not None and spec.loader is not None  # defer_import checked
-        object.__setattr__(self, "__class__", types.ModuleType)  # a module like any other now
-        if spec.submodule_search_locations is not None:
-            self.__path__ = spec.submodule_search_locations
-        spec.loader.exec_module(self)
+        with _RUNNING:  # its code runs once, even when two threads ask at the same moment
+            if type(self) is _Deferred:
+                spec = self.__spec__
+                assert spec is not None and spec.loader is not None  # defer_import checked
+                object.__setattr__(self, "__class__", types.ModuleType)  # a plain module now
+                if spec.submodule_search_locations is not None:
+                    self.__path__ = spec.submodule_search_locations
+                try:
+                    spec.loader.exec_module(self)
+                except BaseException:  # as a failed import: raised, and not left in sys.modules
+                    if sys.modules.get(spec.name) is self:
+                        del sys.modules[spec.name]
+                    raise
         return getattr(self, attr)
 
 
