@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 
-__all__ = ["Answer", "Route", "answer_for", "encode", "serve_routes"]
+__all__ = ["Answer", "ProbeServer", "Route", "answer_for", "encode", "serve_routes"]
 
 REQUEST_LIMIT = 16 * 1024  # bytes of request line and headers read at most
 READ_TIMEOUT = 30.0  # seconds a caller has to send its request
@@ -63,26 +63,47 @@ def encode(answer: Answer, *, with_body: bool) -> bytes:
     return head + answer.body if with_body else head
 
 
-async def _serve_one(
-    routes: Mapping[str, Route], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
-        wanted, with_body = answer_for(head.split(b"\r\n", 1)[0], routes)
-        answer = wanted if isinstance(wanted, Answer) else await wanted()
-        writer.write(encode(answer, with_body=with_body))
-        await writer.drain()
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
-        pass  # the caller went away or sent no request within the limits: nothing to answer
-    finally:
-        writer.close()
+class ProbeServer:
+    """A listening server and the connections it has open; :meth:`close` stops both."""
+
+    def __init__(self, routes: Mapping[str, Route]) -> None:
+        self.routes = routes
+        self.open: set[asyncio.StreamWriter] = set()
+        self.server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open.add(writer)
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+            wanted, with_body = answer_for(head.split(b"\r\n", 1)[0], self.routes)
+            answer = wanted if isinstance(wanted, Answer) else await wanted()
+            writer.write(encode(answer, with_body=with_body))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            pass  # the caller went away or sent no request within the limits: nothing to answer
+        finally:
+            self.open.discard(writer)
+            writer.close()
+
+    async def close(self) -> None:
+        """Stop listening, close the connections still open (a caller that has not sent its
+        request yet: Python 3.12's ``wait_closed`` waits for them), and wait for the server."""
+        if self.server is None:
+            return
+        self.server.close()
+        for writer in list(self.open):
+            writer.close()
+        await self.server.wait_closed()
 
 
-async def serve_routes(routes: Mapping[str, Route], *, host: str, port: int) -> asyncio.Server:
+async def serve_routes(routes: Mapping[str, Route], *, host: str, port: int) -> ProbeServer:
     """Listen on host:port and answer each request from ``routes`` (path -> route); raises
-    OSError when it cannot listen. The caller closes the server."""
-
-    async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _serve_one(routes, reader, writer)
-
-    return await asyncio.start_server(serve_one, host, port, limit=REQUEST_LIMIT)
+    OSError when it cannot listen. The caller closes it (:meth:`ProbeServer.close`)."""
+    probes = ProbeServer(routes)
+    probes.server = await asyncio.start_server(probes.serve_one, host, port, limit=REQUEST_LIMIT)
+    return probes

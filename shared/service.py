@@ -37,7 +37,7 @@ from shared.leadership import Leadership
 from shared.lease import LeaseSettings, replica_id_from_env, rfc3339
 from shared.logging import configure_logging, flush_logs, get_logger
 from shared.membership import Member, keep_record
-from shared.probe_server import Answer, serve_routes
+from shared.probe_server import Answer, ProbeServer, serve_routes
 
 __all__ = ["PORT_IN_USE_EXIT", "Runtime", "run_service", "serve_probes"]
 
@@ -173,7 +173,7 @@ class Runtime:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-async def serve_probes(runtime: Runtime, *, host: str, port: int) -> asyncio.Server:
+async def serve_probes(runtime: Runtime, *, host: str, port: int) -> ProbeServer:
     """Start the probe and metrics server; returns the server to close."""
 
     async def healthz() -> Answer:
@@ -265,8 +265,7 @@ async def _run(
         await runtime.finish(grace=min(grace, 5.0))
     finally:
         await bus.close()
-        server.close()
-        await server.wait_closed()
+        await server.close()
         log.info("stopped", service=name, failed=runtime.failed)
     return 1 if runtime.failed else 0
 

@@ -95,16 +95,29 @@ async def _exchange(port: int, request: bytes) -> bytes:
 
 async def test_a_server_answers_raw_requests_and_closes() -> None:
     server = await serve_routes(ROUTES, host="127.0.0.1", port=0)
-    port = server.sockets[0].getsockname()[1]
     try:
         probe = b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: kube-probe/1.30\r\n\r\n"
-        assert (await _exchange(port, probe)).endswith(b"\r\n\r\nok")
-        missing = await _exchange(port, b"GET /x HTTP/1.1\r\n\r\n")
+        assert (await _exchange(server.port, probe)).endswith(b"\r\n\r\nok")
+        missing = await _exchange(server.port, b"GET /x HTTP/1.1\r\n\r\n")
         assert missing.startswith(b"HTTP/1.1 404 Not Found\r\n")
-        assert await _exchange(port, b"GET /healthz HTTP/1.1\r\n") == b"", "no end of headers"
-        url = f"http://127.0.0.1:{port}/status"
+        assert await _exchange(server.port, b"GET /healthz HTTP/1.1\r\n") == b"", "no end"
+        url = f"http://127.0.0.1:{server.port}/status"
         body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
         assert body == b'{"a":1}'
     finally:
-        server.close()
-        await server.wait_closed()
+        await server.close()
+
+
+async def test_closing_ends_a_connection_that_sent_nothing() -> None:
+    server = await serve_routes(ROUTES, host="127.0.0.1", port=0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    for _ in range(1000):  # until the server has taken the connection (at most 10 s)
+        if server.open:
+            break
+        await asyncio.sleep(0.01)
+    taken = set(server.open)
+    assert taken, "the server took the connection"
+    await server.close()  # would wait for the idle caller on Python 3.12 without closing it
+    assert all(connection.is_closing() for connection in taken), "closed by close()"
+    assert await reader.read() == b"", "closed without an answer"
+    writer.close()
