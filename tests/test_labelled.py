@@ -348,7 +348,7 @@ HELD_CASES: list[tuple[list[Step], str]] = [
     ),
     ([("observe", 1.0), ("tally", 1.0), ("tally", BIG)], "held adds after direct ones"),
     ([("tally", BIG), ("read", 0), ("tally", 1.0), ("observe", 1.0)], "a read between: done"),
-    ([("tally", 0.2)] * 3000 + [("observe", 5.0)], "more than HELD_LIMIT: done at the limit"),
+    ([("tally", 0.2)] * 3000 + [("observe", 5.0)], "many adds, then a direct observe"),
     (
         [("tally", 0.2)] * 5 + [("tally", 2.0)] * 3 + [("read", 0)],
         "several adds of one tally, two buckets and none: counted in bulk, the same",
@@ -363,11 +363,11 @@ HELD_CASES: list[tuple[list[Step], str]] = [
     ),
     (
         [("tally", 0.2)] * 3000 + [("read", 0)],
-        "past HELD_LIMIT: sums done at the limit, the counts kept on the tally until the read",
+        "many adds: the counts kept on the tally until the read",
     ),
     (
         [("tally", 1.0)] * 1500 + [("inc", BIG), ("tally", 1.0), ("read", 0)],
-        "the counts kept past the limit go on before a direct inc (1500 then BIG, then 1 lost)",
+        "the kept counts go on before a direct inc (1500 then BIG, then 1 lost)",
     ),
 ]
 
@@ -470,9 +470,9 @@ def test_tallies_sharing_a_child_count_as_each_at_once(
     assert repr(_shared(steps, tally=True)) == repr(_shared(steps, tally=False)), why
 
 
-def test_a_child_in_no_tally_is_counted_without_doing_the_held() -> None:
-    """inc() and observe() on a child of no tally leave a tally's additions held (nothing of
-    that child is among them); a child of a tally has them done first."""
+def test_a_child_in_no_tally_is_counted_without_adding_the_kept_counts() -> None:
+    """inc() and observe() on a child of no tally leave a tally's counts kept (nothing of
+    that child is among them); a child of a tally has them added first."""
     registry = CollectorRegistry()
     counter = LightCounter(f"n_{next(_names)}", "c", ["q"], registry=registry)
     histogram = LightHistogram(f"n_{next(_names)}", "h", ["q"], buckets=(1.0,), registry=registry)
@@ -481,9 +481,9 @@ def test_a_child_in_no_tally_is_counted_without_doing_the_held() -> None:
     tally.add(0.5)
     counter.labels("out").inc()
     histogram.labels("out").observe(0.5)
-    assert labelled._HELD == [tally, 0.5], "a child of no tally: the held stay held"
+    assert labelled._UNCOUNTED == [tally], "a child of no tally: the counts stay kept"
     counter.labels("in").inc()
-    assert labelled._HELD == [], "a child of the tally: the held are done first"
+    assert labelled._UNCOUNTED == [], "a child of the tally: the counts are added first"
     samples = next(iter(counter.collect())).samples
     assert [s.value for s in samples if s.name.endswith("_total")] == [2.0, 1.0], "in, out"
 

@@ -13,14 +13,14 @@ whether the next call looks it up again.
 A counter child of prometheus_client takes a lock on every increment; :class:`LightCounter`
 adds to a plain float (one thread, as below); its samples are the same.
 
-A tally's additions (:class:`Tally`, an admission's eight series) are held in order and
-done together, before anything reads a light child or counts one of a tally otherwise (a
-child in no tally is counted at once: nothing of it is held): the same additions in the
-same order, so every sample is the same; done one by one, between a pass's other work, each
-touched eight children gone cold. The sums are added to each histogram in order (float
-additions); the counts (a counter's one per addition, a bucket's) are whole numbers, kept
-on the tally and added to its children in bulk when one is read or counted otherwise
-(:func:`flush`): exact in any order (:func:`counted_up`).
+A tally (:class:`Tally`, an admission's eight series) adds each amount to its histograms'
+sums at once, in the order made (float additions: another order could change a sum); the
+counts (a counter's one per addition, a bucket's) are whole numbers, kept on the tally and
+added to its children in bulk (:func:`flush`) before anything reads a light child or counts
+one of a tally otherwise (a child in no tally is counted at once: nothing of it is kept):
+exact in any order (:func:`counted_up`), so every sample is the same as if each child had
+counted each addition itself, without touching four counters and four bucket lists per
+addition.
 
 A histogram child of prometheus_client holds a lock and a float object per bucket, and makes
 them (with each bucket's text) when first labelled, which is slow for a thousand
@@ -44,7 +44,6 @@ from prometheus_client.utils import floatToGoString
 
 __all__ = [
     "EXACT",
-    "HELD_LIMIT",
     "Children",
     "LightCounter",
     "LightHistogram",
@@ -53,9 +52,6 @@ __all__ = [
     "flush",
 ]
 
-# Tally additions not done yet, in the order they were made: tally, amount, tally, amount...
-_HELD: list[Any] = []
-HELD_LIMIT = 2048  # entries held at most (half as many additions): then done at once
 # Tallies whose counts are not yet on their children (Tally._times), each once.
 _UNCOUNTED: list[Tally] = []
 
@@ -114,7 +110,7 @@ class LightCounter(Counter):
     def _metric_init(self) -> None:
         self._count = 0.0
         self._created = time.time()
-        self._tallied = False  # in a Tally: its held additions are done before a count
+        self._tallied = False  # in a Tally: the tally's counts are added before a count
 
     def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
         """Add ``amount``, refused as by Counter when negative or on the labelled parent;
@@ -123,7 +119,7 @@ class LightCounter(Counter):
             raise ValueError(f"{self._type} metric is missing label values")
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
-        if self._tallied and (_HELD or _UNCOUNTED):
+        if self._tallied and _UNCOUNTED:
             flush()
         self._count += amount
 
@@ -147,14 +143,14 @@ class LightHistogram(Histogram):
         self._counts = [0.0] * len(self._upper_bounds)
         self._total = 0.0
         self._created = time.time()
-        self._tallied = False  # in a Tally: its held additions are done before a count
+        self._tallied = False  # in a Tally: the tally's counts are added before a count
 
     def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
         """Count ``amount`` in the first bucket whose bound is at least it, as Histogram does
         (a NaN in none, its sum NaN); exemplars are not kept."""
         if self._labelnames and not self._labelvalues:  # as Histogram.observe refuses
             raise ValueError(f"{self._type} metric is missing label values")
-        if self._tallied and (_HELD or _UNCOUNTED):
+        if self._tallied and _UNCOUNTED:
             flush()
         bounds = self._upper_bounds
         index = bisect_left(bounds, amount)
@@ -182,8 +178,8 @@ class Tally:
     """Light children counted together by one call (an admission's count and wait, per
     ClusterQueue and per LocalQueue): :meth:`add` is each counter's ``inc()`` and each
     histogram's ``observe(amount)``, the bucket found once for all (their buckets are one
-    list: any other is refused here); the samples are the same. The additions are held
-    and done in order by :func:`flush` (the module's docstring)."""
+    list: any other is refused here); the samples are the same. The sums are added at
+    once, the counts kept until :func:`flush` (the module's docstring)."""
 
     __slots__ = ("_bounds", "_counters", "_histograms", "_in_buckets", "_times")
 
@@ -204,20 +200,22 @@ class Tally:
         self._in_buckets = [0] * len(self._bounds)
 
     def add(self, amount: float) -> None:
-        """Count ``amount``: held, done by :func:`flush` (its sum at the latest when
-        :data:`HELD_LIMIT` entries are held)."""
-        _HELD.append(self)
-        _HELD.append(amount)
-        if len(_HELD) >= HELD_LIMIT:
-            _do_held()
+        """Count ``amount``: each histogram's sum at once, the counts kept (:func:`flush`)."""
+        for histogram in self._histograms:
+            histogram._total += amount
+        if not self._times:
+            _UNCOUNTED.append(self)
+        self._times += 1
+        bounds = self._bounds
+        index = bisect_left(bounds, amount)
+        if index < len(bounds) and amount <= bounds[index]:  # a NaN in none
+            self._in_buckets[index] += 1
 
 
 def flush() -> None:
-    """Do the held tally additions and put their counts on the children: before a light
-    child is read (its samples) or a child of a tally is counted otherwise (``inc``,
-    ``observe``, ``reset``), so each child shows the same as if each addition had been
-    done at once."""
-    _do_held()
+    """Add the tallies' kept counts to their children: before a light child is read (its
+    samples) or a child of a tally is counted otherwise (``inc``, ``observe``, ``reset``),
+    so each child shows the same as if each addition had been counted on it at once."""
     if not _UNCOUNTED:
         return
     tallies = _UNCOUNTED.copy()
@@ -233,28 +231,6 @@ def flush() -> None:
                 for histogram in tally._histograms:
                     counts = histogram._counts
                     counts[index] = counted_up(counts[index], counted)
-
-
-def _do_held() -> None:
-    """The held additions, in the order they were made: each histogram's sum adds its
-    amounts in that order (float additions: another order could change it); the counts
-    (each addition one for each counter, one for its bucket) are kept on the tally, put on
-    the children by :func:`flush`."""
-    if not _HELD:
-        return
-    held = _HELD.copy()
-    _HELD.clear()  # (a child's samples read during the loop find nothing held)
-    uncounted = _UNCOUNTED.append
-    for tally, amount in zip(held[::2], held[1::2], strict=True):
-        for histogram in tally._histograms:
-            histogram._total += amount
-        if not tally._times:
-            uncounted(tally)
-        tally._times += 1
-        bounds = tally._bounds
-        index = bisect_left(bounds, amount)
-        if index < len(bounds) and amount <= bounds[index]:  # a NaN in none
-            tally._in_buckets[index] += 1
 
 
 EXACT = float(2**53)  # up to here every whole number is a float: adding 1 is exact
