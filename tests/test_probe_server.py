@@ -7,9 +7,12 @@ them, and ``urllib`` (an ordinary client) reads an answer whose connection close
 from __future__ import annotations
 
 import asyncio
+import socket
 import urllib.request
+from collections.abc import Callable
 
 import pytest
+from structlog.testing import capture_logs
 
 from shared.probe_server import Answer, Route, answer_for, encode, serve_routes
 
@@ -121,3 +124,90 @@ async def test_closing_ends_a_connection_that_sent_nothing() -> None:
     assert all(connection.is_closing() for connection in taken), "closed by close()"
     assert await reader.read() == b"", "closed without an answer"
     writer.close()
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(1000):  # at most 10 s: the condition is reached, not timed
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+
+
+def _handler_tasks() -> list[asyncio.Task[object]]:
+    return [task for task in asyncio.all_tasks() if "serve_one" in repr(task.get_coro())]
+
+
+async def test_closing_leaves_no_handler_task() -> None:
+    """An idle caller and one whose route is still running: close() ends both handlers (the
+    route cancelled after the grace), none ends cancelled (Python 3.11's stream callback logs a
+    cancelled handler as "Exception in callback"), and none is left for asyncio.run to cancel."""
+    entered = asyncio.Event()
+
+    async def stuck() -> Answer:
+        entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+
+    server = await serve_routes({"/stuck": stuck}, host="127.0.0.1", port=0)
+    idle = await asyncio.open_connection("127.0.0.1", server.port)
+    busy = await asyncio.open_connection("127.0.0.1", server.port)
+    busy[1].write(b"GET /stuck HTTP/1.1\r\n\r\n")
+    await asyncio.wait_for(entered.wait(), 10)
+    await _until(lambda: len(_handler_tasks()) == 2)
+    taken = set(_handler_tasks())
+    assert len(taken) == 2, "both connections are being handled"
+    await server.close(grace=0.01)
+    assert all(task.done() and not task.cancelled() for task in taken), "ended, not cancelled"
+    assert not server.handlers and not _handler_tasks(), "no handler left running"
+    for reader, writer in (idle, busy):
+        assert await reader.read() == b"", "closed without an answer"
+        writer.close()
+
+
+async def test_a_raising_route_is_answered_500() -> None:
+    async def failing() -> Answer:
+        raise RuntimeError("collector failed")
+
+    server = await serve_routes({"/metrics": failing}, host="127.0.0.1", port=0)
+    try:
+        with capture_logs() as logged:
+            answer = await _exchange(server.port, b"GET /metrics?x=1 HTTP/1.1\r\n\r\n")
+    finally:
+        await server.close()
+    assert answer.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert answer.endswith(b"\r\n\r\n500: Internal Server Error (RuntimeError: collector failed)")
+    assert [(line["event"], line["path"], line["error"]) for line in logged] == [
+        ("probe_route_failed", "/metrics", "RuntimeError: collector failed")
+    ], "one line naming the path and the error"
+
+
+async def test_a_caller_that_does_not_read_is_dropped() -> None:
+    """An answer larger than the socket buffers to a caller that never reads: the handler
+    gives up after its timeout instead of waiting in drain() for ever."""
+
+    async def large() -> Answer:
+        return Answer(b"x" * (32 * 1024 * 1024))
+
+    server = await serve_routes({"/large": large}, host="127.0.0.1", port=0, io_timeout=0.2)
+    caller = socket.socket()
+    caller.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    caller.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.sock_connect(caller, ("127.0.0.1", server.port))
+        await loop.sock_sendall(caller, b"GET /large HTTP/1.1\r\n\r\n")
+        await _until(lambda: bool(_handler_tasks()))
+        await _until(lambda: not _handler_tasks())
+        assert not _handler_tasks() and not server.open, "the handler gave up on the caller"
+    finally:
+        caller.close()
+        await server.close()
+
+
+async def test_bare_lf_line_ends_are_accepted() -> None:
+    server = await serve_routes(ROUTES, host="127.0.0.1", port=0)
+    try:
+        answer = await _exchange(server.port, b"GET /healthz HTTP/1.0\nHost: x\n\n")
+    finally:
+        await server.close()
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nok")
