@@ -1,3 +1,3 @@
 """Berth's services (DESIGN.md)."""
 
-import shared  # noqa: F401  # first: defers what shared/deferred.py names, before nats is imported
+import shared  # noqa: F401  # first: shared/deferred.py applies before nats is imported

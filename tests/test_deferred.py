@@ -1,73 +1,160 @@
-"""shared/deferred.py: a deferred module runs its code on first use, once, and otherwise
-behaves as the import system's own. Each case builds a small package in a temporary
-directory, defers it, and checks what a use of it does."""
+"""shared/deferred.py: a module named in ``WITHIN`` runs with the names it imports bound to
+stand-ins, only while it runs; every other import of them is the import system's own. Each case
+builds, in a temporary directory, a package ``dep`` (its ``__init__`` imports its submodule
+``dep.errors``, as aiohttp's does), an importer ``user`` (``import dep``, as nats' transport
+module's ``import aiohttp``) and a module ``gate`` recording which module ran and holding a
+package's run open while a test needs it."""
 
 from __future__ import annotations
 
 import importlib
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from shared.deferred import defer_import, is_deferred
+from shared import deferred
 
-PACKAGE = {
-    "__init__.py": "RUNS = RUNS + 1 if 'RUNS' in globals() else 1\nVALUE = 'package'\n",
-    "part.py": "PART = True\n",
-    "broken.py": "raise RuntimeError('broken at import')\n",
+FILES = {
+    "gate.py": (
+        "import threading\n"
+        "RAN = []\n"
+        "HOLD = False\n"
+        "ENTERED = threading.Event()\n"
+        "RELEASE = threading.Event()\n"
+    ),
+    "dep/__init__.py": (
+        "import gate\n"
+        "gate.RAN.append(__name__)\n"
+        "if gate.HOLD:\n"
+        "    gate.ENTERED.set()\n"
+        "    gate.RELEASE.wait(30)\n"
+        "from dep.errors import DepError, DepFailure\n"
+        "VALUE = 'dep'\n"
+    ),
+    "dep/errors.py": (
+        "import gate\n"
+        "gate.RAN.append(__name__)\n"
+        "class DepError(Exception): pass\n"
+        "class DepFailure(DepError): pass\n"
+    ),
+    "broken/__init__.py": "import gate\ngate.RAN.append(__name__)\nimport no_such_module_for_berth\n",
+    "user.py": (
+        "import dep\n"
+        "import broken\n"
+        "try:\n"
+        "    import no_such_module_for_berth as missing\n"
+        "except ImportError:\n"
+        "    missing = None\n"
+    ),
 }
+NAMES = ("gate", "dep", "dep.errors", "broken", "user")
 
 
 @pytest.fixture
-def package(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = f"deferred_case_{request.node.name.split('[')[-1].rstrip(']').replace('-', '_')}"
-    root = tmp_path / name
-    root.mkdir()
-    for file, text in PACKAGE.items():
-        (root / file).write_text(text)
-    sys.path.insert(0, str(tmp_path))
+def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The ``gate`` module, ``user`` deferring ``dep``, ``broken`` and a name not installed."""
+    for file, text in FILES.items():
+        (tmp_path / file).parent.mkdir(exist_ok=True)
+        (tmp_path / file).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(deferred.WITHIN, "user", ("dep", "broken", "no_such_module_for_berth"))
+    deferred.install()
     try:
-        yield name
+        yield importlib.import_module("gate")
     finally:
-        sys.path.remove(str(tmp_path))
-        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-            del sys.modules[loaded]
+        for name in NAMES:
+            sys.modules.pop(name, None)
 
 
-def test_a_bare_import_runs_nothing_and_first_use_runs_it_once(package: str) -> None:
-    defer_import(package)
-    module = importlib.import_module(package)  # what nats' bare `import aiohttp` does
-    assert is_deferred(package) and "VALUE" not in vars(module)
-    assert module.VALUE == "package" and module.RUNS == 1
-    assert not is_deferred(package) and sys.modules[package] is module
-    assert module.VALUE == "package" and module.RUNS == 1, "runs once"
+def test_the_importer_runs_without_loading_and_leaves_sys_modules_alone(
+    modules: ModuleType,
+) -> None:
+    user = importlib.import_module("user")
+    assert modules.RAN == [], "importing the importer ran none of the deferred modules"
+    assert "dep" not in sys.modules and "broken" not in sys.modules, "bound only while it ran"
+    assert user.missing is None, "a name not installed is not bound: the importer's ImportError"
+    assert user.__spec__ is not None and type(user.__spec__.loader) is not deferred._Loader
+    assert user.__loader__ is user.__spec__.loader, "the module keeps its own loader"
 
 
-def test_a_submodule_import_runs_the_package_first(package: str) -> None:
-    defer_import(package)
-    assert importlib.import_module(f"{package}.part").PART
-    assert vars(sys.modules[package])["RUNS"] == 1, "the package ran before its submodule"
+def test_first_use_through_the_importer_loads_the_real_module_once(modules: ModuleType) -> None:
+    user = importlib.import_module("user")
+    assert user.dep.VALUE == "dep" and user.dep.DepError is sys.modules["dep"].DepError
+    assert user.dep.errors is sys.modules["dep.errors"]
+    assert modules.RAN == ["dep", "dep.errors"], "each ran once"
 
 
-def test_an_imported_module_is_left_as_it_is(package: str) -> None:
-    module = importlib.import_module(package)
-    defer_import(package)
-    assert sys.modules[package] is module and not is_deferred(package)
+# (what imports dep first after the importer ran, why it is a case)
+FIRST_IMPORTS = [
+    ("from dep.errors import DepError", "the submodule, which the package's __init__ imports"),
+    ("import dep.errors", "the submodule, bare"),
+    ("import dep", "the package"),
+    ("from dep import DepError", "a name from the package"),
+]
 
 
-def test_a_missing_module_is_not_bound() -> None:
-    defer_import("no_such_module_for_berth")
-    assert "no_such_module_for_berth" not in sys.modules
+@pytest.mark.parametrize(
+    ("statement", "why"), FIRST_IMPORTS, ids=[str(i) for i in range(len(FIRST_IMPORTS))]
+)
+def test_an_import_elsewhere_loads_each_module_once(
+    modules: ModuleType, statement: str, why: str
+) -> None:
+    user = importlib.import_module("user")
+    exec(statement, {})  # the statement under test, as another module runs it
+    dep, errors = sys.modules["dep"], sys.modules["dep.errors"]
+    assert modules.RAN == ["dep", "dep.errors"], f"{why}: each ran once"
+    assert dep.errors is errors and dep.DepError is errors.DepError, why
+    assert user.dep.DepFailure is errors.DepFailure, why
+    with pytest.raises(errors.DepError):  # an except clause against the submodule's class holds
+        raise user.dep.DepFailure("raised through the importer's binding")
 
 
-def test_a_failing_module_raises_on_use_and_leaves_sys_modules(package: str) -> None:
-    name = f"{package}.broken"
-    defer_import(package)
-    importlib.import_module(package).VALUE  # noqa: B018  # the package itself runs
-    defer_import(name)
-    module = importlib.import_module(name)
-    with pytest.raises(RuntimeError, match="broken at import"):
-        module.anything  # noqa: B018
-    assert name not in sys.modules, "as a failed import"
+def test_two_threads_using_it_at_once_both_get_the_whole_module(modules: ModuleType) -> None:
+    """The first thread's load is held open while a second one asks: the second waits on the
+    import system's lock and gets the loaded module, never a half-run one."""
+    user = importlib.import_module("user")
+    vars(modules)["HOLD"] = True  # the package waits for RELEASE
+    got: dict[str, object] = {}
+
+    def use(who: str) -> None:
+        try:
+            got[who] = user.dep.VALUE
+        except BaseException as error:  # recorded for the assertion below
+            got[who] = error
+
+    first = threading.Thread(target=use, args=("first",))
+    first.start()
+    assert modules.ENTERED.wait(30), "the first thread is running the package"
+    second = threading.Thread(target=use, args=("second",))
+    second.start()
+    second.join(0.2)  # a half-run module would have failed it by now
+    modules.RELEASE.set()
+    first.join(30)
+    second.join(30)
+    assert got == {"first": "dep", "second": "dep"}
+    assert modules.RAN == ["dep", "dep.errors"], "ran once"
+
+
+def test_a_failed_load_raises_the_original_import_error_each_time(modules: ModuleType) -> None:
+    user = importlib.import_module("user")
+    for attempt in range(2):
+        with pytest.raises(ModuleNotFoundError) as raised:
+            user.broken.anything  # noqa: B018
+        assert raised.value.name == "no_such_module_for_berth", f"attempt {attempt}"
+        assert "broken" not in sys.modules, "as a failed import, nothing half-run is kept"
+    assert modules.RAN == ["broken", "broken"], "each use tries the import again"
+
+
+def test_a_module_already_imported_is_bound_itself(modules: ModuleType) -> None:
+    dep = importlib.import_module("dep")
+    assert importlib.import_module("user").dep is dep
+
+
+def test_the_finder_is_installed_once() -> None:
+    deferred.install()
+    deferred.install()
+    assert sum(isinstance(finder, deferred._Finder) for finder in sys.meta_path) == 1

@@ -12,9 +12,12 @@ import pytest
 
 from tests.conftest import REPO
 
-# aiohttp's own modules: ``import aiohttp`` alone (nats-py's, for its WebSocket transport) binds
-# a deferred module (shared/deferred.py) that loads none of them until it is used.
-AIOHTTP = {"aiohttp.client": "nats-py imports aiohttp for ws:// only (shared/deferred.py)"}
+# nats-py's transport module imports aiohttp for its WebSocket transport only; it runs with a
+# stand-in for it (shared/deferred.py), so neither aiohttp nor its modules are loaded.
+AIOHTTP = {
+    "aiohttp": "nats-py imports aiohttp for ws:// only (shared/deferred.py)",
+    "aiohttp.client": "nats-py imports aiohttp for ws:// only (shared/deferred.py)",
+}
 WEB = {"aiohttp.web": "the probes are served by shared/probe_server.py"}
 RICH = {
     "rich": "structlog's console renderer; Berth writes JSON lines (shared/logging.py)",
@@ -55,12 +58,8 @@ def python(code: str) -> str:
 
 
 def loaded_by(module: str) -> set[str]:
-    """The modules a fresh interpreter holds, fully loaded, once it has imported ``module``."""
-    code = (
-        f"import sys, {module}\n"
-        "from shared.deferred import is_deferred\n"
-        "print('\\n'.join(name for name in sys.modules if not is_deferred(name)))"
-    )
+    """The modules a fresh interpreter holds once it has imported ``module``."""
+    code = f"import sys, {module}\nprint('\\n'.join(sys.modules))"
     return set(python(code).split())
 
 
@@ -72,18 +71,23 @@ def test_a_start_does_not_import(module: str, absent: dict[str, str]) -> None:
     assert not wrongly, f"{module} imports at its start: {wrongly}"
 
 
-def test_a_deferred_module_loads_on_use() -> None:
-    """nats' bare import binds the deferred aiohttp; its first use, ``from aiohttp import web``
-    and a submodule's import each run it, and the module is the same object throughout."""
+def test_nats_aiohttp_and_every_other_import_of_it_are_one_module() -> None:
+    """After a service's start, aiohttp's submodule imported first (the package's __init__
+    imports it too) loads once: the classes are the same objects, an ``except`` against them
+    holds, and nats' binding gives the same classes."""
     code = (
         "import sys, services.preemption.__main__\n"
-        "from shared.deferred import is_deferred\n"
-        "import aiohttp, nats.aio.transport as transport\n"
-        "assert is_deferred('aiohttp') and transport.aiohttp is aiohttp\n"
-        "from aiohttp import web\n"
-        "assert not is_deferred('aiohttp') and 'aiohttp.client' in sys.modules\n"
-        "assert aiohttp.web is web and transport.aiohttp.ClientSession.__name__ == 'ClientSession'\n"
-        "assert sys.modules['aiohttp'] is aiohttp\n"
-        "print('ok')"
+        "import nats.aio.transport as transport\n"
+        "assert 'aiohttp' not in sys.modules\n"
+        "from aiohttp.client_exceptions import ClientError\n"
+        "import aiohttp\n"
+        "assert aiohttp.client_exceptions is sys.modules['aiohttp.client_exceptions']\n"
+        "assert ClientError is aiohttp.ClientError\n"
+        "assert transport.aiohttp.ClientSession is aiohttp.ClientSession\n"
+        "assert transport.aiohttp.WSMsgType is aiohttp.WSMsgType\n"
+        "try:\n"
+        "    raise transport.aiohttp.ClientConnectionError('x')\n"
+        "except ClientError:\n"
+        "    print('ok')"
     )
     assert python(code).strip() == "ok"
