@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from bench.eventlog import read_events
+from services.watcher.local import backend as local_backend
 from shared.bus import OBJECTS_BUCKET, STATUS_BUCKET, STREAM, Bus
 from shared.events import WorkloadEvicted, WorkloadSubmitted
 from shared.workloads import workload_key
@@ -66,7 +67,34 @@ async def test_the_listed_objects_are_announced_in_batches_in_the_buckets_order(
         if isinstance(e, WorkloadSubmitted | WorkloadEvicted)
     ]
     assert record == EXPECTED, [why for _, _, why in LISTED]
+    times = [e.time for e in events if isinstance(e, WorkloadSubmitted | WorkloadEvicted)]
+    assert times == sorted(times), "c and e's announcements are not earlier than the eviction"
     [evicted] = [e for e in events if isinstance(e, WorkloadEvicted)]
     assert evicted.reason == "WatcherRestarted"
     info = await bus.js.stream_info(STREAM, subjects_filter="berth.b.wl.submitted")
     assert info.state.subjects == {"berth.b.wl.submitted": SUBMITTED_BATCHES}
+
+
+async def test_each_batch_of_a_long_listing_carries_its_own_moment(
+    bus: Bus, nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing longer than one batch (LISTED_BATCH made 2 for five objects): the objects
+    of one batch share a moment, read after the previous batch was sent, so a later batch
+    carries a later time (admission sets its clock from each event's time as it folds: a
+    time reused from the listing's start would step it back)."""
+    monkeypatch.setattr(local_backend, "LISTED_BATCH", 2)
+    objects = await bus.kv(OBJECTS_BUCKET)
+    names = [f"job-{n}" for n in range(5)]
+    for name in names:
+        await objects.put(
+            workload_key("default", name), msgspec.json.encode(_job(name, uid=f"u-{name}"))
+        )
+
+    await _start_and_stop_watcher(bus, tmp_path / "data")
+
+    events = await read_events(nats_url, auth=bus_auth(nats_url))
+    submitted = [e for e in events if isinstance(e, WorkloadSubmitted)]
+    assert [e.workload.name for e in submitted] == names, "in the bucket's order"
+    first, second, third = (submitted[0:2], submitted[2:4], submitted[4:])
+    assert len({e.time for e in first}) == len({e.time for e in second}) == 1, "one per batch"
+    assert first[0].time < second[0].time < third[0].time, "each batch read after the last"

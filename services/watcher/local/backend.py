@@ -59,6 +59,15 @@ log = get_logger("watcher.local")
 LISTED_BATCH = 1024  # announcements of the objects listed at start sent at most together
 
 
+def announced_at(announcements: list[tuple[WorkloadSubmitted, str]]) -> datetime:
+    """The moment of the next announcement: its batch's, read by the batch's first one (the
+    reports sent together share their moment: reporting.py). A batch starts after the last
+    flush, so its announcements are not earlier than what was published before them (an
+    orphan's eviction, a deletion, the previous batch): admission's clock, set from each
+    event's time as it folds, never steps back."""
+    return announcements[0][0].time if announcements else now()
+
+
 class LocalBackend:
     def __init__(self, runtime: Runtime, *, stop_grace: float) -> None:
         self.runtime = runtime
@@ -121,9 +130,8 @@ class LocalBackend:
         thousand new workloads per second); anything else that publishes (a deletion) first
         flushes the announcements before it, so the stream keeps the bucket's order."""
         announcements: list[tuple[WorkloadSubmitted, str]] = []
-        at = now()  # the batch's announcements share their moment (reporting.py)
         for entry in entries:
-            await self._observe(entry, initial=False, announcements=announcements, at=at)
+            await self._observe(entry, initial=False, announcements=announcements)
         await self._flush_announcements(announcements)
 
     async def _observe_listed(self, entries: list[KeyValue.Entry]) -> None:
@@ -133,9 +141,8 @@ class LocalBackend:
         anything); an eviction of a run found orphaned first flushes the announcements
         before it, so the stream keeps the bucket's order."""
         announcements: list[tuple[WorkloadSubmitted, str]] = []
-        at = now()
         for entry in entries:
-            await self._observe(entry, initial=True, announcements=announcements, at=at)
+            await self._observe(entry, initial=True, announcements=announcements)
             if len(announcements) >= LISTED_BATCH:
                 await self._flush_announcements(announcements)
         await self._flush_announcements(announcements)
@@ -146,7 +153,6 @@ class LocalBackend:
         *,
         initial: bool,
         announcements: list[tuple[WorkloadSubmitted, str]],
-        at: datetime,
     ) -> None:
         value = live_value(entry)
         if value is None:
@@ -178,7 +184,9 @@ class LocalBackend:
             await self.runs.orphaned(entry.key, obj)
         if uid in self.announcing:
             return  # announced in this batch already
-        announcements.append((reporting.submitted(obj, spec, at=at), spec.kind))
+        announcements.append(
+            (reporting.submitted(obj, spec, at=announced_at(announcements)), spec.kind)
+        )
         self.announcing.add(uid)
 
     async def _flush_announcements(
