@@ -17,6 +17,12 @@ server imports the CLI and nothing else, and runs no thread), with the caller's 
 descriptors and exit status; only the imports are done ahead. ``BERTH_TEST_CLI_FORK=0``
 runs ``python -m berth_cli`` instead (e.g. to compare).
 
+One thing is shared: every fork has the server's hash seed (``PYTHONHASHSEED`` is read at an
+interpreter's start and str hashing cannot be reseeded after it), so the iteration order of a
+set of strings (or a dict built from one) is the same in every call of a test session, where
+``python -m berth_cli`` calls differ run to run. A test must not rely on that order; one that
+checks an output is independent of it runs with ``BERTH_TEST_CLI_FORK=0``.
+
 For calls run to their end (``subprocess.run``, as :func:`tests.conftest.berth` does): a
 signal sent to the client is not passed on, so a test that interrupts the CLI (``-w``,
 ``-f``, Ctrl-C) starts ``python -m berth_cli`` itself.
@@ -129,7 +135,10 @@ def _call(connection: socket.socket) -> None:
     size = int.from_bytes(header, "big")
     body = b""
     while len(body) < size:
-        body += connection.recv(size - len(body))
+        chunk = connection.recv(size - len(body))
+        if not chunk:  # the client died before it sent its call: nothing to run
+            os._exit(1)
+        body += chunk
     request = json.loads(body)
     cli = os.fork()
     if cli == 0:
