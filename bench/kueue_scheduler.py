@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -383,12 +385,11 @@ async def _ready_at(stack: Stack) -> float:
     return time.monotonic()
 
 
-def idle_startup_cpu() -> float:
-    """The four services' CPU seconds from their start to readiness on an idle stack of its
-    own (imports, connecting, creating their consumers): the fixed cost every run's CPU
-    figures include, measured apart because a run's services read events before they are
-    ready."""
-    with tempfile.TemporaryDirectory(prefix="berth-bench-idle-") as tmp:
+@contextmanager
+def ready_stack(prefix: str) -> Iterator[Stack]:
+    """A stack of its own (NATS and the four services, no console) on a temporary folder,
+    ready; stopped and removed on leaving."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         stack = Stack(
             data_dir=Path(tmp), nats_port=0, console=Console(quiet=True), with_console=False
         )
@@ -396,13 +397,27 @@ def idle_startup_cpu() -> float:
             stack.start_nats()
             stack.spawn_services()
             stack.wait_ready(timeout=30.0)
-            return sum(
-                proc_stats(service.process.pid)[0]
-                for service in stack.services
-                if service.process is not None and service.name in SERVICE_NAMES
-            )
+            yield stack
         finally:
             stack.stop()
+
+
+def services_cpu(stack: Stack) -> float:
+    """The four services' CPU seconds so far (user + system)."""
+    return sum(
+        proc_stats(service.process.pid)[0]
+        for service in stack.services
+        if service.process is not None and service.role in SERVICE_NAMES
+    )
+
+
+def idle_startup_cpu() -> float:
+    """The four services' CPU seconds from their start to readiness on an idle stack of its
+    own (imports, connecting, creating their consumers): the fixed cost every run's CPU
+    figures include, measured apart because a run's services read events before they are
+    ready."""
+    with ready_stack("berth-bench-idle-") as stack:
+        return services_cpu(stack)
 
 
 async def stream_messages(url: str, stack: Stack) -> dict[str, int]:

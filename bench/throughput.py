@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import resource
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -37,9 +36,8 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import msgspec
-from rich.console import Console
 
-from bench.kueue_scheduler import SERVICE_NAMES, proc_stats
+from bench.kueue_scheduler import proc_stats, ready_stack, services_cpu
 from bench.objects import FLAVOR, cpu_cluster_queue, queue_namespace, simulated_job
 from berth_cli.up import Stack
 from shared.bus import CONFIG_BUCKET, OBJECTS_BUCKET, Bus, BusSettings
@@ -163,43 +161,26 @@ async def generate(
 
 
 def run_rate(rate: int, args: argparse.Namespace) -> Step:
-    with tempfile.TemporaryDirectory(prefix="berth-throughput-") as tmp:
-        stack = Stack(
-            data_dir=Path(tmp), nats_port=0, console=Console(quiet=True), with_console=False
+    with ready_stack("berth-throughput-") as stack:
+        before = services_cpu(stack)
+        assert stack.nats.process is not None
+        nats_before = proc_stats(stack.nats.process.pid)[0]
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        generator_before = usage.ru_utime + usage.ru_stime
+        created, admitted, span = asyncio.run(
+            generate(
+                stack,
+                rate=rate,
+                duration=args.duration,
+                queues=args.queues,
+                runtime_ms=args.runtime_ms,
+                grace=args.grace,
+            )
         )
-        try:
-            stack.start_nats()
-            stack.spawn_services()
-            stack.wait_ready(timeout=30.0)
-            before = {
-                s.name: proc_stats(s.process.pid)[0]
-                for s in stack.services
-                if s.process is not None
-            }
-            assert stack.nats.process is not None
-            nats_before = proc_stats(stack.nats.process.pid)[0]
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            generator_before = usage.ru_utime + usage.ru_stime
-            created, admitted, span = asyncio.run(
-                generate(
-                    stack,
-                    rate=rate,
-                    duration=args.duration,
-                    queues=args.queues,
-                    runtime_ms=args.runtime_ms,
-                    grace=args.grace,
-                )
-            )
-            cpu = sum(
-                proc_stats(s.process.pid)[0] - before[s.name]
-                for s in stack.services
-                if s.process is not None and s.role in SERVICE_NAMES
-            )
-            nats_cpu = proc_stats(stack.nats.process.pid)[0] - nats_before
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            generator = usage.ru_utime + usage.ru_stime - generator_before
-        finally:
-            stack.stop()
+        cpu = services_cpu(stack) - before
+        nats_cpu = proc_stats(stack.nats.process.pid)[0] - nats_before
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        generator = usage.ru_utime + usage.ru_stime - generator_before
     latencies = sorted(
         (admitted[uid] - at) * 1000 for uid, at in created.items() if uid in admitted
     )
