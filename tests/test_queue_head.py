@@ -46,6 +46,21 @@ def _released(queue: ClusterQueueQueue, records: dict[str, Record]) -> None:
     queue.release_one(records["a"].shape)
 
 
+def _parked_then_ahead(queue: ClusterQueueQueue, records: dict[str, Record]) -> None:
+    queue.park(records["a"])
+    queue.push(_record(records, "c", 7))
+
+
+def _removed_then_ahead(queue: ClusterQueueQueue, records: dict[str, Record]) -> None:
+    queue.remove(records["a"])
+    queue.push(_record(records, "c", 7))
+
+
+def _deleted_then_again(queue: ClusterQueueQueue, records: dict[str, Record]) -> None:
+    _deleted(queue, records)
+    queue.push(_record(records, "a", 1))
+
+
 # (why, the change after the head was found once, the head then)
 CHANGES: list[tuple[str, Callable[[ClusterQueueQueue, dict[str, Record]], None], str]] = [
     ("nothing changed: the same head, not looked up", lambda q, r: None, "a"),
@@ -62,6 +77,23 @@ CHANGES: list[tuple[str, Callable[[ClusterQueueQueue, dict[str, Record]], None],
         "the head was parked and is queued again (released): a fresh entry, still the head",
         _released,
         "a",
+    ),
+    (
+        "the head is parked, then a record ahead is pushed: the top is not the head's stale"
+        " entry, so it is not dropped unlooked",
+        _parked_then_ahead,
+        "c",
+    ),
+    (
+        "the head is removed, then a record ahead is pushed: that one",
+        _removed_then_ahead,
+        "c",
+    ),
+    (
+        "the head is removed and a new record of its uid queued behind b: the old entry is"
+        " dropped, the new one stands after b",
+        _deleted_then_again,
+        "b",
     ),
 ]
 

@@ -29,7 +29,7 @@ from typing import Final
 import msgspec
 
 from services.admission.flavors import pod_sets_shape
-from services.admission.interning import kept_once
+from services.admission.interning import TABLE_LIMIT, kept_once
 from services.admission.model import QueuedWorkload
 from services.admission.waiting import Rank
 from shared.events import FlavorAssignment, PodSet, WorkloadRef
@@ -115,6 +115,27 @@ def standing(key: OrderKey) -> Rank:
 # One bytes object per distinct shape, shared by the records of that shape (the table starts
 # over at TABLE_LIMIT, as services/admission/interning.py's do).
 _SHAPES: dict[bytes, bytes] = {}
+# The shape of each pod sets list lately seen, by the list's id, the list kept with it (so no
+# other object takes that id while the entry stands); starts over at TABLE_LIMIT.
+_SHAPE_OF: dict[int, tuple[list[PodSet], bytes]] = {}
+
+
+def shape_of(pod_sets: list[PodSet]) -> bytes:
+    """The shape of ``pod_sets`` (``pod_sets_shape``, one bytes object per distinct shape),
+    encoded once per list object, not once per workload: the service interns pod sets
+    (services/admission/interning.py), so the workloads of a shape share one list. A list
+    is never changed once it is a workload's (a record's shape is computed once anyway), so
+    the list it was computed for has that shape still; another list, even an equal one, is
+    encoded anew."""
+    found = _SHAPE_OF.get(id(pod_sets))
+    if found is not None and found[0] is pod_sets:
+        return found[1]
+    encoded = pod_sets_shape(pod_sets)
+    shape = kept_once(_SHAPES, encoded, lambda: encoded)
+    if len(_SHAPE_OF) >= TABLE_LIMIT:
+        _SHAPE_OF.clear()
+    _SHAPE_OF[id(pod_sets)] = (pod_sets, shape)
+    return shape
 
 
 # The pod sets of every placeholder's workload (see Record.placeholder): never a submitted one's.
@@ -148,8 +169,7 @@ class Record(msgspec.Struct, gc=False, eq=False):
     def shape(self) -> bytes:
         """The pod sets as a hashable key (computed once): what the flavor assigner reads."""
         if self.shape_key is None:
-            shape = pod_sets_shape(self.wl.pod_sets)
-            self.shape_key = kept_once(_SHAPES, shape, lambda: shape)
+            self.shape_key = shape_of(self.wl.pod_sets)
         return self.shape_key
 
     @property
@@ -185,6 +205,7 @@ class ClusterQueueQueue:
 
     __slots__ = (
         "_first",
+        "_first_key",
         "_offers",
         "blocked",
         "heap",
@@ -209,6 +230,7 @@ class ClusterQueueQueue:
         # largest key first; empty between passes.
         self.offered: list[Record] = []
         self._first: Record | None = None  # the head last found (see head)
+        self._first_key: OrderKey | None = None  # its key then (see head)
         self._offers: list[Record] | None = None  # see offer_parked
 
     def _live(self, key: OrderKey) -> Record | None:
@@ -241,15 +263,24 @@ class ClusterQueueQueue:
     def head(self) -> Record | None:
         """The first live record of the heap. The one last found is known without looking
         it up while its key is still the top and it is not parked: a record leaves
-        ``records`` only unqueued (its key None), so that is ``_live``'s answer."""
+        ``records`` only unqueued (its key None), so that is ``_live``'s answer. And while
+        the top is still the very key it had when found, but it is parked or has another
+        key or none (just set aside or admitted: what a pass does to every head), that entry
+        is stale without a look either: a key object is made for one record only (each
+        queuing makes a new one), so no record but that one can be live at it."""
         heap = self.heap
         first = self._first
-        if first is not None and heap and first.key is heap[0] and not first.parked:
-            return first
+        if first is not None and heap:
+            top = heap[0]
+            if first.key is top and not first.parked:
+                return first
+            if top is self._first_key:
+                heapq.heappop(heap)
         while heap:
-            record = self._live(heap[0])
+            top = heap[0]
+            record = self._live(top)
             if record is not None:
-                self._first = record
+                self._first, self._first_key = record, top
                 return record
             heapq.heappop(heap)
         return None
