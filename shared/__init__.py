@@ -1,5 +1,6 @@
 """Modules shared by Berth's services, CLI and console (DESIGN.md)."""
 
-from shared.deferred import install
+from shared.deferred import standing_in
 
-install()  # before any module here imports nats (shared/deferred.py says why)
+with standing_in(("aiohttp",)):  # nats-py's aiohttp is for ws:// only (shared/deferred.py)
+    import nats.aio.transport  # noqa: F401

@@ -16,33 +16,15 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, MutableMapping
-from contextlib import contextmanager
+from collections.abc import Callable, MutableMapping
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
 import msgspec
 
+from shared.deferred import hidden
 
-@contextmanager
-def _rich_hidden() -> Iterator[None]:
-    """Hide rich while structlog is imported: structlog's dev and tracebacks modules import it
-    (about 0.05 s of CPU at every process's start, services included) for the console renderer
-    and rich tracebacks, which Berth never uses (its lines are JSON, its exceptions go through
-    ``format_exc_info``). A process that has rich already keeps it; rich stays importable after.
-    """
-    if "rich" in sys.modules:
-        yield
-        return
-    sys.modules["rich"] = None  # type: ignore[assignment]  # the import system's "not here"
-    try:
-        yield
-    finally:
-        if sys.modules.get("rich", False) is None:
-            del sys.modules["rich"]
-
-
-with _rich_hidden():
+with hidden("rich"):  # structlog's console renderer only (shared/deferred.py)
     import structlog
     from structlog.typing import EventDict
 

@@ -1,5 +1,6 @@
-"""shared/deferred.py: a module named in ``WITHIN`` runs with the names it imports bound to
-stand-ins, only while it runs; every other import of them is the import system's own. Each case
+"""shared/deferred.py: an import run ``standing_in`` names runs with them bound to stand-ins,
+only while it runs; every other import of them is the import system's own; ``hidden`` makes a
+name read as not installed while an import runs. Each case
 builds, in a temporary directory, a package ``dep`` (its ``__init__`` imports its submodule
 ``dep.errors``, as aiohttp's does), an importer ``user`` (``import dep``, as nats' transport
 module's ``import aiohttp``) and a module ``gate`` recording which module ran and holding a
@@ -56,13 +57,12 @@ NAMES = ("gate", "dep", "dep.errors", "broken", "user")
 
 @pytest.fixture
 def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """The ``gate`` module, ``user`` deferring ``dep``, ``broken`` and a name not installed."""
+    """The ``gate`` module; ``import_user()`` imports ``user`` with ``dep``, ``broken`` and a
+    name not installed standing in."""
     for file, text in FILES.items():
         (tmp_path / file).parent.mkdir(exist_ok=True)
         (tmp_path / file).write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(deferred.WITHIN, "user", ("dep", "broken", "no_such_module_for_berth"))
-    deferred.install()
     try:
         yield importlib.import_module("gate")
     finally:
@@ -70,19 +70,23 @@ def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleT
             sys.modules.pop(name, None)
 
 
+def import_user() -> ModuleType:
+    """``user`` imported as shared/__init__.py imports nats' transport module."""
+    with deferred.standing_in(("dep", "broken", "no_such_module_for_berth")):
+        return importlib.import_module("user")
+
+
 def test_the_importer_runs_without_loading_and_leaves_sys_modules_alone(
     modules: ModuleType,
 ) -> None:
-    user = importlib.import_module("user")
+    user = import_user()
     assert modules.RAN == [], "importing the importer ran none of the deferred modules"
     assert "dep" not in sys.modules and "broken" not in sys.modules, "bound only while it ran"
     assert user.missing is None, "a name not installed is not bound: the importer's ImportError"
-    assert user.__spec__ is not None and type(user.__spec__.loader) is not deferred._Loader
-    assert user.__loader__ is user.__spec__.loader, "the module keeps its own loader"
 
 
 def test_first_use_through_the_importer_loads_the_real_module_once(modules: ModuleType) -> None:
-    user = importlib.import_module("user")
+    user = import_user()
     assert user.dep.VALUE == "dep" and user.dep.DepError is sys.modules["dep"].DepError
     assert user.dep.errors is sys.modules["dep.errors"]
     assert modules.RAN == ["dep", "dep.errors"], "each ran once"
@@ -103,7 +107,7 @@ FIRST_IMPORTS = [
 def test_an_import_elsewhere_loads_each_module_once(
     modules: ModuleType, statement: str, why: str
 ) -> None:
-    user = importlib.import_module("user")
+    user = import_user()
     exec(statement, {})  # the statement under test, as another module runs it
     dep, errors = sys.modules["dep"], sys.modules["dep.errors"]
     assert modules.RAN == ["dep", "dep.errors"], f"{why}: each ran once"
@@ -116,7 +120,7 @@ def test_an_import_elsewhere_loads_each_module_once(
 def test_two_threads_using_it_at_once_both_get_the_whole_module(modules: ModuleType) -> None:
     """The first thread's load is held open while a second one asks: the second waits on the
     import system's lock and gets the loaded module, never a half-run one."""
-    user = importlib.import_module("user")
+    user = import_user()
     vars(modules)["HOLD"] = True  # the package waits for RELEASE
     got: dict[str, object] = {}
 
@@ -140,7 +144,7 @@ def test_two_threads_using_it_at_once_both_get_the_whole_module(modules: ModuleT
 
 
 def test_a_failed_load_raises_the_original_import_error_each_time(modules: ModuleType) -> None:
-    user = importlib.import_module("user")
+    user = import_user()
     for attempt in range(2):
         with pytest.raises(ModuleNotFoundError) as raised:
             user.broken.anything  # noqa: B018
@@ -151,10 +155,26 @@ def test_a_failed_load_raises_the_original_import_error_each_time(modules: Modul
 
 def test_a_module_already_imported_is_bound_itself(modules: ModuleType) -> None:
     dep = importlib.import_module("dep")
-    assert importlib.import_module("user").dep is dep
+    assert import_user().dep is dep
 
 
-def test_the_finder_is_installed_once() -> None:
-    deferred.install()
-    deferred.install()
-    assert sum(isinstance(finder, deferred._Finder) for finder in sys.meta_path) == 1
+# (imported before the block, why)
+HIDDEN_CASES = [
+    (False, "not imported yet: reads as not installed while the block runs, importable after"),
+    (True, "imported already: the process keeps it, the block changes nothing"),
+]
+
+
+@pytest.mark.parametrize(("imported", "why"), HIDDEN_CASES, ids=["fresh", "imported"])
+def test_hidden_reads_as_not_installed_only_while_the_block_runs(
+    modules: ModuleType, imported: bool, why: str
+) -> None:
+    if imported:
+        importlib.import_module("dep")
+    with deferred.hidden("dep"):
+        if imported:
+            assert importlib.import_module("dep").VALUE == "dep", why
+        else:
+            with pytest.raises(ImportError):
+                importlib.import_module("dep")
+    assert importlib.import_module("dep").VALUE == "dep", why
