@@ -2,8 +2,9 @@
 
 The routes are few, fixed and read-only, and their callers (kubelet probes, Prometheus and
 the benchmarks scraping /metrics, ``berth status`` and the console reading /status) send
-plain GET requests; a web framework would cost each service process about 0.1 s of CPU
-importing it at every start. Every answer closes its connection, as HTTP/1.1 allows.
+plain GET requests; a web framework would cost each service process its import at every
+start (docs/kueue-benchmark.md, "Starting"). Every answer closes its connection, as HTTP/1.1
+allows.
 """
 
 from __future__ import annotations

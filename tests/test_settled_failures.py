@@ -162,19 +162,20 @@ def test_a_result_is_kept_for_the_usage_it_read(
     info = topology.cqs["q0"]
     shape = pod_sets_shape(pod_sets)
     read = settled.usage_read(info, shape, pod_sets)
+    reader = settled.reader(info, shape, pod_sets)
     result = partial.assign(info, topology.flavors, topology.tree, pod_sets)
     assert (result.fits, result.borrows) == (fits, borrows), why
-    settled.put(("q0", shape, True), read, result)
+    settled.remember(reader, True, read, result)
     kept = not fits or borrows
-    assert (settled.get(("q0", shape, True), read) is result) is kept, why
-    assert settled.get(("q0", shape, False), read) is None, "victims possible: its own key"
+    assert (settled.known(reader, True, read) is result) is kept, why
+    assert settled.known(reader, False, read) is None, "victims possible: its own key"
     another = (read[0], (*read[1][:-1], read[1][-1] + 1))
-    assert settled.get(("q0", shape, True), another) is None, "another read"
+    assert settled.known(reader, True, another) is None, "another read"
     other = partial.assign(
         info, topology.flavors, topology.tree, pods((1, 2) if not fits else (9, 2))
     )
-    settled.put(("q0", shape, True), another, other)
-    assert (settled.get(("q0", shape, True), read) is result) is kept, f"{why}: kinds kept apart"
+    settled.remember(reader, True, another, other)
+    assert (settled.known(reader, True, read) is result) is kept, f"{why}: kinds kept apart"
 
 
 # (why, version of the second reading, whether it sees the usage charged in between)
@@ -404,7 +405,7 @@ def test_the_limit_clears_the_bounds_too() -> None:
     assert settled._bounds  # else the case proves nothing
     failed = partial.assign(q0, topology.flavors, topology.tree, pods((9, 2)))
     assert not failed.fits
-    settled.put(("q0", shape, True), usage, failed)
+    settled.remember(settled.reader(q0, shape, pod_sets), True, usage, failed)
     reader = settled._readers[("q0", shape)]
     for i in range(settled_module.FAILURES_LIMIT - 1):
         settled._readers[(f"x{i}", shape)] = reader
@@ -413,4 +414,6 @@ def test_the_limit_clears_the_bounds_too() -> None:
     other = pods((2, 2))
     settled.usage_read(topology.cqs["q1"], pod_sets_shape(other), other)
     assert list(settled._readers) == [("q1", pod_sets_shape(other))]
-    assert settled.get(("q0", shape, True), usage) is None, "its failure went with its reader"
+    assert settled.known(settled.reader(q0, shape, pod_sets), True, usage) is None, (
+        "its failure went with its reader"
+    )

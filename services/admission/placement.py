@@ -190,12 +190,8 @@ class Placement:
         emitted = (reason, message, may_help)
         if record.emitted == emitted:
             return
-        # One tuple per distinct verdict: a backlog of one shape shares its message (the
-        # table's hit read here, without kept_once's call: most verdicts are kept already).
-        kept = self._verdicts.get(emitted)
-        record.emitted = (
-            kept_once(self._verdicts, emitted, lambda: emitted) if kept is None else kept
-        )
+        # One tuple per distinct verdict: a backlog of one shape shares its message.
+        record.emitted = kept_once(self._verdicts, emitted, lambda: emitted)
         self._out.append(
             Inadmissible(
                 ref=record.wl.ref,

@@ -21,8 +21,6 @@ from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
 __all__ = ["SettledFailures"]
 
-# (ClusterQueue, pod sets' shape, whether preemption may still find victims for it)
-Key = tuple[str, PodSetsShape, bool]
 # A node's usage of a pair, read within bounds (see _bounds): (usage, pair, (low, high)),
 # each distinct bounds kept once (SettledFailures._reader).
 Probe = tuple[dict[FlavorResource, int], FlavorResource, tuple[int, int]]
@@ -251,15 +249,6 @@ class SettledFailures:
             reader.failure = (victims_possible, usage, result)
         elif result.borrows:
             reader.fit = (victims_possible, usage, result)
-
-    def get(self, key: Key, usage: Reading) -> AssignResult | None:
-        """``known`` by ``key`` (None: no reader of its ClusterQueue and shape yet)."""
-        reader = self._readers.get((key[0], key[1]))
-        return None if reader is None else self.known(reader, key[2], usage)
-
-    def put(self, key: Key, usage: Reading, result: AssignResult) -> None:
-        """``remember`` by ``key``, whose reader ``usage_read`` made."""
-        self.remember(self._readers[(key[0], key[1])], key[2], usage, result)
 
     def quiet(
         self,
