@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from berth_cli.nats_cluster import free_port
-from shared.gc_tuning import GC_VARIABLE, YOUNG_THRESHOLD, tune_gc
+from shared.gc_tuning import (
+    GC_VARIABLE,
+    MIDDLE_THRESHOLD,
+    OLD_THRESHOLD,
+    YOUNG_THRESHOLD,
+    tune_gc,
+)
 from shared.service import DEFAULT_PORTS
 from tests.conftest import REPO
 
@@ -27,10 +33,12 @@ def _restore_threshold() -> Iterator[None]:
     gc.set_threshold(*before)
 
 
+TUNED = (YOUNG_THRESHOLD, MIDDLE_THRESHOLD, OLD_THRESHOLD)
+
 # (environment, applied, threshold after, why)
 SETTINGS = [
-    ({}, True, (YOUNG_THRESHOLD, 10, 10), "unset: tuned, the older generations' ratios kept"),
-    ({GC_VARIABLE: "1"}, True, (YOUNG_THRESHOLD, 10, 10), "1: tuned"),
+    ({}, True, TUNED, "unset: tuned"),
+    ({GC_VARIABLE: "1"}, True, TUNED, "1: tuned"),
     ({GC_VARIABLE: "0"}, False, PYTHON_DEFAULT, "0: a deployment keeps Python's defaults"),
 ]
 
@@ -43,6 +51,38 @@ def test_the_young_threshold_is_raised_unless_turned_off(
 ) -> None:
     assert tune_gc(env) is applied, reason
     assert gc.get_threshold() == threshold, reason
+
+
+# (survivors allocated, why): every object is kept, as a service keeps its state.
+KEPT = [
+    (4 * YOUNG_THRESHOLD, "a few young collections: the first middle one"),
+    (14 * YOUNG_THRESHOLD, "more than Python's ten young collections between middle ones"),
+]
+
+
+@pytest.mark.parametrize(("count", "reason"), KEPT, ids=[k[1] for k in KEPT])
+def test_no_collection_short_of_a_full_one_scans_more_than_three_young_thresholds(
+    count: int, reason: str
+) -> None:
+    """A middle collection comes after every second young one, so its pause (it scans the
+    young and middle generations) never covers more than three young collections' worth of
+    survivors; with Python's middle threshold of 10 it covered up to eleven."""
+    tune_gc({})
+    scanned: list[int] = []
+
+    def on_collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] < 2:
+            scanned.append(sum(len(gc.get_objects(g)) for g in range(info["generation"] + 1)))
+
+    gc.collect()  # from an empty young and middle generation
+    gc.callbacks.append(on_collection)
+    try:
+        kept: list[list[int]] = [[] for _ in range(count)]
+    finally:
+        gc.callbacks.remove(on_collection)
+    assert len(kept) == count
+    assert scanned, reason
+    assert max(scanned) <= 3 * YOUNG_THRESHOLD + 1_000, (reason, max(scanned))
 
 
 @pytest.mark.parametrize("value", ["", "yes", "true", "2"])
