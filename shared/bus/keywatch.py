@@ -28,7 +28,7 @@ __all__ = ["WATCH_HEARTBEAT_S", "KeyWatch", "Position", "position"]
 
 log = get_logger("bus")
 
-WATCH_QUEUE = 256  # entries waiting for the follow loop; a full queue slows the consumer
+WATCH_QUEUE = 2048  # entries waiting for the follow loop; a full queue slows the consumer
 # The server sends a heartbeat this often while a watch is idle; silence for
 # WATCH_SILENCE_BEATS beats means the consumer is gone (its node died) and it is re-created.
 WATCH_HEARTBEAT_S = 0.5

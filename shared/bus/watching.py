@@ -14,7 +14,8 @@ from shared.bus.keywatch import KeyWatch
 
 __all__ = ["WATCH_BATCH", "WATCH_IDLE_TIMEOUT_S", "BucketWatch", "live_value"]
 
-WATCH_BATCH = 256  # a batch handed to a follow_batches handler holds at most this many
+WATCH_BATCH = 2048  # a batch handed to a follow_batches handler holds at most this many
+# (all that came during a pause of its handler: caught up in one round, not in many)
 WATCH_IDLE_TIMEOUT_S = 0.5  # a follow loop looks at its stop flag at least this often
 
 

@@ -34,7 +34,15 @@ from services.watcher.local.simulated import Simulated
 from services.watcher.local.spec_memo import SpecMemo
 from services.watcher.local.statuses import StatusStore
 from services.watcher.logs_api import serve_logs
-from shared.bus import OBJECTS_BUCKET, STATUS_BUCKET, BucketWatch, KeyExists, Settling, live_value
+from shared.bus import (
+    OBJECTS_BUCKET,
+    STATUS_BUCKET,
+    BucketWatch,
+    KeyExists,
+    SentEvents,
+    Settling,
+    live_value,
+)
 from shared.deadletter import dead_letters
 from shared.events import (
     AnyEvent,
@@ -57,13 +65,16 @@ __all__ = ["LocalBackend", "stop_grace_from_env"]
 log = get_logger("watcher.local")
 
 LISTED_BATCH = 1024  # announcements of the objects listed at start sent at most together
+ANNOUNCE_PIECE = 256  # announcements of a round of changes sent together, acks awaited later
+
+Announcement = tuple[WorkloadSubmitted, str]  # the report and its object's kind
 
 
-def announced_at(announcements: list[tuple[WorkloadSubmitted, str]]) -> datetime:
+def announced_at(announcements: list[Announcement]) -> datetime:
     """The moment of the next announcement: its batch's, read by the batch's first one (the
     reports sent together share their moment: reporting.py). A batch starts after the last
-    flush, so its announcements are not earlier than what was published before them (an
-    orphan's eviction, a deletion, the previous batch): admission's clock, set from each
+    one was sent, so its announcements are not earlier than what was published before them
+    (an orphan's eviction, a deletion, the previous batch): admission's clock, set from each
     event's time as it folds, never steps back."""
     return announcements[0][0].time if announcements else now()
 
@@ -77,7 +88,9 @@ class LocalBackend:
         self.runs = Runs(runtime, self.store, self.objects, stop_grace=stop_grace)
         self.stop_grace = stop_grace
         self.announced: set[str] = set()  # uids reported as submitted by this process
-        self.announcing: set[str] = set()  # uids of the batch's announcements not yet flushed
+        self.announcing: set[str] = set()  # uids of the round's announcements not yet flushed
+        # The round's announcements sent and not yet acked, each batch with what it sent.
+        self.sending: list[tuple[SentEvents, list[Announcement]]] = []
         self.kv: KeyValue | None = None
         self.groups = PodGroups()  # pod groups' members, until each is one PodGroup object
         self.specs = SpecMemo()  # specs of the objects read lately (spec_memo.py)
@@ -125,13 +138,21 @@ class LocalBackend:
             await self.runs.stop_everything()
 
     async def _observe_changes(self, entries: list[KeyValue.Entry]) -> None:
-        """A batch of changes, in order. New workloads are announced with one pipelined
-        publish for the batch (why: one awaited ack per object capped the watcher at a few
-        thousand new workloads per second); anything else that publishes (a deletion) first
-        flushes the announcements before it, so the stream keeps the bucket's order."""
-        announcements: list[tuple[WorkloadSubmitted, str]] = []
+        """A round of changes, in order. New workloads are announced in batches of at most
+        :data:`ANNOUNCE_PIECE`, each sent as soon as it is full, their acks awaited once at
+        the round's end; anything else that publishes (a deletion) first flushes the
+        announcements before it, so the stream keeps the bucket's order.
+
+        Why: one awaited ack per object capped the watcher at a few thousand new workloads
+        per second; one per round of at most 256 changes capped it at 256 per round trip, so
+        after any pause (a collection, a busy moment of nats-server) the changes that came
+        meanwhile were caught up 256 a round trip. A round now takes all that has come
+        (``WATCH_BATCH``), and its first announcements go out while the rest are read."""
+        announcements: list[Announcement] = []
         for entry in entries:
             await self._observe(entry, initial=False, announcements=announcements)
+            if len(announcements) >= ANNOUNCE_PIECE:
+                await self._send_announcements(announcements)
         await self._flush_announcements(announcements)
 
     async def _observe_listed(self, entries: list[KeyValue.Entry]) -> None:
@@ -140,7 +161,7 @@ class LocalBackend:
         over thousands of live objects wait a round trip for each before it decided
         anything); an eviction of a run found orphaned first flushes the announcements
         before it, so the stream keeps the bucket's order."""
-        announcements: list[tuple[WorkloadSubmitted, str]] = []
+        announcements: list[Announcement] = []
         for entry in entries:
             await self._observe(entry, initial=True, announcements=announcements)
             if len(announcements) >= LISTED_BATCH:
@@ -152,7 +173,7 @@ class LocalBackend:
         entry: KeyValue.Entry,
         *,
         initial: bool,
-        announcements: list[tuple[WorkloadSubmitted, str]],
+        announcements: list[Announcement],
     ) -> None:
         value = live_value(entry)
         if value is None:
@@ -189,20 +210,29 @@ class LocalBackend:
         )
         self.announcing.add(uid)
 
-    async def _flush_announcements(
-        self, announcements: list[tuple[WorkloadSubmitted, str]]
-    ) -> None:
+    async def _send_announcements(self, announcements: list[Announcement]) -> None:
+        """Send these announcements (emptied) as one batch; :meth:`_flush_announcements`
+        awaits its acks."""
         if not announcements:
             return
         batch = list(announcements)
         announcements.clear()
-        self.announcing.clear()
-        await self.bus.publish_many([event for event, _ in batch])
+        self.sending.append((await self.bus.send_many([event for event, _ in batch]), batch))
+
+    async def _flush_announcements(self, announcements: list[Announcement]) -> None:
+        """Send these announcements and await the acks of every batch sent so far, in order
+        (a batch that failed is sent again: ``SentEvents.settle``); then they count as
+        announced."""
+        await self._send_announcements(announcements)
+        sending, self.sending = self.sending, []
         announced, info = self.announced, log.info  # the logger's lookup once per batch
-        for event, kind in batch:
-            ref = event.workload
-            announced.add(ref.uid)
-            info("workload_submitted", workload=ref.key, queue=event.queue_name, kind=kind)
+        for sent, batch in sending:
+            await sent.settle()
+            for event, kind in batch:
+                ref = event.workload
+                announced.add(ref.uid)
+                info("workload_submitted", workload=ref.key, queue=event.queue_name, kind=kind)
+        self.announcing.clear()
 
     async def _dead_letter(
         self, bucket: str, entry: KeyValue.Entry, reason: str, value: bytes
