@@ -5,9 +5,10 @@ ready before the clock starts) with ``--queues`` ClusterQueues whose quota is ne
 (quota to spare: nothing waits for room, so what is measured is the chain, not the policy);
 the generator creates 1-CPU Jobs with a simulated run time at the rate for ``--duration``
 seconds, in 10 ms batches, through the objects bucket as `berth submit` does. Submit to admit
-is each workload's creation time to its WorkloadAdmitted's time (the admission service's
-clock, same machine), read live from the admitted batches (the record; the per-workload
-admitted subjects with ``BERTH_BUS_BATCHES=0``). A rate is held when the generator
+is each workload's creation time (its batch's, read once the batch is built and handed to the
+bus) to its WorkloadAdmitted's time (the admission service's clock, same machine), read live
+from the admitted batches (the record; the per-workload admitted subjects with
+``BERTH_BUS_BATCHES=0``). A rate is held when the generator
 reached it (>= 95%), every workload was admitted, and p99 submit-to-admit is under
 ``--p99-ms`` over at least 1,000 samples. Rates run in ascending order and stop after the
 first one not held (``--keep-going``: every rate).
@@ -27,6 +28,7 @@ import resource
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -63,6 +65,27 @@ def config_documents(queues: int) -> list[dict[str, Any]]:
 def job(name: str, namespace: str, runtime_ms: int) -> tuple[str, dict[str, Any]]:
     uid = str(uuid.uuid4())
     return uid, simulated_job(name, namespace, runtime_ms, uid=uid)
+
+
+def created_batch(
+    first: int, count: int, queues: int, runtime_ms: int, clock: Callable[[], float] = time.time
+) -> tuple[dict[str, float], list[tuple[str, bytes, int]]]:
+    """Jobs ``first`` .. ``first + count - 1`` (round robin over the queues' namespaces):
+    uid -> creation time, and the objects bucket's updates that create them. The creation
+    time is one reading of ``clock`` after the last object is built, just before the batch is
+    handed to the bus: building them is the generator's time, not the chain's (read object
+    by object, a pause of the generator mid-batch, a collection or the machine busy, was
+    counted in the submit-to-admit of the objects built before it)."""
+    uids: list[str] = []
+    updates: list[tuple[str, bytes, int]] = []
+    for number in range(first, first + count):
+        namespace = f"tp-{number % queues}"
+        name = f"tp-{number}"
+        uid, obj = job(name, namespace, runtime_ms)
+        uids.append(uid)
+        updates.append((workload_key(namespace, name), msgspec.json.encode(obj), 0))
+    at = clock()
+    return dict.fromkeys(uids, at), updates
 
 
 class _Admitted(msgspec.Struct):
@@ -133,14 +156,9 @@ async def generate(
         while (now := time.monotonic()) < start + duration:
             due = int((now - start) * rate) - sent
             if due > 0:
-                updates = []
-                for _ in range(due):
-                    namespace = f"tp-{sent % queues}"
-                    name = f"tp-{sent}"
-                    uid, obj = job(name, namespace, runtime_ms)
-                    created[uid] = time.time()
-                    updates.append((workload_key(namespace, name), msgspec.json.encode(obj), 0))
-                    sent += 1
+                stamped, updates = created_batch(sent, due, queues, runtime_ms)
+                created.update(stamped)
+                sent += due
                 sending = await bus.send_key_updates(objects_kv, updates)
                 settling.append(asyncio.create_task(sending.outcomes()))
             await asyncio.sleep(max(0.0, TICK_S - (time.monotonic() - now)))
