@@ -59,6 +59,22 @@ X_ADMITTED_THEN_GONE: list[Step] = [
     ("schedule", None),
     ("finish", "x"),
 ]
+FULL_BY_THREE = [wl("a1", "qa", cpu=4), wl("b1", "qb", cpu=3), wl("b2", "qb", cpu=1)]
+
+
+def x_failed_twice_then_b3(b3_cpu: int) -> list[Step]:
+    """x (2 cpu, in a) fails with the cohort full, then with 1 cpu free once b2 finished; then
+    b1 finishes and b3, ahead of x, asks ``b3_cpu`` of b."""
+    return [
+        ("submit", wl("x", "qa", t=1, cpu=2)),
+        ("schedule", None),
+        ("finish", "b2"),
+        ("schedule", None),
+        ("finish", "b1"),
+        ("submit", wl("b3", "qb", t=0, cpu=b3_cpu)),
+    ]
+
+
 CASES = [
     Case(
         "a borrower that fits waits for the heads that need no borrowing; nothing changed the "
@@ -103,6 +119,27 @@ CASES = [
         [],
         ["y"],
         0,
+    ),
+    Case(
+        "x fails with the cohort full, then with 1 cpu free (b2 finished), then full again "
+        "(b3 takes what b1 freed before x's turn): its failure with the cohort full, the one "
+        "before its last, is handed back (assigning.py: _earlier_failure)",
+        world(),
+        FULL_BY_THREE,
+        x_failed_twice_then_b3(4),
+        ["b3"],
+        ["x"],
+        1,
+    ),
+    Case(
+        "as above, but b3 takes 3 cpu and leaves 1 free: x reads its last failure's usage "
+        "(spared by it), not the earlier one's",
+        world(),
+        FULL_BY_THREE,
+        x_failed_twice_then_b3(3),
+        ["b3"],
+        [],
+        1,
     ),
     Case(
         "a borrowing limit of 1: x does not fit, and its failure stands for its next try",

@@ -11,13 +11,12 @@ they read are those it last found all left parked (settled.py: ``SettledFailures
 
 from __future__ import annotations
 
-from typing import overload
-
 from services.admission import partial
 from services.admission.flavors import AssignResult
 from services.admission.placement import PENDING_REASON, Placement
 from services.admission.presumed import presume, presume_all
 from services.admission.queues import ClusterQueueQueue, OrderKey, Record
+from services.admission.settled import FAILURES_LIMIT, Kept, Reader, Reading
 
 __all__ = ["Assigning", "Failed"]
 
@@ -31,50 +30,94 @@ class Assigning(Placement):
     presumes = True  # offered heads presumed left parked (presumed.py); tests turn it off
     quiet_queues = 0  # ClusterQueues whose offers the last pass left parked whole (quiet)
 
-    @overload
-    def _assign(self, name: str, record: Record, failed: Failed) -> AssignResult: ...
-
-    @overload
-    def _assign(
-        self, name: str, record: Record, failed: Failed, *, known_only: bool
-    ) -> AssignResult | None: ...
-
-    def _assign(
-        self, name: str, record: Record, failed: Failed, *, known_only: bool = False
-    ) -> AssignResult | None:
+    def _assign(self, name: str, record: Record, failed: Failed) -> AssignResult:
         """The head's flavor assignment against the usage now (a failure is remembered for
         its shape until the usage of its cohort tree changes; a failure and a success,
         across passes while what they read of the usage is the same:
-        services/admission/settled.py). ``known_only``: only a remembered result that holds
-        now (None: none does), nothing assigned."""
-        config = self._config
+        services/admission/settled.py)."""
+        known = self._known(name, record, failed, *self._versions(name))
+        return self._search(name, record, failed) if known is None else known
+
+    def _versions(self, name: str) -> tuple[int, int]:
+        """The usage versions of ClusterQueue ``name``'s root and of its own node."""
+        root = self._config.root_of.get(name, name)
+        return self._usage_version.get(root, 0), self._own_usage_version.get(name, 0)
+
+    def _known(
+        self, name: str, record: Record, failed: Failed, version: int, own_version: int
+    ) -> AssignResult | None:
+        """``_assign``'s result if it is remembered and holds now (None: none does), nothing
+        assigned; ``version`` and ``own_version`` are ``_versions(name)`` now (the caller's,
+        read once for the heads of a queue)."""
         pod_sets_shape = record.shape_key or record.shape  # the property's call spared
         shape = (name, pod_sets_shape)
-        version = self._usage_version.get(config.root_of.get(name, name), 0)
         cached = failed.get(shape)
         if cached is not None and cached[0] == version:
             return cached[1]
-        info = config.cqs[name]
         no_victims = self._no_victims  # mostly empty: then the record's workload is not read
         victims_possible = not no_victims or record.wl.ref.uid not in no_victims
         settled = self._settled
-        reader = settled.reader(info, pod_sets_shape, record.wl.pod_sets)
-        usage = settled.read(reader, version, self._own_usage_version.get(name, 0))
+        reader = settled.reader(self._config.cqs[name], pod_sets_shape, record.wl.pod_sets)
+        usage = settled.read(reader, version, own_version)
         result = settled.known(reader, victims_possible, usage)
         if result is None:
-            if known_only:
+            result = self._earlier_failure(reader, victims_possible, usage)
+            if result is None:
                 return None
-            result = partial.assign(
-                info,
-                config.flavors,
-                config.tree,
-                record.wl.pod_sets,
-                victims_possible=victims_possible,
-            )
-            settled.remember(reader, victims_possible, usage, result)
         if not result.fits:
             failed[shape] = (version, result)
         return result
+
+    def _search(self, name: str, record: Record, failed: Failed) -> AssignResult:
+        """``_assign`` of a head whose result ``_known`` just found not remembered (nothing
+        changed the usage since): searched, and remembered."""
+        config = self._config
+        pod_sets_shape = record.shape_key or record.shape
+        version, own_version = self._versions(name)
+        no_victims = self._no_victims
+        victims_possible = not no_victims or record.wl.ref.uid not in no_victims
+        info = config.cqs[name]
+        settled = self._settled
+        reader = settled.reader(info, pod_sets_shape, record.wl.pod_sets)
+        usage = settled.read(reader, version, own_version)
+        result = partial.assign(
+            info, config.flavors, config.tree, record.wl.pod_sets, victims_possible=victims_possible
+        )
+        if not result.fits and reader.failure is not None:
+            self._keep_earlier(reader, reader.failure)
+        settled.remember(reader, victims_possible, usage, result)
+        if not result.fits:
+            failed[(name, pod_sets_shape)] = (version, result)
+        return result
+
+    def _earlier_failure(
+        self, reader: Reader, victims_possible: bool, usage: Reading
+    ) -> AssignResult | None:
+        """The failure ``reader`` had before its last one (``_keep_earlier``), if it was
+        assigned with the same ``victims_possible`` and read this same ``usage``: what
+        assigning again would give (settled.py: usage_read). The two swap places, so each
+        reader keeps its last two distinct failures: a head of a full cohort fails at the
+        cohort's settled reading, at another while freed quota is taken in a pass, then at
+        the settled one again, and neither is searched twice. Asked through the settled
+        results' ``known``, on a reader of its own holding the earlier failure."""
+        earlier = self._earlier.get(reader)
+        if earlier is None:
+            return None
+        result = self._settled.known(earlier, victims_possible, usage)
+        if result is not None:
+            earlier.failure, reader.failure = reader.failure, earlier.failure
+        return result
+
+    def _keep_earlier(self, reader: Reader, failure: Kept) -> None:
+        """Keep ``failure``, ``reader``'s last, as its earlier one: a new failure replaces it
+        (past FAILURES_LIMIT readers kept, all are forgotten, as the settled results' own
+        tables start over)."""
+        earlier = self._earlier.get(reader)
+        if earlier is None:
+            if len(self._earlier) >= FAILURES_LIMIT:
+                self._earlier.clear()
+            earlier = self._earlier[reader] = Reader([], None, True)
+        earlier.failure = failure
 
     def _taken(
         self, name: str, record: Record, failed: Failed, known: AssignResult
@@ -123,8 +166,7 @@ class Assigning(Placement):
         parked at one reading in this pass, that is remembered."""
         settled = self._settled
         offers = queue.offers
-        version = self._usage_version.get(self._config.root_of.get(name, name), 0)
-        own_version = self._own_usage_version.get(name, 0)
+        version, own_version = self._versions(name)
         # A failure remembered in this pass by shape alone (_assign's failed) is one of a
         # workload preemption may help, the same as every other's only while none is not.
         uniform = self.presumes and not self._no_victims
@@ -132,7 +174,7 @@ class Assigning(Placement):
             self.quiet_queues += 1
             queue.skip_offered()
             return presume_all(queue, high)
-        known = self._assign(name, record, failed, known_only=True)
+        known = self._known(name, record, failed, version, own_version)
         if known is None or not self._fails_unchanged(record, known):
             return known
         whole = offers is not None and len(queue.offered) == len(offers)
@@ -141,7 +183,7 @@ class Assigning(Placement):
             return []
 
         def holds(record: Record) -> bool:
-            known = self._assign(name, record, failed, known_only=True)
+            known = self._known(name, record, failed, version, own_version)
             return known is not None and self._fails_unchanged(record, known)
 
         items = presume(queue, high, holds)

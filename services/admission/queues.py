@@ -207,6 +207,7 @@ class ClusterQueueQueue:
         "_first",
         "_first_key",
         "_offers",
+        "_taken",
         "blocked",
         "heap",
         "name",
@@ -232,6 +233,9 @@ class ClusterQueueQueue:
         self._first: Record | None = None  # the head last found (see head)
         self._first_key: OrderKey | None = None  # its key then (see head)
         self._offers: list[Record] | None = None  # see offer_parked
+        # The offered record last taken, its key then, and the offers it was taken from
+        # (see _parked_back); None once anything else moves a parked record.
+        self._taken: tuple[Record, OrderKey, list[Record]] | None = None
 
     def _live(self, key: OrderKey) -> Record | None:
         record = self.records.get(key[UID])
@@ -253,7 +257,7 @@ class ClusterQueueQueue:
         if record.key is None:
             return
         if record.parked:
-            self._offers = None
+            self._offers = self._taken = None
         if self.blocked and self.heap and self.heap[0] is record.key:
             self.blocked = False  # the blocking head is gone: the next one deserves a try
         record.key = None
@@ -287,10 +291,32 @@ class ClusterQueueQueue:
 
     def park(self, record: Record) -> None:
         """Set a BestEffortFIFO head aside until something changes."""
-        assert record.key is not None
+        key = record.key
+        assert key is not None
         record.parked = True
-        self._offers = None
-        heapq.heappush(self.parked.setdefault(record.shape, []), record.key)
+        group = self.parked.setdefault(record.shape, [])
+        if self._parked_back(record, group):
+            group[0] = key  # the entry it left, of the same value: the heap stays a heap
+        else:
+            self._offers = None
+            heapq.heappush(group, key)
+
+    def _parked_back(self, record: Record, group: list[OrderKey]) -> bool:
+        """Whether ``record``, being parked, is the offered record last taken
+        (``take_offered``) coming back as it was, nothing else parked, unparked or removed
+        parked in its queue since: then every shape's first parked record is what it was
+        when the offers were made, and the offers are those again, as a new list (settled.py:
+        ``quiet`` knows offers by their list object, and this one's record may have a new
+        message). It comes back at the top of its shape's group, where its entry was: an
+        offered record is its group's top (``_first_parked``), and only a key of the same
+        value is pushed in between (an entry going before it would be another record's)."""
+        taken, self._taken = self._taken, None
+        if taken is None or taken[0] is not record or taken[1] != record.key:
+            return False
+        if not group or group[0] is not taken[1]:
+            return False
+        self._offers = taken[2].copy()
+        return True
 
     def requeue_parked(self) -> None:
         """Something changed (quota freed, config): the first parked record of each shape
@@ -327,7 +353,7 @@ class ClusterQueueQueue:
         key = record.key
         assert key is not None
         record.parked = False
-        self._offers = None
+        self._offers = self._taken = None
         # A fresh entry: the old one was popped (or is stale) when it was parked.
         record.key = (key[RANK], key[DEADLINE], key[MINUS_PRIORITY], key[CLOCK], key[UID])
         heapq.heappush(self.heap, record.key)
@@ -344,6 +370,7 @@ class ClusterQueueQueue:
         The offers are those of the last pass while no record was parked, unparked or
         removed parked since (``offers``: the same list object then)."""
         self.blocked = False
+        self._taken = None
         if self._offers is None:
             self._offers = self._first_parked()
         self.offered = self._offers.copy()
@@ -387,9 +414,13 @@ class ClusterQueueQueue:
         return head
 
     def take_offered(self, record: Record) -> None:
-        """The offered ``record`` (``candidate``'s) is tried: it is queued again."""
+        """The offered ``record`` (``candidate``'s) is tried: it is queued again (if it is
+        parked back as it was, the offers stand: ``_parked_back``)."""
+        offers, key = self._offers, record.key
         self.offered.pop()
         self._unpark(record)
+        if offers is not None and key is not None:
+            self._taken = (record, key, offers)
 
     def skip_offered(self) -> None:
         """The offered record ``candidate`` returned stays parked, as it was."""

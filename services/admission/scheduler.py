@@ -292,8 +292,8 @@ class Scheduler(Assigning):
                     else:
                         queue.take_offered(record)
                         key = record.key
-                        if left is None:
-                            result = self._assign(name, record, failed)
+                        if left is None:  # not remembered (_leave_parked looked)
+                            result = self._search(name, record, failed)
                         else:
                             result = self._taken(name, record, failed, left)
                 else:
