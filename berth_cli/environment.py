@@ -125,8 +125,10 @@ VARIABLES = (
     Variable(
         "BERTH_GC_TUNING",
         "`1`: a service runs Python's young garbage collection every 50,000 net allocations"
-        " instead of 700, so it rescans its long-lived state far less often, at the cost of"
-        " cyclic garbage living a little longer; `0`: Python's defaults.",
+        " instead of 700, so it rescans its long-lived state far less often, and includes the"
+        " middle generation in every second young collection (not every tenth), so no pause"
+        " scans more than a few young collections' survivors; full collections keep their"
+        " cadence. The cost: cyclic garbage lives a little longer. `0`: Python's defaults.",
         "1",
         "every service (`shared/gc_tuning.py`)",
     ),
