@@ -22,6 +22,7 @@ __all__ = ["Assigning", "Failed"]
 
 # Failures in this pass: (ClusterQueue, shape) -> (usage version of its cohort tree, result)
 Failed = dict[tuple[str, bytes], tuple[int, AssignResult]]
+QUEUE_READERS = 64  # settled readers kept with a queue (shapes come and go: see _known)
 
 
 class Assigning(Placement):
@@ -35,7 +36,8 @@ class Assigning(Placement):
         its shape until the usage of its cohort tree changes; a failure and a success,
         across passes while what they read of the usage is the same:
         services/admission/settled.py)."""
-        known = self._known(name, record, failed, *self._versions(name))
+        queue = self._queues[name]
+        known = self._known(name, queue, record, failed, *self._versions(name))
         return self._search(name, record, failed) if known is None else known
 
     def _versions(self, name: str) -> tuple[int, int]:
@@ -44,28 +46,44 @@ class Assigning(Placement):
         return self._usage_version.get(root, 0), self._own_usage_version.get(name, 0)
 
     def _known(
-        self, name: str, record: Record, failed: Failed, version: int, own_version: int
+        self,
+        name: str,
+        queue: ClusterQueueQueue,
+        record: Record,
+        failed: Failed | None,
+        version: int,
+        own_version: int,
     ) -> AssignResult | None:
         """``_assign``'s result if it is remembered and holds now (None: none does), nothing
         assigned; ``version`` and ``own_version`` are ``_versions(name)`` now (the caller's,
-        read once for the heads of a queue)."""
+        read once for the heads of a queue). ``failed`` None: the pass's failures by shape
+        are neither read nor noted (see _leave_parked). The reader of the record's shape is
+        kept with its queue (``queue.readers``: a lookup among its few shapes, not in the
+        table of every ClusterQueue's), up to QUEUE_READERS of them."""
         pod_sets_shape = record.shape_key or record.shape  # the property's call spared
-        shape = (name, pod_sets_shape)
-        cached = failed.get(shape)
-        if cached is not None and cached[0] == version:
-            return cached[1]
+        if failed is not None:
+            cached = failed.get((name, pod_sets_shape))
+            if cached is not None and cached[0] == version:
+                return cached[1]
         no_victims = self._no_victims  # mostly empty: then the record's workload is not read
         victims_possible = not no_victims or record.wl.ref.uid not in no_victims
         settled = self._settled
-        reader = settled.reader(self._config.cqs[name], pod_sets_shape, record.wl.pod_sets)
+        readers = queue.readers
+        reader = readers.get(pod_sets_shape)
+        if reader is None:
+            if len(readers) >= QUEUE_READERS:
+                readers.clear()
+            reader = readers[pod_sets_shape] = settled.reader(
+                self._config.cqs[name], pod_sets_shape, record.wl.pod_sets
+            )
         usage = settled.read(reader, version, own_version)
         result = settled.known(reader, victims_possible, usage)
         if result is None:
             result = self._earlier_failure(reader, victims_possible, usage)
             if result is None:
                 return None
-        if not result.fits:
-            failed[shape] = (version, result)
+        if failed is not None and not result.fits:
+            failed[(name, pod_sets_shape)] = (version, result)
         return result
 
     def _search(self, name: str, record: Record, failed: Failed) -> AssignResult:
@@ -174,7 +192,11 @@ class Assigning(Placement):
             self.quiet_queues += 1
             queue.skip_offered()
             return presume_all(queue, high)
-        known = self._known(name, record, failed, version, own_version)
+        # Offers are of distinct shapes, each looked at once a version, so a failure by shape
+        # is seldom read again in the pass; while no workload is one preemption cannot help,
+        # what it holds is what the settled reader gives anyway: the pass's failures left be.
+        memo = failed if self._no_victims else None
+        known = self._known(name, queue, record, memo, version, own_version)
         if known is None or not self._fails_unchanged(record, known):
             return known
         whole = offers is not None and len(queue.offered) == len(offers)
@@ -183,7 +205,7 @@ class Assigning(Placement):
             return []
 
         def holds(record: Record) -> bool:
-            known = self._known(name, record, failed, version, own_version)
+            known = self._known(name, queue, record, memo, version, own_version)
             return known is not None and self._fails_unchanged(record, known)
 
         items = presume(queue, high, holds)

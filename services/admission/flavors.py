@@ -19,7 +19,7 @@ from shared.config import Toleration as ConfigToleration
 from shared.events import FlavorAssignment, PodSet, Toleration
 from shared.hierarchy import may_reclaim_in_hierarchy
 from shared.quantities import format_quantity, is_binary_resource
-from shared.quota import FlavorResource, QuotaTree
+from shared.quota import FlavorResource, QuotaTree, available_at, potential_available
 
 __all__ = [
     "AssignResult",
@@ -256,19 +256,19 @@ def _flavor_mode(
     reasons: list[str],
 ) -> int:
     """The worst mode over the group's resources on this flavor; appends why it falls short."""
-    node = tree.cluster_queues[info.name]
+    node = tree.cluster_queues[info.name]  # the tree's lookups by name spared below
     mode = _FIT
     for resource in resources:
         fr = (flavor, resource)
         value = acc.get(fr, 0) + totals[resource]
-        capacity = tree.potential_available(info.name, flavor, resource)
+        capacity = potential_available(node, fr)
         if value > capacity:
             reasons.append(
                 f"insufficient quota for {resource} in flavor {flavor}, request > maximum"
                 f" capacity ({fmt_quantity(resource, value)} > {fmt_quantity(resource, capacity)})"
             )
             return _NO_FIT
-        available = tree.available(info.name, flavor, resource)
+        available = available_at(node, fr)
         if value <= available:
             if node.usage.get(fr, 0) + value > node.subtree.get(fr, 0):
                 mode = min(mode, _FIT_BORROW)
@@ -277,7 +277,8 @@ def _flavor_mode(
             f"insufficient unused quota for {resource} in flavor {flavor},"
             f" {fmt_quantity(resource, value - available)} more needed"
         )
-        nominal = tree.nominal(info.name, flavor, resource)
+        quota = node.quotas.get(fr)
+        nominal = 0 if quota is None else quota.nominal
         if info.preemption_could_help(nominal, value, node.parent is not None) or (
             # Room inside a sub-cohort that others borrowed is reclaimed at any priority.
             info.reclaim_within_cohort != "Never" and may_reclaim_in_hierarchy(node, fr, value)

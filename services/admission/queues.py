@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from enum import Enum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -34,6 +34,9 @@ from services.admission.model import QueuedWorkload
 from services.admission.waiting import Rank
 from shared.events import FlavorAssignment, PodSet, WorkloadRef
 from shared.quota import FlavorResource
+
+if TYPE_CHECKING:
+    from services.admission.settled import Reader
 
 __all__ = [
     "ADMITTED",
@@ -213,6 +216,7 @@ class ClusterQueueQueue:
         "name",
         "offered",
         "parked",
+        "readers",
         "records",
         "size",
         "strict",
@@ -236,6 +240,8 @@ class ClusterQueueQueue:
         # The offered record last taken, its key then, and the offers it was taken from
         # (see _parked_back); None once anything else moves a parked record.
         self._taken: tuple[Record, OrderKey, list[Record]] | None = None
+        # The settled readers of its records' shapes (services/admission/assigning.py: _known).
+        self.readers: dict[bytes, Reader] = {}
 
     def _live(self, key: OrderKey) -> Record | None:
         record = self.records.get(key[UID])
