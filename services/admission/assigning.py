@@ -36,9 +36,19 @@ class Assigning(Placement):
         its shape until the usage of its cohort tree changes; a failure and a success,
         across passes while what they read of the usage is the same:
         services/admission/settled.py)."""
+        pod_sets_shape = record.shape_key or record.shape  # the property's call spared
+        version = self._usage_version.get(self._config.root_of.get(name, name), 0)
+        cached = failed.get((name, pod_sets_shape))
+        if cached is not None and cached[0] == version:
+            return cached[1]  # read here, without a call: a backlog of a shape hits it often
+        own_version = self._own_usage_version.get(name, 0)
         queue = self._queues[name]
-        known = self._known(name, queue, record, failed, *self._versions(name))
-        return self._search(name, record, failed) if known is None else known
+        known = self._known(name, queue, record, None, version, own_version)
+        if known is None:
+            return self._search(name, queue, record, failed, version, own_version)
+        if not known.fits:
+            failed[(name, pod_sets_shape)] = (version, known)
+        return known
 
     def _versions(self, name: str) -> tuple[int, int]:
         """The usage versions of ClusterQueue ``name``'s root and of its own node."""
@@ -57,9 +67,7 @@ class Assigning(Placement):
         """``_assign``'s result if it is remembered and holds now (None: none does), nothing
         assigned; ``version`` and ``own_version`` are ``_versions(name)`` now (the caller's,
         read once for the heads of a queue). ``failed`` None: the pass's failures by shape
-        are neither read nor noted (see _leave_parked). The reader of the record's shape is
-        kept with its queue (``queue.readers``: a lookup among its few shapes, not in the
-        table of every ClusterQueue's), up to QUEUE_READERS of them."""
+        are neither read nor noted (see _leave_parked; _assign reads and notes them itself)."""
         pod_sets_shape = record.shape_key or record.shape  # the property's call spared
         if failed is not None:
             cached = failed.get((name, pod_sets_shape))
@@ -68,14 +76,7 @@ class Assigning(Placement):
         no_victims = self._no_victims  # mostly empty: then the record's workload is not read
         victims_possible = not no_victims or record.wl.ref.uid not in no_victims
         settled = self._settled
-        readers = queue.readers
-        reader = readers.get(pod_sets_shape)
-        if reader is None:
-            if len(readers) >= QUEUE_READERS:
-                readers.clear()
-            reader = readers[pod_sets_shape] = settled.reader(
-                self._config.cqs[name], pod_sets_shape, record.wl.pod_sets
-            )
+        reader = queue.readers.get(pod_sets_shape) or self._reader(name, queue, record)
         usage = settled.read(reader, version, own_version)
         result = settled.known(reader, victims_possible, usage)
         if result is None:
@@ -86,17 +87,39 @@ class Assigning(Placement):
             failed[(name, pod_sets_shape)] = (version, result)
         return result
 
-    def _search(self, name: str, record: Record, failed: Failed) -> AssignResult:
+    def _reader(self, name: str, queue: ClusterQueueQueue, record: Record) -> Reader:
+        """The settled reader of ``record``'s shape in ClusterQueue ``name``, kept with its
+        queue (``queue.readers``: a lookup among its few shapes, not in the table of every
+        ClusterQueue's), up to QUEUE_READERS of them."""
+        shape = record.shape_key or record.shape
+        readers = queue.readers
+        reader = readers.get(shape)
+        if reader is None:
+            if len(readers) >= QUEUE_READERS:
+                readers.clear()
+            reader = readers[shape] = self._settled.reader(
+                self._config.cqs[name], shape, record.wl.pod_sets
+            )
+        return reader
+
+    def _search(
+        self,
+        name: str,
+        queue: ClusterQueueQueue,
+        record: Record,
+        failed: Failed,
+        version: int,
+        own_version: int,
+    ) -> AssignResult:
         """``_assign`` of a head whose result ``_known`` just found not remembered (nothing
-        changed the usage since): searched, and remembered."""
+        changed the usage since; ``version`` and ``own_version`` as there): searched, and
+        remembered."""
         config = self._config
-        pod_sets_shape = record.shape_key or record.shape
-        version, own_version = self._versions(name)
         no_victims = self._no_victims
         victims_possible = not no_victims or record.wl.ref.uid not in no_victims
         info = config.cqs[name]
         settled = self._settled
-        reader = settled.reader(info, pod_sets_shape, record.wl.pod_sets)
+        reader = self._reader(name, queue, record)
         usage = settled.read(reader, version, own_version)
         result = partial.assign(
             info, config.flavors, config.tree, record.wl.pod_sets, victims_possible=victims_possible
@@ -105,7 +128,7 @@ class Assigning(Placement):
             self._keep_earlier(reader, reader.failure)
         settled.remember(reader, victims_possible, usage, result)
         if not result.fits:
-            failed[(name, pod_sets_shape)] = (version, result)
+            failed[(name, record.shape_key or record.shape)] = (version, result)
         return result
 
     def _earlier_failure(

@@ -293,7 +293,8 @@ class Scheduler(Assigning):
                         queue.take_offered(record)
                         key = record.key
                         if left is None:  # not remembered (_leave_parked looked)
-                            result = self._search(name, record, failed)
+                            versions = self._versions(name)
+                            result = self._search(name, queue, record, failed, *versions)
                         else:
                             result = self._taken(name, record, failed, left)
                 else:
