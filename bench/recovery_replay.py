@@ -55,7 +55,7 @@ def _subjects() -> list[str]:
     return list(getattr(recovery, "SUBJECTS"))  # a checkout from before subjects_for  # noqa: B009
 
 
-def _takes(events: list[AnyEvent], subjects: list[str], take: int) -> list[list[Msg]]:
+def packed_takes(events: list[AnyEvent], subjects: list[str], take: int) -> list[list[Msg]]:
     """The log cut in pieces of ``take`` events (whatever the subjects: so two checkouts
     tick at the same points), each piece the batch messages of the events kept (a run of
     one family is one batch)."""
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config.scaled(args.scale)
     events = [decode_event(line) for line in args.log.read_bytes().splitlines() if line]
     subjects = _subjects()
-    takes = _takes(events, subjects, args.take)
+    takes = packed_takes(events, subjects, args.take)
     announced = hashlib.sha256()
 
     kept: list[Event] = []  # what it published, digested after the replay
