@@ -183,18 +183,20 @@ class Cluster:
         admitted_at = event.time.timestamp()
         aged = uid in self.since
         history = self.preempted_at.get(uid)
+        queue = event.cluster_queue
+        # By position, in Running's field order: keywords cost the fold's busiest call more.
         running = Running(
-            ref=event.workload,
-            cluster_queue=event.cluster_queue,
+            event.workload,
+            queue,
             # A boost shields a run only while it is protected (protectFor): then it
             # is a candidate at its base priority (the price rule, docs/ageing.md).
-            priority=event.priority - (self.boosts.get(uid, 0) if aged else 0),
-            queue_time=self.queue_times.get(uid, admitted_at),
-            admitted_at=admitted_at,
-            usage=quota_of(event.assignments),
-            preemptions=recent(list(history.values()), admitted_at) if history else 0,
+            event.priority - (self.boosts.get(uid, 0) if aged else 0),
+            self.queue_times.get(uid, admitted_at),  # queue_time
+            admitted_at,
+            quota_of(event.assignments),  # usage
+            False,  # evicting
+            recent(list(history.values()), admitted_at) if history else 0,  # preemptions
         )
-        queue = event.cluster_queue
         self.queue_of[uid] = queue
         self.running[uid] = running
         in_queue = self.running_in.get(queue)
@@ -275,9 +277,18 @@ class Cluster:
 
     def _forget(self, uid: str) -> None:
         """The workload is over: nothing of its ageing or history matters any more."""
-        for book in (self.since, self.boosts, self.preempted_at, self.preempted_by, self.queue_of):
-            book.pop(uid, None)
-        self.reserved.discard(uid)
+        self.queue_of.pop(uid, None)
+        # The ageing and history books are empty on most clusters: not asked then.
+        if self.since:
+            self.since.pop(uid, None)
+        if self.boosts:
+            self.boosts.pop(uid, None)
+        if self.preempted_at:
+            self.preempted_at.pop(uid, None)
+        if self.preempted_by:
+            self.preempted_by.pop(uid, None)
+        if self.reserved:
+            self.reserved.discard(uid)
 
     def _release(self, uid: str) -> None:
         running = self.running.pop(uid, None)
@@ -384,7 +395,11 @@ class Cluster:
 def needs_of(pending: WorkloadPending) -> dict[FlavorResource, int]:
     """What a preemptor needs, per (flavor, resource): admission's contested resources (the
     last of two for the same flavor-resource counts)."""
-    return {(c.flavor, c.resource): c.amount for c in pending.contested}
+    contested = pending.contested
+    if len(contested) == 1:  # most reports: one dict display, no comprehension's frame
+        only = contested[0]
+        return {(only.flavor, only.resource): only.amount}
+    return {(c.flavor, c.resource): c.amount for c in contested}
 
 
 def _seconds(text: str | None) -> float:
