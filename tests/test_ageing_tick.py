@@ -128,14 +128,15 @@ async def test_each_workload_is_aged_by_its_own_queues_policy() -> None:
 
 
 async def test_a_policy_changed_between_ticks_counts_from_the_next() -> None:
-    """Nothing of a tick's lookups is kept for the next: a reserveAfter shortened from 10m
-    to 30s gives the workload its clock and reservation at the next tick."""
+    """A tick's lookups are kept only until the config changes: a reserveAfter shortened
+    from 10m to 30s gives the workload its clock and reservation at the next tick."""
     service, published = _service([cq("cq", {"rf/cpu": 4})])
     _waiting(service, "w", "cq", 1)
     await service._publish_boosts(60.0)
     assert published == [], "the built-in 10m: no clock after a minute"
     policy = _policy("p", ["cq"], "30s", 1.0)
     service.config.objects[object_key(policy)] = policy
+    service.config.changed.set()  # as the mirror does with every change it follows
     await service._publish_boosts(61.0)
     [event] = published
     assert isinstance(event, PriorityBoosted) and (event.boost, event.reserved) == (61, True)

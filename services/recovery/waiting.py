@@ -114,14 +114,21 @@ class Waits:
         self._folded = 0  # waits folded so far (each one's order)
 
     def apply(self, event: AnyEvent) -> None:
-        """Fold one fact; idempotent.
+        """Fold one fact (``apply_all``)."""
+        self.apply_all((event,))
+
+    def apply_all(self, events: Iterable[AnyEvent]) -> None:
+        """Fold each fact in order; idempotent.
 
         By its exact type (events are never subclassed: tests/test_event_filters.py), one
         dict lookup, not a ``match`` that tried up to six class patterns per event. A type
-        with no fold here (a start) changes no wait."""
-        fold = _FOLDS.get(type(event))
-        if fold is not None:
-            fold(self, event)
+        with no fold here (a start) changes no wait. A consumer's take in one call, not one
+        call per event."""
+        folds = _FOLDS
+        for event in events:
+            fold = folds.get(type(event))
+            if fold is not None:
+                fold(self, event)
 
     def ageing(
         self,
