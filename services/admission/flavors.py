@@ -38,8 +38,21 @@ _encode = msgspec.json.Encoder().encode
 _NO_FIT, _WAIT, _PREEMPT, _FIT_BORROW, _FIT = 0, 1, 2, 3, 4
 
 
+# Each quantity as a message shows it, by (resource, milli-units): failures' messages repeat
+# the few amounts a backlog asks and misses (the table starts over at TABLE_LIMIT).
+_FORMATTED: dict[tuple[str, int], str] = {}
+
+
 def fmt_quantity(resource: str, milli: int) -> str:
-    return format_quantity(milli, binary=is_binary_resource(resource))
+    """``milli`` of ``resource`` as a message shows it (format_quantity, binary suffixes for
+    a binary resource), formatted once per (resource, amount)."""
+    key = (resource, milli)
+    text = _FORMATTED.get(key)
+    if text is None:
+        text = kept_once(
+            _FORMATTED, key, lambda: format_quantity(milli, binary=is_binary_resource(resource))
+        )
+    return text
 
 
 def _tolerates(toleration: ConfigToleration, taint: Taint) -> bool:
