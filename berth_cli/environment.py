@@ -126,9 +126,10 @@ VARIABLES = (
         "BERTH_GC_TUNING",
         "`1`: a service runs Python's young garbage collection every 50,000 net allocations"
         " instead of 700, so it rescans its long-lived state far less often, and includes the"
-        " middle generation in every second young collection (not every tenth), so no pause"
-        " scans more than a few young collections' survivors; full collections keep their"
-        " cadence. The cost: cyclic garbage lives a little longer. `0`: Python's defaults.",
+        " middle generation in every third collection (not every twelfth), so no pause short"
+        " of a full one scans more than three young collections' survivors; full collections"
+        " keep Python's cadence. The cost: cyclic garbage lives a little longer. `0`: Python's"
+        " defaults.",
         "1",
         "every service (`shared/gc_tuning.py`)",
     ),

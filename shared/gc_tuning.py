@@ -12,16 +12,21 @@ __all__ = ["GC_VARIABLE", "MIDDLE_THRESHOLD", "OLD_THRESHOLD", "YOUNG_THRESHOLD"
 
 GC_VARIABLE = "BERTH_GC_TUNING"
 YOUNG_THRESHOLD = 50_000  # net allocations of tracked objects between young collections
-MIDDLE_THRESHOLD = 1  # young collections that pass before the next one includes the middle
-OLD_THRESHOLD = 50  # middle collections before a full one is considered (Python's 25% rule)
+# Python collects a generation once the collections of the one below it since its last exceed
+# its threshold: 1 includes the middle generation in every third collection (after two young).
+MIDDLE_THRESHOLD = 1
+# More than 43 middle collections (each every third): a full one is considered at the same
+# collection as with Python's (10, 10), then under Python's 25% rule.
+OLD_THRESHOLD = 43
 
 
 def tune_gc(environ: Mapping[str, str] | None = None) -> bool:
     """Collect young objects every 50,000 net allocations instead of Python's 700; include
-    the middle generation in every second young collection (threshold 1, not Python's 10);
-    consider a full collection after 50 middle ones, which is every 100 young collections, as
-    10 x 10 was. ``BERTH_GC_TUNING=0`` keeps Python's defaults; any value but ``0`` or ``1``
-    is refused (``ValueError``). Returns whether it applied.
+    the middle generation in every third collection, after two young ones (threshold 1, not
+    Python's 10: every twelfth, after eleven); consider a full collection after 44 middle ones
+    (threshold 43), which is at the same collection as with Python's (10, 10): the full
+    collections keep their cadence. ``BERTH_GC_TUNING=0`` keeps Python's defaults; any value
+    but ``0`` or ``1`` is refused (``ValueError``). Returns whether it applied.
 
     Why the young threshold: a service allocates many short-lived containers for every event
     it reads (decoded messages, lists of decisions, log lines), so at 700 it runs a young
@@ -35,11 +40,11 @@ def tune_gc(environ: Mapping[str, str] | None = None) -> bool:
 
     Why the middle threshold: a middle collection scans every survivor of the young
     collections since the last one, and a service keeps most of what survives (its state
-    grows with every workload). After ten young collections of 50,000 that was up to half a
-    million objects in one pause, which every event arriving meanwhile waited out. After one,
-    it is at most three young collections' worth: the same work (each survivor is scanned
-    once young and once in the middle generation), in pieces a fifth the size. The full
-    collections keep their cadence."""
+    grows with every workload). With Python's middle threshold that was twelve young
+    collections' worth in one pause, which every event arriving meanwhile waited out; now it
+    is at most three: about the same work (each survivor is scanned once young and once in
+    the middle generation), in pieces a quarter the size. Survivors reach the old generation
+    sooner, but a full collection is considered no more often (the old threshold above)."""
     env = os.environ if environ is None else environ
     value = env.get(GC_VARIABLE, "1")
     if value not in ("0", "1"):

@@ -66,7 +66,7 @@ def test_no_collection_short_of_a_full_one_scans_more_than_three_young_threshold
 ) -> None:
     """A middle collection comes after every second young one, so its pause (it scans the
     young and middle generations) never covers more than three young collections' worth of
-    survivors; with Python's middle threshold of 10 it covered up to eleven."""
+    survivors; with Python's middle threshold of 10 it covered up to twelve."""
     tune_gc({})
     scanned: list[int] = []
 
@@ -83,6 +83,47 @@ def test_no_collection_short_of_a_full_one_scans_more_than_three_young_threshold
     assert len(kept) == count
     assert scanned, reason
     assert max(scanned) <= 3 * YOUNG_THRESHOLD + 1_000, (reason, max(scanned))
+
+
+def generations_until_full(threshold: tuple[int, int, int]) -> list[int]:
+    """The generation of each collection, from empty young and middle generations, while
+    every object allocated is kept (as a service keeps its state), up to the first full one."""
+    gc.collect()
+    gc.set_threshold(*threshold)
+    collected: list[int] = []
+
+    def on_collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    kept: list[list[int]] = []
+    gc.callbacks.append(on_collection)
+    try:
+        while 2 not in collected and len(collected) < 1_000:
+            kept.append([])
+    finally:
+        gc.callbacks.remove(on_collection)
+        gc.set_threshold(*PYTHON_DEFAULT)
+    kept.clear()
+    gc.collect()
+    return collected
+
+
+# A young threshold small enough for a test: the cadence in collections is the middle and old
+# thresholds' (counted against the young one, whatever it is).
+TEST_YOUNG = 2_000
+
+
+def test_a_middle_collection_is_every_third_and_full_ones_keep_pythons_cadence() -> None:
+    """The cadence tune_gc's docstring states: young, young, middle, ...; the first full
+    collection at the same collection as with Python's middle and old thresholds (10, 10).
+    Fails with an old threshold of 50: the first full one came 21 collections later."""
+    tuned = generations_until_full((TEST_YOUNG, MIDDLE_THRESHOLD, OLD_THRESHOLD))
+    python = generations_until_full((TEST_YOUNG, 10, 10))
+    assert tuned[:-1] == [0, 0, 1] * (len(tuned) // 3), "a middle one after two young ones"
+    assert python[:12] == [0] * 11 + [1], "Python's: a middle one after eleven young ones"
+    assert tuned[-1] == 2 and python[-1] == 2, (tuned[-3:], python[-3:])
+    assert len(tuned) == len(python), (len(tuned), len(python))
 
 
 @pytest.mark.parametrize("value", ["", "yes", "true", "2"])
