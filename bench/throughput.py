@@ -5,8 +5,8 @@ ready before the clock starts) with ``--queues`` ClusterQueues whose quota is ne
 (quota to spare: nothing waits for room, so what is measured is the chain, not the policy);
 the generator creates 1-CPU Jobs with a simulated run time at the rate for ``--duration``
 seconds, in 10 ms batches, through the objects bucket as `berth submit` does. Submit to admit
-is each workload's creation time (its batch's, read once the batch is built and handed to the
-bus) to its WorkloadAdmitted's time (the admission service's clock, same machine), read live
+is each workload's creation time (its batch's, read once its objects are built, just before
+the batch is handed to the bus) to its WorkloadAdmitted's time (the admission service's clock, same machine), read live
 from the admitted batches (the record; the per-workload admitted subjects with
 ``BERTH_BUS_BATCHES=0``). A rate is held when the generator
 reached it (>= 95%), every workload was admitted, and p99 submit-to-admit is under
