@@ -28,7 +28,7 @@ __all__ = ["WATCH_HEARTBEAT_S", "KeyWatch", "Position", "position"]
 
 log = get_logger("bus")
 
-WATCH_QUEUE = 2048  # entries waiting for the follow loop; a full queue slows the consumer
+WATCH_QUEUE = 256  # entries waiting for the follow loop; a full queue slows the consumer
 # The server sends a heartbeat this often while a watch is idle; silence for
 # WATCH_SILENCE_BEATS beats means the consumer is gone (its node died) and it is re-created.
 WATCH_HEARTBEAT_S = 0.5
@@ -77,9 +77,9 @@ class KeyWatch:
     Owns its consumer, its subscription and its watchdog task; :meth:`stop` ends all three.
     """
 
-    def __init__(self, bucket: Bucket) -> None:
+    def __init__(self, bucket: Bucket, *, queue: int = WATCH_QUEUE) -> None:
         self.bucket = bucket
-        self.queue: asyncio.Queue[KeyValue.Entry | None] = asyncio.Queue(maxsize=WATCH_QUEUE)
+        self.queue: asyncio.Queue[KeyValue.Entry | None] = asyncio.Queue(maxsize=queue)
         self.next_revision = 0  # the stream sequence a new consumer starts from (0: the start)
         self.initial_done = False
         self._consumer_seq = 0  # the last consumer sequence delivered, to notice gaps

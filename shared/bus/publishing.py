@@ -65,12 +65,28 @@ class SentEvents:
         self.futures = futures
 
     async def settle(self) -> None:
-        """Wait for every ack; publish again (same id) any that failed or went unanswered."""
+        """Wait for every ack; publish again (same id) any that failed or went unanswered,
+        each before the next ack is awaited. What was sent after a failed one (here, or in
+        a later ``send_many``) may already be stored: the copy sent again lands after it, so
+        a failover (a reconnect, a stream's leader election) can store them out of order.
+        Nothing is lost or stored twice (the stream drops a second copy of an id)."""
         for (subject, payload, msg_id), future in zip(self.prepared, self.futures, strict=True):
             try:
                 await future
             except (AckTimeout, PublishRefused):
                 await self.bus.publish_raw(subject, payload, msg_id)
+
+    def abandon(self) -> None:
+        """Await none of the acks (the caller failed before :meth:`settle`): each outcome
+        is read when it comes, so an ack that fails is not reported as "Future exception
+        was never retrieved"; nothing is sent again."""
+        for future in self.futures:
+            future.add_done_callback(_read_outcome)
+
+
+def _read_outcome(future: asyncio.Future[Ack]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class KeyUpdates:

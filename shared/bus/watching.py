@@ -10,12 +10,12 @@ from nats.js.kv import KeyValue
 
 from shared.bus.buckets import Bucket
 from shared.bus.errors import translated
-from shared.bus.keywatch import KeyWatch
+from shared.bus.keywatch import WATCH_QUEUE, KeyWatch
 
 __all__ = ["WATCH_BATCH", "WATCH_IDLE_TIMEOUT_S", "BucketWatch", "live_value"]
 
 WATCH_BATCH = 2048  # a batch handed to a follow_batches handler holds at most this many
-# (all that came during a pause of its handler: caught up in one round, not in many)
+# (all that came during a pause of its handler, up to its watch's queue: caught up in one round)
 WATCH_IDLE_TIMEOUT_S = 0.5  # a follow loop looks at its stop flag at least this often
 
 
@@ -34,12 +34,15 @@ class BucketWatch:
         return entries
 
     @classmethod
-    async def start(cls, kv: KeyValue) -> tuple[BucketWatch, list[KeyValue.Entry]]:
+    async def start(
+        cls, kv: KeyValue, *, queue: int = WATCH_QUEUE
+    ) -> tuple[BucketWatch, list[KeyValue.Entry]]:
         """Begin watching a bucket opened by ``Bus.kv``; returns the watch and every entry
-        that exists now."""
+        that exists now. ``queue``: how many changes may wait for the follow loop (a full
+        queue slows the server's delivery), as many as its handler takes in one round."""
         if not isinstance(kv, Bucket):
             raise TypeError(f"watch a bucket opened by Bus.kv, not {type(kv).__name__}")
-        watcher = KeyWatch(kv)
+        watcher = KeyWatch(kv, queue=queue)
         with translated():
             await watcher.start()
         initial: list[KeyValue.Entry] = []

@@ -43,6 +43,7 @@ from shared.bus import (
     Settling,
     live_value,
 )
+from shared.bus.watching import WATCH_BATCH
 from shared.deadletter import dead_letters
 from shared.events import (
     AnyEvent,
@@ -66,6 +67,7 @@ log = get_logger("watcher.local")
 
 LISTED_BATCH = 1024  # announcements of the objects listed at start sent at most together
 ANNOUNCE_PIECE = 256  # announcements of a round of changes sent together, acks awaited later
+OBJECTS_WATCH_QUEUE = WATCH_BATCH  # changes waiting for a round: a whole round's worth
 
 Announcement = tuple[WorkloadSubmitted, str]  # the report and its object's kind
 
@@ -74,8 +76,10 @@ def announced_at(announcements: list[Announcement]) -> datetime:
     """The moment of the next announcement: its batch's, read by the batch's first one (the
     reports sent together share their moment: reporting.py). A batch starts after the last
     one was sent, so its announcements are not earlier than what was published before them
-    (an orphan's eviction, a deletion, the previous batch): admission's clock, set from each
-    event's time as it folds, never steps back."""
+    (an orphan's eviction, a deletion, the previous batch). Except after a failover: a batch
+    whose publish failed is sent again after later ones of its round may have been stored
+    (:meth:`LocalBackend._observe_changes`), and so comes after them with earlier times.
+    Admission's fold clock takes the latest time it has seen, so it never steps back."""
     return announcements[0][0].time if announcements else now()
 
 
@@ -112,7 +116,7 @@ class LocalBackend:
                     await self._dead_letter(STATUS_BUCKET, entry, status, value)
                     continue
                 self.store.statuses[entry.key] = status
-        watch, initial = await BucketWatch.start(self.kv)
+        watch, initial = await BucketWatch.start(self.kv, queue=OBJECTS_WATCH_QUEUE)
         await self._observe_listed(initial)
         # Before anything new is reported or decided: a lost finish holds quota until then.
         await self.runs.finishes.report_again(self.unreported)
@@ -143,17 +147,29 @@ class LocalBackend:
         the round's end; anything else that publishes (a deletion) first flushes the
         announcements before it, so the stream keeps the bucket's order.
 
+        Each workload's events always keep it: a round announces a workload once (its uid),
+        and a key changes uid only through a deletion, which flushes first. Different
+        workloads' announcements may not after a failover: a batch whose publish failed (a
+        reconnect, or no responders while the stream elects a leader) is sent again at the
+        round's end, after later batches of the round that were stored (``SentEvents``);
+        nothing is lost or stored twice. If the round fails midway, the batches sent are
+        left unacked and unannounced (:meth:`_abandon_sending`).
+
         Why: one awaited ack per object capped the watcher at a few thousand new workloads
-        per second; one per round of at most 256 changes capped it at 256 per round trip, so
-        after any pause (a collection, a busy moment of nats-server) the changes that came
-        meanwhile were caught up 256 a round trip. A round now takes all that has come
-        (``WATCH_BATCH``), and its first announcements go out while the rest are read."""
+        per second; one awaited publish per round, a round capped at one batch, capped it at
+        one batch per round trip, so the changes that came during any pause (a collection,
+        a busy moment of nats-server) were caught up one batch a round trip. A round now
+        takes all that has come (``WATCH_BATCH``), and its first announcements go out while
+        the rest are read."""
         announcements: list[Announcement] = []
-        for entry in entries:
-            await self._observe(entry, initial=False, announcements=announcements)
-            if len(announcements) >= ANNOUNCE_PIECE:
-                await self._send_announcements(announcements)
-        await self._flush_announcements(announcements)
+        try:
+            for entry in entries:
+                await self._observe(entry, initial=False, announcements=announcements)
+                if len(announcements) >= ANNOUNCE_PIECE:
+                    await self._send_announcements(announcements)
+            await self._flush_announcements(announcements)
+        finally:
+            self._abandon_sending()
 
     async def _observe_listed(self, entries: list[KeyValue.Entry]) -> None:
         """The objects that exist at start, in order, announced in batches of at most
@@ -224,14 +240,28 @@ class LocalBackend:
         (a batch that failed is sent again: ``SentEvents.settle``); then they count as
         announced."""
         await self._send_announcements(announcements)
-        sending, self.sending = self.sending, []
+        sending = self.sending
         announced, info = self.announced, log.info  # the logger's lookup once per batch
-        for sent, batch in sending:
-            await sent.settle()
-            for event, kind in batch:
-                ref = event.workload
-                announced.add(ref.uid)
-                info("workload_submitted", workload=ref.key, queue=event.queue_name, kind=kind)
+        try:
+            while sending:
+                sent, batch = sending[0]
+                await sent.settle()
+                del sending[0]
+                for event, kind in batch:
+                    ref = event.workload
+                    announced.add(ref.uid)
+                    info("workload_submitted", workload=ref.key, queue=event.queue_name, kind=kind)
+        finally:
+            self._abandon_sending()
+
+    def _abandon_sending(self) -> None:
+        """Leave the batches sent and not acked (none once a flush is through): their acks
+        are read as they come (``SentEvents.abandon``), and their workloads do not count as
+        announced. A round that failed ends the watch, and a restarted watcher announces
+        them again (same ids: stored once)."""
+        for sent, _ in self.sending:
+            sent.abandon()
+        self.sending.clear()
         self.announcing.clear()
 
     async def _dead_letter(
