@@ -434,10 +434,13 @@ class ClusterQueueQueue:
 
     def release_offered(self) -> None:
         """The end of the pass: what is still offered is queued again, as requeue_parked
-        would have left it."""
+        would have left it; and the record last taken is forgotten (``_parked_back`` is for
+        one parked back in the pass that took it: a pass cut short by an exception may leave
+        it taken and never parked)."""
         for record in self.offered:
             self._unpark(record)
         self.offered = []
+        self._taken = None
 
     def parked_records(self) -> list[Record]:
         """The records set aside now, each once (a stale entry is skipped): O(parked)."""
