@@ -5,7 +5,7 @@ type) and the touched-queue bookkeeping it skips when no reservation can be look
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -13,11 +13,15 @@ import msgspec
 import pytest
 
 from services.preemption.cluster import Cluster
+from services.preemption.model import Running
 from services.preemption.service import PreemptionService, touches_reservations
 from shared.events import (
     AdmissionCheckUpdated,
     AnyEvent,
+    EvictionRequested,
+    FlavorAssignment,
     PriorityBoosted,
+    WorkloadAdmitted,
     WorkloadPodsReady,
     WorkloadStarted,
     WorkloadSubmitted,
@@ -286,3 +290,49 @@ def test_the_live_fold_folds_as_apply(name: str) -> None:
     service._fold(case.before, live=False)
     service._fold([case.event], live=True)
     assert books(service.cluster) == books(folded([*case.before, case.event])), case.why
+
+
+def test_an_admission_folds_into_the_running_its_events_describe() -> None:
+    """Cluster._admitted builds ``Running`` by position: two floats (queue_time,
+    admitted_at) and two ints (priority, preemptions) mypy cannot tell apart. Every field
+    here has its own value, so a swap of any two of them is caught."""
+    admitted_at = CREATED + timedelta(minutes=10)
+    preempted = [
+        EvictionRequested(
+            source="preemption",
+            time=CREATED + timedelta(minutes=minute),
+            workload=ref("w"),
+            cluster_queue="a",
+            generation=generation,
+            reason="Preempted",
+            preemptor=ref("p"),
+        )
+        for generation, minute in ((1, 2), (2, 5))
+    ]
+    cluster = folded(
+        [
+            submitted("w"),  # created at CREATED: its queue time
+            *preempted,
+            boost("w", granted=False),  # boost 5, its clock since CREATED: the run is aged
+            WorkloadAdmitted(
+                source="admission",
+                time=admitted_at,
+                workload=ref("w"),
+                cluster_queue="a",
+                local_queue="lq",
+                priority=100,
+                assignments=[FlavorAssignment("main", 1, {"cpu": "rf"}, {"cpu": 3000})],
+                generation=3,
+            ),
+        ]
+    )
+    assert cluster.running["w"] == Running(
+        ref=ref("w"),
+        cluster_queue="a",
+        priority=95,  # admitted at 100, a candidate at its base priority (boost 5 off)
+        queue_time=CREATED.timestamp(),
+        admitted_at=admitted_at.timestamp(),
+        usage={CPU: 3000},
+        evicting=False,
+        preemptions=2,  # both requests fall in the hour before its admission
+    )
