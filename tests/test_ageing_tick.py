@@ -1,11 +1,15 @@
 """Recovery's ageing tick (RecoveryService._publish_boosts) looks each ClusterQueue's policy,
-reserveAfter and nominal quota up once per tick, and ``ageing.boost_at`` reads a
+reserveAfter and nominal quota up once and keeps them across ticks until the config mirror
+reports a change (RecoveryService._tick_lookups), and ``ageing.boost_at`` reads a
 ``reserveAfter`` once per text: each plain workload must still be boosted and reserved by its
-own ClusterQueue's policy, and a policy changed between two ticks counts from the next one."""
+own ClusterQueue's policy, and a config change the mirror follows (a policy, a quota, a
+deleted ClusterQueue) counts from the next tick."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -14,7 +18,15 @@ from msgspec.structs import replace
 
 from services.recovery.ageing import boost_at
 from services.recovery.service import RecoveryService
-from shared.config import AgeingPolicy, ConfigObject, object_key, parse_object
+from shared.bus import CONFIG_BUCKET, Bus
+from shared.config import (
+    AgeingPolicy,
+    ConfigObject,
+    config_key,
+    encode_object,
+    object_key,
+    parse_object,
+)
 from shared.events import Event, PodSet, PriorityBoosted, WorkloadPending, WorkloadRef
 from shared.service import Runtime
 from tests.test_starvation_waits import at, submitted
@@ -127,16 +139,81 @@ async def test_each_workload_is_aged_by_its_own_queues_policy() -> None:
             assert said.get(case.name) == expected[case.name], f"at {now:g}s: {case.why}"
 
 
-async def test_a_policy_changed_between_ticks_counts_from_the_next() -> None:
-    """A tick's lookups are kept only until the config changes: a reserveAfter shortened
-    from 10m to 30s gives the workload its clock and reservation at the next tick."""
-    service, published = _service([cq("cq", {"rf/cpu": 4})])
-    _waiting(service, "w", "cq", 1)
-    await service._publish_boosts(60.0)
-    assert published == [], "the built-in 10m: no clock after a minute"
-    policy = _policy("p", ["cq"], "30s", 1.0)
-    service.config.objects[object_key(policy)] = policy
-    service.config.changed.set()  # as the mirror does with every change it follows
-    await service._publish_boosts(61.0)
-    [event] = published
-    assert isinstance(event, PriorityBoosted) and (event.boost, event.reserved) == (61, True)
+@dataclass(frozen=True)
+class Change:
+    why: str
+    before: list[ConfigObject]  # in the config bucket when the mirror starts
+    cpus: int  # the request of ``w``, waiting in ``cq`` since t=0
+    first: tuple[float, tuple[int, bool] | None]  # (now, (boost, reserved) announced or None)
+    put: ConfigObject | None  # stored in the bucket between the two ticks, or
+    delete: str | None  # the key deleted from it
+    second: tuple[float, tuple[int, bool] | None]
+
+
+_SHARE_HALF = _policy("p", ["cq"], "10s", 0.5)
+
+CHANGES = {
+    "policy_added": Change(
+        "a reserveAfter shortened from the built-in 10m to 30s: its clock and reservation"
+        " at the next tick",
+        [cq("cq", {"rf/cpu": 4})], 1,
+        (60.0, None), _policy("p", ["cq"], "30s", 1.0), None, (61.0, (61, True)),
+    ),
+    "quota_raised": Change(
+        "the nominal quota raised from 2 to 4 CPU: its 2 CPU now fit 50% of it (the nominal"
+        " of 2 the first tick looked up would refuse them again)",
+        [cq("cq", {"rf/cpu": 2}), _SHARE_HALF], 2,
+        (50.0, (50, False)), cq("cq", {"rf/cpu": 4}), None, (51.0, (51, True)),
+    ),
+    "queue_deleted": Change(
+        "its ClusterQueue deleted: due, but no quota to reserve in (the ClusterQueue the"
+        " first tick looked up would grant it)",
+        [cq("cq", {"rf/cpu": 4}), _SHARE_HALF], 2,
+        (5.0, None), None, config_key("ClusterQueue", "cq"), (51.0, (51, False)),
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture
+def bus(watcher_bus: Bus) -> Bus:
+    return watcher_bus
+
+
+@pytest.mark.parametrize("name", CHANGES)
+async def test_a_config_change_the_mirror_follows_counts_from_the_next_tick(
+    name: str, bus: Bus, tmp_path: Path
+) -> None:
+    """The change goes through the config bucket and the service's own mirror (real NATS),
+    so the lookups kept across ticks are dropped only when the mirror reports it."""
+    case = CHANGES[name]
+    kv = await bus.kv(CONFIG_BUCKET)
+    for obj in case.before:
+        await kv.put(object_key(obj), encode_object(obj))
+    service, published = _service([])
+    runtime = Runtime(name="recovery", bus=bus, data_dir=str(tmp_path))
+    await service.config.start(runtime)
+    _waiting(service, "w", "cq", case.cpus)
+
+    async def tick(now: float) -> tuple[int, bool] | None:
+        published.clear()
+        await service._publish_boosts(now)
+        said = [(e.boost, e.reserved) for e in published if isinstance(e, PriorityBoosted)]
+        assert len(said) <= 1, case.why
+        return said[0] if said else None
+
+    try:
+        assert await tick(case.first[0]) == case.first[1], case.why
+        if case.put is not None:
+            key = object_key(case.put)
+            await kv.put(key, encode_object(case.put))
+        else:
+            assert case.delete is not None
+            key = case.delete
+            await kv.delete(key)
+        async with asyncio.timeout(10):
+            while service.config.objects.get(key) != case.put:  # noqa: ASYNC110 - a poll is simplest
+                await asyncio.sleep(0.01)
+        assert await tick(case.second[0]) == case.second[1], case.why
+    finally:
+        runtime.stopping.set()
+        await runtime.cancel_tasks(grace=2)

@@ -266,8 +266,8 @@ class RecoveryService:
         """What the ageing tick looks up in the config (``Tick``: the ClusterQueues, the
         policies and what it found per ClusterQueue), made anew only when the config changed
         since the last tick (the mirror's ``changed``); a tick reads the same lookups until
-        then. Why: made every second, it was a walk of every config object (thousands on the
-        Kueue benchmark) for a config that changes rarely."""
+        then. Why: made every second, it was a walk of every config object, a cost that grows
+        with the cluster's config, for a config that changes rarely."""
         if self.config.take_change() or self.tick is None:
             queues = {cq.metadata.name: cq for cq in self.config.of_kind(ClusterQueue)}
             self.tick = Tick(policies=self.config.of_kind(ClusterQueuePolicy), queues=queues)

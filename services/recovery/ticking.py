@@ -33,8 +33,11 @@ Announced = dict[str, tuple[int, bool]]
 
 @dataclass
 class Tick:
-    """What one tick looks up per ClusterQueue, once: its ageing policy, its
-    ``reserveAfter`` in seconds and its nominal quota."""
+    """What the ageing tick looks up per ClusterQueue: its ageing policy, its
+    ``reserveAfter`` in seconds and its nominal quota, each looked up once and then kept
+    across ticks until the config changes. The config mirror sets ``changed`` on every
+    change it follows (``ConfigMirror._on_change``); ``RecoveryService._tick_lookups`` takes
+    it and builds a new ``Tick`` from the config as it then is."""
 
     policies: list[ClusterQueuePolicy]
     queues: dict[str, ClusterQueue]
