@@ -5,6 +5,8 @@ results are never handed back."""
 
 from __future__ import annotations
 
+import copy
+import gc
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.admission import assigning as assigning_module
 from services.admission import partial
+from services.admission import settled as settled_module
 from services.admission.flavors import AssignResult
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
 from services.admission.settled import Reader, Reading, SettledFailures
@@ -27,6 +31,10 @@ class _Forgetful(SettledFailures):
     """Remembers nothing: every head is assigned again."""
 
     def known(self, reader: Reader, victims_possible: bool, usage: Reading) -> AssignResult | None:
+        return None
+
+    @staticmethod
+    def earlier(reader: Reader, victims_possible: bool, usage: Reading) -> AssignResult | None:
         return None
 
 
@@ -123,7 +131,7 @@ CASES = [
     Case(
         "x fails with the cohort full, then with 1 cpu free (b2 finished), then full again "
         "(b3 takes what b1 freed before x's turn): its failure with the cohort full, the one "
-        "before its last, is handed back (assigning.py: _earlier_failure)",
+        "before its last, is handed back (settled.py: earlier)",
         world(),
         FULL_BY_THREE,
         x_failed_twice_then_b3(4),
@@ -154,7 +162,9 @@ CASES = [
 
 
 def run(case: Case, scheduler: Scheduler, searches: list[int]) -> tuple[list[Any], list[Any]]:
-    """The case's passes; ``searches`` counts the flavor searches of the last one."""
+    """The case's passes, on workloads of its own (the scheduler changes those it is
+    handed); ``searches`` counts the flavor searches of the last one."""
+    case = copy.deepcopy(case)
     scheduler.set_config(case.documents)
     for running in case.running:
         scheduler.submit(running)
@@ -194,3 +204,39 @@ def test_remembered_results_decide_as_searching_again(
     configuration changes, nominations, reservations, churn), a scheduler handed back its
     remembered results decides as one that searches every time."""
     lockstep([Scheduler(), Forgetful()], configs, ops)
+
+
+def _readers_holding(results: list[AssignResult]) -> list[Reader]:
+    """The live settled readers that hold one of ``results`` as a failure, last or earlier."""
+    gc.collect()
+    held = [
+        reader
+        for reader in gc.get_objects()
+        if isinstance(reader, Reader)
+        for kept in (reader.failure, getattr(reader, "earlier", None))
+        if kept is not None and any(kept[2] is result for result in results)
+    ]
+    return held
+
+
+def test_earlier_failures_go_when_the_tables_start_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier failure is held by nothing but its reader: once the settled tables start
+    over (past FAILURES_LIMIT readers) and the queue's readers too (past QUEUE_READERS),
+    neither x's last failure nor the one before it is held any more (a table of its own
+    kept them, and their readers, up to its own limit)."""
+    s = Scheduler()
+    s.set_config(world())
+    for running in FULL_BY_THREE:
+        s.submit(running)
+    s.schedule()
+    for step in x_failed_twice_then_b3(4)[:4]:  # x fails with the cohort full, then 1 free
+        apply(s, step)
+    readers = list(s._queues["a"].readers.values())
+    results = [kept[2] for reader in readers if (kept := reader.failure) is not None]
+    assert results and _readers_holding(results), "else the case proves nothing"
+    del readers
+    monkeypatch.setattr(settled_module, "FAILURES_LIMIT", 1)
+    monkeypatch.setattr(assigning_module, "QUEUE_READERS", 1)
+    s.submit(wl("y", "qa", t=2, cpu=3))  # a new shape: a new reader, the tables start over
+    s.schedule()
+    assert not _readers_holding(results)

@@ -16,7 +16,7 @@ from services.admission.flavors import AssignResult
 from services.admission.placement import PENDING_REASON, Placement
 from services.admission.presumed import presume, presume_all
 from services.admission.queues import ClusterQueueQueue, OrderKey, Record
-from services.admission.settled import FAILURES_LIMIT, Kept, Reader, Reading
+from services.admission.settled import Reader
 
 __all__ = ["Assigning", "Failed"]
 
@@ -80,7 +80,7 @@ class Assigning(Placement):
         usage = settled.read(reader, version, own_version)
         result = settled.known(reader, victims_possible, usage)
         if result is None:
-            result = self._earlier_failure(reader, victims_possible, usage)
+            result = settled.earlier(reader, victims_possible, usage)
             if result is None:
                 return None
         if failed is not None and not result.fits:
@@ -124,41 +124,10 @@ class Assigning(Placement):
         result = partial.assign(
             info, config.flavors, config.tree, record.wl.pod_sets, victims_possible=victims_possible
         )
-        if not result.fits and reader.failure is not None:
-            self._keep_earlier(reader, reader.failure)
         settled.remember(reader, victims_possible, usage, result)
         if not result.fits:
             failed[(name, record.shape_key or record.shape)] = (version, result)
         return result
-
-    def _earlier_failure(
-        self, reader: Reader, victims_possible: bool, usage: Reading
-    ) -> AssignResult | None:
-        """The failure ``reader`` had before its last one (``_keep_earlier``), if it was
-        assigned with the same ``victims_possible`` and read this same ``usage``: what
-        assigning again would give (settled.py: usage_read). The two swap places, so each
-        reader keeps its last two distinct failures: a head of a full cohort fails at the
-        cohort's settled reading, at another while freed quota is taken in a pass, then at
-        the settled one again, and neither is searched twice. Asked through the settled
-        results' ``known``, on a reader of its own holding the earlier failure."""
-        earlier = self._earlier.get(reader)
-        if earlier is None:
-            return None
-        result = self._settled.known(earlier, victims_possible, usage)
-        if result is not None:
-            earlier.failure, reader.failure = reader.failure, earlier.failure
-        return result
-
-    def _keep_earlier(self, reader: Reader, failure: Kept) -> None:
-        """Keep ``failure``, ``reader``'s last, as its earlier one: a new failure replaces it
-        (past FAILURES_LIMIT readers kept, all are forgotten, as the settled results' own
-        tables start over)."""
-        earlier = self._earlier.get(reader)
-        if earlier is None:
-            if len(self._earlier) >= FAILURES_LIMIT:
-                self._earlier.clear()
-            earlier = self._earlier[reader] = Reader([], None, True)
-        earlier.failure = failure
 
     def _taken(
         self, name: str, record: Record, failed: Failed, known: AssignResult

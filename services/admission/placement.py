@@ -23,7 +23,7 @@ from services.admission.model import Decision, Inadmissible
 from services.admission.nominations import Nominations
 from services.admission.priorities import UnknownPriorityClass
 from services.admission.queues import ADMITTED, PENDING, ClusterQueueQueue, Record, order_key
-from services.admission.settled import Reader, SettledFailures
+from services.admission.settled import SettledFailures
 from services.admission.topology import Topology
 from services.admission.waiting import WaitingForRoom
 from shared.config import ConfigObject
@@ -53,8 +53,6 @@ class Placement:
         self._own_usage_version: dict[str, int] = {}
         self._waiting = WaitingForRoom()  # who borrowers yield to (borrowingYieldsTo...)
         self._settled = SettledFailures(self._config.tree)  # results that still hold (settled.py)
-        # Each settled reader's failure before its last (assigning.py: _earlier_failure).
-        self._earlier: dict[Reader, Reader] = {}
         self._verdicts: dict[tuple[str, str, bool], tuple[str, str, bool]] = {}  # see _note
         self._ready: set[str] = set()  # queues to look at in the next pass
         self._dirty: set[str] = set()  # queues whose parked / blocked workloads get a retry
@@ -71,7 +69,6 @@ class Placement:
         """Replace the whole configuration; nothing is evicted, everything is re-evaluated."""
         self._config = config = Topology.build(objects)
         self._settled = SettledFailures(config.tree)
-        self._earlier = {}
         self._waiting.clear()  # every pending workload is judged again in the next pass
         for record in self._records.values():
             if record.state == ADMITTED and record.usage:

@@ -58,13 +58,23 @@ class Reader:
     results remembered for it (SettledFailures.known): kept here, not in tables by key, so a
     lookup is the reader's and no more."""
 
-    __slots__ = ("exact", "failure", "fit", "own_only", "own_values", "own_version", "roots")
+    __slots__ = (
+        "earlier",
+        "exact",
+        "failure",
+        "fit",
+        "own_only",
+        "own_values",
+        "own_version",
+        "roots",
+    )
 
     def __init__(self, exact: list[Probe], roots: RootReading | None, own_only: bool) -> None:
         self.exact, self.roots, self.own_only = exact, roots, own_only
         self.own_version = -1  # versions count from 0: nothing read yet
         self.own_values: tuple[int, ...] = ()
         self.failure: Kept | None = None  # the last failure
+        self.earlier: Kept | None = None  # the failure before it (SettledFailures.earlier)
         self.fit: Kept | None = None  # the last success that borrows
 
 
@@ -237,15 +247,33 @@ class SettledFailures:
             return found[2]
         return None
 
+    @staticmethod
+    def earlier(reader: Reader, victims_possible: bool, usage: Reading) -> AssignResult | None:
+        """The failure ``reader`` had before its last one (``remember`` keeps it), if it was
+        assigned with the same ``victims_possible`` and read this same ``usage``: what
+        assigning again would give (usage_read). The two swap places, so each reader keeps its
+        last two distinct failures: a head of a full cohort fails at the cohort's settled
+        reading, at another while freed quota is taken in a pass, then at the settled one
+        again, and neither is searched twice. Kept on the reader, it goes with it (the
+        tables starting over: ``reader``)."""
+        found = reader.earlier
+        if found is None or found[0] is not victims_possible or found[1] != usage:
+            return None
+        reader.earlier, reader.failure = reader.failure, found
+        return found[2]
+
     def remember(
         self, reader: Reader, victims_possible: bool, usage: Reading, result: AssignResult
     ) -> None:
-        """Remember a result on its reader: the last failure and the last success that
-        borrows each (see the module docstring). Two that read the same are the same (see
-        usage_read), so one handed back is what assigning again would give; its assignments
-        and usage are then shared by the workloads admitted with it (nothing changes them:
-        FlavorAssignment is frozen, the usage only read)."""
+        """Remember a result on its reader: the last failure (the one it replaces kept as
+        the earlier: ``earlier``) and the last success that borrows each (see the module
+        docstring). Two that read the same are the same (see usage_read), so one handed back
+        is what assigning again would give; its assignments and usage are then shared by the
+        workloads admitted with it (nothing changes them: FlavorAssignment is frozen, the
+        usage only read)."""
         if not result.fits:
+            if reader.failure is not None:
+                reader.earlier = reader.failure
             reader.failure = (victims_possible, usage, result)
         elif result.borrows:
             reader.fit = (victims_possible, usage, result)
