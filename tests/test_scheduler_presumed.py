@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from services.admission import settled as settled_module
 from services.admission.presumed import Presumed, presume, presume_all
 from services.admission.queues import CLOCK, ClusterQueueQueue, OrderKey, Record, order_key
 from services.admission.scheduler import Inadmissible, QueuedWorkload, Scheduler
@@ -328,3 +329,51 @@ def test_undo_takes_back_heads_whose_turn_has_not_come(
     assert presumed.drop(next_key) is superseded, reason
     assert not presumed.drop(next_key), reason  # dropped once
     assert presumed.undo("co", _key(high, 9)) == ([], 0), reason  # undone once
+
+
+def _quiet_per_pass(s: Scheduler) -> list[int]:
+    """Memory churn in qb (one finishes, one like it comes) while qa's offers stay parked:
+    qa's ClusterQueue left parked whole from the second pass on (its count per pass)."""
+    quiet = []
+    gone = "bm1"
+    for index in range(5):
+        apply(s, finish(gone))
+        s.schedule()
+        quiet.append(s.quiet_queues)
+        gone = f"bm-churn-{index}"
+        apply(s, submit(wl(gone, "qb", memory="2Gi")))
+        s.schedule()
+    return quiet
+
+
+@pytest.mark.parametrize(
+    "start_over",
+    [
+        pytest.param(False, id="tables kept: qa is quiet from the second pass"),
+        pytest.param(
+            True,
+            id="tables started over (FAILURES_LIMIT): the queues' readers go with them,"
+            " so qa is found quiet again (its readers kept, it never was)",
+        ),
+    ],
+)
+def test_quiet_comes_back_after_the_tables_start_over(
+    start_over: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = Scheduler()
+    s.set_config(world())
+    for running in RUNNING:
+        s.submit(running)
+    s.schedule()
+    for waiting in PARKED:
+        s.submit(waiting)
+    s.schedule()
+    if start_over:  # the next new shape's reader starts every table over
+        monkeypatch.setattr(settled_module, "FAILURES_LIMIT", 1)
+        starts = s._settled.starts
+        apply(s, submit(wl("new-shape", "qb", cpu=1, memory="3Gi")))
+        s.schedule()
+        monkeypatch.setattr(settled_module, "FAILURES_LIMIT", 100_000)
+        assert s._settled.starts > starts, "else the case proves nothing"
+    quiet = _quiet_per_pass(s)
+    assert quiet[-1] >= 1, quiet

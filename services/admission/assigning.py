@@ -22,7 +22,7 @@ __all__ = ["Assigning", "Failed"]
 
 # Failures in this pass: (ClusterQueue, shape) -> (usage version of its cohort tree, result)
 Failed = dict[tuple[str, bytes], tuple[int, AssignResult]]
-QUEUE_READERS = 64  # settled readers kept with a queue (shapes come and go: see _known)
+QUEUE_READERS = 64  # settled readers kept with a queue (shapes come and go: see _reader)
 
 
 class Assigning(Placement):
@@ -76,7 +76,7 @@ class Assigning(Placement):
         no_victims = self._no_victims  # mostly empty: then the record's workload is not read
         victims_possible = not no_victims or record.wl.ref.uid not in no_victims
         settled = self._settled
-        reader = queue.readers.get(pod_sets_shape) or self._reader(name, queue, record)
+        reader = self._readers(queue).get(pod_sets_shape) or self._reader(name, queue, record)
         usage = settled.read(reader, version, own_version)
         result = settled.known(reader, victims_possible, usage)
         if result is None:
@@ -87,12 +87,23 @@ class Assigning(Placement):
             failed[(name, pod_sets_shape)] = (version, result)
         return result
 
+    def _readers(self, queue: ClusterQueueQueue) -> dict[bytes, Reader]:
+        """The settled readers kept with ``queue``: those made since the settled tables last
+        started over (SettledFailures.reader); older ones are dropped, as the tables dropped
+        theirs, else they would be read but never found there again (remember_quiet) and
+        held past its limit."""
+        settled = self._settled
+        if queue.readers_start != settled.starts:
+            queue.readers.clear()
+            queue.readers_start = settled.starts
+        return queue.readers
+
     def _reader(self, name: str, queue: ClusterQueueQueue, record: Record) -> Reader:
         """The settled reader of ``record``'s shape in ClusterQueue ``name``, kept with its
         queue (``queue.readers``: a lookup among its few shapes, not in the table of every
-        ClusterQueue's), up to QUEUE_READERS of them."""
+        ClusterQueue's), up to QUEUE_READERS of them (_readers)."""
         shape = record.shape_key or record.shape
-        readers = queue.readers
+        readers = self._readers(queue)
         reader = readers.get(shape)
         if reader is None:
             if len(readers) >= QUEUE_READERS:

@@ -217,6 +217,7 @@ class ClusterQueueQueue:
         "offered",
         "parked",
         "readers",
+        "readers_start",
         "records",
         "size",
         "strict",
@@ -242,6 +243,7 @@ class ClusterQueueQueue:
         self._taken: tuple[Record, OrderKey, list[Record]] | None = None
         # The settled readers of its records' shapes (services/admission/assigning.py: _known).
         self.readers: dict[bytes, Reader] = {}
+        self.readers_start = 0  # the settled tables' start they belong to (SettledFailures.starts)
 
     def _live(self, key: OrderKey) -> Record | None:
         record = self.records.get(key[UID])

@@ -102,12 +102,13 @@ class SettledFailures:
     """Assignments by (ClusterQueue, shape, victims possible), with the usage they read: the
     last failure and the last success that borrows of each."""
 
-    __slots__ = ("_bounds", "_quiet", "_readers", "_roots", "_tree")
+    __slots__ = ("_bounds", "_quiet", "_readers", "_roots", "_tree", "starts")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
         # (ClusterQueue, shape) -> the usage its assignment reads: exactly, and of the root
         self._readers: dict[tuple[str, PodSetsShape], Reader] = {}
+        self.starts = 0  # times the tables started over (reader): readers kept elsewhere go
         self._bounds: dict[tuple[int, int], tuple[int, int]] = {}  # each distinct one once
         # One reading per distinct root reading, by (root, pairs with what is asked of them).
         self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], RootReading] = {}
@@ -141,7 +142,9 @@ class SettledFailures:
     def reader(self, info: ClusterQueueInfo, shape: PodSetsShape, pod_sets: list[PodSet]) -> Reader:
         """The reader of ``shape`` in ``info``'s ClusterQueue (made on first use); past
         FAILURES_LIMIT of them every table built per shape starts over (shapes come and go:
-        rather than pile up)."""
+        rather than pile up), and ``starts`` counts it: a reader kept outside the table
+        since (a queue's, assigning.py _readers) is dropped, else it would be read but never
+        found here again (remember_quiet) and held past the limit."""
         key = (info.name, shape)
         reader = self._readers.get(key)
         if reader is None:
@@ -149,6 +152,7 @@ class SettledFailures:
                 self._readers.clear()
                 self._roots.clear()
                 self._bounds.clear()
+                self.starts += 1
             reader = self._readers[key] = self._reader(info, pod_sets)
         return reader
 
