@@ -96,6 +96,35 @@ def test_an_admission_charges_the_entry_penalty_then_decays_toward_what_runs() -
     assert ledger.consumed(lq, now=120.0)["cpu"] == pytest.approx((penalty / 2 + 4) / 2)
 
 
+PENALTY = 8 * (1 - 0.5 ** (1 / 10))  # an 8-CPU admission's entry penalty (SETTINGS)
+OUT_OF_ORDER = [
+    (
+        "in time order: 8 CPUs run from 100 to 110, then 10 s of nothing",
+        [(1, 100.0), (-1, 110.0)],
+        (PENALTY / 2 + 4) / 2,
+    ),
+    (
+        "an end stamped 100 folded after a start at 110 (a batch sent again after a failover):"
+        " the step back is no time, and time then counts from 110, not from 100",
+        [(1, 110.0), (-1, 100.0)],
+        PENALTY / 2,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "folds", "cpu"), OUT_OF_ORDER, ids=[c[0][:60] for c in OUT_OF_ORDER]
+)
+def test_a_step_back_in_time_counts_as_no_time(
+    why: str, folds: list[tuple[int, float]], cpu: float
+) -> None:
+    ledger = Ledger(SETTINGS)
+    lq = ("team", "lq-a")
+    for sign, now in folds:
+        ledger.admitted(lq, {("default", "cpu"): 8000}, sign, now=now)
+    assert ledger.consumed(lq, now=120.0)["cpu"] == pytest.approx(cpu), why
+
+
 def _record(name: str, lq: str, t: float) -> Record:
     wl = QueuedWorkload(
         ref=WorkloadRef(namespace="default", name=name, uid=f"uid-{name}"),

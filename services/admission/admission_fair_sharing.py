@@ -117,6 +117,10 @@ class Ledger:
         return (self.version, step)
 
     def _fold(self, lq: tuple[str, str], now: float) -> _Entry:
+        """The LocalQueue's entry, its consumption decayed to ``now``. A ``now`` before the
+        last fold's (the stream is not always in time order: a batch sent again after a
+        failover comes after later ones) counts as no time, and the time stays the latest,
+        so no interval is counted twice and nothing decays backwards."""
         entry = self._entries.setdefault(lq, _Entry())
         if entry.since is not None and now > entry.since:  # no time passed: nothing decays
             entry.consumed = decayed(

@@ -105,7 +105,6 @@ class AdmissionService:
         self.decisions = Decisions(  # what a pass's decisions become (decisions.py)
             self.scheduler, self.records, self.gates, self.limits, self.pending_throttle
         )
-        self.fold_clock = _StoppedClock()  # the fold's time, kept from one batch to the next
 
     async def run(self) -> None:
         await self.config.start(self.runtime)
@@ -161,10 +160,10 @@ class AdmissionService:
     def _apply(self, events: Iterable[AnyEvent]) -> None:
         """Fold events into the scheduler; idempotent, so replays and echoes change nothing."""
         # Admission fair sharing's consumption counts from when a fact happened, so a replay
-        # after a restart rebuilds the LocalQueues' history: the clock stops at each event
-        # (never stepping back: _StoppedClock.advance).
-        clock = self.scheduler.clock = self.fold_clock
-        advance = clock.advance
+        # after a restart rebuilds the LocalQueues' history: the clock stops at each event. The
+        # stream is not always in time order (a watcher's pieces sent again after a failover);
+        # fair sharing's ledger counts a step back as no time (Ledger._fold).
+        clock = self.scheduler.clock = _StoppedClock()
         deciding = self.deciding
         # The parts every event goes through, looked up once (none is replaced meanwhile),
         # each called only for the kinds it reads (its own filter, hoisted: one call less).
@@ -183,7 +182,7 @@ class AdmissionService:
             # never in the books.
             if kind in checked and validation.refused(event, known):
                 continue
-            advance(event.time)  # its epoch seconds only when something reads them
+            clock.time = event.time  # its epoch seconds only when something reads them
             if kind in bounds_read:
                 bounds(event)  # each waiting workload's starvation bound
             # admission checks, pods ready, backoffs
@@ -455,11 +454,3 @@ class _StoppedClock:
 
     def __call__(self) -> float:
         return 0.0 if self.time is None else self.time.timestamp()
-
-    def advance(self, time: datetime) -> None:
-        """Move to an event's time, never back: the stream is not always in time order (a
-        watcher's announcements sent again after a failover land after later ones:
-        services/watcher/local/backend.py), and fair sharing's consumption reads this clock
-        as the time things happened (its decay would count the step back as no time)."""
-        if self.time is None or time > self.time:
-            self.time = time

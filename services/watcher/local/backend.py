@@ -79,7 +79,8 @@ def announced_at(announcements: list[Announcement]) -> datetime:
     (an orphan's eviction, a deletion, the previous batch). Except after a failover: a batch
     whose publish failed is sent again after later ones of its round may have been stored
     (:meth:`LocalBackend._observe_changes`), and so comes after them with earlier times.
-    Admission's fold clock takes the latest time it has seen, so it never steps back."""
+    Those are other workloads' submissions; where a step back in time is read (admission
+    fair sharing's ledger), it counts as no time."""
     return announcements[0][0].time if announcements else now()
 
 
