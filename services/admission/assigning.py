@@ -76,7 +76,7 @@ class Assigning(Placement):
         no_victims = self._no_victims  # mostly empty: then the record's workload is not read
         victims_possible = not no_victims or record.wl.ref.uid not in no_victims
         settled = self._settled
-        reader = self._readers(queue).get(pod_sets_shape) or self._reader(name, queue, record)
+        reader = self._queue_readers(queue).get(pod_sets_shape) or self._reader(name, queue, record)
         usage = settled.read(reader, version, own_version)
         result = settled.known(reader, victims_possible, usage)
         if result is None:
@@ -87,7 +87,7 @@ class Assigning(Placement):
             failed[(name, pod_sets_shape)] = (version, result)
         return result
 
-    def _readers(self, queue: ClusterQueueQueue) -> dict[bytes, Reader]:
+    def _queue_readers(self, queue: ClusterQueueQueue) -> dict[bytes, Reader]:
         """The settled readers kept with ``queue``: those made since the settled tables last
         started over (SettledFailures.reader); older ones are dropped, as the tables dropped
         theirs, else they would be read but never found there again (remember_quiet) and
@@ -101,16 +101,16 @@ class Assigning(Placement):
     def _reader(self, name: str, queue: ClusterQueueQueue, record: Record) -> Reader:
         """The settled reader of ``record``'s shape in ClusterQueue ``name``, kept with its
         queue (``queue.readers``: a lookup among its few shapes, not in the table of every
-        ClusterQueue's), up to QUEUE_READERS of them (_readers)."""
+        ClusterQueue's), up to QUEUE_READERS of them (_queue_readers)."""
         shape = record.shape_key or record.shape
-        readers = self._readers(queue)
+        readers = self._queue_readers(queue)
         reader = readers.get(shape)
         if reader is None:
             if len(readers) >= QUEUE_READERS:
                 readers.clear()
-            reader = readers[shape] = self._settled.reader(
-                self._config.cqs[name], shape, record.wl.pod_sets
-            )
+            reader = self._settled.reader(self._config.cqs[name], shape, record.wl.pod_sets)
+            # kept with the queue as of the tables' start it was made in (it may start one)
+            self._queue_readers(queue)[shape] = reader
         return reader
 
     def _search(

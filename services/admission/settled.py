@@ -143,7 +143,7 @@ class SettledFailures:
         """The reader of ``shape`` in ``info``'s ClusterQueue (made on first use); past
         FAILURES_LIMIT of them every table built per shape starts over (shapes come and go:
         rather than pile up), and ``starts`` counts it: a reader kept outside the table
-        since (a queue's, assigning.py _readers) is dropped, else it would be read but never
+        since (a queue's, assigning.py _queue_readers) is dropped, else it would be read but never
         found here again (remember_quiet) and held past the limit."""
         key = (info.name, shape)
         reader = self._readers.get(key)
