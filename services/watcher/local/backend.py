@@ -179,11 +179,14 @@ class LocalBackend:
         anything); an eviction of a run found orphaned first flushes the announcements
         before it, so the stream keeps the bucket's order."""
         announcements: list[Announcement] = []
-        for entry in entries:
-            await self._observe(entry, initial=True, announcements=announcements)
-            if len(announcements) >= LISTED_BATCH:
-                await self._flush_announcements(announcements)
-        await self._flush_announcements(announcements)
+        try:
+            for entry in entries:
+                await self._observe(entry, initial=True, announcements=announcements)
+                if len(announcements) >= LISTED_BATCH:
+                    await self._flush_announcements(announcements)
+            await self._flush_announcements(announcements)
+        finally:
+            self._abandon_sending()
 
     async def _observe(
         self,
@@ -243,20 +246,19 @@ class LocalBackend:
         await self._send_announcements(announcements)
         sending = self.sending
         announced, info = self.announced, log.info  # the logger's lookup once per batch
-        try:
-            while sending:
-                sent, batch = sending[0]
-                await sent.settle()
-                del sending[0]
-                for event, kind in batch:
-                    ref = event.workload
-                    announced.add(ref.uid)
-                    info("workload_submitted", workload=ref.key, queue=event.queue_name, kind=kind)
-        finally:
-            self._abandon_sending()
+        while sending:
+            sent, batch = sending[0]
+            await sent.settle()
+            del sending[0]
+            for event, kind in batch:
+                ref = event.workload
+                announced.add(ref.uid)
+                info("workload_submitted", workload=ref.key, queue=event.queue_name, kind=kind)
+        self.announcing.clear()
 
     def _abandon_sending(self) -> None:
-        """Leave the batches sent and not acked (none once a flush is through): their acks
+        """At a round's end, through or failed (_observe_changes, _observe_listed): leave the
+        batches sent and not acked (none once a flush is through): their acks
         are read as they come (``SentEvents.abandon``), and their workloads do not count as
         announced. A round that failed ends the watch, and a restarted watcher announces
         them again (same ids: stored once)."""
