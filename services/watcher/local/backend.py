@@ -143,9 +143,28 @@ class LocalBackend:
             await self.runs.stop_everything()
 
     async def _observe_changes(self, entries: list[KeyValue.Entry]) -> None:
-        """A round of changes, in order. New workloads are announced in batches of at most
-        :data:`ANNOUNCE_PIECE`, each sent as soon as it is full, their acks awaited once at
-        the round's end; anything else that publishes (a deletion) first flushes the
+        """A round of changes (:meth:`_observe_round`), in batches of ``ANNOUNCE_PIECE``.
+
+        Why: one awaited ack per object capped the watcher at a few thousand new workloads
+        per second; one awaited publish per round, a round capped at one batch, capped it at
+        one batch per round trip, so the changes that came during any pause (a collection,
+        a busy moment of nats-server) were caught up one batch a round trip. A round now
+        takes all that has come (``WATCH_BATCH``), and its first announcements go out while
+        the rest are read."""
+        await self._observe_round(entries, initial=False, piece=ANNOUNCE_PIECE)
+
+    async def _observe_listed(self, entries: list[KeyValue.Entry]) -> None:
+        """The objects that exist at start (:meth:`_observe_round`), in batches of
+        ``LISTED_BATCH`` (why: one awaited publish per object made a watcher that took over
+        thousands of live objects wait a round trip for each before it decided anything)."""
+        await self._observe_round(entries, initial=True, piece=LISTED_BATCH)
+
+    async def _observe_round(
+        self, entries: list[KeyValue.Entry], *, initial: bool, piece: int
+    ) -> None:
+        """Entries in order. New workloads are announced in batches of at most ``piece``,
+        each sent as soon as it is full, their acks awaited once at the round's end;
+        anything else that publishes (a deletion, an orphan's eviction) first flushes the
         announcements before it, so the stream keeps the bucket's order.
 
         Each workload's events always keep it: a round announces a workload once (its uid),
@@ -154,36 +173,13 @@ class LocalBackend:
         reconnect, or no responders while the stream elects a leader) is sent again at the
         round's end, after later batches of the round that were stored (``SentEvents``);
         nothing is lost or stored twice. If the round fails midway, the batches sent are
-        left unacked and unannounced (:meth:`_abandon_sending`).
-
-        Why: one awaited ack per object capped the watcher at a few thousand new workloads
-        per second; one awaited publish per round, a round capped at one batch, capped it at
-        one batch per round trip, so the changes that came during any pause (a collection,
-        a busy moment of nats-server) were caught up one batch a round trip. A round now
-        takes all that has come (``WATCH_BATCH``), and its first announcements go out while
-        the rest are read."""
+        left unacked and unannounced (:meth:`_abandon_sending`)."""
         announcements: list[Announcement] = []
         try:
             for entry in entries:
-                await self._observe(entry, initial=False, announcements=announcements)
-                if len(announcements) >= ANNOUNCE_PIECE:
+                await self._observe(entry, initial=initial, announcements=announcements)
+                if len(announcements) >= piece:
                     await self._send_announcements(announcements)
-            await self._flush_announcements(announcements)
-        finally:
-            self._abandon_sending()
-
-    async def _observe_listed(self, entries: list[KeyValue.Entry]) -> None:
-        """The objects that exist at start, in order, announced in batches of at most
-        :data:`LISTED_BATCH` (why: one awaited publish per object made a watcher that took
-        over thousands of live objects wait a round trip for each before it decided
-        anything); an eviction of a run found orphaned first flushes the announcements
-        before it, so the stream keeps the bucket's order."""
-        announcements: list[Announcement] = []
-        try:
-            for entry in entries:
-                await self._observe(entry, initial=True, announcements=announcements)
-                if len(announcements) >= LISTED_BATCH:
-                    await self._flush_announcements(announcements)
             await self._flush_announcements(announcements)
         finally:
             self._abandon_sending()
@@ -257,11 +253,11 @@ class LocalBackend:
         self.announcing.clear()
 
     def _abandon_sending(self) -> None:
-        """At a round's end, through or failed (_observe_changes, _observe_listed): leave the
-        batches sent and not acked (none once a flush is through): their acks
-        are read as they come (``SentEvents.abandon``), and their workloads do not count as
-        announced. A round that failed ends the watch, and a restarted watcher announces
-        them again (same ids: stored once)."""
+        """At a round's end, through or failed (:meth:`_observe_round`): leave the batches
+        sent and not acked (none once a flush is through): their acks are read as they come
+        (``SentEvents.abandon``), and their workloads do not count as announced. A round
+        that failed ends the watch, and a restarted watcher announces them again (same ids:
+        stored once)."""
         for sent, _ in self.sending:
             sent.abandon()
         self.sending.clear()
