@@ -73,8 +73,7 @@ class Assigning(Placement):
             cached = failed.get((name, pod_sets_shape))
             if cached is not None and cached[0] == version:
                 return cached[1]
-        no_victims = self._no_victims  # mostly empty: then the record's workload is not read
-        victims_possible = not no_victims or record.wl.ref.uid not in no_victims
+        victims_possible = self._victims_possible(record)
         settled = self._settled
         reader = self._queue_readers(queue).get(pod_sets_shape) or self._reader(name, queue, record)
         usage = settled.read(reader, version, own_version)
@@ -86,6 +85,12 @@ class Assigning(Placement):
         if failed is not None and not result.fits:
             failed[(name, pod_sets_shape)] = (version, result)
         return result
+
+    def _victims_possible(self, record: Record) -> bool:
+        """Whether preemption may help ``record``'s workload: unless it is a partial one
+        preemption cannot help (``_no_victims``, mostly empty: then it is not read)."""
+        no_victims = self._no_victims
+        return not no_victims or record.wl.ref.uid not in no_victims
 
     def _queue_readers(self, queue: ClusterQueueQueue) -> dict[bytes, Reader]:
         """The settled readers kept with ``queue``: those made since the settled tables last
@@ -126,8 +131,7 @@ class Assigning(Placement):
         changed the usage since; ``version`` and ``own_version`` as there): searched, and
         remembered."""
         config = self._config
-        no_victims = self._no_victims
-        victims_possible = not no_victims or record.wl.ref.uid not in no_victims
+        victims_possible = self._victims_possible(record)
         info = config.cqs[name]
         settled = self._settled
         reader = self._reader(name, queue, record)

@@ -241,7 +241,7 @@ class ClusterQueueQueue:
         # The offered record last taken, its key then, and the offers it was taken from
         # (see _parked_back); None once anything else moves a parked record.
         self._taken: tuple[Record, OrderKey, list[Record]] | None = None
-        # The settled readers of its records' shapes (services/admission/assigning.py: _known).
+        # The settled readers of its records' shapes (assigning.py: _reader, _queue_readers).
         self.readers: dict[bytes, Reader] = {}
         self.readers_start = 0  # the settled tables' start they belong to (SettledFailures.starts)
 
