@@ -58,7 +58,14 @@ from bench.eventlog import (
 )
 from bench.kueue_config import CONFIGS, ScenarioConfig
 from bench.kueue_ideal import IdealResult, simulate_ideal
-from bench.objects import FLAVOR, cpu_cluster_queue, queue_namespace, simulated_job
+from bench.objects import (
+    FLAVOR,
+    SimulatedJobs,
+    cpu_cluster_queue,
+    creation_timestamp,
+    queue_namespace,
+    uuid4_strings,
+)
 from berth_cli.up import CONSOLE, Stack
 from shared.bus import (
     CONFIG_BUCKET,
@@ -93,6 +100,8 @@ SPEC_IDEAL = {
     "large-scale": {"wall": 4.6, "small": 2.0, "medium": 1.4, "large": 0.1},
 }
 SERVICE_NAMES = ("admission", "preemption", "watcher", "recovery")
+# This process to the end of the run: its imports and the ideal schedule as well as the drive.
+GENERATOR = "bench (generator, whole process)"
 # The machine is shared: printed under every run, with the load average at its end.
 LOAD_CAVEAT = (
     "Caveat: load average at the end {load} (1/5/15 min) on a shared machine; other work"
@@ -175,13 +184,43 @@ class Created:
     created: float  # epoch seconds, = metadata.creationTimestamp
 
 
+def created_records(
+    config: ScenarioConfig, made: list[tuple[str, int, str, str, str]]
+) -> list[Created]:
+    """The creates' records, built after the run from what each create kept: (ClusterQueue,
+    class index, name, uid, creationTimestamp)."""
+    cohort_of = dict(config.cluster_queues())
+    records: list[Created] = []
+    for cq, set_index, name, uid, stamp in made:
+        klass = config.classes[set_index]
+        records.append(
+            Created(
+                uid=uid,
+                name=name,
+                cluster_queue=cq,
+                cohort=cohort_of[cq],
+                klass=klass.name,
+                cpu=klass.request_cpu,
+                runtime_ms=klass.runtime_ms,
+                created=datetime.fromisoformat(stamp).timestamp(),
+            )
+        )
+    return records
+
+
 @dataclass
 class DriveResult:
     t_config: float  # epoch seconds when the first config object was written
-    created: list[Created]
-    gen_end: float  # epoch seconds of the last create
+    # What each create kept, in their order (created_records). Not in the repr: asyncio.run
+    # writes its task's result twice on leaving (restoring SIGINT's handler), inside the
+    # run's wall time.
+    made: list[tuple[str, int, str, str, str]] = field(repr=False)
     done: float  # epoch seconds when the last finish was seen
     ready: float  # time.monotonic() when every service was ready
+    # This process's CPU s (every thread: the readiness poll too) from the drive's start to
+    # the last create, and to its end (the last finish seen).
+    cpu_creating: float
+    cpu: float
     console_messages: int | None = None  # server-sent events read from the console, if any
 
 
@@ -237,6 +276,7 @@ async def drive(
     limit_s: float,
     creations_per_s: float | None = None,
 ) -> DriveResult:
+    cpu_start = time.process_time()
     readiness = asyncio.create_task(_ready_at(stack))
     console_messages = [0]
     follower = (
@@ -246,7 +286,6 @@ async def drive(
     )
     bus = await Bus.connect(url, source="bench", auth=stack.admin_auth)  # admin may do anything
     try:
-        config_kv = await bus.kv(CONFIG_BUCKET)
         objects_kv = await bus.kv(OBJECTS_BUCKET)
         total = config.total_workloads
         finished: set[str] = set()
@@ -269,48 +308,39 @@ async def drive(
         )
 
         t_config = time.time()
-        objects = [parse_object(d) for d in config_documents(config)]
-        # Pipelined: every put in flight at once, one round trip for all.
-        await asyncio.gather(*(config_kv.put(object_key(o), encode_object(o)) for o in objects))
+        await write_config(bus, config_documents(config))
 
-        created: list[Created] = []
-        cohort_of = dict(config.cluster_queues())
+        # Per create only what a client does (the request's bytes, the call); the records
+        # are built after the run from what each create kept (created_records).
+        made: list[tuple[str, int, str, str, str]] = []
+        streams_left = [0]  # set once they are made, before any runs
+        cpu_creating = [0.0]
         pacer = None if creations_per_s is None else Pacer(creations_per_s)
-        last_create = [time.time()]
 
         async def stream(cq: str, set_index: int) -> None:
             klass = config.classes[set_index]
             interval = klass.interval_ms / 1000.0
-            for seq in range(klass.count):
+            jobs = SimulatedJobs(
+                cq,
+                klass.runtime_ms,
+                cpu=str(klass.request_cpu),
+                priority=klass.priority,
+                labels={CLASS_LABEL: klass.name, RUNTIME_LABEL: str(klass.runtime_ms)},
+            )
+            names = [f"{klass.name}-{set_index}-{seq}-0" for seq in range(klass.count)]
+            uids = uuid4_strings(klass.count)
+            for name, uid in zip(names, uids, strict=True):
                 await asyncio.sleep(interval)  # sleep the interval, then create (Kueue's loop)
                 if pacer is not None:
                     await pacer.wait()
-                name = f"{klass.name}-{set_index}-{seq}-0"
-                obj = simulated_job(
-                    name,
-                    cq,
-                    klass.runtime_ms,
-                    cpu=str(klass.request_cpu),
-                    priority=klass.priority,
-                    labels={CLASS_LABEL: klass.name, RUNTIME_LABEL: str(klass.runtime_ms)},
-                )
-                metadata = obj["metadata"]
+                stamp = creation_timestamp()
                 # A create is an update of a key that must not exist yet (revision 0); through
                 # the bus's pipelined publishes, the generator's own CPU stays out of the way.
-                await create(objects_kv, workload_key(cq, name), msgspec.json.encode(obj))
-                created.append(
-                    Created(
-                        uid=metadata["uid"],
-                        name=name,
-                        cluster_queue=cq,
-                        cohort=cohort_of[cq],
-                        klass=klass.name,
-                        cpu=klass.request_cpu,
-                        runtime_ms=klass.runtime_ms,
-                        created=datetime.fromisoformat(metadata["creationTimestamp"]).timestamp(),
-                    )
-                )
-                last_create[0] = time.time()
+                await create(objects_kv, workload_key(cq, name), jobs.encode(name, uid, stamp))
+                made.append((cq, set_index, name, uid, stamp))
+            streams_left[0] -= 1
+            if not streams_left[0]:
+                cpu_creating[0] = time.process_time() - cpu_start
 
         async def create(kv: Any, key: str, data: bytes) -> None:
             """Create the key; an unanswered create (a loaded server) is read back and sent
@@ -334,6 +364,7 @@ async def drive(
             for cq, _ in config.cluster_queues()
             for index in range(len(config.classes))
         ]
+        streams_left[0] = len(streams)
         deadline = time.monotonic() + limit_s
         while not all_done.is_set():
             for service in stack.services:
@@ -358,15 +389,17 @@ async def drive(
             except TimeoutError:
                 pass
         done = time.time()
+        cpu = time.process_time() - cpu_start
         await asyncio.gather(*streams)
         await subscription.unsubscribe()
         ready = await readiness
         return DriveResult(
             t_config,
-            created,
-            last_create[0],
+            made,
             done,
             ready,
+            cpu_creating[0],
+            cpu,
             console_messages[0] if follower is not None else None,
         )
     finally:
@@ -377,6 +410,20 @@ async def drive(
             readiness.cancel()
         await asyncio.gather(readiness, return_exceptions=True)
         await bus.close()
+
+
+async def write_config(bus: Bus, documents: list[dict[str, Any]]) -> None:
+    """Write the config bucket's objects, pipelined: every put in flight at once, one round
+    trip for all, through the bus's acks (not a request and its timer each, generator CPU
+    the stack under test would lack)."""
+    kv = await bus.kv(CONFIG_BUCKET)
+    objects = [parse_object(d) for d in documents]
+    sending = await bus.send_key_updates(
+        kv, [(object_key(o), encode_object(o), None) for o in objects]
+    )
+    for outcome in await sending.outcomes():
+        if isinstance(outcome, Exception):
+            raise outcome
 
 
 async def _ready_at(stack: Stack) -> float:
@@ -529,6 +576,7 @@ class RunResult:
     creations_per_s: float | None = None  # the generator's client limit, if any
     published: dict[str, Published] = field(default_factory=dict)  # subject family -> events
     reads: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)  # see above
+    generator_cpu: tuple[float, float] | None = None  # DriveResult's cpu_creating, cpu
 
 
 def _mean_p99(values: list[float]) -> tuple[float, float, int]:
@@ -548,9 +596,12 @@ def _mean_p99_text(figures: tuple[float, float, int]) -> str:
 
 
 def compute(
-    config: ScenarioConfig, drive_result: DriveResult, events: list[AnyEvent]
+    config: ScenarioConfig,
+    drive_result: DriveResult,
+    created: list[Created],
+    events: list[AnyEvent],
 ) -> dict[str, Any]:
-    by_uid = {c.uid: c for c in drive_result.created}
+    by_uid = {c.uid: c for c in created}
     admissions: dict[str, list[float]] = defaultdict(list)
     started: dict[str, float] = {}
     finished_at: dict[str, float] = {}
@@ -658,7 +709,7 @@ def compute(
                 if c.uid in finished_at
                 else "",
             )
-            for c in drive_result.created
+            for c in created
         ],
     }
 
@@ -703,7 +754,7 @@ def run_benchmark(
             assert service.process is not None
             processes[service.name] = proc_stats(service.process.pid)
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        processes["bench (generator)"] = (usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+        processes[GENERATOR] = (usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
         reads = asyncio.run(consumer_reads(stack))
         events = asyncio.run(read_events(stack.nats_url, auth=stack.admin_auth))
         bus_messages = asyncio.run(stream_messages(stack.nats_url, stack))
@@ -716,7 +767,8 @@ def run_benchmark(
     wall = (done - started) + stopped_in  # reading the log is not part of the run
     if save_events is not None:  # one event per line, for replays (bench/preemption_replay.py)
         save_events.write_bytes(b"".join(encode_event(e) + b"\n" for e in events))
-    metrics = compute(config, drive_result, events)
+    created = created_records(config, drive_result.made)
+    metrics = compute(config, drive_result, created, events)
     timeline = None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -741,7 +793,6 @@ def run_benchmark(
                 ]
             )
             writer.writerows(metrics["rows"])
-    created = drive_result.created
     return RunResult(
         config=config,
         wall=wall,
@@ -776,6 +827,7 @@ def run_benchmark(
         creations_per_s=creations_per_s,
         published=published_by_subject(events),
         reads=reads,
+        generator_cpu=(drive_result.cpu_creating, drive_result.cpu),
     )
 
 
@@ -865,6 +917,13 @@ def render(result: RunResult) -> str:
     row("admissions/s at peak (1 s bins)", str(result.peak_admissions_per_s))
     for name, (cpu, rss) in result.processes.items():
         row(f"{name}: CPU s / peak RSS MiB", f"{_fmt(cpu)} / {_fmt(rss, 0)}")
+    if result.generator_cpu is not None:
+        creating, driving = result.generator_cpu
+        row(
+            "  the generator's CPU s to its last create (from the services' spawn)",
+            _fmt(creating, 2),
+        )
+        row("  the generator's CPU s to the last finish (the drive)", _fmt(driving, 2))
     workloads = max(1, result.workloads)
     services = sum(cpu for name, (cpu, _) in result.processes.items() if name in SERVICE_NAMES)
     row("service CPU per workload (ms; the four services)", _fmt(services / workloads * 1000, 3))
