@@ -38,7 +38,13 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
 
 import msgspec
 
-from bench.kueue_scheduler import proc_stats, ready_stack, services_cpu, write_config
+from bench.kueue_scheduler import (
+    proc_stats,
+    ready_stack,
+    services_collector,
+    services_cpu,
+    write_config,
+)
 from bench.objects import (
     FLAVOR,
     SimulatedJobs,
@@ -199,16 +205,17 @@ def run_rate(rate: int, args: argparse.Namespace) -> Step:
         nats_before = proc_stats(stack.nats.process.pid)[0]
         usage = resource.getrusage(resource.RUSAGE_SELF)
         generator_before = usage.ru_utime + usage.ru_stime
-        created, admitted, span = asyncio.run(
-            generate(
-                stack,
-                rate=rate,
-                duration=args.duration,
-                queues=args.queues,
-                runtime_ms=args.runtime_ms,
-                grace=args.grace,
+        with services_collector():
+            created, admitted, span = asyncio.run(
+                generate(
+                    stack,
+                    rate=rate,
+                    duration=args.duration,
+                    queues=args.queues,
+                    runtime_ms=args.runtime_ms,
+                    grace=args.grace,
+                )
             )
-        )
         cpu = services_cpu(stack) - before
         nats_cpu = proc_stats(stack.nats.process.pid)[0] - nats_before
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -1,10 +1,12 @@
 """The benchmarks' lean generators (bench/objects.py, bench/kueue_scheduler.py): a Job spliced
 from its encoded shape is byte for byte the one :func:`simulated_job` builds and msgspec
 encodes, the uids are uuid4's, and the creates' records built after a run are those the
-generator used to build per create."""
+generator used to build per create; while it drives, the generator's collector is set as the
+services' are."""
 
 from __future__ import annotations
 
+import gc
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,8 +15,15 @@ import msgspec
 import pytest
 
 from bench.kueue_config import BASELINE, LARGE_SCALE
-from bench.kueue_scheduler import CLASS_LABEL, RUNTIME_LABEL, Created, created_records
+from bench.kueue_scheduler import (
+    CLASS_LABEL,
+    RUNTIME_LABEL,
+    Created,
+    created_records,
+    services_collector,
+)
 from bench.objects import SimulatedJobs, creation_timestamp, simulated_job, uuid4_strings
+from shared.gc_tuning import GC_VARIABLE, MIDDLE_THRESHOLD, OLD_THRESHOLD, YOUNG_THRESHOLD
 
 UID = "0389205b-c4e1-4f4b-862e-f917c98d13ae"
 
@@ -116,3 +125,35 @@ def test_a_creates_record_is_built_after_the_run_as_it_was_per_create(
         created=datetime.fromisoformat(stamp).timestamp(),
     )
     assert created_records(config, [made, made]) == [expected, expected], reason
+
+
+# (BERTH_GC_TUNING, whether the drive raises, thresholds inside, why)
+COLLECTORS = [
+    ("1", False, (YOUNG_THRESHOLD, MIDDLE_THRESHOLD, OLD_THRESHOLD), "the services' setting"),
+    ("0", False, None, "the services keep Python's: so does the generator"),
+    ("1", True, (YOUNG_THRESHOLD, MIDDLE_THRESHOLD, OLD_THRESHOLD), "a drive that fails"),
+]
+
+
+@pytest.mark.parametrize(
+    ("variable", "fails", "inside", "reason"), COLLECTORS, ids=[c[3] for c in COLLECTORS]
+)
+def test_the_generator_collects_as_the_services_while_it_drives(
+    variable: str,
+    fails: bool,
+    inside: tuple[int, int, int] | None,
+    reason: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(GC_VARIABLE, variable)
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+    try:
+        with services_collector():
+            seen.append(gc.get_threshold())
+            if fails:
+                raise RuntimeError("the drive failed")
+    except RuntimeError:
+        assert fails, reason
+    assert seen == [inside or before], reason
+    assert gc.get_threshold() == before, f"{reason}: Python's setting again after"
