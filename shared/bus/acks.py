@@ -25,6 +25,8 @@ from shared.bus.errors import BusTimeout, Refused
 from shared.logging import get_logger
 
 __all__ = [
+    "BATCH_DISABLED",
+    "BATCH_REFUSALS",
     "NO_RESPONDERS",
     "WRONG_LAST_SEQUENCE",
     "Ack",
@@ -33,20 +35,48 @@ __all__ = [
     "PublishRefused",
 ]
 
+# The fast batch's reply subject, after its token (the batch id): the flow-control window
+# asked for (the stream's own cap), "fail" (a gap ends the batch: what the commit's ack
+# counts was stored, nothing after it), the message's place, its operation, the marker.
+_BATCH_WINDOW = 500
+_BATCH_SUFFIX = "$FI"
+_START, _APPEND, _COMMIT = 0, 1, 2
+
 log = get_logger("bus")
 
 WRONG_LAST_SEQUENCE = 10071  # JetStream's err_code for a failed compare-and-swap
 NO_RESPONDERS = 503  # no stream listens on the subject (yet)
+BATCH_DISABLED = 10205  # the stream does not take fast batches
+# A fast batch refused as a whole (not its first message): disabled, malformed, its id
+# unknown (ended already), too many in flight.
+BATCH_REFUSALS = frozenset({BATCH_DISABLED, 10206, 10207, 10208, 10211})
 
 
 class PublishRefused(Refused):
-    """The server answered the publish with an error (``code`` 503: no stream took it)."""
+    """The server answered the publish with an error (``code`` 503: no stream took it);
+    ``place``: in a fast batch, the message it answered (from 1), else 0."""
 
-    def __init__(self, code: int, err_code: int, description: str) -> None:
+    def __init__(self, code: int, err_code: int, description: str, place: int = 0) -> None:
         super().__init__(f"publish refused: {description} (code {code}, err_code {err_code})")
         self.code = code
         self.err_code = err_code
         self.description = description
+        self.place = place
+
+
+def _batch_reply(token: str, data: bytes) -> tuple[str, int]:
+    """A fast batch's reply: (batch id, place of the message it answers), or place 0 when it
+    does not end the batch. Flow control does not; nor does a message's refusal within the
+    batch, which goes on: its next message finds the gap, and the commit's ack then counts
+    what was stored. A refusal of its first message (no batch began) or of its commit (no
+    ack will come) ends it."""
+    batch, _, rest = token.partition(".")  # rest: <window>.fail.<place>.<op>.$FI
+    if data[:8] == b'{"type":':
+        return batch, 0
+    _, _, place, op, _ = rest.split(".")
+    if data[:9] == b'{"error":' and place != "1" and op != str(_COMMIT):
+        return batch, 0
+    return batch, int(place)
 
 
 class AckTimeout(BusTimeout):
@@ -66,6 +96,8 @@ class Ack(msgspec.Struct):
     seq: int = 0
     duplicate: bool = False
     error: _ApiError | None = None
+    batch: str = ""  # a fast batch's id, and how many of its messages the stream stored
+    count: int = 0
 
 
 _decode_ack = msgspec.json.Decoder(Ack).decode
@@ -78,6 +110,7 @@ class AckTracker:
         self.nc = nc
         self.timeout = timeout
         self.prefix = ""
+        self._batch_tag = ""  # the inbox's own token: batch ids unique beyond this connection
         self._tokens = itertools.count()
         # token -> (future, deadline); insertion order is send order, so deadlines ascend.
         self._pending: dict[str, tuple[asyncio.Future[Ack], float]] = {}
@@ -127,9 +160,31 @@ class AckTracker:
             raise
         return futures
 
+    async def send_batch(self, messages: Sequence[tuple[str, bytes]]) -> asyncio.Future[Ack]:
+        """Publish (subject, payload) as one fast batch into a stream that allows them; the
+        future holds the commit's ack (``count``: how many were stored, the first ones; the
+        rest were not), or ``PublishRefused`` (the batch or its first message refused) /
+        ``AckTimeout`` (unknown). Flow control is not waited for: the batch is sent whole, and
+        a message the stream did not take ends it there (a gap), which the count says."""
+        if self._sweeper is None:
+            await self._start()
+        loop = asyncio.get_running_loop()
+        token = f"{self._batch_tag}{next(self._tokens)}"
+        future: asyncio.Future[Ack] = loop.create_future()
+        self._pending[token] = (future, loop.time() + self.timeout)
+        reply = f"{self.prefix}{token}.{_BATCH_WINDOW}.fail."
+        publish, last = self.nc.publish, len(messages)
+        try:
+            for seq, (subject, payload) in enumerate(messages, 1):
+                op = _COMMIT if seq == last else _START if seq == 1 else _APPEND
+                await publish(subject, payload, reply=f"{reply}{seq}.{op}.{_BATCH_SUFFIX}")
+        except nats.errors.Error:
+            self._pending.pop(token, None)
+            raise
+        return future
+
     async def _start(self) -> None:
-        self.prefix = self.nc.new_inbox() + "."
-        await self.nc.subscribe(self.prefix + "*", cb=self._on_reply)
+        await self._subscribe()
         self._sweeper = asyncio.create_task(self._sweep(), name="bus.ack-sweeper")
 
     async def resubscribe(self) -> None:
@@ -139,15 +194,26 @@ class AckTracker:
         same message id (stored once), rather than after the whole timeout."""
         if self._sweeper is None:
             return
-        self.prefix = self.nc.new_inbox() + "."
-        await self.nc.subscribe(self.prefix + "*", cb=self._on_reply)
+        await self._subscribe()
         waiting, self._pending = self._pending, {}
         for future, _ in waiting.values():
             if not future.done():
                 future.set_exception(AckTimeout("the connection signed in anew: no reply"))
 
+    async def _subscribe(self) -> None:
+        """Replies come to a new inbox: a publish's to ``<inbox>.<token>``, a fast batch's to
+        ``<inbox>.<batch id>.<window>.fail.<place>.<op>.$FI`` (hence ``>``)."""
+        inbox = self.nc.new_inbox()
+        self.prefix, self._batch_tag = inbox + ".", inbox.rpartition(".")[2] + "-"
+        await self.nc.subscribe(self.prefix + ">", cb=self._on_reply)
+
     async def _on_reply(self, msg: Msg) -> None:
-        held = self._pending.pop(msg.subject[len(self.prefix) :], None)
+        token, place = msg.subject[len(self.prefix) :], 0
+        if token.endswith(_BATCH_SUFFIX):
+            token, place = _batch_reply(token, msg.data)
+            if not place:
+                return
+        held = self._pending.pop(token, None)
         if held is None or held[0].done():
             return  # timed out already (the retry carries the same message id)
         future = held[0]
@@ -161,8 +227,9 @@ class AckTracker:
             future.set_exception(PublishRefused(0, 0, f"unreadable ack: {error}"))
             return
         if ack.error is not None:
+            refused = ack.error
             future.set_exception(
-                PublishRefused(ack.error.code, ack.error.err_code, ack.error.description)
+                PublishRefused(refused.code, refused.err_code, refused.description, place)
             )
         else:
             future.set_result(ack)

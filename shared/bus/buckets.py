@@ -4,6 +4,7 @@ and stream it is (watches and pipelined updates need them)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,9 +13,14 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
-from shared.bus.errors import BucketNotFound, NotFound, translated
+from shared.bus.errors import BucketNotFound, BusError, NotFound, translated
+from shared.logging import get_logger
 
 __all__ = ["Bucket", "Listeners", "open_bucket"]
+
+log = get_logger("bus")
+
+BATCHES_ASKED_EVERY_S = 30.0
 
 # Called on each reconnect of the connection the bucket was opened on (Bus keeps the set).
 Listeners = set[Callable[[], None]]
@@ -24,6 +30,9 @@ class Bucket(KeyValue):
     """A key-value bucket: ``name``, its stream ``stream``, and ``prefix``, the subject a
     key's value is stored on without the key. ``reconnects``: told of each reconnect, so a
     watch of the bucket starts again at once (shared/bus/keywatch.py).
+
+    ``batched``: whether its stream takes fast batches (True), cannot (False), or is yet to
+    be asked (None: :meth:`allow_batches`).
 
     Its operations raise the bus's errors: ``KeyNotFound`` (no such key, or deleted),
     ``KeyExists`` (a compare-and-swap lost, or a create of a key that exists),
@@ -37,8 +46,11 @@ class Bucket(KeyValue):
         js: JetStreamContext,
         direct: bool,
         reconnects: Listeners,
+        batched: bool | None = None,
     ) -> None:
         self.name = name
+        self.batched = batched
+        self._ask_batches_at = 0.0  # monotonic time before which allow_batches asks not
         self.nc = nc
         self.reconnects = reconnects
         self.stream = f"KV_{name}"
@@ -57,7 +69,29 @@ class Bucket(KeyValue):
         except NotFound as error:
             raise BucketNotFound(f"no bucket {name}") from error
         direct = bool(info.config.allow_direct)
-        return cls(name=name, nc=nc, js=js, direct=direct, reconnects=reconnects)
+        batched = True if info.config.allow_batched else None
+        return cls(name=name, nc=nc, js=js, direct=direct, reconnects=reconnects, batched=batched)
+
+    async def allow_batches(self) -> bool:
+        """Let the bucket's stream take fast batches (``allow_batched``): the bucket is made
+        by whoever opens it first, with nats-py's defaults, so its writer turns them on. A
+        server too old to know the option (not in the config it answers) leaves ``batched``
+        False: plain writes. A failed request (a leader being elected, no permission) is
+        asked again after :data:`BATCHES_ASKED_EVERY_S`, plain writes meanwhile: asking on
+        every write would hold each up for the request's timeout."""
+        now = time.monotonic()
+        if self.batched is None and now >= self._ask_batches_at:
+            self._ask_batches_at = now + BATCHES_ASKED_EVERY_S
+            try:
+                with translated():
+                    config = (await self.js.stream_info(self.stream)).config
+                    if not config.allow_batched:
+                        config.allow_batched = True
+                        config = (await self.js.update_stream(config)).config
+                self.batched = bool(config.allow_batched)
+            except BusError as error:
+                log.warning("bucket_batches_unset", bucket=self.name, error=repr(error))
+        return bool(self.batched)
 
     async def get(
         self, key: str, revision: int | None = None, validate_keys: bool = True

@@ -8,6 +8,9 @@ Every publish carries ``Nats-Msg-Id`` = the event's id (a batch: a digest of its
 and a publish that times out is retried with the *same* id: its outcome was unknown, and the
 stream's duplicate window drops the copy if the first attempt was in fact stored. Hot paths
 publish pipelined (:meth:`Publishing.publish_many`), never one awaited ack at a time.
+
+Plain puts to a bucket may go as JetStream fast batches (:meth:`Publishing.send_key_batch`):
+one ack per batch, not per put.
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ import msgspec
 import nats.errors
 from nats.js.kv import KeyValue
 
-from shared.bus.acks import NO_RESPONDERS, WRONG_LAST_SEQUENCE, Ack, AckTimeout, PublishRefused
+from shared.bus.acks import (
+    BATCH_DISABLED,
+    BATCH_REFUSALS,
+    NO_RESPONDERS,
+    WRONG_LAST_SEQUENCE,
+    Ack,
+    AckTimeout,
+    PublishRefused,
+)
 from shared.bus.batches import COPY_HEADER, Prepared, Wire, batched
 from shared.bus.buckets import Bucket
 from shared.bus.connection import Connection
@@ -28,7 +39,14 @@ from shared.bus.headers import header_value
 from shared.events import Event
 from shared.logging import get_logger
 
-__all__ = ["PUBLISH_ATTEMPTS", "KeyUpdates", "Publishing", "SentEvents", "keep_publishing"]
+__all__ = [
+    "PUBLISH_ATTEMPTS",
+    "KeyBatch",
+    "KeyUpdates",
+    "Publishing",
+    "SentEvents",
+    "keep_publishing",
+]
 
 log = get_logger("bus")
 
@@ -104,17 +122,76 @@ class KeyUpdates:
             try:
                 outcomes.append((await future).seq)
             except PublishRefused as refused:
-                if refused.err_code == WRONG_LAST_SEQUENCE:
-                    outcomes.append(KeyExists(f"update of {key}: {refused.description}"))
-                elif refused.code == NO_RESPONDERS:
-                    # The bucket's stream has no leader this instant (a NATS cluster electing
-                    # one): not stored, try again, as after a timeout (and as publishes do).
-                    outcomes.append(AckTimeout(f"update of {key}: {refused.description}"))
-                else:
-                    outcomes.append(BusError(f"update of {key} refused: {refused.description}"))
+                outcomes.append(_refused(key, refused))
             except AckTimeout as timeout:
                 outcomes.append(timeout)
         return outcomes
+
+
+# Puts in one fast batch at most. Batches of one call overlap, and a stream with two batches in
+# flight sends a flow message per message to the later one: few and large, then. Bounded, as
+# all of a batch is written again when its ack does not come.
+BATCH_WRITES = 2048
+
+
+class KeyBatch:
+    """Plain puts sent as fast batches (:meth:`Publishing.send_key_batch`), not yet acked."""
+
+    def __init__(
+        self, kv: Bucket, keys: list[str], sent: list[tuple[int, asyncio.Future[Ack]]]
+    ) -> None:
+        self.kv = kv
+        self.keys = keys
+        self.sent = sent  # each batch's size and its commit's ack, in order
+
+    async def outcomes(self) -> list[Exception | None]:
+        """Each put's outcome: None (stored), ``AckTimeout`` (not known to be stored: write
+        the key again) or ``BusError`` (refused), as :meth:`KeyUpdates.outcomes` says."""
+        outcomes: list[Exception | None] = []
+        for size, future in self.sent:
+            start = len(outcomes)
+            outcomes += await self._batch_outcomes(self.keys[start : start + size], future)
+        return outcomes
+
+    async def _batch_outcomes(
+        self, keys: list[str], future: asyncio.Future[Ack]
+    ) -> list[Exception | None]:
+        """A batch's ack counts the puts it stored, its first ones: the others were not (a
+        gap ends a batch). A batch refused as a batch stored none. A refusal of its first
+        put or of its last (the commit) is that put's own, as a plain put's would be; of
+        the others, whether they were stored is unknown. All but a put's own refusal are
+        ``AckTimeout``, so that the caller writes them again, as after a timeout (a put
+        may be stored twice). A stream that no longer takes batches (its option turned
+        off) makes the bucket's later writes plain puts."""
+        try:
+            stored = min((await future).count, len(keys))
+        except AckTimeout as timeout:
+            return [timeout for _ in keys]
+        except PublishRefused as refused:
+            if refused.err_code == BATCH_DISABLED:
+                self.kv.batched = False
+            outcomes: list[Exception | None] = [_unstored(key) for key in keys]
+            if refused.err_code not in BATCH_REFUSALS and 0 < refused.place <= len(keys):
+                place = refused.place - 1
+                outcomes[place] = _refused(keys[place], refused)
+            return outcomes
+        return [None] * stored + [_unstored(key) for key in keys[stored:]]
+
+
+def _unstored(key: str) -> AckTimeout:
+    return AckTimeout(f"put of {key}: not stored by its batch, write it again")
+
+
+def _refused(key: str, refused: PublishRefused) -> BusError:
+    """What a refused update of ``key`` is to its caller: ``KeyExists`` (the swap lost),
+    ``AckTimeout`` (no stream answered: not stored, try again) or ``BusError``."""
+    if refused.err_code == WRONG_LAST_SEQUENCE:
+        return KeyExists(f"update of {key}: {refused.description}")
+    if refused.code == NO_RESPONDERS:
+        # The bucket's stream has no leader this instant (a NATS cluster electing one): not
+        # stored, try again, as after a timeout (and as publishes do).
+        return AckTimeout(f"update of {key}: {refused.description}")
+    return BusError(f"update of {key} refused: {refused.description}")
 
 
 class Publishing(Connection):
@@ -251,3 +328,23 @@ class Publishing(Connection):
             ]
         )
         return KeyUpdates([key for key, _, _ in updates], futures)
+
+    async def send_key_batch(
+        self, kv: KeyValue, puts: Sequence[tuple[str, bytes]]
+    ) -> KeyBatch | KeyUpdates:
+        """Plain puts (key, value) sent at once, as :meth:`send_key_updates` with no last
+        revision, but as fast batches of at most :data:`BATCH_WRITES`: one ack per batch,
+        not per put (the bucket's stream allows them: :meth:`Bucket.allow_batches`, asked
+        once). Where it does not, they go as plain puts. ``outcomes()`` says, per put, None
+        or an int (stored), ``AckTimeout`` (write it again) or ``BusError``."""
+        if not isinstance(kv, Bucket):
+            raise TypeError(f"update a bucket opened by Bus.kv, not {type(kv).__name__}")
+        if not await kv.allow_batches():
+            return await self.send_key_updates(kv, [(key, value, None) for key, value in puts])
+        prefix = kv.prefix
+        sent = []
+        for start in range(0, len(puts), BATCH_WRITES):
+            piece = puts[start : start + BATCH_WRITES]
+            future = await self.acks.send_batch([(prefix + key, value) for key, value in piece])
+            sent.append((len(piece), future))
+        return KeyBatch(kv, [key for key, _ in puts], sent)

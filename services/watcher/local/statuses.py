@@ -16,6 +16,7 @@ import msgspec
 from nats.js.kv import KeyValue
 
 from shared.bus import AckTimeout, Bus, BusError, KeyUpdates
+from shared.bus.publishing import KeyBatch
 from shared.logging import get_logger
 
 __all__ = ["StatusStore", "StatusWrites"]
@@ -30,7 +31,7 @@ class StatusWrites:
 
     def __init__(self) -> None:
         self.values: list[tuple[str, bytes]] = []
-        self.sent: KeyUpdates | None = None
+        self.sent: KeyBatch | KeyUpdates | None = None
 
 
 class StatusStore:
@@ -62,14 +63,14 @@ class StatusStore:
         """Record statuses, all in flight at once; :meth:`settle` awaits them.
 
         Only this process writes them, so no compare-and-swap: an object deleted meanwhile
-        gets none (a write that races its deletion is dropped at the next start).
+        gets none (a write that races its deletion is dropped at the next start). Plain puts
+        need no ack each: they go as fast batches, one ack for all (``send_key_batch``).
         """
         assert self.bus is not None and self.kv is not None
         writes = StatusWrites()
         updated = datetime.now(UTC).isoformat()  # one moment for the statuses sent together
         objects, statuses, of = self.objects, self.statuses, self.of
         values = writes.values
-        puts: list[tuple[str, bytes, int | None]] = []  # plain puts (no last revision)
         for key, change in updates:
             obj = objects.get(key)
             if obj is None:
@@ -80,8 +81,7 @@ class StatusStore:
             statuses[key] = status
             value = _encode(status)
             values.append((key, value))
-            puts.append((key, value, None))
-        writes.sent = await self.bus.send_key_updates(self.kv, puts)
+        writes.sent = await self.bus.send_key_batch(self.kv, values)
         return writes
 
     async def settle(self, writes: StatusWrites) -> None:
