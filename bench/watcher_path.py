@@ -79,6 +79,10 @@ class StandInBus:
         self.events.extend(events)
         return _Sent()
 
+    async def send_key_batch(self, kv: Any, puts: Any) -> _Updates:
+        self.updates.extend(puts)
+        return _Updates(len(puts))
+
     async def send_key_updates(self, kv: Any, updates: Any) -> _Updates:
         self.updates.extend((key, value) for key, value, _ in updates)
         return _Updates(len(updates))
