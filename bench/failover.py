@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -455,12 +455,36 @@ def _known_to_admission(stack: LiveStack) -> set[str]:
     return known
 
 
-def audit(events: list[AnyEvent], created: dict[str, str], known: Callable[[], set[str]]) -> Audit:
+async def audit_at_end(
+    read: Callable[[], Awaitable[list[AnyEvent]]],
+    created: dict[str, str],
+    known: Callable[[], set[str]],
+) -> tuple[list[AnyEvent], Audit]:
+    """The run's last audit, and the log it read. If some created Job has not finished,
+    admission's list (``known``) is read *before* the log it is checked against: a workload
+    that finishes between the two reads is then in the log as finished. Read the other way
+    round, while a backlog still drains, it was in neither (not finished in the log, no
+    longer listed) and counted lost."""
+    events = await read()
+    if not finished_all(events, created):
+        listed = known()
+        events = await read()
+    else:
+        listed = set()
+    return events, audit(events, created, listed)
+
+
+def finished_all(events: list[AnyEvent], created: dict[str, str]) -> bool:
+    done = {e.workload.uid for e in events if isinstance(e, WorkloadFinished)}
+    return set(created) <= done
+
+
+def audit(events: list[AnyEvent], created: dict[str, str], known: set[str]) -> Audit:
     """The run's event log as the services saw it (the fence applied), audited.
 
-    ``created``: uid -> name of every Job the generator created; ``known`` returns the
-    ``namespace/name`` of the workloads admission still lists (called only if some
-    created Job never finished: it is then either queued or admitted, or lost).
+    ``created``: uid -> name of every Job the generator created; ``known``: the
+    ``namespace/name`` of the workloads admission listed, read before ``events`` (a created
+    Job that never finished is then either queued or admitted, or lost).
     """
     standing = fenced_log(events)
     cq_limit, cohort_of, cohort_limit = limits()
@@ -500,9 +524,8 @@ def audit(events: list[AnyEvent], created: dict[str, str], known: Callable[[], s
     lost: list[str] = []
     still_known: list[str] = []
     if unfinished:
-        listed = known()
         for uid, name in unfinished.items():
-            if names.get(uid) in listed:
+            if names.get(uid) in known:
                 still_known.append(names[uid])
             else:
                 lost.append(names.get(uid, f"{name} (never reported submitted)"))
@@ -558,12 +581,7 @@ async def _drive(stack: LiveStack, scenario: Scenario, roles: tuple[str, ...]) -
         after = await gen.create(job("after-all", PROBE, "high", "100m", 100))
 
         async def all_finished() -> bool:
-            done = {
-                e.workload.uid
-                for e in await read_events(stack.url, auth=bus_auth(stack))
-                if isinstance(e, WorkloadFinished)
-            }
-            return set(gen.created) <= done
+            return finished_all(await read_events(stack.url, auth=bus_auth(stack)), gen.created)
 
         try:
             await _poll(all_finished, within=scenario.drain_limit_s, what="all finished", every=1)
@@ -573,7 +591,11 @@ async def _drive(stack: LiveStack, scenario: Scenario, roles: tuple[str, ...]) -
     finally:
         gen.stop.set()
         await bus.close()
-    events = await read_events(stack.url, auth=bus_auth(stack))
+    events, audited = await audit_at_end(
+        lambda: read_events(stack.url, auth=bus_auth(stack)),
+        gen.created,
+        lambda: _known_to_admission(stack),
+    )
     standing = fenced_log(events)
     _figures_from_log(kills, standing)
     after_admitted = [
@@ -583,7 +605,7 @@ async def _drive(stack: LiveStack, scenario: Scenario, roles: tuple[str, ...]) -
     ]
     result = Result(
         kills=kills,
-        audit=audit(events, gen.created, lambda: _known_to_admission(stack)),
+        audit=audited,
         ready_s=stack.ready_seconds,
         run_s=run_s,
         after_admitted_s=after_admitted[0] if after_admitted else None,
