@@ -475,7 +475,9 @@ async def audit_at_end(
 
 
 def finished_all(events: list[AnyEvent], created: dict[str, str]) -> bool:
-    done = {e.workload.uid for e in events if isinstance(e, WorkloadFinished)}
+    """Whether every created Job finished in the log as the services saw it (the fence
+    applied, as :func:`audit` reads it: a deposed leader's void finish is no finish)."""
+    done = {e.workload.uid for e in fenced_log(events) if isinstance(e, WorkloadFinished)}
     return set(created) <= done
 
 

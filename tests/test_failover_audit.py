@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.failover import audit_at_end
-from shared.events import AnyEvent
+from shared.events import AnyEvent, LeaderElected
 from tests.test_preemption_fold_kinds import submitted
 from tests.test_preemption_holds import finished
 
@@ -15,6 +15,11 @@ CREATED = {"a": "a", "b": "b"}  # uid -> name (the tests' refs use the name as u
 
 def log(*finishes: str) -> list[AnyEvent]:
     return [submitted("a"), submitted("b"), *(finished(name) for name in finishes)]
+
+
+# b's only finish comes from a deposed watcher (term 0, after term 1's marker): void.
+VOID_FINISH = [*log("a"), LeaderElected(source="watcher", term=1, role="watcher", holder="w-2")]
+VOID_FINISH.append(finished("b"))
 
 
 @pytest.mark.parametrize(
@@ -30,6 +35,13 @@ def log(*finishes: str) -> list[AnyEvent]:
         ([log("a"), log("a")], {"default/b"}, [], ["default/b"], "b still queued: listed"),
         ([log("a"), log("a")], set(), ["default/b"], [], "b neither finished nor listed: lost"),
         ([log("a", "b")], set(), [], [], "all finished: the list is not read"),
+        (
+            [VOID_FINISH, VOID_FINISH],
+            {"default/b"},
+            [],
+            ["default/b"],
+            "b's only finish is void (the fence, as the audit reads the log): the list is read",
+        ),
     ],
 )
 async def test_the_list_is_read_before_the_log_it_is_checked_against(
