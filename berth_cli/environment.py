@@ -117,8 +117,11 @@ VARIABLES = (
     Variable(
         "BERTH_BUS_BATCHES",
         "`1`: a service publishes a round's events as batches, one message per subject family,"
-        " each with its events' per-workload copies (docs/events.md, Batches); `0`: one"
-        " message per event. Not to be turned off again on a stream that holds batches.",
+        " each with its events' per-workload copies (docs/events.md, Batches), and the watcher"
+        " writes its statuses as JetStream fast batches where nats-server is 2.14 or later,"
+        " turning on `allow_batched` on the `berth-status` bucket's stream (which then needs"
+        " nats-server 2.14+ to load); `0`: one message per event, statuses as plain puts, and"
+        " no stream is changed. Not to be turned off again on a stream that holds batches.",
         "1",
         "every service (`shared/bus/settings.py`)",
     ),

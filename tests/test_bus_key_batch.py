@@ -22,6 +22,8 @@ from shared.bus import (
     BusError,
     BusSettings,
     BusTimeout,
+    NoResponders,
+    bus_call,
 )
 from shared.bus.acks import AckTracker, PublishRefused
 from shared.bus.publishing import BATCH_WRITES, KeyBatch
@@ -183,12 +185,18 @@ async def test_the_watcher_batches_its_statuses_under_its_own_permissions(
         await bus.close()
 
 
+# Rounds of the leader-change test at most: 3, and more until one catches batches in flight.
+STEPDOWN_ROUNDS = 10
+
+
 async def test_a_stream_leader_change_mid_batch_loses_no_put(
     tmp_path: Path, store: CredentialStore
 ) -> None:
     """On a 3-node cluster (the bucket with 3 copies), the status bucket's leader steps down
     while batches are in flight. Every put is stored or said to be written again; written
-    again as ``StatusStore`` does, none is lost (one may be stored twice)."""
+    again as ``StatusStore`` does, none is lost (one may be stored twice). At least one put
+    is caught by a leader change (rounds go on until one is, bounded), so that the test
+    cannot pass with every batch acked before its leader changed."""
     nodes = nats_nodes(
         data_dir=tmp_path, creds_dir=tmp_path / "creds", count=3, port=0, preexec_fn=None
     )
@@ -211,7 +219,10 @@ async def test_a_stream_leader_change_mid_batch_loses_no_put(
             assert isinstance(kv, Bucket) and await kv.allow_batches()
             stream = f"KV_{STATUS_BUCKET}"
             leaders = {(await admin.js.stream_info(stream)).cluster.leader}  # type: ignore[union-attr]
-            for round_ in range(3):
+            caught = 0  # puts a leader change left unstored (AckTimeout), over all rounds
+            for round_ in range(STEPDOWN_ROUNDS):
+                if round_ >= 3 and caught:
+                    break
                 puts = [(f"ns.job-{n}", f"r{round_}".encode()) for n in range(BATCH_WRITES * 2)]
                 stepdown = asyncio.create_task(
                     admin.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5)
@@ -223,11 +234,13 @@ async def test_a_stream_leader_change_mid_batch_loses_no_put(
                 for (key, value), outcome in zip(puts, outcomes, strict=True):
                     assert outcome is None or isinstance(outcome, AckTimeout), outcome
                     if outcome is not None:
+                        caught += 1
                         await _put_until_stored(kv, key, value)
                 for key, value in puts:
                     assert await _read(kv, key) == value, f"round {round_}: {key} lost"
                 leaders.add(await _leader(admin, stream))
             assert len(leaders) > 1, "the leader changed"
+            assert caught, "a leader change caught batches in flight (else the test proved nothing)"
         finally:
             await bus.close()
             await admin.close()
@@ -238,7 +251,10 @@ async def test_a_stream_leader_change_mid_batch_loses_no_put(
 
 async def _leader(bus: Bus, stream: str) -> str:
     for _ in range(100):
-        cluster = (await bus.js.stream_info(stream)).cluster
+        try:
+            cluster = (await bus_call(bus.js.stream_info(stream))).cluster
+        except (BusTimeout, NoResponders):
+            cluster = None  # electing its leader
         if cluster is not None and cluster.leader:
             return cluster.leader
         await asyncio.sleep(0.1)
@@ -246,11 +262,12 @@ async def _leader(bus: Bus, stream: str) -> str:
 
 
 async def _read(kv: Bucket, key: str) -> bytes | None:
-    """The key's value, read again while the stream elects its leader."""
+    """The key's value, read again while the stream elects its leader (no answer, or 503:
+    no leader yet)."""
     for _ in range(100):
         try:
             return (await kv.get(key)).value
-        except BusTimeout:
+        except (BusTimeout, NoResponders):
             await asyncio.sleep(0.1)
     raise AssertionError(f"{key} never read")
 

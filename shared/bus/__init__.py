@@ -35,7 +35,13 @@ from shared.bus.errors import (
     bus_call,
     translated,
 )
-from shared.bus.publishing import PUBLISH_ATTEMPTS, KeyUpdates, SentEvents, keep_publishing
+from shared.bus.publishing import (
+    PUBLISH_ATTEMPTS,
+    KeyBatch,
+    KeyUpdates,
+    SentEvents,
+    keep_publishing,
+)
 from shared.bus.pulling import decode_batch
 from shared.bus.settings import (
     API_SUBJECT,
@@ -70,6 +76,7 @@ __all__ = [
     "BusSettings",
     "BusTimeout",
     "Handler",
+    "KeyBatch",
     "KeyExists",
     "KeyNotFound",
     "KeyUpdates",

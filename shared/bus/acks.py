@@ -64,16 +64,20 @@ class PublishRefused(Refused):
         self.place = place
 
 
-def _batch_reply(token: str, data: bytes) -> tuple[str, int]:
+def _batch_reply(token: str, data: bytes) -> tuple[str, int] | None:
     """A fast batch's reply: (batch id, place of the message it answers), or place 0 when it
     does not end the batch. Flow control does not; nor does a message's refusal within the
     batch, which goes on: its next message finds the gap, and the commit's ack then counts
     what was stored. A refusal of its first message (no batch began) or of its commit (no
-    ack will come) ends it."""
+    ack will come) ends it. None: not a batch reply at all (a subject under the inbox that
+    merely ends in the marker), which no pending batch waits for."""
     batch, _, rest = token.partition(".")  # rest: <window>.fail.<place>.<op>.$FI
+    parts = rest.split(".")
+    if len(parts) != 5 or not parts[2].isdigit():
+        return None
     if data[:8] == b'{"type":':
         return batch, 0
-    _, _, place, op, _ = rest.split(".")
+    place, op = parts[2], parts[3]
     if data[:9] == b'{"error":' and place != "1" and op != str(_COMMIT):
         return batch, 0
     return batch, int(place)
@@ -161,27 +165,45 @@ class AckTracker:
         return futures
 
     async def send_batch(self, messages: Sequence[tuple[str, bytes]]) -> asyncio.Future[Ack]:
-        """Publish (subject, payload) as one fast batch into a stream that allows them; the
-        future holds the commit's ack (``count``: how many were stored, the first ones; the
-        rest were not), or ``PublishRefused`` (the batch or its first message refused) /
-        ``AckTimeout`` (unknown). Flow control is not waited for: the batch is sent whole, and
-        a message the stream did not take ends it there (a gap), which the count says."""
+        """Publish (subject, payload) as one fast batch: :meth:`send_batches` of one."""
+        [future] = await self.send_batches([messages])
+        return future
+
+    async def send_batches(
+        self, batches: Sequence[Sequence[tuple[str, bytes]]]
+    ) -> list[asyncio.Future[Ack]]:
+        """Publish each list of (subject, payload) as one fast batch into a stream that allows
+        them; each future holds its commit's ack (``count``: how many were stored, the first
+        ones; the rest were not), or ``PublishRefused`` (the batch or its first message
+        refused) / ``AckTimeout`` (unknown). Flow control is not waited for: a batch is sent
+        whole, and a message the stream did not take ends it there (a gap), which the count
+        says. An empty batch is refused (``ValueError``: no commit, no ack would come). If a
+        publish fails, none of these futures is kept (their acks are ignored; as
+        :meth:`send_many`) and it raises."""
+        if not all(batches):
+            raise ValueError("a fast batch needs at least one message")
         if self._sweeper is None:
             await self._start()
         loop = asyncio.get_running_loop()
-        token = f"{self._batch_tag}{next(self._tokens)}"
-        future: asyncio.Future[Ack] = loop.create_future()
-        self._pending[token] = (future, loop.time() + self.timeout)
-        reply = f"{self.prefix}{token}.{_BATCH_WINDOW}.fail."
-        publish, last = self.nc.publish, len(messages)
+        deadline = loop.time() + self.timeout
+        tokens = [f"{self._batch_tag}{next(self._tokens)}" for _ in batches]
+        futures: list[asyncio.Future[Ack]] = []
+        for token in tokens:
+            future: asyncio.Future[Ack] = loop.create_future()
+            self._pending[token] = (future, deadline)
+            futures.append(future)
+        prefix, publish = self.prefix, self.nc.publish
         try:
-            for seq, (subject, payload) in enumerate(messages, 1):
-                op = _COMMIT if seq == last else _START if seq == 1 else _APPEND
-                await publish(subject, payload, reply=f"{reply}{seq}.{op}.{_BATCH_SUFFIX}")
+            for messages, token in zip(batches, tokens, strict=True):
+                reply, last = f"{prefix}{token}.{_BATCH_WINDOW}.fail.", len(messages)
+                for seq, (subject, payload) in enumerate(messages, 1):
+                    op = _COMMIT if seq == last else _START if seq == 1 else _APPEND
+                    await publish(subject, payload, reply=f"{reply}{seq}.{op}.{_BATCH_SUFFIX}")
         except nats.errors.Error:
-            self._pending.pop(token, None)
+            for token in tokens:
+                self._pending.pop(token, None)
             raise
-        return future
+        return futures
 
     async def _start(self) -> None:
         await self._subscribe()
@@ -209,8 +231,8 @@ class AckTracker:
 
     async def _on_reply(self, msg: Msg) -> None:
         token, place = msg.subject[len(self.prefix) :], 0
-        if token.endswith(_BATCH_SUFFIX):
-            token, place = _batch_reply(token, msg.data)
+        if token.endswith(_BATCH_SUFFIX) and (reply := _batch_reply(token, msg.data)):
+            token, place = reply
             if not place:
                 return
         held = self._pending.pop(token, None)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import nats.js.errors
-from nats.aio.client import Client
+from nats.aio.client import Client, ServerVersion
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
@@ -21,6 +21,8 @@ __all__ = ["Bucket", "Listeners", "open_bucket"]
 log = get_logger("bus")
 
 BATCHES_ASKED_EVERY_S = 30.0
+INVALID_STREAM_CONFIG = 10052  # JetStream's err_code for a stream config it refuses
+BATCHES_SINCE = (2, 14)  # the first nats-server release with fast batches (allow_batched)
 
 # Called on each reconnect of the connection the bucket was opened on (Bus keeps the set).
 Listeners = set[Callable[[], None]]
@@ -50,7 +52,9 @@ class Bucket(KeyValue):
     ) -> None:
         self.name = name
         self.batched = batched
-        self._ask_batches_at = 0.0  # monotonic time before which allow_batches asks not
+        self._ask_batches_at = 0.0  # the clock's time before which allow_batches asks not
+        self.clock: Callable[[], float] = time.monotonic
+        self.batches_asked_every = BATCHES_ASKED_EVERY_S
         self.nc = nc
         self.reconnects = reconnects
         self.stream = f"KV_{name}"
@@ -74,23 +78,35 @@ class Bucket(KeyValue):
 
     async def allow_batches(self) -> bool:
         """Let the bucket's stream take fast batches (``allow_batched``): the bucket is made
-        by whoever opens it first, with nats-py's defaults, so its writer turns them on. A
-        server too old to know the option (not in the config it answers) leaves ``batched``
-        False: plain writes. A failed request (a leader being elected, no permission) is
-        asked again after :data:`BATCHES_ASKED_EVERY_S`, plain writes meanwhile: asking on
-        every write would hold each up for the request's timeout."""
-        now = time.monotonic()
-        if self.batched is None and now >= self._ask_batches_at:
-            self._ask_batches_at = now + BATCHES_ASKED_EVERY_S
-            try:
-                with translated():
-                    config = (await self.js.stream_info(self.stream)).config
-                    if not config.allow_batched:
-                        config.allow_batched = True
-                        config = (await self.js.update_stream(config)).config
-                self.batched = bool(config.allow_batched)
-            except BusError as error:
-                log.warning("bucket_batches_unset", bucket=self.name, error=repr(error))
+        by whoever opens it first, with nats-py's defaults, so its writer turns them on.
+
+        Asked only of a server of :data:`BATCHES_SINCE` or later (the connected one's
+        version): the option stamps the stream as needing it, and an older node of the
+        cluster (a rolling upgrade, a rollback) would not load the stream. A server that
+        refuses the update for good (:func:`_refused_for_good`: one that does not know the
+        option, strict about unknown fields) leaves ``batched`` False for good, as does one
+        that answers a config without it: plain writes. Any other failure (no permission, a
+        timeout, a leader being elected) is asked again after ``batches_asked_every`` s, plain
+        writes meanwhile: asking on every write would hold each up for the request's timeout."""
+        if self.batched is not None or not _knows_batches(self.nc.connected_server_version):
+            return bool(self.batched)
+        now = self.clock()
+        if now < self._ask_batches_at:
+            return False
+        self._ask_batches_at = now + self.batches_asked_every
+        try:
+            with translated():
+                config = (await self.js.stream_info(self.stream)).config
+                if not config.allow_batched:
+                    config.allow_batched = True
+                    config = (await self.js.update_stream(config)).config
+            self.batched = bool(config.allow_batched)
+        except BusError as error:
+            if _refused_for_good(error.__cause__):
+                self.batched = False
+            log.warning(
+                "bucket_batches_unset", bucket=self.name, batched=self.batched, error=repr(error)
+            )
         return bool(self.batched)
 
     async def get(
@@ -145,6 +161,24 @@ class Bucket(KeyValue):
     async def status(self) -> KeyValue.BucketStatus:
         with translated():
             return await super().status()
+
+
+def _refused_for_good(error: BaseException | None) -> bool:
+    """Whether a stream update's refusal will not change on asking again: a bad request
+    (code 400: an option the server does not know, in strict JSON) or an invalid config
+    (err_code :data:`INVALID_STREAM_CONFIG`). Others (no leader, a timeout) may pass."""
+    return isinstance(error, nats.js.errors.APIError) and (
+        error.code == 400 or error.err_code == INVALID_STREAM_CONFIG
+    )
+
+
+def _knows_batches(version: ServerVersion) -> bool:
+    """Whether a nats-server of this version takes fast batches: :data:`BATCHES_SINCE` or
+    later (an unreadable version: no)."""
+    try:
+        return (version.major, version.minor) >= BATCHES_SINCE
+    except ValueError:
+        return False
 
 
 async def open_bucket(

@@ -162,9 +162,10 @@ class KeyBatch:
         the others, whether they were stored is unknown. All but a put's own refusal are
         ``AckTimeout``, so that the caller writes them again, as after a timeout (a put
         may be stored twice). A stream that no longer takes batches (its option turned
-        off) makes the bucket's later writes plain puts."""
+        off) makes the bucket's later writes plain puts, as does a plain publish's ack
+        (:func:`_plain_ack`)."""
         try:
-            stored = min((await future).count, len(keys))
+            ack = await future
         except AckTimeout as timeout:
             return [timeout for _ in keys]
         except PublishRefused as refused:
@@ -175,10 +176,29 @@ class KeyBatch:
                 place = refused.place - 1
                 outcomes[place] = _refused(keys[place], refused)
             return outcomes
+        if not ack.batch:
+            return _plain_ack(self.kv, keys)
+        stored = min(ack.count, len(keys))
         return [None] * stored + [_unstored(key) for key in keys[stored:]]
 
 
+def _plain_ack(kv: Bucket, keys: list[str]) -> list[Exception | None]:
+    """A batch answered with a plain publish's ack (no ``batch``): the stream's leader does
+    not know fast batches (older than nats-server 2.14, as in a rolling upgrade or a
+    rollback) and stored its first put as a plain one; whether it stored the others is
+    unknown (each was answered, or not, as a plain put). So the first is stored and the
+    rest are to be written again, and the bucket's later writes are plain puts: read as a
+    batch's ack (count 0), every put would be written again, batched again, forever."""
+    if kv.batched is not False:
+        kv.batched = False
+        log.warning("bucket_batches_unknown_to_leader", bucket=kv.name)
+    return [None] + [_unstored(key) for key in keys[1:]]
+
+
 def _unstored(key: str) -> AckTimeout:
+    """A put its batch did not store, or not known to (a gap, a refused batch, no ack in
+    time, a leader change): ``AckTimeout``, as a timed-out put's, so that the caller writes
+    the key again (it may then be stored twice, never lost)."""
     return AckTimeout(f"put of {key}: not stored by its batch, write it again")
 
 
@@ -334,17 +354,22 @@ class Publishing(Connection):
     ) -> KeyBatch | KeyUpdates:
         """Plain puts (key, value) sent at once, as :meth:`send_key_updates` with no last
         revision, but as fast batches of at most :data:`BATCH_WRITES`: one ack per batch,
-        not per put (the bucket's stream allows them: :meth:`Bucket.allow_batches`, asked
-        once). Where it does not, they go as plain puts. ``outcomes()`` says, per put, None
-        or an int (stored), ``AckTimeout`` (write it again) or ``BusError``."""
+        not per put. Only with ``BusSettings.batching`` (``BERTH_BUS_BATCHES``) and where
+        the bucket's stream allows them (:meth:`Bucket.allow_batches`, which asks once);
+        else they go as plain puts, and the stream is left as it is. No puts: nothing sent
+        and nothing asked. ``outcomes()`` says, per put, None or an int (stored),
+        ``AckTimeout`` (write it again) or ``BusError``. If a batch cannot be sent, it
+        raises, and no batch of the call is awaited (:meth:`AckTracker.send_batches`)."""
         if not isinstance(kv, Bucket):
             raise TypeError(f"update a bucket opened by Bus.kv, not {type(kv).__name__}")
-        if not await kv.allow_batches():
+        if not puts:
+            return KeyBatch(kv, [], [])
+        if not (self.settings.batching and await kv.allow_batches()):
             return await self.send_key_updates(kv, [(key, value, None) for key, value in puts])
         prefix = kv.prefix
-        sent = []
-        for start in range(0, len(puts), BATCH_WRITES):
-            piece = puts[start : start + BATCH_WRITES]
-            future = await self.acks.send_batch([(prefix + key, value) for key, value in piece])
-            sent.append((len(piece), future))
+        pieces = [puts[start : start + BATCH_WRITES] for start in range(0, len(puts), BATCH_WRITES)]
+        futures = await self.acks.send_batches(
+            [[(prefix + key, value) for key, value in piece] for piece in pieces]
+        )
+        sent = [(len(piece), future) for piece, future in zip(pieces, futures, strict=True)]
         return KeyBatch(kv, [key for key, _ in puts], sent)

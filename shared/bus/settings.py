@@ -50,7 +50,10 @@ class BusSettings:
 
     ``stream_replicas``: copies of the event stream and of every bucket it creates (3 in a
     clustered NATS, so the history survives losing a server). ``batching``: the services
-    publish their events in batches and read batches (shared/bus/batches.py)."""
+    publish their events in batches and read batches (shared/bus/batches.py), and plain puts
+    to a bucket go as JetStream fast batches where the server is 2.14 or later
+    (``Bus.send_key_batch``, which turns on the bucket's stream's ``allow_batched``); off, they
+    are plain puts and no stream is changed."""
 
     stream_replicas: int = 1
     batching: bool = True

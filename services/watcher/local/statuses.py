@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+import nats.errors
 from nats.js.kv import KeyValue
 
-from shared.bus import AckTimeout, Bus, BusError, KeyUpdates
-from shared.bus.publishing import KeyBatch
+from shared.bus import AckTimeout, Bus, BusError, KeyBatch, KeyUpdates
 from shared.logging import get_logger
 
 __all__ = ["StatusStore", "StatusWrites"]
@@ -24,6 +24,8 @@ __all__ = ["StatusStore", "StatusWrites"]
 log = get_logger("watcher.local")
 
 _encode = msgspec.json.Encoder().encode
+
+REWRITE_ROUNDS = 3  # a settle's unstored writes are written again together at most this often
 
 
 class StatusWrites:
@@ -85,13 +87,44 @@ class StatusStore:
         return writes
 
     async def settle(self, writes: StatusWrites) -> None:
+        """Wait for the writes' outcomes. A write not known to be stored is written again
+        with the key's newest status (never an older one), so it may be stored twice but is
+        never lost; a write's own refusal (``BusError``) fails the round."""
         outcomes = [] if writes.sent is None else await writes.sent.outcomes()
+        unstored: list[str] = []
         for (key, _), outcome in zip(writes.values, outcomes, strict=True):
             if isinstance(outcome, AckTimeout):
-                # Unknown whether it landed: write the newest status (never an older one).
-                await self._rewrite(key)
+                unstored.append(key)
             elif isinstance(outcome, Exception):
                 raise outcome
+        for key in await self._rewrite_together(unstored):
+            await self._rewrite(key)
+
+    async def _rewrite_together(self, keys: list[str]) -> list[str]:
+        """Write these keys' newest statuses again, all at once, up to
+        :data:`REWRITE_ROUNDS` times; returns the keys still not known stored, for
+        :meth:`_rewrite` one by one. Why together: one put dropped mid-batch leaves the rest
+        of its batch (thousands) unstored, and one round trip each would hold the events'
+        ack that long. Anything but stored (a timeout, a refusal, the send failing) is left
+        to :meth:`_rewrite`, which retries as it always did."""
+        assert self.bus is not None and self.kv is not None
+        for _ in range(REWRITE_ROUNDS):
+            statuses = self.statuses
+            keys = [key for key in dict.fromkeys(keys) if key in statuses]
+            if not keys:
+                break
+            values = [(key, _encode(statuses[key])) for key in keys]
+            try:
+                outcomes = await (await self.bus.send_key_batch(self.kv, values)).outcomes()
+            except (BusError, TimeoutError, nats.errors.Error) as error:
+                log.warning("status_rewrite_together_failed", count=len(keys), error=repr(error))
+                break
+            keys = [
+                key
+                for key, outcome in zip(keys, outcomes, strict=True)
+                if isinstance(outcome, Exception)
+            ]
+        return keys
 
     async def _rewrite(self, key: str) -> None:
         """Write a key's newest status until it is stored. Why retry: while a NATS cluster
