@@ -46,6 +46,24 @@ def secured(request: pytest.FixtureRequest, stack_pool: StackPool) -> Iterator[L
         CLI_CREDENTIALS.pop(running.url, None)
 
 
+def _environ(stack: LiveStack, name: str) -> list[bytes]:
+    """The environment of the stack's process ``name``, as `berth up` listed it at start. If
+    that process is gone (a restart changes its pid), the failure says what `berth up`
+    reported since and how the process's log ends, so a flake under load can be told from a
+    crash."""
+    try:
+        return Path(f"/proc/{stack.pids[name]}/environ").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        logs = sorted((stack.data_dir / "logs").glob(f"{name}*.log"))
+        tail = logs[0].read_text(errors="replace").splitlines()[-15:] if logs else []
+        pytest.fail(
+            f"{name} (pid {stack.pids[name]}) is gone; berth up said:\n"
+            + "".join(stack.output[-15:])
+            + "its log ends:\n"
+            + "\n".join(tail)
+        )
+
+
 def _seed(stack: LiveStack, user: str) -> ClientAuth:
     seed = stack.credentials(user)
     assert seed is not None, f"no {user} seed"
@@ -147,7 +165,7 @@ def test_a_shared_data_dir_is_refused(tmp_path: Path) -> None:
 def test_services_sign_in_as_themselves(secured: LiveStack) -> None:
     """Each service process got its own seed, whatever BERTH_CREDS `berth up` was given."""
     for service in SERVICES:
-        environ = Path(f"/proc/{secured.pids[service]}/environ").read_bytes().split(b"\0")
+        environ = _environ(secured, service)
         expected = f"BERTH_CREDS={secured.data_dir / 'creds' / service}.nk".encode()
         assert expected in environ, service
         assert f"BERTH_REPLICA_ID={service}-0".encode() in environ
@@ -317,7 +335,7 @@ def test_replicas(stack_pool: StackPool, tmp_path: Path) -> None:
         assert sorted(stack.pids) == sorted([*names, "nats", "console"])
         assert len({stack.addresses[name] for name in names}) == 8
         for name in names:
-            environ = Path(f"/proc/{stack.pids[name]}/environ").read_bytes().split(b"\0")
+            environ = _environ(stack, name)
             assert f"BERTH_REPLICA_ID={name}".encode() in environ
             assert (stack.data_dir / "logs" / f"{name}.log").exists()
         rows = [line.split()[0] for line in stack.output if re.match(r"^[a-z]+-\d ", line)]
