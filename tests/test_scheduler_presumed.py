@@ -142,21 +142,12 @@ CASES = [
     ),
     Case(
         "the offers of a were all left parked at one reading in a pass, and read the same in "
-        "the next: left parked whole (quiet) at its start, p1 and p2 presumed without a look",
+        "the next: left parked whole (quiet), p2 presumed without a look",
         [finish("bm1"), SCHEDULE, finish("bm2")],
-        2,
+        1,
         0,
         1,
         {},
-    ),
-    Case(
-        "a quiet at the pass's start, then x admitted in b before p1's turn: the cohort's cpu "
-        "read changed, so p1 and p2 are taken back and tried in turn (their messages change)",
-        [finish("bm1"), SCHEDULE, finish("bm2"), submit(wl("x", "qb", t=1, cpu=1))],
-        2,
-        2,
-        1,
-        {"p1": "4 more needed", "p2": "3 more needed"},
     ),
     Case(
         "quiet must not apply: cpu freed in the cohort since (the root's reading changed)",

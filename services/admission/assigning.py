@@ -14,7 +14,7 @@ from __future__ import annotations
 from services.admission import partial
 from services.admission.flavors import AssignResult
 from services.admission.placement import PENDING_REASON, Placement
-from services.admission.presumed import FIRST, presume, presume_all
+from services.admission.presumed import presume, presume_all
 from services.admission.queues import ClusterQueueQueue, OrderKey, Record
 from services.admission.settled import Reader
 
@@ -169,28 +169,6 @@ class Assigning(Placement):
         if known.fits:
             return False  # a success: it is tried (settled.py keeps successes too)
         return record.emitted == (PENDING_REASON, known.message, known.preemption_may_help)
-
-    def _quiet_at_start(self, name: str, queue: ClusterQueueQueue) -> list[Record] | None:
-        """At a pass's start, before its heap is built: the offers of ClusterQueue ``name``
-        presumed left parked at once, none of them pushed (None: they are not), when its
-        first candidate is offered and the queue is quiet (settled.py: ``quiet``), as
-        ``_leave_parked`` finds it when that candidate is popped. Skipping the visit changes
-        no outcome: each offer would read what it read when all were last left parked, so
-        its failure and message are those it has, and it would be left parked as it is;
-        nothing but an admission under the queue's root changes what they read in the pass,
-        and ``Presumed.undo`` takes back, on such an admission, every one whose turn has
-        not come (all are presumed below ``FIRST``, before any key: presumed.py), to be
-        offered and tried in turn as any taken back presumption is."""
-        if not self.presumes or self._no_victims:
-            return None
-        candidate = queue.candidate()
-        if candidate is None or not candidate.parked:
-            return None
-        version, own_version = self._versions(name)
-        if not self._settled.quiet(name, queue.offers, own_version, version):
-            return None
-        self.quiet_queues += 1
-        return presume_all(queue, FIRST)
 
     def _leave_parked(
         self,

@@ -17,10 +17,9 @@ from collections.abc import Callable
 
 from services.admission.queues import ClusterQueueQueue, OrderKey, Record
 
-__all__ = ["FIRST", "NO_KEY", "Presumed", "presume", "presume_all"]
+__all__ = ["NO_KEY", "Presumed", "presume", "presume_all"]
 
 NO_KEY: OrderKey = (0, 0.0, 0, 0.0, "")  # a pass's largest popped key before any is popped
-FIRST: OrderKey = (-3, 0.0, 0, 0.0, "")  # before every key (a rank is -2 at the least)
 
 
 def presume(

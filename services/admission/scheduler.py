@@ -221,23 +221,16 @@ class Scheduler(Assigning):
         presumed = Presumed()  # offered heads left parked ahead of their turn
         presumes = offers and self.presumes  # see Assigning._leave_parked
         tried = left_parked = 0
-        self.quiet_queues = 0
         try:
             heads: list[_Head] = []
             for name in self._ready:
                 queue = self._queues.get(name)
                 if queue is None or queue.blocked or name in config.inactive:
                     continue
-                quiet = self._quiet_at_start(name, queue) if presumes and queue.offered else None
                 head = queue.candidate() if queue.offered else queue.head()
-                head_key = None if head is None else head.key
-                if quiet is not None:  # left parked unless taken back (presumed.py)
-                    presumed.add(config.root(name), queue, quiet, head_key)
-                    tried += len(quiet)
-                    left_parked += len(quiet)
-                if head_key is not None:
-                    heads.append(head_key)
-                    owner[id(head_key)] = queue
+                if head is not None and head.key is not None:
+                    heads.append(head.key)
+                    owner[id(head.key)] = queue
             self._ready = set()
             fair_roots: dict[str, list[str]] = {}  # fair sharing: cohort heads by tournament
             if config.fairness.enabled:
@@ -262,6 +255,7 @@ class Scheduler(Assigning):
                     decide=self._decide,
                 )
             borrowers: list[_Head] = []  # heads found to need borrowing: after the others
+            self.quiet_queues = 0
             high = heads[0] if heads else NO_KEY  # the largest popped since heads ran empty
             while heads or borrowers:
                 borrowing = not heads
