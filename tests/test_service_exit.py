@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from berth_cli.nats_cluster import free_port
+from berth_cli.up import _ready as ready
 from tests.conftest import REPO
 from tests.e2e import eventually
 
@@ -30,25 +29,10 @@ run_service("preemption", main)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as answer:
-            return bool(answer.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 def test_a_stopped_service_exits_drained_without_tearing_its_heap_down(
     nats_url: str, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     marker = tmp_path / "teardown-ran"
     env = {
         **os.environ,
@@ -65,7 +49,7 @@ def test_a_stopped_service_exits_drained_without_tearing_its_heap_down(
         start_new_session=True,
     )
     try:
-        eventually(lambda: _ready(f"http://127.0.0.1:{port}/readyz"))
+        eventually(lambda: ready(f"http://127.0.0.1:{port}"))
         process.send_signal(signal.SIGTERM)
         assert process.wait(10) == 0, "a clean stop exits 0"
         assert process.stderr is not None
