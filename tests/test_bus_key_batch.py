@@ -1,4 +1,4 @@
-"""Plain puts as JetStream fast batches (``Bus.send_key_batch``, ``AckTracker.send_batch``)
+"""Plain puts as JetStream fast batches (``Bus.send_key_batch``, ``AckTracker.send_batches``)
 against a real nats-server: one ack per batch, what the stream stores or refuses and what the
 caller is told, the watcher's own credentials, and a 3-node cluster whose stream leader
 changes while batches are in flight."""
@@ -160,7 +160,7 @@ async def test_an_unanswered_batch_fails_as_one_publish_does(
     try:
         await bus.nc.subscribe("silent.subject")
         tracker = AckTracker(bus.nc, timeout=0.3)
-        future = await tracker.send_batch([(subject, b"x")] * 3)
+        [future] = await tracker.send_batches([[(subject, b"x")] * 3])
         with pytest.raises(raised):
             await asyncio.wait_for(future, 3)
         await tracker.close()

@@ -46,10 +46,15 @@ log = get_logger("bus")
 
 WRONG_LAST_SEQUENCE = 10071  # JetStream's err_code for a failed compare-and-swap
 NO_RESPONDERS = 503  # no stream listens on the subject (yet)
+# JetStream's err_codes for a fast batch refused as a whole (not its first message).
 BATCH_DISABLED = 10205  # the stream does not take fast batches
-# A fast batch refused as a whole (not its first message): disabled, malformed, its id
-# unknown (ended already), too many in flight.
-BATCH_REFUSALS = frozenset({BATCH_DISABLED, 10206, 10207, 10208, 10211})
+BATCH_BAD_PATTERN = 10206  # the reply subject's batch fields do not parse
+BATCH_BAD_ID = 10207  # the batch id is not one (too long, say)
+BATCH_UNKNOWN = 10208  # no such batch (ended already, or dropped after inactivity)
+BATCH_TOO_MANY = 10211  # too many batches in flight on the stream or the server
+BATCH_REFUSALS = frozenset(
+    {BATCH_DISABLED, BATCH_BAD_PATTERN, BATCH_BAD_ID, BATCH_UNKNOWN, BATCH_TOO_MANY}
+)
 
 
 class PublishRefused(Refused):
@@ -146,28 +151,33 @@ class AckTracker:
         are ignored) and it raises."""
         if self._sweeper is None:
             await self._start()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
         tokens = [str(next(self._tokens)) for _ in messages]
-        futures: list[asyncio.Future[Ack]] = []
-        for token in tokens:
-            future: asyncio.Future[Ack] = loop.create_future()
-            self._pending[token] = (future, deadline)
-            futures.append(future)
+        futures = self._register(tokens)
         prefix, publish = self.prefix, self.nc.publish  # a CurrentClient's: the client of now
         try:
             for (subject, payload, headers), token in zip(messages, tokens, strict=True):
                 await publish(subject, payload, reply=prefix + token, headers=headers)
         except nats.errors.Error:
-            for token in tokens:
-                self._pending.pop(token, None)
+            self._forget(tokens)
             raise
         return futures
 
-    async def send_batch(self, messages: Sequence[tuple[str, bytes]]) -> asyncio.Future[Ack]:
-        """Publish (subject, payload) as one fast batch: :meth:`send_batches` of one."""
-        [future] = await self.send_batches([messages])
-        return future
+    def _register(self, tokens: list[str]) -> list[asyncio.Future[Ack]]:
+        """A future per token, all with one deadline (one clock reading), for their replies."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        futures: list[asyncio.Future[Ack]] = []
+        for token in tokens:
+            future: asyncio.Future[Ack] = loop.create_future()
+            self._pending[token] = (future, deadline)
+            futures.append(future)
+        return futures
+
+    def _forget(self, tokens: list[str]) -> None:
+        """Publishes that failed to go out: no reply is waited for (their futures are dropped
+        unread; the caller gets the error that stopped them)."""
+        for token in tokens:
+            self._pending.pop(token, None)
 
     async def send_batches(
         self, batches: Sequence[Sequence[tuple[str, bytes]]]
@@ -184,14 +194,8 @@ class AckTracker:
             raise ValueError("a fast batch needs at least one message")
         if self._sweeper is None:
             await self._start()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
         tokens = [f"{self._batch_tag}{next(self._tokens)}" for _ in batches]
-        futures: list[asyncio.Future[Ack]] = []
-        for token in tokens:
-            future: asyncio.Future[Ack] = loop.create_future()
-            self._pending[token] = (future, deadline)
-            futures.append(future)
+        futures = self._register(tokens)
         prefix, publish = self.prefix, self.nc.publish
         try:
             for messages, token in zip(batches, tokens, strict=True):
@@ -200,8 +204,7 @@ class AckTracker:
                     op = _COMMIT if seq == last else _START if seq == 1 else _APPEND
                     await publish(subject, payload, reply=f"{reply}{seq}.{op}.{_BATCH_SUFFIX}")
         except nats.errors.Error:
-            for token in tokens:
-                self._pending.pop(token, None)
+            self._forget(tokens)
             raise
         return futures
 

@@ -109,6 +109,13 @@ class Bucket(KeyValue):
             )
         return bool(self.batched)
 
+    def stop_batches(self, reason: str) -> None:
+        """The stream no longer takes this bucket's fast batches (its option turned off, or a
+        leader that does not know them): later writes are plain puts; said once."""
+        if self.batched is not False:
+            self.batched = False
+            log.warning("bucket_batches_stopped", bucket=self.name, reason=reason)
+
     async def get(
         self, key: str, revision: int | None = None, validate_keys: bool = True
     ) -> KeyValue.Entry:

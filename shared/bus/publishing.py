@@ -34,7 +34,7 @@ from shared.bus.acks import (
 from shared.bus.batches import COPY_HEADER, Prepared, Wire, batched
 from shared.bus.buckets import Bucket
 from shared.bus.connection import Connection
-from shared.bus.errors import BusError, KeyExists, NoStream
+from shared.bus.errors import BusError, KeyExists, NoStream, translated
 from shared.bus.headers import header_value
 from shared.events import Event
 from shared.logging import get_logger
@@ -170,7 +170,7 @@ class KeyBatch:
             return [timeout for _ in keys]
         except PublishRefused as refused:
             if refused.err_code == BATCH_DISABLED:
-                self.kv.batched = False
+                self.kv.stop_batches("the stream's allow_batched is off")
             outcomes: list[Exception | None] = [_unstored(key) for key in keys]
             if refused.err_code not in BATCH_REFUSALS and 0 < refused.place <= len(keys):
                 place = refused.place - 1
@@ -189,9 +189,7 @@ def _plain_ack(kv: Bucket, keys: list[str]) -> list[Exception | None]:
     unknown (each was answered, or not, as a plain put). So the first is stored and the
     rest are to be written again, and the bucket's later writes are plain puts: read as a
     batch's ack (count 0), every put would be written again, batched again, forever."""
-    if kv.batched is not False:
-        kv.batched = False
-        log.warning("bucket_batches_unknown_to_leader", bucket=kv.name)
+    kv.stop_batches("the stream's leader answered a batch as plain puts")
     return [None] + [_unstored(key) for key in keys[1:]]
 
 
@@ -365,11 +363,14 @@ class Publishing(Connection):
         if not puts:
             return KeyBatch(kv, [], [])
         if not (self.settings.batching and await kv.allow_batches()):
-            return await self.send_key_updates(kv, [(key, value, None) for key, value in puts])
+            with translated():
+                plain = [(key, value, None) for key, value in puts]
+                return await self.send_key_updates(kv, plain)
         prefix = kv.prefix
         pieces = [puts[start : start + BATCH_WRITES] for start in range(0, len(puts), BATCH_WRITES)]
-        futures = await self.acks.send_batches(
-            [[(prefix + key, value) for key, value in piece] for piece in pieces]
-        )
+        with translated():
+            futures = await self.acks.send_batches(
+                [[(prefix + key, value) for key, value in piece] for piece in pieces]
+            )
         sent = [(len(piece), future) for piece, future in zip(pieces, futures, strict=True)]
         return KeyBatch(kv, [key for key, _ in puts], sent)
