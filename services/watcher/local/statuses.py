@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-import nats.errors
 from nats.js.kv import KeyValue
 
 from shared.bus import AckTimeout, Bus, BusError, KeyBatch, KeyUpdates
@@ -25,7 +24,6 @@ log = get_logger("watcher.local")
 
 _encode = msgspec.json.Encoder().encode
 
-REWRITE_ROUNDS = 3  # a settle's unstored writes are written again together at most this often
 
 
 class StatusWrites:
@@ -97,52 +95,40 @@ class StatusStore:
                 unstored.append(key)
             elif isinstance(outcome, Exception):
                 raise outcome
-        for key in await self._rewrite_together(unstored):
-            await self._rewrite(key)
+        await self._rewrite(unstored)
 
-    async def _rewrite_together(self, keys: list[str]) -> list[str]:
-        """Write these keys' newest statuses again, all at once, up to
-        :data:`REWRITE_ROUNDS` times; returns the keys still not known stored, for
-        :meth:`_rewrite` one by one. Why together: one put dropped mid-batch leaves the rest
-        of its batch (thousands) unstored, and one round trip each would hold the events'
-        ack that long. Anything but stored (a timeout, a refusal, the send failing) is left
-        to :meth:`_rewrite`, which retries as it always did."""
+    async def _rewrite(self, keys: list[str]) -> None:
+        """Write these keys' newest statuses until each is stored, all together each round,
+        with a back-off between rounds; a key forgotten meanwhile is dropped. Why together:
+        one put dropped mid-batch leaves the rest of its batch unstored, and one round trip
+        each would hold the events' ack that long. Why retry whatever the failure: while a
+        NATS cluster elects the status bucket's leader (a node killed) a write is refused
+        for seconds; raising failed the finish round and stopped the service, and the runs
+        it held were then reported by nobody (bench/failover.py). Stopping ends the
+        retries (the last failure is raised)."""
         assert self.bus is not None and self.kv is not None
-        for _ in range(REWRITE_ROUNDS):
-            statuses = self.statuses
-            keys = [key for key in dict.fromkeys(keys) if key in statuses]
-            if not keys:
-                break
-            values = [(key, _encode(statuses[key])) for key in keys]
+        delay = 0.1
+        keys = list(dict.fromkeys(keys))
+        while keys := [key for key in keys if key in self.statuses]:
+            values = [(key, _encode(self.statuses[key])) for key in keys]
             try:
                 outcomes = await (await self.bus.send_key_batch(self.kv, values)).outcomes()
-            except (BusError, TimeoutError, nats.errors.Error) as error:
-                log.warning("status_rewrite_together_failed", count=len(keys), error=repr(error))
-                break
-            keys = [
-                key
-                for key, outcome in zip(keys, outcomes, strict=True)
-                if isinstance(outcome, Exception)
-            ]
-        return keys
-
-    async def _rewrite(self, key: str) -> None:
-        """Write a key's newest status until it is stored. Why retry: while a NATS cluster
-        elects the status bucket's leader (a node killed) a write is refused for seconds;
-        raising failed the finish round and stopped the service, and the runs it held were
-        then reported by nobody (bench/failover.py). Stopping ends the retries."""
-        assert self.kv is not None
-        delay = 0.1
-        while (newest := self.statuses.get(key)) is not None:
-            try:
-                await self.kv.put(key, msgspec.json.encode(newest))
-                return
-            except (BusError, TimeoutError) as error:
-                if self.stopping.is_set():
-                    raise
-                log.warning("status_write_retry", key=key, error=repr(error))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+            except BusError as error:
+                failure: Exception = error
+            else:
+                failed = [
+                    (key, outcome)
+                    for key, outcome in zip(keys, outcomes, strict=True)
+                    if isinstance(outcome, Exception)
+                ]
+                if not failed:
+                    return
+                keys, failure = [key for key, _ in failed], failed[0][1]
+            if self.stopping.is_set():
+                raise failure
+            log.warning("status_write_retry", count=len(keys), key=keys[0], error=repr(failure))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def forget(self, key: str) -> None:
         assert self.kv is not None
