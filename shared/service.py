@@ -15,7 +15,7 @@ order, modelled on aiohttp's documented graceful shutdown and kopf's reactor:
 7. only then the lease is released (a standby takes over at once, never while this replica
    still acts) and the membership record deleted;
 8. the bus drains, the HTTP server stops. Nothing is left running;
-9. the process exits without tearing its heap down (:func:`_exit_drained`).
+9. the process exits without tearing its heap down (:func:`_exit_without_teardown`).
 """
 
 from __future__ import annotations
@@ -278,8 +278,7 @@ LEASE_LOST_EXIT = 75  # EX_TEMPFAIL: restart me (as a standby)
 def _exit_now(reason: str) -> NoReturn:
     """The lease is lost: this replica may no longer act, not even to clean up (its
     successor handles what it leaves, as after a kill -9), so it exits at once."""
-    flush_logs()  # the lines saying why
-    os._exit(LEASE_LOST_EXIT)
+    _exit_without_teardown(LEASE_LOST_EXIT)  # the lines saying why written first
 
 
 async def _follow_supervisor(runtime: Runtime, pid: int) -> None:
@@ -308,17 +307,19 @@ def run_service(name: str, main: MainCoroutine) -> None:
     port = int(os.environ.get("BERTH_HTTP_PORT", str(DEFAULT_PORTS[name])))
     grace = float(os.environ.get("BERTH_GRACE_SECONDS", "20"))
     data_dir = os.environ.get("BERTH_DATA_DIR", os.path.expanduser("~/.berth"))
-    _exit_drained(
+    _exit_without_teardown(
         asyncio.run(_run(name, main, host=host, port=port, grace=grace, data_dir=data_dir))
     )
 
 
-def _exit_drained(code: int) -> NoReturn:
-    """Exit with ``code`` once the service has stopped (its work drained, its lease released,
-    its bus closed): the last lines written, then ``os._exit``, so the interpreter does not
-    tear the heap down. That teardown frees the service's whole state object by object and
-    runs a last full collection over it: with many workloads held, the longest part of a
-    stop, and nothing outside waits for it (a pod's grace period, `berth up`'s Ctrl-C)."""
+def _exit_without_teardown(code: int) -> NoReturn:
+    """Exit with ``code``: the held log lines written, stdout and stderr flushed, then
+    ``os._exit``, so the interpreter does not tear the heap down. Called once a service has
+    stopped (its work drained, its lease released, its bus closed), where that teardown
+    would free the whole state object by object and run a last full collection over it:
+    with many workloads held, the longest part of a stop, which nothing outside waits for
+    (a pod's grace period, `berth up`'s Ctrl-C); and when the lease is lost, where nothing
+    may run any more."""
     flush_logs()
     sys.stdout.flush()
     sys.stderr.flush()
