@@ -315,11 +315,11 @@ async def drive(
         # Per create only what a client does (the request's bytes, the call); the records
         # are built after the run from what each create kept (created_records).
         made: list[tuple[str, int, str, str, str]] = []
-        streams_left = [0]  # set once they are made, before any runs
-        cpu_creating = [0.0]
+        cpu_creating = 0.0  # the generator's CPU to its last create
         pacer = None if creations_per_s is None else Pacer(creations_per_s)
 
         async def stream(cq: str, set_index: int) -> None:
+            nonlocal cpu_creating
             klass = config.classes[set_index]
             interval = klass.interval_ms / 1000.0
             jobs = SimulatedJobs(
@@ -340,9 +340,8 @@ async def drive(
                 # the bus's pipelined publishes, the generator's own CPU stays out of the way.
                 await create(objects_kv, workload_key(cq, name), jobs.encode(name, uid, stamp))
                 made.append((cq, set_index, name, uid, stamp))
-            streams_left[0] -= 1
-            if not streams_left[0]:
-                cpu_creating[0] = time.process_time() - cpu_start
+                if len(made) == total:
+                    cpu_creating = time.process_time() - cpu_start
 
         async def create(kv: Any, key: str, data: bytes) -> None:
             """Create the key; an unanswered create (a loaded server) is read back and sent
@@ -366,7 +365,6 @@ async def drive(
             for cq, _ in config.cluster_queues()
             for index in range(len(config.classes))
         ]
-        streams_left[0] = len(streams)
         deadline = time.monotonic() + limit_s
         while not all_done.is_set():
             for service in stack.services:
@@ -400,7 +398,7 @@ async def drive(
             made,
             done,
             ready,
-            cpu_creating[0],
+            cpu_creating,
             cpu,
             console_messages[0] if follower is not None else None,
         )
