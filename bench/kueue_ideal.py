@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kueue_config import CONFIGS, ScenarioConfig, WorkloadPlan, plan_workloads
+from bench.kueue_drive import config_documents
 
 __all__ = ["IdealResult", "PreemptionResult", "simulate_ideal", "simulate_with_preemption"]
 
@@ -219,8 +220,6 @@ def simulate_with_preemption(
     a config that does not preempt, this is Berth's admission core alone on the ideal's clock
     (so its opt-in rules, such as wait targets, can be judged under latency).
     """
-    # Imported here: bench.kueue_scheduler imports this module.
-    from bench.kueue_scheduler import config_documents
     from services.admission.scheduler import (
         Admission,
         Inadmissible,

@@ -43,7 +43,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from bench.kueue_config import CONFIGS
-from bench.kueue_scheduler import config_documents
+from bench.kueue_drive import config_documents
 from bench.recovery_replay import packed_takes
 from services.preemption import service as preemption
 from services.preemption.cluster import Cluster

@@ -35,7 +35,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from bench.kueue_config import CONFIGS
-from bench.kueue_scheduler import config_documents
+from bench.kueue_drive import config_documents
 from services.recovery import service as recovery
 from shared.bus.batches import BatchView
 from shared.bus.pulling import decode_batch, handling_chunks

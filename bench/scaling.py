@@ -27,7 +27,9 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kueue_config import LARGE_SCALE
-from bench.kueue_scheduler import SERVICE_NAMES, RunResult, run_benchmark
+from bench.kueue_measure import SERVICE_NAMES
+from bench.kueue_report import RunResult
+from bench.kueue_scheduler import run_benchmark
 
 WALL_GOAL_S = 10.0  # make bench-kueue-large, full size (issue 20)
 CPU_GOAL_MS = 0.2  # service CPU per workload, any size

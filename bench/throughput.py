@@ -38,13 +38,8 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
 
 import msgspec
 
-from bench.kueue_scheduler import (
-    proc_stats,
-    ready_stack,
-    services_collector,
-    services_cpu,
-    write_config,
-)
+from bench.kueue_drive import write_config
+from bench.kueue_measure import proc_stats, ready_stack, services_collector, services_cpu
 from bench.objects import (
     FLAVOR,
     SimulatedJobs,

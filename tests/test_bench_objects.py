@@ -1,4 +1,4 @@
-"""The benchmarks' lean generators (bench/objects.py, bench/kueue_scheduler.py): a Job spliced
+"""The benchmarks' lean generators (bench/objects.py, bench/kueue_drive.py): a Job spliced
 from its encoded shape is byte for byte the one :func:`simulated_job` builds and msgspec
 encodes, the uids are uuid4's, and the creates' records built after a run are those the
 generator used to build per create; while it drives, the generator's collector is set as the
@@ -15,13 +15,8 @@ import msgspec
 import pytest
 
 from bench.kueue_config import BASELINE, LARGE_SCALE
-from bench.kueue_scheduler import (
-    CLASS_LABEL,
-    RUNTIME_LABEL,
-    Created,
-    created_records,
-    services_collector,
-)
+from bench.kueue_drive import CLASS_LABEL, RUNTIME_LABEL, Created, created_records
+from bench.kueue_measure import services_collector
 from bench.objects import SimulatedJobs, creation_timestamp, simulated_job, uuid4_strings
 from shared.gc_tuning import GC_VARIABLE, MIDDLE_THRESHOLD, OLD_THRESHOLD, YOUNG_THRESHOLD
 
