@@ -19,9 +19,7 @@ import aiohttp
 from rich.console import Console
 
 from berth_cli.up import Stack
-from shared.bus import (
-    Bus,
-)
+from shared.bus import Bus
 from shared.gc_tuning import tune_gc
 
 SERVICE_NAMES = ("admission", "preemption", "watcher", "recovery")

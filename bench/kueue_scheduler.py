@@ -68,9 +68,7 @@ from bench.kueue_measure import (
 )
 from bench.kueue_report import GOALS, RunResult, compute, render, render_subjects
 from berth_cli.up import Stack
-from shared.events import (
-    encode_event,
-)
+from shared.events import encode_event
 
 __all__ = [
     "CLASS_LABEL",

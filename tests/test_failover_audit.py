@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.failover import audit_at_end
+from bench.failover_audit import audit_at_end
 from shared.events import AnyEvent, LeaderElected
 from tests.test_preemption_fold_kinds import submitted
 from tests.test_preemption_holds import finished
