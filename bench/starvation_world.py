@@ -23,6 +23,10 @@ the claim):
   hour;
 - ``over_share``: reservations holding more than maxReservedShare of a nominal quota;
 - ``repeated``: a preemptor evicting the same workload twice within an hour by priority.
+
+One file of more than 500 lines, for a reason: :class:`World` is one event loop whose steps
+(arrivals, ageing, admission, preemption, finishes) read and change the same state on one
+clock; split across modules, each part would need all of it.
 """
 
 from __future__ import annotations
