@@ -107,6 +107,7 @@ async def _drive(stack: LiveStack, scenario: Scenario, roles: tuple[str, ...]) -
     bus = await Bus.connect(stack.url, source="bench", auth=bus_auth(stack))
     gen = Generator(bus, scenario)
     kills: list[Kill] = []
+    finished_log: list[AnyEvent] | None = None  # the read that found every Job finished
     try:
         config = await bus.kv(CONFIG_BUCKET)
         objects = [parse_object(d) for d in config_documents()]
@@ -130,7 +131,12 @@ async def _drive(stack: LiveStack, scenario: Scenario, roles: tuple[str, ...]) -
         after = await gen.create(job("after-all", PROBE, "high", "100m", 100))
 
         async def all_finished() -> bool:
-            return finished_all(await read_events(stack.url, auth=bus_auth(stack)), gen.created)
+            nonlocal finished_log
+            events = await read_events(stack.url, auth=bus_auth(stack))
+            if not finished_all(events, gen.created):
+                return False
+            finished_log = events
+            return True
 
         try:
             await poll(all_finished, within=scenario.drain_limit_s, what="all finished", every=1)
@@ -144,6 +150,7 @@ async def _drive(stack: LiveStack, scenario: Scenario, roles: tuple[str, ...]) -
         lambda: read_events(stack.url, auth=bus_auth(stack)),
         gen.created,
         lambda: known_to_admission(stack),
+        finished_log,
     )
     standing = fenced_log(events)
     _figures_from_log(kills, standing)

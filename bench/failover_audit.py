@@ -71,13 +71,15 @@ async def audit_at_end(
     read: Callable[[], Awaitable[list[AnyEvent]]],
     created: dict[str, str],
     known: Callable[[], set[str]],
+    finished_log: list[AnyEvent] | None = None,
 ) -> tuple[list[AnyEvent], Audit]:
     """The run's last audit, and the log it read. If some created Job has not finished,
     admission's list (``known``) is read *before* the log it is checked against: a workload
     that finishes between the two reads is then in the log as finished. Read the other way
     round, while a backlog still drains, it was in neither (not finished in the log, no
-    longer listed) and counted lost."""
-    events = await read()
+    longer listed) and counted lost. ``finished_log``: a log the caller read in which every
+    created Job had finished (:func:`finished_all`), audited as it is rather than read again."""
+    events = finished_log if finished_log is not None else await read()
     if not finished_all(events, created):
         listed = known()
         events = await read()

@@ -64,3 +64,21 @@ async def test_the_list_is_read_before_the_log_it_is_checked_against(
     _, audited = await audit_at_end(read, CREATED, known)
     assert (audited.lost, audited.still_known) == (lost, still_known), reason
     assert order == (["log"] if len(reads) == 1 else ["log", "list", "log"]), reason
+
+
+async def test_a_log_already_found_all_finished_is_audited_without_reading_again() -> None:
+    """The drive's last poll found every Job finished: that log is audited, neither the log
+    nor admission's list read again."""
+    order: list[str] = []
+
+    async def read() -> list[AnyEvent]:
+        order.append("log")
+        return log("a")
+
+    def known() -> set[str]:
+        order.append("list")
+        return set()
+
+    events, audited = await audit_at_end(read, CREATED, known, log("a", "b"))
+    assert order == [], "nothing read again"
+    assert (audited.finished, audited.lost, len(events)) == (2, [], 4)
