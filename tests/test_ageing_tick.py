@@ -30,7 +30,7 @@ from shared.config import (
 from shared.events import Event, PodSet, PriorityBoosted, WorkloadPending, WorkloadRef
 from shared.service import Runtime
 from tests.test_starvation_waits import at, submitted
-from tests.test_victims import cq
+from tests.victims_search import cq
 
 # --- boost_at reads each reserveAfter by its own text ---------------------------------------------
 

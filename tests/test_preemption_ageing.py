@@ -20,7 +20,7 @@ from shared.events import (
     WorkloadPending,
     WorkloadRef,
 )
-from tests.test_victims import cq
+from tests.victims_search import cq
 
 
 def _at(seconds: float) -> datetime:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from services.preemption.borrowing import BorrowingTree, hierarchical, lenders
 from shared.config import ClusterQueue, Cohort
 from shared.quota import FlavorResource, QuotaTree
-from tests.test_victims import cohort, cq
+from tests.victims_search import cohort, cq
 
 CPU: FlavorResource = ("f", "cpu")
 GPU: FlavorResource = ("f", "gpu")

@@ -16,7 +16,7 @@ from shared.events import (
     WorkloadRef,
 )
 from shared.service import Runtime
-from tests.test_victims import cq
+from tests.victims_search import cq
 
 PREEMPTOR = WorkloadRef("default", "preemptor", "p")
 

@@ -16,7 +16,7 @@ from services.preemption.service import SETTLE_SECONDS, PreemptionService
 from shared.events import AnyEvent, PriorityBoosted, WorkloadPending
 from shared.service import Runtime
 from tests.test_preemption_holds import admit, ask, evict, evicted, ref
-from tests.test_victims import cq
+from tests.victims_search import cq
 
 
 def admitted(name: str, queue: str = "a") -> AnyEvent:

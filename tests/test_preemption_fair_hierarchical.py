@@ -14,7 +14,7 @@ from services.preemption.model import Running
 from services.preemption.victims import find_victims
 from shared.config import ClusterQueue, Cohort, FairSharingSettings, parse_object
 from shared.quota import QuotaTree
-from tests.test_victims import by_queue, cq, run, snapshot, victims_of, wants
+from tests.victims_search import by_queue, cq, run, snapshot, victims_of, wants
 
 D = "default/cpu"
 FAIR = FairSharingSettings(enable=True)

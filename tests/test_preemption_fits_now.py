@@ -18,7 +18,7 @@ from services.preemption.victims import FITS, Running, find_victims, fits_now
 from shared.config import ClusterQueue, Cohort
 from shared.events import AnyEvent, PriorityBoosted
 from tests.test_preemption_holds import admit, ask, evict, ref
-from tests.test_victims import F, by_queue, cohort, cq, run, wants
+from tests.victims_search import F, by_queue, cohort, cq, run, wants
 
 # --- fits_now against find_victims -------------------------------------------------------------
 

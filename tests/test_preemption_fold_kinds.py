@@ -29,7 +29,7 @@ from shared.events import (
 from shared.service import Runtime
 from tests.test_preemption_due import pending, reserved
 from tests.test_preemption_holds import CPU, admit, ask, deleted, evict, evicted, finished, ref
-from tests.test_victims import cq
+from tests.victims_search import cq
 
 CREATED = datetime(2026, 1, 1, tzinfo=UTC)
 

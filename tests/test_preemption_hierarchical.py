@@ -13,7 +13,7 @@ from services.admission.scheduler import Inadmissible
 from services.preemption.model import Running
 from shared.config import ClusterQueue, Cohort
 from tests.test_scheduler import config, flavor, group, lq, scheduler, wl
-from tests.test_victims import cohort, cq, run, search, victims_of, wants
+from tests.victims_search import cohort, cq, run, search, victims_of, wants
 
 D = "default/cpu"
 M = "default/memory"  # in Gi

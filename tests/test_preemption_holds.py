@@ -30,7 +30,7 @@ from shared.events import (
     WorkloadRef,
 )
 from shared.quota import QuotaTree
-from tests.test_victims import cq
+from tests.victims_search import cq
 
 CPU = ("rf", "cpu")
 
