@@ -321,6 +321,18 @@ def test_a_prepared_event_is_its_subject_payload_id_workload_and_family(
     ), why
 
 
+def test_a_round_prepared_together_is_each_event_prepared_in_its_place() -> None:
+    """Prepared.each (what a bus publishes a round with): every case's event at once, a
+    reservation after an admission of the same type among them, each its own tuple in
+    order, as Prepared.of makes it alone."""
+    made = [event() for event, _ in PREPARED_CASES]
+    prepared = Prepared.each(made)
+    assert [type(one) for one in prepared] == [Prepared] * len(made)
+    assert prepared == [
+        (subject_for(m), encode_event(m), m.id, m.workload.key, subject_family_of(m)) for m in made
+    ]
+
+
 async def _connect(url: str, source: str) -> Bus:
     bus = await Bus.connect(url, source=source, auth=ClientAuth(), retry=False, settings=BATCHES)
     await bus.ensure_stream()

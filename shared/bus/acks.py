@@ -202,7 +202,7 @@ class AckTracker:
                 reply, last = f"{prefix}{token}.{_BATCH_WINDOW}.fail.", len(messages)
                 for seq, (subject, payload) in enumerate(messages, 1):
                     op = _COMMIT if seq == last else _START if seq == 1 else _APPEND
-                    await publish(subject, payload, reply=f"{reply}{seq}.{op}.{_BATCH_SUFFIX}")
+                    await publish(subject, payload, f"{reply}{seq}.{op}.{_BATCH_SUFFIX}")
         except nats.errors.Error:
             self._forget(tokens)
             raise

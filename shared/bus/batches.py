@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -95,18 +95,25 @@ class Prepared(NamedTuple):
     @classmethod
     def of(cls, event: Event) -> Prepared:
         """``event`` as it is (its id and term already stamped) ready to publish."""
+        [prepared] = cls.each((event,))
+        return prepared
+
+    @classmethod
+    def each(cls, events: Iterable[Event]) -> list[Prepared]:
+        """:meth:`of` of each of ``events``, in order, in one call: a round publishes many."""
         # tuple.__new__: the same tuple as cls(...), without the Python __new__ that
         # NamedTuple generates (one per event published)
-        return tuple.__new__(
-            cls,
-            (
+        new, made = tuple.__new__, []
+        for event in events:
+            fields = (
                 subject_for(event),
                 encode_event(event),
                 event.id,
                 event.workload.key,
                 subject_family_of(event),
-            ),
-        )
+            )
+            made.append(new(cls, fields))
+        return made
 
 
 def is_batch(subject: str) -> bool:
@@ -132,27 +139,25 @@ def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
     open_batch: dict[str, int] = {}  # batch subject -> index in groups
     latest: dict[str, int] = {}  # workload -> index of the last group holding one of its events
     copies: list[Wire] = []
+    batch_subject_of, last_of = _BATCH_SUBJECT_OF.get, latest.get
     for event in prepared:
-        subject = _BATCH_SUBJECT_OF.get(event.family)
+        on, payload, msg_id, workload, family = event
+        subject = batch_subject_of(family)
         if subject is None:  # not a batched family
-            latest[event.workload] = len(groups)
+            latest[workload] = len(groups)
             groups.append((None, [event]))
-            sizes.append(len(event.payload))
+            sizes.append(len(payload))
             continue
         index = open_batch.get(subject)
-        size = len(event.payload) + 1  # and its comma
-        if (
-            index is None
-            or latest.get(event.workload, -1) > index
-            or sizes[index] + size > MAX_BATCH_BYTES
-        ):
+        size = len(payload) + 1  # and its comma
+        if index is None or last_of(workload, -1) > index or sizes[index] + size > MAX_BATCH_BYTES:
             index = open_batch[subject] = len(groups)
             groups.append((subject, []))
             sizes.append(2)  # the brackets
         groups[index][1].append(event)
         sizes[index] += size
-        latest[event.workload] = index
-        copies.append(event[:3])  # a plain tuple: subject, payload, message id
+        latest[workload] = index
+        copies.append((on, payload, msg_id))
     wire: list[Wire] = []
     for batch_on, events in groups:
         if batch_on is None:

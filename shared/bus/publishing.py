@@ -229,11 +229,13 @@ class Publishing(Connection):
         """Subject, payload and message id of each event, stamped with this bus's lease term:
         ``term``, and ``-t<term>`` on the id, so that a new leader's decision is never dropped
         as a copy of a deposed leader's void one (docs/events.md)."""
-        of, term = Prepared.of, self.term
+        term = self.term
         if not term:
-            return [of(event) for event in events]
+            return Prepared.each(events)
         replace = msgspec.structs.replace
-        return [of(replace(event, term=term, id=f"{event.id}-t{term}")) for event in events]
+        return Prepared.each(
+            [replace(event, term=term, id=f"{event.id}-t{term}") for event in events]
+        )
 
     async def publish_copies(self, copies: Sequence[Wire]) -> None:
         """The per-workload copies of the events of batches about to be sent: each on its
@@ -244,11 +246,11 @@ class Publishing(Connection):
         service's reaction could be stored before the copy of what it reacted to. Best effort:
         the batch is the record (docs/events.md "Batches"). Ids as ``header_value``s: nats-py
         cleans them at no cost (shared/bus/headers.py)."""
-        publish = self.nc.publish  # the current client's, whichever it is at each copy
+        current = self._current  # its client read at each copy: whichever is current then
         try:
             for subject, payload, msg_id in copies:
                 headers = {"Nats-Msg-Id": header_value(msg_id), COPY_HEADER: "1"}
-                await publish(subject, payload, headers=headers)
+                await current.client.publish(subject, payload, "", headers)
         except nats.errors.Error as error:
             log.warning("copies_unsent", count=len(copies), error=repr(error))
 
