@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -60,7 +59,7 @@ from shared.events import (
 )
 from shared.logging import get_logger
 from shared.service import Runtime
-from shared.workloads import WorkloadSpec, workload_key
+from shared.workloads import workload_key
 
 __all__ = ["LocalBackend", "stop_grace_from_env"]
 
@@ -176,75 +175,50 @@ class LocalBackend:
         nothing is lost or stored twice. If the round fails midway, the batches sent are
         left unacked and unannounced (:meth:`_abandon_sending`)."""
         announcements: list[Announcement] = []
-        observe = self._observe
         try:
             for entry in entries:
-                pending = observe(entry, initial, announcements)
-                if pending is not None:
-                    await pending
+                await self._observe(entry, initial=initial, announcements=announcements)
                 if len(announcements) >= piece:
                     await self._send_announcements(announcements)
             await self._flush_announcements(announcements)
         finally:
             self._abandon_sending()
 
-    def _observe(
-        self, entry: KeyValue.Entry, initial: bool, announcements: list[Announcement]
-    ) -> Coroutine[Any, Any, None] | None:
-        """Take in one entry: what it changes is done at once, and what of it must be
-        awaited (a deletion, a dead letter, a grouped pod, an orphan: each publishes or
-        writes) is returned, for the caller to await before the next entry. Why: most
-        entries (a new workload, noted for announcement) await nothing, and a coroutine
-        per entry cost each its making and its run."""
+    async def _observe(
+        self,
+        entry: KeyValue.Entry,
+        *,
+        initial: bool,
+        announcements: list[Announcement],
+    ) -> None:
         value = live_value(entry)
         if value is None:
             obj = self.objects.pop(entry.key, None)
-            return None if obj is None else self._removed(entry.key, obj, announcements)
+            if obj is not None:
+                await self._flush_announcements(announcements)
+                await self._deleted(obj)
+                await self.store.forget(entry.key)
+                await self.groups.deleted(self.kv, self.objects, obj)  # see grouping.py
+            return
         read = read_workload(entry.key, value, self.specs)
         if isinstance(read, str):  # no poison pill: dead-lettered, skipped, the watch goes on
-            return self._dead_letter(OBJECTS_BUCKET, entry, read, value)
+            await self._dead_letter(OBJECTS_BUCKET, entry, read, value)
+            return
         obj, spec = read
         self.objects[entry.key] = obj
         if self.groups.grouped(obj):  # not a workload alone: its group is (grouping.py)
-            return self.groups.pod_seen(self.kv, entry.key, obj)
+            await self.groups.pod_seen(self.kv, entry.key, obj)
+            return
         uid = obj["metadata"]["uid"]
         status = self.store.of(entry.key, obj)
         phase = status.get("phase", "")
         if initial and unreported_finish(status):
             self.unreported.append((entry.key, obj))
         if phase in TERMINAL_PHASES or uid in self.announced:
-            return None
+            return
         if initial and phase == "Running" and uid not in self.runs.running:
-            return self._orphaned(entry.key, obj, spec, announcements)
-        self._announce(obj, spec, announcements)
-        return None
-
-    async def _removed(
-        self, key: str, obj: dict[str, Any], announcements: list[Announcement]
-    ) -> None:
-        """An object deleted (already out of ``objects``): reported after what came before."""
-        await self._flush_announcements(announcements)
-        await self._deleted(obj)
-        await self.store.forget(key)
-        await self.groups.deleted(self.kv, self.objects, obj)  # see grouping.py
-
-    async def _orphaned(
-        self,
-        key: str,
-        obj: dict[str, Any],
-        spec: WorkloadSpec,
-        announcements: list[Announcement],
-    ) -> None:
-        """A workload listed at start that a previous watcher ran: its eviction reported after
-        what came before, then it is announced again."""
-        await self._flush_announcements(announcements)
-        await self.runs.orphaned(key, obj)
-        self._announce(obj, spec, announcements)
-
-    def _announce(
-        self, obj: dict[str, Any], spec: WorkloadSpec, announcements: list[Announcement]
-    ) -> None:
-        uid = obj["metadata"]["uid"]
+            await self._flush_announcements(announcements)
+            await self.runs.orphaned(entry.key, obj)
         if uid in self.announcing:
             return  # announced in this batch already
         announcements.append(
