@@ -31,18 +31,25 @@ class Assigning(Placement):
     presumes = True  # offered heads presumed left parked (presumed.py); tests turn it off
     quiet_queues = 0  # ClusterQueues whose offers the last pass left parked whole (quiet)
 
-    def _assign(self, name: str, record: Record, failed: Failed) -> AssignResult:
+    def _assign(
+        self,
+        name: str,
+        record: Record,
+        failed: Failed,
+        queue: ClusterQueueQueue | None = None,
+    ) -> AssignResult:
         """The head's flavor assignment against the usage now (a failure is remembered for
         its shape until the usage of its cohort tree changes; a failure and a success,
         across passes while what they read of the usage is the same:
-        services/admission/settled.py)."""
+        services/admission/settled.py). ``queue``: its ClusterQueue's, if at hand."""
         pod_sets_shape = record.shape_key or record.shape  # the property's call spared
         version = self._usage_version.get(self._config.root_of.get(name, name), 0)
         cached = failed.get((name, pod_sets_shape))
         if cached is not None and cached[0] == version:
             return cached[1]  # read here, without a call: a backlog of a shape hits it often
         own_version = self._own_usage_version.get(name, 0)
-        queue = self._queues[name]
+        if queue is None:
+            queue = self._queues[name]
         known = self._known(name, queue, record, None, version, own_version)
         if known is None:
             return self._search(name, queue, record, failed, version, own_version)
@@ -73,15 +80,17 @@ class Assigning(Placement):
             cached = failed.get((name, pod_sets_shape))
             if cached is not None and cached[0] == version:
                 return cached[1]
-        victims_possible = self._victims_possible(record)
+        no_victims = self._no_victims  # _victims_possible's test, without its call
+        victims_possible = not no_victims or record.wl.ref.uid not in no_victims
         settled = self._settled
-        reader = self._queue_readers(queue).get(pod_sets_shape) or self._reader(name, queue, record)
-        usage = settled.read(reader, version, own_version)
-        result = settled.known(reader, victims_possible, usage)
+        # The queue's readers as they are unless the tables started over (_queue_readers).
+        readers = queue.readers if queue.readers_start == settled.starts else None
+        if readers is None:
+            readers = self._queue_readers(queue)
+        reader = readers.get(pod_sets_shape) or self._reader(name, queue, record)
+        result = settled.lookup(reader, victims_possible, version, own_version)
         if result is None:
-            result = settled.earlier(reader, victims_possible, usage)
-            if result is None:
-                return None
+            return None
         if failed is not None and not result.fits:
             failed[(name, pod_sets_shape)] = (version, result)
         return result
@@ -210,12 +219,26 @@ class Assigning(Placement):
         queue.skip_offered()
         if not self.presumes:
             return []
+        items = self._presume(name, queue, memo, version, own_version, high)
+        if uniform and whole and not queue.offered and offers is not None:
+            settled.remember_quiet(name, offers, own_version, version)
+        return items
+
+    def _presume(
+        self,
+        name: str,
+        queue: ClusterQueueQueue,
+        memo: Failed | None,
+        version: int,
+        own_version: int,
+        high: OrderKey,
+    ) -> list[Record]:
+        """``presume`` of ``queue``'s next offers, each checked as ``_leave_parked`` checks
+        the one it was called for (a function of its own: the closure's cells are made
+        only where it is needed, not at every call of ``_leave_parked``)."""
 
         def holds(record: Record) -> bool:
             known = self._known(name, queue, record, memo, version, own_version)
             return known is not None and self._fails_unchanged(record, known)
 
-        items = presume(queue, high, holds)
-        if uniform and whole and not queue.offered and offers is not None:
-            settled.remember_quiet(name, offers, own_version, version)
-        return items
+        return presume(queue, high, holds)

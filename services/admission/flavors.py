@@ -19,7 +19,13 @@ from shared.config import Toleration as ConfigToleration
 from shared.events import FlavorAssignment, PodSet, Toleration
 from shared.hierarchy import may_reclaim_in_hierarchy
 from shared.quantities import format_quantity, is_binary_resource
-from shared.quota import FlavorResource, QuotaTree, available_at, potential_available
+from shared.quota import (
+    FlavorResource,
+    QuotaNode,
+    QuotaTree,
+    available_at,
+    potential_available,
+)
 
 __all__ = [
     "AssignResult",
@@ -115,6 +121,10 @@ class ClusterQueueInfo:
     borrow_within_cohort: str
     missing_flavors: list[str] = field(default_factory=list)
     flavor_order: list[str] = field(default_factory=list)  # all flavors, for status
+    # The node its capacities were read from, and them (see capacity).
+    capacities: tuple[QuotaNode, dict[FlavorResource, int]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @classmethod
     def from_config(cls, cq: ClusterQueue, flavors: dict[str, FlavorInfo]) -> ClusterQueueInfo:
@@ -144,6 +154,18 @@ class ClusterQueueInfo:
             missing_flavors=sorted(name for name in order if name not in flavors),
             flavor_order=order,
         )
+
+    def capacity(self, node: QuotaNode, fr: FlavorResource) -> int:
+        """``potential_available(node, fr)`` of its ClusterQueue's ``node``, read once per
+        node and pair: it reads quotas and subtrees only, which never change in a tree
+        (a new configuration is a new tree, and a node of it another object)."""
+        capacities = self.capacities
+        if capacities is None or capacities[0] is not node:
+            capacities = self.capacities = (node, {})
+        known = capacities[1].get(fr)
+        if known is None:
+            known = capacities[1][fr] = potential_available(node, fr)
+        return known
 
     def preemption_could_help(self, nominal: int, needed: int, in_cohort: bool) -> bool:
         """Whether this CQ's preemption policy could ever free ``needed`` (Kueue's gate)."""
@@ -274,7 +296,7 @@ def _flavor_mode(
     for resource in resources:
         fr = (flavor, resource)
         value = acc.get(fr, 0) + totals[resource]
-        capacity = potential_available(node, fr)
+        capacity = info.capacity(node, fr)
         if value > capacity:
             reasons.append(
                 f"insufficient quota for {resource} in flavor {flavor}, request > maximum"

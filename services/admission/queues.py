@@ -302,7 +302,10 @@ class ClusterQueueQueue:
         key = record.key
         assert key is not None
         record.parked = True
-        group = self.parked.setdefault(record.shape, [])
+        shape = record.shape_key or record.shape  # the property's call spared
+        group = self.parked.get(shape)
+        if group is None:
+            group = self.parked[shape] = []
         if self._parked_back(record, group):
             group[0] = key  # the entry it left, of the same value: the heap stays a heap
         else:

@@ -260,7 +260,8 @@ class Scheduler(Assigning):
             while heads or borrowers:
                 borrowing = not heads
                 key = heapq.heappop(borrowers if borrowing else heads)
-                queue = self._owner(owner, key)
+                # _owner's note taken here, without its call (it looks further on a miss)
+                queue = owner.pop(id(key), None) or self._owner(owner, key)
                 if borrowing:
                     presumed.settle()
                     high = key
@@ -298,15 +299,16 @@ class Scheduler(Assigning):
                         else:
                             result = self._taken(name, record, failed, left)
                 else:
-                    result = self._assign(name, record, failed)
+                    result = self._assign(name, record, failed, queue)
                 if result is not None:  # None: an offered record left parked as it was
-                    if self._borrows_later(result, borrowing):
+                    # (a failure never borrows later: the call is spared for most results)
+                    if result.fits and self._borrows_later(result, borrowing):
                         # Kueue admits heads that need no borrowing first. (Yielding goes by
                         # order: a borrower goes before non-borrowers that come after it.)
                         heapq.heappush(borrowers, key)
                         owner[id(key)] = queue
                         continue
-                    self._decide(name, record, result)
+                    self._decide(name, record, result, queue)
                     if record.state is ADMITTED and presumes:
                         pushes, taken_back = presumed.undo(config.root(name), high)
                         for entry, entry_queue in pushes:
@@ -360,10 +362,18 @@ class Scheduler(Assigning):
         again (its queue keeps its offers for the next pass: queues.py, ``offers``)."""
         return known.fits and known.borrows and not borrowing and not self._config.borrowing_yields
 
-    def _decide(self, name: str, record: Record, result: AssignResult) -> None:
-        """Admit the head, or note why not and set it aside (park it, or block its queue)."""
+    def _decide(
+        self,
+        name: str,
+        record: Record,
+        result: AssignResult,
+        queue: ClusterQueueQueue | None = None,
+    ) -> None:
+        """Admit the head, or note why not and set it aside (park it, or block its queue);
+        ``queue``: its ClusterQueue's, if the caller has it at hand."""
         config = self._config
-        queue = self._queues[name]
+        if queue is None:
+            queue = self._queues[name]
         yields_to = self._yields_to(name, record) if result.fits and result.borrows else None
         if result.fits and yields_to is None:
             self._admit(record, name, result)
@@ -386,7 +396,8 @@ class Scheduler(Assigning):
                 result.preempt_flavors,
                 result.contested,
             )
-            self._track_waiting(record, name, result.waits_for_room)
+            if config.borrowing_yields:  # else nothing to keep: the call spared
+                self._track_waiting(record, name, result.waits_for_room)
         if queue.strict or record.wl.reserved or record.wl.nominated:
             queue.blocked = True  # StrictFIFO, or a reservation: nothing behind it may pass
         else:

@@ -251,6 +251,26 @@ class SettledFailures:
             return found[2]
         return None
 
+    def lookup(
+        self, reader: Reader, victims_possible: bool, version: int, own_version: int
+    ) -> AssignResult | None:
+        """``known``, else ``earlier``, of what ``reader`` reads now (``read`` at the root's
+        usage ``version`` and the ClusterQueue's ``own_version``), with ``read``'s hits of the
+        versions tested here: most lookups are of them."""
+        roots = reader.roots
+        if reader.own_only and reader.own_version == own_version:
+            if roots is None:
+                usage: Reading = (reader.own_values, ())
+            elif roots.version == version:
+                usage = (reader.own_values, roots.values)
+            else:
+                usage = self.read(reader, version, own_version)
+        else:
+            usage = self.read(reader, version, own_version)
+        return self.known(reader, victims_possible, usage) or self.earlier(
+            reader, victims_possible, usage
+        )
+
     @staticmethod
     def earlier(reader: Reader, victims_possible: bool, usage: Reading) -> AssignResult | None:
         """The failure ``reader`` had before its last one (``remember`` keeps it), if it was
@@ -318,7 +338,7 @@ class SettledFailures:
             return
         widest: dict[FlavorResource, RootProbe] = {}
         for record in offers:
-            reader = self._readers.get((name, record.shape))
+            reader = self._readers.get((name, record.shape_key or record.shape))
             if reader is None or not reader.own_only:
                 self._quiet.pop(name, None)
                 return
