@@ -58,6 +58,7 @@ def test_compose_runs_nats_and_the_services_berth_up_starts(compose: Manifest) -
         assert "build" in services[name]
         assert services[name]["environment"]["BERTH_NATS_URL"] == "nats://nats:4222"
     assert services["nats"]["image"] == NATS_IMAGE
+    assert services["creds"]["image"] == NATS_IMAGE  # the one-shot that copies the seeds
 
 
 @pytest.mark.parametrize("service", COMPONENTS)
