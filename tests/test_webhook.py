@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import socket
 import ssl
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ import aiohttp
 import pytest
 
 from services.watcher.kube.webhook import WebhookSettings, serve_webhook, tls_context
+from tests.certificates import self_signed_certificate
 
 
 def free_port() -> int:
@@ -113,69 +112,9 @@ def test_settings_from_environment() -> None:
     assert not WebhookSettings.from_environment({}).tls_configured
 
 
-def self_signed(tmp_path: Path) -> tuple[str, str]:
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    try:
-        import datetime
-
-        from cryptography import x509  # type: ignore[import-not-found]
-        from cryptography.hazmat.primitives import hashes, serialization  # type: ignore[import-not-found]
-        from cryptography.hazmat.primitives.asymmetric import ec  # type: ignore[import-not-found]
-        from cryptography.x509.oid import NameOID  # type: ignore[import-not-found]
-    except ImportError:
-        # cryptography is not installed here; the openssl CLI makes the same certificate.
-        if shutil.which("openssl") is None:
-            pytest.skip("neither cryptography nor openssl is available")
-        subprocess.run(
-            [
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                str(key),
-                "-out",
-                str(cert),
-                "-days",
-                "1",
-                "-subj",
-                "/CN=localhost",
-            ],
-            check=True,
-            capture_output=True,
-        )
-        return str(cert), str(key)
-    private = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(private.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(private, hashes.SHA256())
-    )
-    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key.write_bytes(
-        private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return str(cert), str(key)
-
-
 async def test_tls_serves_with_a_self_signed_certificate(tmp_path: Path) -> None:
     """The TLS context loads a PEM pair and the webhook answers over HTTPS with it."""
-    cert, key = self_signed(tmp_path)
+    cert, key = map(str, self_signed_certificate(tmp_path, "localhost"))
     port = free_port()
     settings = WebhookSettings(cert=cert, key=key, host="127.0.0.1", port=port)
     runner = await serve_webhook(settings)
