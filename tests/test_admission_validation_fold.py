@@ -11,7 +11,7 @@ from services.admission import validation
 from services.admission.scheduler import Admission
 from shared.events import PodSet, WorkloadRef
 from tests.conftest import captured_logs
-from tests.validation_facts import GOOD_REF, _service, admitted, submitted
+from tests.validation_facts import GOOD_REF, admission_service, admitted, submitted
 
 
 def _refused_count(reason: str) -> float:
@@ -20,7 +20,7 @@ def _refused_count(reason: str) -> float:
 
 
 def test_a_refused_fact_is_logged_once_counted_and_never_folded() -> None:
-    service = _service()
+    service = admission_service()
     before = _refused_count("negative_quantity")
     bad = submitted([PodSet("main", 2, {"cpu": -1000})])
     with captured_logs(validation) as logs:
@@ -59,7 +59,7 @@ FOLD_KNOWN_CASES = [
 def test_the_fold_checks_a_known_uid_under_another_identity(
     ref: WorkloadRef, refused: bool, why: str
 ) -> None:
-    service = _service()
+    service = admission_service()
     service._apply([submitted()])
     before = _refused_count("invalid_name")
     service._apply([admitted({"cpu": 1000}, ref=ref)])

@@ -10,7 +10,7 @@ import pytest
 from services.admission import interning, validation
 from services.admission.validation import refusal
 from shared.events import FlavorAssignment, PodSet, WorkloadRef, WorkloadSubmitted
-from tests.validation_facts import _assigned, submitted
+from tests.validation_facts import assigned, submitted
 
 # (fact, whether its workload's names are shown valid at once (_valid_ref), whether its
 # first pod set's requests are (_valid_quantities), why): after one fact of namespace
@@ -143,7 +143,7 @@ REMEMBERED_FLAVOR_CASES: list[tuple[str | None, str | None, str]] = [
 )
 def test_remembered_names_in_an_assignment(flavor: str | None, code: str | None, why: str) -> None:
     flavors = {} if flavor is None else {"example.com/gpu": flavor}
-    event = _assigned(FlavorAssignment("main", 1, flavors, {"example.com/gpu": 1}))
+    event = assigned(FlavorAssignment("main", 1, flavors, {"example.com/gpu": 1}))
     for _ in range(2):  # the second time with the names remembered
         found = validation.refusal(event)
         assert (None if found is None else found.code) == code, why
@@ -178,8 +178,8 @@ SAME_ASSIGNMENT_CASES: list[tuple[FlavorAssignment, FlavorAssignment, str | None
 def test_a_valid_assignment_is_judged_once(
     first: FlavorAssignment, second: FlavorAssignment, code: str | None, why: str
 ) -> None:
-    validation.refusal(_assigned(first))
+    validation.refusal(assigned(first))
     remembered = validation._VALID_ASSIGNMENTS.get(id(second)) is second
     assert remembered == (second is first and code is None), why
-    found = validation.refusal(_assigned(second))
+    found = validation.refusal(assigned(second))
     assert (None if found is None else found.code) == code, why

@@ -20,7 +20,7 @@ from shared.events import (
     WorkloadSubmitted,
     now,
 )
-from tests.validation_facts import _service, admitted, submitted
+from tests.validation_facts import admission_service, admitted, submitted
 
 # --- the property ------------------------------------------------------------------------------
 
@@ -113,7 +113,7 @@ def test_no_sequence_of_facts_breaks_the_books(steps: list[Any]) -> None:
     """Folded through the service (as the stream would deliver them, decisions echoed back),
     no sequence of facts drives usage below 0 or above any limit, and only well-formed
     pod sets are ever admitted."""
-    service = _service()
+    service = admission_service()
     scheduler = service.scheduler
     for step in steps:
         if step == "schedule":

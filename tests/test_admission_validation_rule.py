@@ -8,7 +8,7 @@ import pytest
 
 from services.admission.validation import refusal
 from shared.events import AnyEvent, FlavorAssignment, PodSet, WorkloadFinished, WorkloadRef
-from tests.validation_facts import GOOD_REF, _assigned, admitted, submitted
+from tests.validation_facts import GOOD_REF, admitted, assigned, submitted
 
 CASES: list[tuple[AnyEvent, str | None, str]] = [
     (submitted(), None, "a well-formed fact"),
@@ -127,17 +127,17 @@ MESSAGE_CASES: list[tuple[AnyEvent, str, str]] = [
         "a request of the second pod set: that pod set named",
     ),
     (
-        _assigned(FlavorAssignment("main", -1, {"cpu": "f"}, {"cpu": 1})),
+        assigned(FlavorAssignment("main", -1, {"cpu": "f"}, {"cpu": 1})),
         'assignment of pod set "main": count -1 is negative',
         "an assignment's count",
     ),
     (
-        _assigned(FlavorAssignment("w", 1, {}, {"cpu": 2**64})),
+        assigned(FlavorAssignment("w", 1, {}, {"cpu": 2**64})),
         'assignment of pod set "w" usage: cpu 18446744073709551616m is too large',
         "an assignment's usage",
     ),
     (
-        _assigned(FlavorAssignment("main", 1, {"cpu": "Bad F"}, {"gpu": 2, "cpu": 1, "mem": 0})),
+        assigned(FlavorAssignment("main", 1, {"cpu": "Bad F"}, {"gpu": 2, "cpu": 1, "mem": 0})),
         "assignment of pod set \"main\": no valid flavor for ['cpu', 'gpu']",
         "every used resource without a valid flavor, sorted; an unused one is no problem",
     ),

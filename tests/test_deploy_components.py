@@ -18,13 +18,13 @@ from tests.deploy_manifests import (
     SERVICES,
     TLS_SECRET,
     Manifest,
-    _by_kind,
-    _deployment,
-    _matches,
-    _module,
-    _one,
-    _pod_files,
+    by_kind,
+    deployment_named,
     fixture_manifests,  # noqa: F401 - a fixture, requested by name
+    matches,
+    module_of,
+    one_of,
+    pod_files,
 )
 
 IMAGE = "ghcr.io/berth-dev/berth:0.1.0"
@@ -45,7 +45,7 @@ def _effective_env(manifests: list[Manifest], container: Manifest) -> dict[str, 
     """The container's environment: its ConfigMaps (envFrom), then its own env on top."""
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
-        env.update(_one(manifests, "ConfigMap", source["configMapRef"]["name"])["data"])
+        env.update(one_of(manifests, "ConfigMap", source["configMapRef"]["name"])["data"])
     env.update({k: v for k, v in _env(container).items() if v is not None})
     return env
 
@@ -55,7 +55,7 @@ def test_deployment_security_probes_and_resources(manifests: list[Manifest], ser
     """Each service and the console runs as UID 10001 (non-root, read-only root fs, no escalation, no caps,
     RuntimeDefault seccomp) with /healthz and /readyz probes on its port and CPU/memory
     requests and limits."""
-    deployment = _deployment(manifests, service)
+    deployment = deployment_named(manifests, service)
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
     pod_sc = pod.get("securityContext", {})
@@ -96,8 +96,8 @@ def test_deployment_settings_writable_dirs_and_grace(
 ) -> None:
     """Each service reads berth-config, listens on its default port, writes only to emptyDirs
     (/tmp, BERTH_DATA_DIR) and is killed only after its 20 s drain (grace period 30 s)."""
-    config = _one(manifests, "ConfigMap", "berth-config")["data"]
-    deployment = _deployment(manifests, service)
+    config = one_of(manifests, "ConfigMap", "berth-config")["data"]
+    deployment = deployment_named(manifests, service)
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
 
@@ -126,7 +126,7 @@ def test_console_settings_writable_dirs_and_grace(manifests: list[Manifest]) -> 
     writes only to an emptyDir (/tmp) and has its 5 s shutdown inside its grace period."""
     from berth_console.server import GRACE_S
 
-    deployment = _deployment(manifests, CONSOLE)
+    deployment = deployment_named(manifests, CONSOLE)
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
     env = _env(container)
@@ -151,14 +151,14 @@ def test_console_runs_one_replica_without_a_gap_or_a_drain_blocker(
 ) -> None:
     """The console (no lease, state rebuilt from the stream) runs one replica, rolls out by
     adding before removing, and no PodDisruptionBudget keeps a node drain waiting for it."""
-    spec = _deployment(manifests, CONSOLE)["spec"]
+    spec = deployment_named(manifests, CONSOLE)["spec"]
     labels = spec["template"]["metadata"]["labels"]
     assert spec["replicas"] == 1
     assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     budgets = [
         b
-        for b in _by_kind(manifests, "PodDisruptionBudget").values()
-        if _matches(b["spec"]["selector"], labels)
+        for b in by_kind(manifests, "PodDisruptionBudget").values()
+        if matches(b["spec"]["selector"], labels)
     ]
     assert not budgets, "a PodDisruptionBudget on one replica blocks node drains"
 
@@ -170,7 +170,7 @@ def test_each_role_runs_two_replicas_that_never_share_a_gap(
     """Each service runs 2 replicas (one active under the lease, one warm standby), rolls out
     by adding before removing, has a PodDisruptionBudget keeping one, and prefers its two
     replicas on different nodes."""
-    deployment = _deployment(manifests, service)
+    deployment = deployment_named(manifests, service)
     spec = deployment["spec"]
     labels = spec["template"]["metadata"]["labels"]
     assert spec["replicas"] == 2
@@ -179,8 +179,8 @@ def test_each_role_runs_two_replicas_that_never_share_a_gap(
 
     budgets = [
         b
-        for b in _by_kind(manifests, "PodDisruptionBudget").values()
-        if _matches(b["spec"]["selector"], labels)
+        for b in by_kind(manifests, "PodDisruptionBudget").values()
+        if matches(b["spec"]["selector"], labels)
     ]
     assert len(budgets) == 1, f"{service}: {len(budgets)} PodDisruptionBudgets select it"
     assert budgets[0]["spec"] == {"minAvailable": 1, "selector": spec["selector"]}
@@ -202,11 +202,11 @@ def test_each_service_connects_as_itself_over_tls(manifests: list[Manifest], ser
     that is its own user's key from its own Secret (and no other seed, and not NATS's private
     key), a tls:// URL of the `nats` Service, BERTH_NATS_CA from berth-nats-tls, and its
     event stream replicated 3 ways."""
-    deployment = _deployment(manifests, service)
+    deployment = deployment_named(manifests, service)
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
     env = _effective_env(manifests, container)
-    files = _pod_files(manifests, pod, container)
+    files = pod_files(manifests, pod, container)
 
     if service in SERVICES:
         replica_id = next(e for e in container["env"] if e["name"] == "BERTH_REPLICA_ID")
@@ -222,7 +222,7 @@ def test_each_service_connects_as_itself_over_tls(manifests: list[Manifest], ser
         ("Secret", TLS_SECRET, "ca.crt"),
     }, f"{service} sees more than its seed and the CA"
     assert env["BERTH_NATS_URL"] == f"tls://nats.{NAMESPACE}.svc:4222"
-    assert _one(manifests, "Service", "nats")
+    assert one_of(manifests, "Service", "nats")
     assert env["BERTH_STREAM_REPLICAS"] == "3"
     # Secret files belong to root: group-readable for fsGroup 10001, nobody else.
     volume = next(v for v in pod["volumes"] if "projected" in v)
@@ -232,7 +232,7 @@ def test_each_service_connects_as_itself_over_tls(manifests: list[Manifest], ser
 
 def test_watcher_uses_kubernetes_backend(manifests: list[Manifest]) -> None:
     """In the cluster the watcher runs the kubernetes backend, not local processes."""
-    container = _container(_deployment(manifests, "watcher"))
+    container = _container(deployment_named(manifests, "watcher"))
     assert _env(container).get("BERTH_WATCHER_BACKEND") == "kubernetes"
 
 
@@ -240,12 +240,12 @@ def test_watcher_uses_kubernetes_backend(manifests: list[Manifest]) -> None:
 def test_metrics_service_targets_the_service_port(manifests: list[Manifest], service: str) -> None:
     """Each service and the console has a Service on its default port that selects only its
     own pods."""
-    svc = _one(manifests, "Service", f"berth-{service}")
-    template = _deployment(manifests, service)["spec"]["template"]
-    assert _matches({"matchLabels": svc["spec"]["selector"]}, template["metadata"]["labels"])
+    svc = one_of(manifests, "Service", f"berth-{service}")
+    template = deployment_named(manifests, service)["spec"]["template"]
+    assert matches({"matchLabels": svc["spec"]["selector"]}, template["metadata"]["labels"])
     for other in set(COMPONENTS) - {service}:
-        other_labels = _deployment(manifests, other)["spec"]["template"]["metadata"]["labels"]
-        assert not _matches({"matchLabels": svc["spec"]["selector"]}, other_labels)
+        other_labels = deployment_named(manifests, other)["spec"]["template"]["metadata"]["labels"]
+        assert not matches({"matchLabels": svc["spec"]["selector"]}, other_labels)
     assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
         (PORTS[service], "http")
     ]
@@ -255,6 +255,6 @@ def test_metrics_service_targets_the_service_port(manifests: list[Manifest], ser
 def test_deployment_command_runs_its_own_module(manifests: list[Manifest], service: str) -> None:
     """Deployment berth-<name> runs the module `berth up` runs for it (`services.<name>`,
     `berth_console`), a package with a __main__.py."""
-    module = _module(service)
-    assert _container(_deployment(manifests, service))["command"] == ["python", "-m", module]
+    module = module_of(service)
+    assert _container(deployment_named(manifests, service))["command"] == ["python", "-m", module]
     assert (REPO / module.replace(".", "/") / "__main__.py").is_file(), module

@@ -15,13 +15,13 @@ from tests.deploy_manifests import (
     PORTS,
     REPO,
     Manifest,
-    _auth_conf,
-    _berth_up_components,
-    _check_with_nats_server,
-    _conf_block,
-    _conf_value,
-    _module,
+    auth_conf,
+    berth_up_components,
+    check_with_nats_server,
+    conf_block,
+    conf_value,
     fixture_compose,  # noqa: F401 - a fixture, requested by name
+    module_of,
 )
 
 
@@ -45,12 +45,12 @@ def test_compose_runs_nats_and_the_services_berth_up_starts(compose: Manifest) -
     waited for by the services."""
     services = compose["services"]
     one_shots = _one_shots(compose)
-    assert set(services) - one_shots == {"nats"} | set(_berth_up_components())
-    for name in _berth_up_components():
+    assert set(services) - one_shots == {"nats"} | set(berth_up_components())
+    for name in berth_up_components():
         command = services[name]["command"]
         if isinstance(command, str):
             command = command.split()
-        assert command == ["python", "-m", _module(name)], name
+        assert command == ["python", "-m", module_of(name)], name
         depends = services[name]["depends_on"]
         assert depends["nats"]["condition"] == "service_healthy"
         for helper in one_shots:
@@ -103,14 +103,14 @@ def test_compose_nats_includes_auth_conf_and_nats_server_accepts_it(
     included = str(Path(conf_target).parent / include.group(1))
     secret = next(s for s in nats["secrets"] if s["target"] == included)
     assert compose["secrets"][secret["source"]]["file"] == "./creds/auth.conf"
-    assert _conf_value(_conf_block(text, "jetstream"), "store_dir") in _mounts(nats)
+    assert conf_value(conf_block(text, "jetstream"), "store_dir") in _mounts(nats)
 
     root = tmp_path / "root"
     (root / included.lstrip("/")).parent.mkdir(parents=True)
-    (root / included.lstrip("/")).write_text(_auth_conf(tmp_path / "creds"))
+    (root / included.lstrip("/")).write_text(auth_conf(tmp_path / "creds"))
     rewritten = re.sub(r"(?m)^(\s*store_dir:\s*)(\S+)", rf"\g<1>{root}\g<2>", text)
     (root / conf_target.lstrip("/")).write_text(rewritten)
-    _check_with_nats_server(root / conf_target.lstrip("/"))
+    check_with_nats_server(root / conf_target.lstrip("/"))
 
 
 def test_compose_publishes_default_ports_on_loopback_only(compose: Manifest) -> None:

@@ -11,10 +11,10 @@ from tests.deploy_manifests import (
     PORTS,
     SERVICES,
     Manifest,
-    _by_kind,
-    _matches,
-    _pod_templates,
+    by_kind,
     fixture_manifests,  # noqa: F401 - a fixture, requested by name
+    matches,
+    pod_templates,
 )
 
 CONSOLE_LABEL = {"berth.dev/console": "true"}
@@ -44,8 +44,8 @@ def _allowed_ports(manifests: list[Manifest], source: Source, target: Manifest) 
         if "name" in p
     }
     ports: set[int] = set()
-    for policy in _by_kind(manifests, "NetworkPolicy").values():
-        if not _matches(policy["spec"]["podSelector"], target_labels):
+    for policy in by_kind(manifests, "NetworkPolicy").values():
+        if not matches(policy["spec"]["podSelector"], target_labels):
             continue
         for rule in policy["spec"].get("ingress", []):
             peers = rule.get("from")
@@ -54,8 +54,8 @@ def _allowed_ports(manifests: list[Manifest], source: Source, target: Manifest) 
                 assert "ipBlock" not in peer, "ipBlock peers are not modelled here"
                 if "namespaceSelector" not in peer:  # pods of the policy's own namespace
                     in_namespace = source.namespace == policy["metadata"]["namespace"]
-                    return in_namespace and _matches(peer.get("podSelector", {}), source.labels)
-                return _matches(peer["namespaceSelector"], source.namespace_labels) and _matches(
+                    return in_namespace and matches(peer.get("podSelector", {}), source.labels)
+                return matches(peer["namespaceSelector"], source.namespace_labels) and matches(
                     peer.get("podSelector", {}), source.labels
                 )
 
@@ -114,14 +114,14 @@ def test_network_policies_open_only_the_needed_paths(
     -> NATS 4222, NATS <-> NATS 6222, NATS 8222 and the services' metrics port only from
     namespaces labelled berth.dev/monitoring=true, the console's port only from namespaces
     labelled berth.dev/console=true."""
-    policies = _by_kind(manifests, "NetworkPolicy").values()
+    policies = by_kind(manifests, "NetworkPolicy").values()
     assert any(
         p["spec"]["podSelector"] == {}
         and p["spec"]["policyTypes"] == ["Ingress"]
         and not p["spec"].get("ingress")
         for p in policies
     ), "no default-deny ingress policy"
-    templates = dict(_pod_templates(manifests))
+    templates = dict(pod_templates(manifests))
 
     def as_source(name: str) -> Source:
         return _source(NAMESPACE, templates[name]["metadata"]["labels"])
@@ -142,7 +142,7 @@ def test_network_policies_open_only_the_needed_paths(
 
 def test_webhook_port_is_open_on_the_watcher_only(manifests: list[Manifest]) -> None:
     """9443 (the optional webhook, called by the API server) is open on the watcher only."""
-    templates = dict(_pod_templates(manifests))
+    templates = dict(pod_templates(manifests))
     for name, template in templates.items():
         open_ports = _allowed_ports(manifests, ELSEWHERE, template)
         assert (9443 in open_ports) == (name == "berth-watcher"), name

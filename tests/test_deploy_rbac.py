@@ -15,12 +15,12 @@ from tests.deploy_manifests import (
     NAMESPACE,
     REPO,
     Manifest,
-    _deployment,
-    _key,
-    _one,
+    deployment_named,
     fixture_cluster_wide,  # noqa: F401 - a fixture, requested by name
     fixture_manifests,  # noqa: F401 - a fixture, requested by name
     fixture_namespace_grants,  # noqa: F401 - a fixture, requested by name
+    manifest_key,
+    one_of,
 )
 
 WATCHER_KUBE = REPO / "services" / "watcher" / "kube"
@@ -254,12 +254,12 @@ def test_only_the_watcher_service_account_is_bound(
     bindings = [m for m in everything if m["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     assert bindings, "the watcher needs a binding"
     for binding in bindings:
-        assert binding["subjects"] == [WATCHER_SA], _key(binding)
+        assert binding["subjects"] == [WATCHER_SA], manifest_key(binding)
     for role in (m for m in everything if m["kind"] in ("Role", "ClusterRole")):
         for rule in role["rules"]:
             for field in ("verbs", "resources", "apiGroups"):
                 assert not any("*" in item for item in rule.get(field, [])), (
-                    f"{_key(role)}: wildcard in {field}: {rule}"
+                    f"{manifest_key(role)}: wildcard in {field}: {rule}"
                 )
             assert "nonResourceURLs" not in rule
 
@@ -271,8 +271,8 @@ def test_watcher_cluster_role_holds_only_the_cluster_scoped_reads_its_code_makes
     its code uses (list, watch, and patches of a status subresource), and nothing namespaced:
     no Job, Pod or RayJob anywhere in the cluster."""
     cluster, _ = _watcher_needs()
-    binding = _one(manifests, "ClusterRoleBinding", "berth-watcher")
-    role = _one(manifests, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+    binding = one_of(manifests, "ClusterRoleBinding", "berth-watcher")
+    role = one_of(manifests, binding["roleRef"]["kind"], binding["roleRef"]["name"])
     assert role["kind"] == "ClusterRole"
     assert _rules_as_triples(role["rules"]) == cluster
     for _, resource, verb in cluster:  # reads, and at most the status Kueue's tools show
@@ -297,7 +297,7 @@ def test_watcher_role_per_namespace_grants_exactly_what_its_code_calls(
         assert len(roles) == 1, directory
         assert _rules_as_triples(roles[0]["rules"]) == namespaced, directory
         assert not any(verb == "update" for _, _, verb in namespaced)
-        binding = _one(grant, "RoleBinding", "berth-watcher")
+        binding = one_of(grant, "RoleBinding", "berth-watcher")
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "Role",
@@ -316,8 +316,8 @@ def test_cluster_wide_grant_holds_exactly_the_namespaced_calls_in_every_namespac
     calls, bound cluster-wide to the watcher alone; nothing else."""
     _, namespaced = _watcher_needs()
     assert {m["kind"] for m in cluster_wide} == {"ClusterRole", "ClusterRoleBinding"}
-    binding = _one(cluster_wide, "ClusterRoleBinding", "berth-watcher-workloads")
-    role = _one(cluster_wide, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+    binding = one_of(cluster_wide, "ClusterRoleBinding", "berth-watcher-workloads")
+    role = one_of(cluster_wide, binding["roleRef"]["kind"], binding["roleRef"]["name"])
     assert role["kind"] == "ClusterRole"
     assert _rules_as_triples(role["rules"]) == namespaced
     assert binding["subjects"] == [WATCHER_SA]
@@ -364,7 +364,7 @@ def test_managed_namespaces_setting_lists_exactly_the_granted_namespaces(
 ) -> None:
     """BERTH_MANAGED_NAMESPACES names exactly the namespaces that have a deploy/namespaces/
     overlay (the watcher's Role), each in a directory named after it."""
-    setting = _one(manifests, "ConfigMap", "berth-config")["data"]["BERTH_MANAGED_NAMESPACES"]
+    setting = one_of(manifests, "ConfigMap", "berth-config")["data"]["BERTH_MANAGED_NAMESPACES"]
     listed = {n.strip() for n in setting.split(",") if n.strip()}
     for directory, grant in namespace_grants.items():
         namespaces = {m["metadata"]["namespace"] for m in grant}
@@ -385,8 +385,8 @@ def test_watcher_code_reads_the_managed_namespaces_setting(
     from services.watcher.kube.mirroring import CONFIG_RESOURCES
     from services.watcher.kube.settings import KubeSettings
 
-    container = _deployment(manifests, "watcher")["spec"]["template"]["spec"]["containers"][0]
-    environ = dict(_one(manifests, "ConfigMap", "berth-config")["data"])
+    container = deployment_named(manifests, "watcher")["spec"]["template"]["spec"]["containers"][0]
+    environ = dict(one_of(manifests, "ConfigMap", "berth-config")["data"])
     environ |= {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
     namespaces = KubeSettings.from_environment(environ).namespaces
     assert namespaces.names == set(namespace_grants)
@@ -403,8 +403,8 @@ def test_watcher_code_reads_the_managed_namespaces_setting(
 def test_only_the_watcher_gets_an_api_token(manifests: list[Manifest], service: str) -> None:
     """Each service and the console has its own ServiceAccount; only the watcher mounts an API
     token."""
-    pod = _deployment(manifests, service)["spec"]["template"]["spec"]
-    account = _one(manifests, "ServiceAccount", pod["serviceAccountName"])
+    pod = deployment_named(manifests, service)["spec"]["template"]["spec"]
+    account = one_of(manifests, "ServiceAccount", pod["serviceAccountName"])
     assert pod["serviceAccountName"] == f"berth-{service}"
     mounted = pod.get("automountServiceAccountToken", account.get("automountServiceAccountToken"))
     if service == "watcher":

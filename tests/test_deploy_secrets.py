@@ -22,15 +22,15 @@ from tests.deploy_manifests import (
     SERVICES,
     TLS_SECRET,
     Manifest,
-    _berth_up_components,
-    _generated_secrets,
-    _pod_files,
-    _pod_templates,
-    _rel,
-    _validation_failures,
+    berth_up_components,
     fixture_compose,  # noqa: F401 - a fixture, requested by name
     fixture_manifests,  # noqa: F401 - a fixture, requested by name
+    generated_secrets,
+    pod_files,
+    pod_templates,
+    rel,
     render_secrets,
+    validation_failures,
 )
 
 CONSOLE_TOKEN_SECRET = "berth-console-token"  # optional, made by hand (deploy/INSTALL.md)
@@ -43,8 +43,8 @@ def test_no_key_material_is_committed() -> None:
     files = [p for p in DEPLOY.rglob("*") if p.is_file()] + [REPO / "compose.yaml"]
     for path in files:
         text = path.read_text(errors="replace")
-        assert "PRIVATE KEY-----" not in text, _rel(path)
-        assert not _SEED.search(text), f"{_rel(path)} holds what looks like an nkey seed"
+        assert "PRIVATE KEY-----" not in text, rel(path)
+        assert not _SEED.search(text), f"{rel(path)} holds what looks like an nkey seed"
     git = shutil.which("git")
     if git is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
@@ -67,15 +67,15 @@ def test_generated_secrets_validate_and_are_all_the_secrets_pods_need(
     rendered = render_secrets(tmp_path)
     if rendered is None:
         pytest.skip("kubectl is not installed; deploy/secrets is a secretGenerator")
-    assert not _validation_failures(rendered), _validation_failures(rendered)
+    assert not validation_failures(rendered), validation_failures(rendered)
     made = {m["metadata"]["name"] for m in rendered if m["kind"] == "Secret"}
-    assert made == set(_generated_secrets()), "a generated name got a hash suffix?"
+    assert made == set(generated_secrets()), "a generated name got a hash suffix?"
     assert all(m["metadata"]["namespace"] == NAMESPACE for m in rendered)
     mounted = {
         source[1]
-        for _, template in _pod_templates(manifests)
+        for _, template in pod_templates(manifests)
         for container in template["spec"]["containers"]
-        for source in _pod_files(manifests, template["spec"], container).values()
+        for source in pod_files(manifests, template["spec"], container).values()
         if source[0] == "Secret"
     }
     assert mounted == made | {TLS_SECRET}
@@ -87,7 +87,7 @@ def test_console_token_is_optional_and_comes_from_its_own_secret(
     """BERTH_CONSOLE_TOKEN comes from the optional Secret berth-console-token (the console
     starts read-only without it), which deploy/secrets does not make; no other variable of
     any Berth pod comes from a Secret."""
-    for name, template in _pod_templates(manifests):
+    for name, template in pod_templates(manifests):
         for container in template["spec"]["containers"]:
             for entry in container.get("env", []):
                 ref = entry.get("valueFrom", {}).get("secretKeyRef")
@@ -95,7 +95,7 @@ def test_console_token_is_optional_and_comes_from_its_own_secret(
                     continue
                 assert (name, entry["name"]) == ("berth-console", "BERTH_CONSOLE_TOKEN"), entry
                 assert ref == {"name": CONSOLE_TOKEN_SECRET, "key": "token", "optional": True}
-    assert CONSOLE_TOKEN_SECRET not in _generated_secrets()
+    assert CONSOLE_TOKEN_SECRET not in generated_secrets()
     install = (DEPLOY / "INSTALL.md").read_text()
     assert f"create secret generic {CONSOLE_TOKEN_SECRET} --from-literal=token=" in install
 
@@ -111,9 +111,9 @@ def test_bus_users_match_the_secrets_and_seeds_deployed(
     assert set(auth.SERVICE_USERS) == set(SERVICES) == set(UP_SERVICES)
     assert CONSOLE in auth.USERS
     service_users = set(auth.SERVICE_USERS) | {CONSOLE}
-    assert service_users == set(COMPONENTS) == set(_berth_up_components())
+    assert service_users == set(COMPONENTS) == set(berth_up_components())
 
-    generated = _generated_secrets()
+    generated = generated_secrets()
     creds_secrets = {
         n.removeprefix("berth-creds-") for n in generated if n.startswith("berth-creds-")
     }

@@ -9,29 +9,29 @@ import pytest
 from services.admission.pods_ready import PodsReadyClock
 from shared.admission_checks import WaitForPodsReady
 from shared.events import WorkloadEvicted, WorkloadPodsReady
-from tests.pods_ready_facts import REF, _admitted, _clock, _ready, _recovery_clock
+from tests.pods_ready_facts import REF, admitted, pods_ready, recovery_clock, timeout_clock
 
 
 def test_ready_pods_are_never_timed_out() -> None:
     """A PodsReady fact of the admitted generation stops the clock."""
-    clock = _clock()
-    clock.apply(_admitted(1, 0.0))
+    clock = timeout_clock()
+    clock.apply(admitted(1, 0.0))
     clock.apply(WorkloadPodsReady(source="watcher", workload=REF, generation=1))
     assert clock.due(100.0) == []
 
 
 def test_a_reservation_waiting_for_checks_has_no_clock() -> None:
     """The timeout counts from admission, not from a reservation still waiting for checks."""
-    clock = _clock()
-    clock.apply(_admitted(1, 0.0, reserved_only=True))
+    clock = timeout_clock()
+    clock.apply(admitted(1, 0.0, reserved_only=True))
     assert clock.due(100.0) == [] and not clock.blocking()
 
 
 def test_timeout_requeues_with_backoff_then_deactivates_past_the_limit() -> None:
     """First timeout: evicted (PodsReadyTimeout) with a requeue time 5s on; the second, over
     backoffLimitCount 1, deactivates (RequeuingLimitExceeded); each decided once."""
-    clock = _clock(limit=1)
-    clock.apply(_admitted(1, 0.0))
+    clock = timeout_clock(limit=1)
+    clock.apply(admitted(1, 0.0))
     assert clock.due(9.0) == [], "not before the timeout"
     [first] = clock.due(10.0)
     assert first.reason == "PodsReadyTimeout" and not first.deactivated
@@ -40,7 +40,7 @@ def test_timeout_requeues_with_backoff_then_deactivates_past_the_limit() -> None
     assert clock.due(11.0) == [], "decided once"
     clock.apply(first)  # its echo counts the requeue
     clock.apply(WorkloadEvicted(source="watcher", workload=REF, generation=1, reason="x"))
-    clock.apply(_admitted(2, 20.0))
+    clock.apply(admitted(2, 20.0))
     [second] = clock.due(30.0)
     assert second.reason == "RequeuingLimitExceeded" and second.deactivated
     assert second.requeue_at is None
@@ -58,8 +58,8 @@ BLOCKING: list[tuple[bool | None, bool, bool, str]] = [
 )
 def test_blocking(block: bool | None, ready: bool, expected: bool, why: str) -> None:
     """blockAdmission: while an admitted workload's pods are not ready, nothing is admitted."""
-    clock = _clock(block=block)
-    clock.apply(_admitted(1, 0.0))
+    clock = timeout_clock(block=block)
+    clock.apply(admitted(1, 0.0))
     if ready:
         clock.apply(WorkloadPodsReady(source="watcher", workload=REF, generation=1))
     assert clock.blocking() is expected, why
@@ -68,10 +68,10 @@ def test_blocking(block: bool | None, ready: bool, expected: bool, why: str) -> 
 def test_lost_readiness_times_out_after_the_recovery_timeout() -> None:
     """Ready at 5s, lost at 100s: evicted (PodsReadyTimeout, cause WaitForRecovery) once 30s
     pass without recovery, not before, and once; the admission's own timeout is long over."""
-    clock = _recovery_clock()
-    clock.apply(_admitted(1, 0.0))
-    assert clock.apply(_ready(1, 5.0)) == 0.0, "the first PodsReady: its admission time"
-    clock.apply(_ready(1, 100.0, ready=False))
+    clock = recovery_clock()
+    clock.apply(admitted(1, 0.0))
+    assert clock.apply(pods_ready(1, 5.0)) == 0.0, "the first PodsReady: its admission time"
+    clock.apply(pods_ready(1, 100.0, ready=False))
     assert clock.blocking(), "a recovering workload is not ready: it blocks admission"
     assert clock.due(129.0) == []
     [eviction] = clock.due(130.0)
@@ -123,23 +123,23 @@ def test_recovery_clock(
     case: str, facts: list[tuple[str, float]], now: float, evicted: bool
 ) -> None:
     """The recovery clock from the watcher's facts (recoveryTimeout 30s)."""
-    clock = _recovery_clock()
-    clock.apply(_admitted(1, 0.0))
+    clock = recovery_clock()
+    clock.apply(admitted(1, 0.0))
     for fact, at in facts:
         if fact == "evicted":
             clock.apply(WorkloadEvicted(source="watcher", workload=REF, generation=1, reason="x"))
         else:
             generation = 0 if fact == "lost-old" else 1
-            clock.apply(_ready(generation, at, ready=fact == "ready"))
+            clock.apply(pods_ready(generation, at, ready=fact == "ready"))
     assert bool(clock.due(now)) is evicted, case
 
 
 def test_recovery_off_never_evicts() -> None:
     """recoveryTimeout 0s: a workload that lost readiness is never timed out."""
-    clock = _recovery_clock("0s")
-    clock.apply(_admitted(1, 0.0))
-    clock.apply(_ready(1, 5.0))
-    clock.apply(_ready(1, 6.0, ready=False))
+    clock = recovery_clock("0s")
+    clock.apply(admitted(1, 0.0))
+    clock.apply(pods_ready(1, 5.0))
+    clock.apply(pods_ready(1, 6.0, ready=False))
     assert clock.due(10_000.0) == []
 
 
@@ -166,18 +166,18 @@ def test_clocks_of_what_was_admitted_before_enabling(
     """While waitForPodsReady is off, no deadline is kept (due times nothing out); enabled,
     the clocks of the admissions folded meanwhile run as if it had been on all along (fails
     if the heaps are not made again from the waiting runs)."""
-    enabled = _recovery_clock()
+    enabled = recovery_clock()
     late = PodsReadyClock()
     late.configure(WaitForPodsReady(enable=False))
     for clock in (enabled, late):
-        clock.apply(_admitted(1, 0.0))
+        clock.apply(admitted(1, 0.0))
         for fact, at in facts:
             if fact == "evicted":
                 clock.apply(
                     WorkloadEvicted(source="watcher", workload=REF, generation=1, reason="x")
                 )
             elif fact != "off-on":
-                clock.apply(_ready(1, at, ready=fact == "ready"))
+                clock.apply(pods_ready(1, at, ready=fact == "ready"))
     assert late.deadlines == late.recoveries == [], "off: no heap entry"
     assert late.due(now) == [], "off: nothing timed out"
     if ("off-on", 2) in facts:  # on, then off again: still nothing kept

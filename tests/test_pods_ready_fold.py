@@ -18,7 +18,7 @@ from shared.events import (
     WorkloadFinished,
     WorkloadPending,
 )
-from tests.pods_ready_facts import REF, _admitted, _clock, _ready
+from tests.pods_ready_facts import REF, admitted, pods_ready, timeout_clock
 
 ORDER_FOLD: list[tuple[str, str, list[str], float]] = [
     ("requeued after a pods-ready timeout: its eviction time", "Eviction", ["timeout"], 50.0),
@@ -70,7 +70,7 @@ def test_order_time_from_events(
                 )
             )
         elif step == "admitted":
-            clock.apply(_admitted(2, 60.0))
+            clock.apply(admitted(2, 60.0))
         elif step == "preempted":
             clock.apply(
                 EvictionRequested(
@@ -127,56 +127,56 @@ _STARTED = (None, (1, 0.0, None), 1, None, None, 1, 0)  # admitted at 0, pods re
 # (the events folded, what apply returned for the last, the state after, why): one case per
 # kind of event the clock folds, and one it does not
 FOLDS: list[tuple[list[AnyEvent], float | None, tuple[object, ...], str]] = [
-    ([_admitted(1, 0.0)], None, ((1, 0.0, None), None, 1, None, None, 1, 0), "admitted: clock"),
+    ([admitted(1, 0.0)], None, ((1, 0.0, None), None, 1, None, None, 1, 0), "admitted: clock"),
     (
-        [_admitted(1, 0.0, reserved_only=True)],
+        [admitted(1, 0.0, reserved_only=True)],
         None,
         (None, None, None, None, None, 0, 0),
         "only reserved: no clock, nothing kept",
     ),
     (
-        [_admitted(1, 0.0), _ready(1, 5.0)],
+        [admitted(1, 0.0), pods_ready(1, 5.0)],
         0.0,
         _STARTED,
         "first ready: returns the admission's time",
     ),
     (
-        [_admitted(1, 0.0), _ready(2, 5.0)],
+        [admitted(1, 0.0), pods_ready(2, 5.0)],
         None,
         ((1, 0.0, None), None, 1, None, None, 1, 0),
         "another generation's ready: ignored",
     ),
     (
-        [_admitted(1, 0.0), _ready(1, 5.0), _ready(1, 7.0, ready=False)],
+        [admitted(1, 0.0), pods_ready(1, 5.0), pods_ready(1, 7.0, ready=False)],
         None,
         ((1, 0.0, 7.0), None, 1, None, None, 1, 1),
         "readiness lost: waiting again, a recovery clock",
     ),
     (
-        [_admitted(1, 0.0), _EVICT],
+        [admitted(1, 0.0), _EVICT],
         None,
         (None, None, 1, ("PodsReadyTimeout", 11.0, 1), {1}, 1, 0),
         "eviction requested: left, its reason kept, a requeue counted",
     ),
     (
-        [_admitted(1, 0.0), _EVICTED],
+        [admitted(1, 0.0), _EVICTED],
         None,
         (None, None, 1, ("Preempted", 11.0, 1), None, 1, 0),
         "evicted unasked: left, its reason kept",
     ),
     (
-        [_admitted(1, 0.0), _ready(1, 5.0), _FINISHED],
+        [admitted(1, 0.0), pods_ready(1, 5.0), _FINISHED],
         None,
         (None, None, 1, None, None, 1, 0),
         "done",
     ),
     (
-        [_admitted(1, 0.0), _EVICT, _DELETED],
+        [admitted(1, 0.0), _EVICT, _DELETED],
         None,
         (None, None, None, None, None, 1, 0),
         "deleted: nothing of it kept",
     ),
-    ([_admitted(1, 0.0), _ready(1, 5.0), _PENDING], None, _STARTED, "a kind it does not fold"),
+    ([admitted(1, 0.0), pods_ready(1, 5.0), _PENDING], None, _STARTED, "a kind it does not fold"),
 ]
 
 
@@ -184,7 +184,7 @@ FOLDS: list[tuple[list[AnyEvent], float | None, tuple[object, ...], str]] = [
 def test_each_kind_of_event_folded(
     events: list[AnyEvent], returned: float | None, state: tuple[object, ...], why: str
 ) -> None:
-    clock = _clock()
+    clock = timeout_clock()
     answers = [clock.apply(event) for event in events]
     assert answers[-1] == returned, why
     assert _folded_state(clock) == state, why
@@ -193,7 +193,7 @@ def test_each_kind_of_event_folded(
 def test_a_redelivered_eviction_counts_once() -> None:
     """The requeue count comes from the eviction events (a restarted admission agrees), and
     the same eviction folded twice is one requeue."""
-    clock = _clock(limit=None)
+    clock = timeout_clock(limit=None)
     clock.apply(_EVICT)  # generation 1, PodsReadyTimeout, with a requeue time
     clock.apply(_EVICT)
     assert clock.requeued[REF.uid] == {1}

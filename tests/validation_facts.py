@@ -53,11 +53,11 @@ def admitted(
     )
 
 
-def _assigned(assignment: FlavorAssignment) -> WorkloadAdmitted:
+def assigned(assignment: FlavorAssignment) -> WorkloadAdmitted:
     return msgspec.structs.replace(admitted({"cpu": 1}), assignments=[assignment])
 
 
-def _service() -> AdmissionService:
+def admission_service() -> AdmissionService:
     service = AdmissionService(cast(Runtime, SimpleNamespace(bus=None)))
     documents = [
         flavor("f"),
