@@ -80,15 +80,9 @@ class Assigning(Placement):
             cached = failed.get((name, pod_sets_shape))
             if cached is not None and cached[0] == version:
                 return cached[1]
-        no_victims = self._no_victims  # _victims_possible's test, without its call
-        victims_possible = not no_victims or record.wl.ref.uid not in no_victims
-        settled = self._settled
-        # The queue's readers as they are unless the tables started over (_queue_readers).
-        readers = queue.readers if queue.readers_start == settled.starts else None
-        if readers is None:
-            readers = self._queue_readers(queue)
-        reader = readers.get(pod_sets_shape) or self._reader(name, queue, record)
-        result = settled.lookup(reader, victims_possible, version, own_version)
+        victims_possible = self._victims_possible(record)
+        reader = self._queue_readers(queue).get(pod_sets_shape) or self._reader(name, queue, record)
+        result = self._settled.lookup(reader, victims_possible, version, own_version)
         if result is None:
             return None
         if failed is not None and not result.fits:

@@ -37,8 +37,7 @@ def presume(
     limit = None if head is None else head.key
     while offered:
         record = offered[-1]  # candidate's, unless the queued head comes first
-        key = record.key
-        assert key is not None  # a presumed head is parked: queued (_key_of, without its call)
+        key = _key_of(record)
         if limit is not None and not key < limit:
             break
         if not high < key or not holds(record):

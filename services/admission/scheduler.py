@@ -260,8 +260,7 @@ class Scheduler(Assigning):
             while heads or borrowers:
                 borrowing = not heads
                 key = heapq.heappop(borrowers if borrowing else heads)
-                # _owner's note taken here, without its call (it looks further on a miss)
-                queue = owner.pop(id(key), None) or self._owner(owner, key)
+                queue = self._owner(owner, key)
                 if borrowing:
                     presumed.settle()
                     high = key
@@ -301,8 +300,7 @@ class Scheduler(Assigning):
                 else:
                     result = self._assign(name, record, failed, queue)
                 if result is not None:  # None: an offered record left parked as it was
-                    # (a failure never borrows later: the call is spared for most results)
-                    if result.fits and self._borrows_later(result, borrowing):
+                    if self._borrows_later(result, borrowing):
                         # Kueue admits heads that need no borrowing first. (Yielding goes by
                         # order: a borrower goes before non-borrowers that come after it.)
                         heapq.heappush(borrowers, key)
@@ -396,8 +394,7 @@ class Scheduler(Assigning):
                 result.preempt_flavors,
                 result.contested,
             )
-            if config.borrowing_yields:  # else nothing to keep: the call spared
-                self._track_waiting(record, name, result.waits_for_room)
+            self._track_waiting(record, name, result.waits_for_room)
         if queue.strict or record.wl.reserved or record.wl.nominated:
             queue.blocked = True  # StrictFIFO, or a reservation: nothing behind it may pass
         else:

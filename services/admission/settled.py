@@ -255,18 +255,9 @@ class SettledFailures:
         self, reader: Reader, victims_possible: bool, version: int, own_version: int
     ) -> AssignResult | None:
         """``known``, else ``earlier``, of what ``reader`` reads now (``read`` at the root's
-        usage ``version`` and the ClusterQueue's ``own_version``), with ``read``'s hits of the
-        versions tested here: most lookups are of them."""
-        roots = reader.roots
-        if reader.own_only and reader.own_version == own_version:
-            if roots is None:
-                usage: Reading = (reader.own_values, ())
-            elif roots.version == version:
-                usage = (reader.own_values, roots.values)
-            else:
-                usage = self.read(reader, version, own_version)
-        else:
-            usage = self.read(reader, version, own_version)
+        usage ``version`` and the ClusterQueue's ``own_version``): one call where a head is
+        looked up, and the reading made once for both."""
+        usage = self.read(reader, version, own_version)
         return self.known(reader, victims_possible, usage) or self.earlier(
             reader, victims_possible, usage
         )
