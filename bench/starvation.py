@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     quota = sum(r.quota_cpu_seconds for r in reports)
     violations = [v for r in reports for v in r.violations]
     total.add_row("jobs (all ran to the end)", f"{jobs:,} ({sum(r.finished for r in reports):,})")
-    total.add_row("worlds (seeds)", f"{len(reports)} ({args.seed * 1000}-{args.seed * 1000 + args.runs - 1})")
+    total.add_row(
+        "worlds (seeds)", f"{len(reports)} ({args.seed * 1000}-{args.seed * 1000 + args.runs - 1})"
+    )
     total.add_row("admissions / preemptions", f"{admissions:,} / {preemptions:,}")
     total.add_row("  preemptions per admission", f"{preemptions / max(1, admissions):.3f}")
     total.add_row("  of them for a reservation", f"{reservation:,}")
@@ -137,8 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     total.add_row("useful work (finished CPU-s / quota CPU-s)", f"{useful / max(1.0, quota):.2f}")
     colour = "green" if not violations else "red"
     total.add_row("violations (expected 0)", f"[{colour}]{len(violations)}[/]")
-    total.add_row("took (wall; the machine may be shared)", f"{time.perf_counter() - started:.1f} s")
-    total.add_row(f"  CPU, {args.workers} worker(s)", f"{sum(r.cpu_seconds for r in reports):.1f} s")
+    total.add_row(
+        "took (wall; the machine may be shared)", f"{time.perf_counter() - started:.1f} s"
+    )
+    total.add_row(
+        f"  CPU, {args.workers} worker(s)", f"{sum(r.cpu_seconds for r in reports):.1f} s"
+    )
     console.print(total)
     for violation in violations[:20]:
         console.print(f"[red]{violation}[/]")

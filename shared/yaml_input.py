@@ -147,7 +147,7 @@ def _check_expansion(root: Node, source: str) -> None:
     if size > MAX_EXPANDED:
         raise YamlInputError(
             f"{source}: its aliases expand it beyond 4 MiB, the limit for YAML input"
-            " (anchors and aliases that multiply, as in a \"billion laughs\" file)"
+            ' (anchors and aliases that multiply, as in a "billion laughs" file)'
         )
 
 
