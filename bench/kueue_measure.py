@@ -19,10 +19,18 @@ import aiohttp
 from rich.console import Console
 
 from berth_cli.up import Stack
-from shared.bus import Bus
+from shared.bus import Bus, BusSettings
+from shared.bus.view import copies_metadata
 from shared.gc_tuning import tune_gc
 
 SERVICE_NAMES = ("admission", "preemption", "watcher", "recovery")
+
+
+def copies_kept() -> str:
+    """The per-workload copies the stack under test keeps (``BERTH_BUS_COPIES``, which its
+    services inherit): printed beside the figures, as each copy is a stored message."""
+    copies = BusSettings.from_env().copies
+    return "all" if copies == BusSettings().copies else copies_metadata(copies)
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from bench.eventlog import (
 from bench.kueue_config import CONFIGS, ScenarioConfig
 from bench.kueue_drive import Created, DriveResult
 from bench.kueue_ideal import IdealResult
-from bench.kueue_measure import SERVICE_NAMES
+from bench.kueue_measure import SERVICE_NAMES, copies_kept
 from shared.events import (
     AnyEvent,
     WorkloadAdmitted,
@@ -320,6 +320,7 @@ def render(result: RunResult) -> str:
     )
     for stream, count in sorted(result.bus_messages.items(), key=lambda item: -item[1]):
         row(f"  {stream}", f"{count:,} ({count / workloads:.2f} per workload)")
+    row("  per-workload copies kept (BERTH_BUS_COPIES)", copies_kept())
     row(
         "quota over-committed (event log)",
         "no" if result.violations == 0 else f"YES: {result.violations} instants",

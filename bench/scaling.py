@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kueue_config import LARGE_SCALE
-from bench.kueue_measure import SERVICE_NAMES
+from bench.kueue_measure import SERVICE_NAMES, copies_kept
 from bench.kueue_report import RunResult
 from bench.kueue_scheduler import run_benchmark
 
@@ -61,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{'size':>6} {'workloads':>9} {'wall s':>7} {'goal s':>7} {'CPU ms/wl':>9}"
         f" {'+nats':>7} {'msgs/wl':>7} {'events/wl':>9} {'over-committed':>14}"
     )
-    print(f"Kueue large-scale scenario at sizes {', '.join(f'{s:g}' for s in args.sizes)}")
+    print(
+        f"Kueue large-scale scenario at sizes {', '.join(f'{s:g}' for s in args.sizes)};"
+        f" per-workload copies kept (BERTH_BUS_COPIES): {copies_kept()}"
+    )
     print(header)
     per_workload: dict[float, float] = {}
     failed = False

@@ -39,7 +39,13 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
 import msgspec
 
 from bench.kueue_drive import write_config
-from bench.kueue_measure import proc_stats, ready_stack, services_collector, services_cpu
+from bench.kueue_measure import (
+    copies_kept,
+    proc_stats,
+    ready_stack,
+    services_collector,
+    services_cpu,
+)
 from bench.objects import (
     FLAVOR,
     SimulatedJobs,
@@ -265,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         f"sustained throughput: {args.queues} ClusterQueues with quota to spare, 1-CPU Jobs of"
         f" {args.runtime_ms} ms, {args.duration:g} s per rate; held = generator reached the"
         f" rate, all admitted, p99 submit-to-admit < {args.p99_ms:g} ms over >= {MIN_SAMPLES:,};"
-        " gen CPU s = this process's over a rate's drive (config, creates, admissions read)"
+        " gen CPU s = this process's over a rate's drive (config, creates, admissions read);"
+        f" per-workload copies kept (BERTH_BUS_COPIES): {copies_kept()}"
     )
     print(
         f"{'rate/s':>7} {'achieved':>8} {'created':>8} {'admitted':>8} {'p50 ms':>7}"

@@ -126,6 +126,20 @@ VARIABLES = (
         "every service (`shared/bus/settings.py`)",
     ),
     Variable(
+        "BERTH_BUS_COPIES",
+        "Which batched events are also stored on their per-workload subject"
+        " (`berth.wl.<verb>.<ns>.<name>`, `berth.cq.<cq>.<verb>.<ns>.<name>`...), so that a"
+        " tool follows a namespace, a ClusterQueue or a workload by subject: `all`, `none`, or"
+        " a comma-separated list of subject patterns (`berth.wl.*.team-a.*,berth.job.>`). Each"
+        " copy is one more message nats-server stores and indexes by subject (with `all`, most"
+        " of the event stream's messages; docs/kueue-benchmark.md measures the cost). Where"
+        " there are none, `berth events`, `berth describe` and the console read the same events"
+        " from the batches (docs/events.md, The per-workload view). Recorded in the event"
+        " stream's metadata (`berth.copies`); set it alike on every service.",
+        "all",
+        "every service (`shared/bus/settings.py`)",
+    ),
+    Variable(
         "BERTH_GC_TUNING",
         "`1`: a service runs Python's young garbage collection every 50,000 net allocations"
         " instead of 700, so it rescans its long-lived state far less often, and includes the"

@@ -3,9 +3,10 @@
 One ordered JetStream consumer (ephemeral, in memory, no acks) on the ``BERTH`` stream, from a
 start point in stream time: ``--since 10m``, ``--all`` from the first event, by default the
 last :data:`DEFAULT_SINCE`. The namespace, ClusterQueue and type filters become the
-consumer's subject filters (docs/events.md's subject table), so the server sends only what
-is asked for; what a subject cannot say (a managed job's namespace, a fact's ClusterQueue) is
-filtered here.
+consumer's subject filters (docs/events.md's subject table), so where the deployment keeps
+the per-workload copies the server sends only what is asked for (else the batches of those
+families, whose events are matched here: shared/bus/view.py); what a subject cannot say (a
+managed job's namespace, a fact's ClusterQueue) is filtered here.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from nats.js import api
 from berth_cli.client import CliError, connect
 from berth_cli.watching import until_stopped
 from shared.bus import STREAM, Bus, BusError, bus_call
+from shared.bus.view import ViewReading
 from shared.durations import parse_duration
 from shared.events import SUBJECT_ROOT, decode_event, subject_token
 
-__all__ = ["EventFilter", "detail", "events", "messages", "recorded", "render_line", "subjects_for"]
+__all__ = ["EventFilter", "detail", "events", "recorded", "render_line", "subjects_for"]
 
 DEFAULT_SINCE = "5m"
 IDLE_WAIT_S = 0.25  # how often a quiet tap looks at its stop flag
@@ -242,18 +244,23 @@ def _body(data: bytes) -> dict[str, Any] | None:
         return raw if isinstance(raw, dict) else None
 
 
-async def messages(
+async def stored_events(
     bus: Bus,
     subjects: list[str],
     *,
     since: float | None,
     follow: bool,
     stop: asyncio.Event | None = None,
-) -> AsyncIterator[Msg]:
-    """The stored messages on ``subjects`` from the start point (``since`` seconds ago in
-    stream time; None: the first event) to the stream's end, then on as they come with
-    ``follow`` until ``stop``: one ordered consumer, deleted when done."""
-    config = api.ConsumerConfig(filter_subjects=subjects)
+) -> AsyncIterator[bytes]:
+    """The JSON of each stored event on ``subjects`` from the start point (``since`` seconds
+    ago in stream time; None: the first event) to the stream's end, then on as they come with
+    ``follow`` until ``stop``: one ordered consumer, deleted when done. From the per-workload
+    copies where the deployment keeps them, else from the batches (shared/bus/view.py)."""
+    try:
+        reading = ViewReading.of(subjects, await bus.view_copies())
+    except BusError as error:
+        raise CliError(f"cannot read the event stream: {error}") from error
+    config = api.ConsumerConfig(filter_subjects=reading.filters)
     if since is None:
         config.deliver_policy = api.DeliverPolicy.ALL
     else:
@@ -261,7 +268,9 @@ async def messages(
         config.opt_start_time = datetime.now(UTC) - timedelta(seconds=since)
     try:
         subscription = await bus_call(
-            bus.js.subscribe(subjects[0], stream=STREAM, ordered_consumer=True, config=config)
+            bus.js.subscribe(
+                reading.filters[0], stream=STREAM, ordered_consumer=True, config=config
+            )
         )
     except BusError as error:
         raise CliError(f"cannot follow the event stream: {error}") from error
@@ -276,7 +285,12 @@ async def messages(
                 msg: Msg = await subscription.next_msg(timeout=IDLE_WAIT_S)
             except TimeoutError:  # nats-py's is one too
                 continue
-            yield msg
+            try:
+                payloads = reading.payloads(msg)
+            except msgspec.DecodeError:
+                payloads = []  # a malformed batch: nothing to show (the services dead-letter it)
+            for payload in payloads:
+                yield payload
             if not follow and msg.metadata.num_pending == 0:
                 return
     finally:
@@ -288,8 +302,8 @@ async def recorded(
 ) -> list[dict[str, Any]]:
     """Every stored event on ``subjects`` from the start point to the stream's end now."""
     found = []
-    async for msg in messages(bus, subjects, since=since, follow=False):
-        body = _body(msg.data)
+    async for payload in stored_events(bus, subjects, since=since, follow=False):
+        body = _body(payload)
         if body is not None:
             found.append(body)
     return found
@@ -310,12 +324,12 @@ async def tap_events(
     printed = 0
     async with connect(url) as bus:
         subjects = subjects_for(wanted)
-        async for msg in messages(bus, subjects, since=since, follow=follow, stop=stop):
-            body = _body(msg.data)
+        async for payload in stored_events(bus, subjects, since=since, follow=follow, stop=stop):
+            body = _body(payload)
             if body is None or not tap.keep(body):
                 continue
             if output == "json":
-                print(msg.data.decode(), flush=True)
+                print(payload.decode(), flush=True)
             else:
                 if printed == 0:
                     print(header(wide=output == "wide"), flush=True)

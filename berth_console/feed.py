@@ -36,8 +36,8 @@ from shared.bus import (
     bus_call,
     live_value,
 )
-from shared.bus.batches import is_batch
-from shared.events import decode_event
+from shared.bus.batches import record_of
+from shared.events import subject_for
 from shared.jobs import decode_job
 from shared.logging import get_logger
 
@@ -133,15 +133,13 @@ class BusFeed:
     async def _on_event(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         try:
-            # A batch's events come as their per-workload copies (docs/events.md "Batches").
-            event = None if is_batch(msg.subject) else decode_event(msg.data)
+            # The record: a batch's events, not their per-workload copies, which a deployment
+            # may not keep (BERTH_BUS_COPIES; docs/events.md "The per-workload view").
+            events = record_of(msg)
         except msgspec.DecodeError as error:
             log.warning("malformed_event", subject=msg.subject, error=str(error))
-            event = None
-        if event is None:
-            self.model.seq = max(self.model.seq, seq)
-        else:
-            self.model.apply(seq, msg.subject, event)
+            events = []
+        self.model.apply_message(seq, [(subject_for(event), event) for event in events])
         self._queues_stale.set()
         if not self.model.caught_up and seq >= self._catch_up_to:
             self._caught_up()

@@ -71,6 +71,19 @@ class Model:
         if seq <= self.seq:
             return
         self.seq = seq
+        self._fold(seq, subject, event)
+
+    def apply_message(self, seq: int, events: Sequence[tuple[str, AnyEvent]]) -> None:
+        """Fold what one stored message adds, each event with its per-workload subject (a
+        batch's events in order); a sequence seen before is ignored, and one that adds
+        nothing (a copy) is passed."""
+        if seq <= self.seq:
+            return
+        self.seq = seq
+        for subject, event in events:
+            self._fold(seq, subject, event)
+
+    def _fold(self, seq: int, subject: str, event: AnyEvent) -> None:
         verdict = self.fence.judge(event)
         if verdict is Verdict.VOID:
             self.voided += 1

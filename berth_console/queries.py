@@ -21,7 +21,8 @@ from shared.bus import (
     NoResponders,
     bus_call,
 )
-from shared.events import AnyEvent, decode_event, subject_token
+from shared.bus.view import ViewReading
+from shared.events import AnyEvent, decode_event, subject_for, subject_token
 from shared.fencing import LEASE_SUBJECTS, Fence, Verdict
 from shared.logging import get_logger
 from shared.queue_stop import QueueBusy, StopOutcome, StopPolicy, set_stop_policy
@@ -103,14 +104,21 @@ class Queries:
     async def history(self, namespace: str, name: str) -> list[tuple[int, str, AnyEvent]]:
         """Every stored event about one workload, in stream order, read by subject.
 
-        An ephemeral consumer filtered on the workload's subjects: the server finds them in
-        its subject index, so this costs the same with ten or ten million other events. The
-        leaders' markers come along (they are few), so the fence leaves out what a deposed
-        leader published too late, as the services do.
+        An ephemeral consumer filtered on the workload's subjects: where the deployment keeps
+        the per-workload copies, the server finds them in its subject index, so this costs
+        the same with ten or ten million other events; where it does not
+        (``BERTH_BUS_COPIES``), the batches of those families are read and matched here
+        (shared/bus/view.py). The leaders' markers come along (they are few), so the fence
+        leaves out what a deposed leader published too late, as the services do.
         """
         tail = f"{subject_token(namespace)}.{subject_token(name)}"
+        try:
+            copies = await self.bus.view_copies()
+        except BusError as error:
+            raise QueryError(f"cannot read the event stream: {error}") from error
+        reading = ViewReading.of([f"berth.*.*.{tail}", f"berth.cq.*.*.{tail}"], copies)
         config = api.ConsumerConfig(
-            filter_subjects=[f"berth.*.*.{tail}", f"berth.cq.*.*.{tail}", LEASE_SUBJECTS],
+            filter_subjects=[*reading.filters, LEASE_SUBJECTS],
             ack_policy=api.AckPolicy.NONE,
             deliver_policy=api.DeliverPolicy.ALL,
             inactive_threshold=30.0,
@@ -132,12 +140,14 @@ class Queries:
                 )
                 remaining -= len(messages)
                 for msg in messages:
+                    seq = msg.metadata.sequence.stream
                     try:
-                        event = decode_event(msg.data)
-                    except msgspec.DecodeError:
+                        payloads = reading.payloads(msg)
+                    except msgspec.DecodeError:  # a malformed batch: nothing to show
                         continue
-                    if fence.judge(event) is Verdict.KEEP:
-                        found.append((msg.metadata.sequence.stream, msg.subject, event))
+                    for event in _decoded(payloads):
+                        if fence.judge(event) is Verdict.KEEP:
+                            found.append((seq, subject_for(event), event))
         except (TimeoutError, BusError) as error:
             raise QueryError(f"reading the event stream failed: {error!r}") from error
         finally:
@@ -147,3 +157,14 @@ class Queries:
             except (BusError, ValueError):
                 pass
         return found
+
+
+def _decoded(payloads: list[bytes]) -> list[AnyEvent]:
+    """The events among ``payloads`` that decode (one that does not is not shown)."""
+    events = []
+    for payload in payloads:
+        try:
+            events.append(decode_event(payload))
+        except msgspec.DecodeError:
+            continue
+    return events

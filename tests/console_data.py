@@ -94,8 +94,8 @@ def admitted(
     )
 
 
-def started(name: str, generation: int = 1) -> WorkloadStarted:
-    return WorkloadStarted(source="watcher", workload=ref(name), generation=generation)
+def started(name: str, generation: int = 1, *, namespace: str = "team-a") -> WorkloadStarted:
+    return WorkloadStarted(source="watcher", workload=ref(name, namespace), generation=generation)
 
 
 def preempted(name: str, by: str, generation: int = 1) -> list[AnyEvent]:

@@ -25,6 +25,7 @@ from shared.bus.current import CurrentClient
 from shared.bus.errors import BusError, NoResponders, translated
 from shared.bus.pulling import PullPump
 from shared.bus.settings import STREAM, STREAM_SUBJECTS, BusSettings
+from shared.bus.view import COPIES_METADATA, copies_in, copies_metadata
 from shared.fencing import Fence
 from shared.logging import get_logger
 
@@ -333,6 +334,8 @@ class Connection:
             duplicate_window=DUPLICATE_WINDOW_S,
             max_msg_size=1 << 20,
             num_replicas=self.settings.stream_replicas,
+            # which per-workload copies the services keep: how readers read the view
+            metadata={COPIES_METADATA: copies_metadata(self.settings.copies)},
         )
 
         async def ensure() -> None:
@@ -367,6 +370,13 @@ class Connection:
         """Open a key-value bucket that exists, never creating it (a reader such as the
         console); ``BucketNotFound`` when it does not exist (yet)."""
         return await Bucket.existing(self.nc, self.js, bucket, reconnects=self.reconnects)
+
+    async def view_copies(self) -> tuple[str, ...]:
+        """The per-workload copies the services keep, from the event stream's metadata
+        (shared/bus/view.py)."""
+        with translated():
+            info = await self.js.stream_info(STREAM)
+        return copies_in(info.config.metadata)
 
     async def last_sequence(self) -> int:
         """The sequence of the newest message in the event stream (0 when empty)."""

@@ -244,8 +244,14 @@ class Publishing(Connection):
         first: whatever a service does on reading the batch (an admission after a submission)
         comes after them in the per-workload view too. Sent after their batch's ack, a
         service's reaction could be stored before the copy of what it reacted to. Best effort:
-        the batch is the record (docs/events.md "Batches"). Ids as ``header_value``s: nats-py
-        cleans them at no cost (shared/bus/headers.py)."""
+        the batch is the record (docs/events.md "Batches"). Only the copies the deployment
+        keeps (``BusSettings.copies``, ``BERTH_BUS_COPIES``). Ids as ``header_value``s:
+        nats-py cleans them at no cost (shared/bus/headers.py)."""
+        copied = self.settings.copied  # BERTH_BUS_COPIES: which events have a copy
+        if copied is False or not copies:
+            return
+        if copied is not True:
+            copies = [copy for copy in copies if copied(copy[0])]
         current = self._current  # its client read at each copy: whichever is current then
         try:
             for subject, payload, msg_id in copies:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from shared.fencing import LEASE_SUBJECTS
+from shared.subjects import BATCHED_FAMILIES, FAMILY_PATTERNS, overlap, subject_matcher
 
 __all__ = [
+    "ALL_COPIES",
     "API_SUBJECT",
     "CONFIG_BUCKET",
     "DEFAULT_NATS_URL",
@@ -19,6 +22,7 @@ __all__ = [
     "STREAM",
     "STREAM_SUBJECTS",
     "BusSettings",
+    "copy_patterns",
     "nats_url_from_env",
 ]
 
@@ -38,6 +42,8 @@ STREAM_SUBJECTS = (
     "berth.b.>",  # batches of the services' events (shared/bus/batches.py)
     LEASE_SUBJECTS,
 )
+# BERTH_BUS_COPIES's default: every batched event has its per-workload copy.
+ALL_COPIES = ("berth.>",)
 API_SUBJECT = "berth.api"
 JS_API_PREFIX = "$JS.API"  # nats-py's default; Bus never changes it
 
@@ -53,15 +59,27 @@ class BusSettings:
     publish their events in batches and read batches (shared/bus/batches.py), and plain puts
     to a bucket go as JetStream fast batches where the server is 2.14 or later
     (``Bus.send_key_batch``, which turns on the bucket's stream's ``allow_batched``); off, they
-    are plain puts and no stream is changed."""
+    are plain puts and no stream is changed. ``copies``: the per-workload subjects on which
+    a batched event is also stored as its copy (docs/events.md, "The per-workload view"):
+    every one by default, none with ``()``."""
 
     stream_replicas: int = 1
     batching: bool = True
+    copies: tuple[str, ...] = ALL_COPIES
+
+    @cached_property
+    def copied(self) -> Callable[[str], bool] | bool:
+        """Which batched events get their per-workload copy: ``True`` every one, ``False``
+        none, else a predicate on the event's subject (built once per settings)."""
+        if self.copies == ALL_COPIES:
+            return True
+        return subject_matcher(self.copies) if self.copies else False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BusSettings:
-        """From ``BERTH_STREAM_REPLICAS`` and ``BERTH_BUS_BATCHES`` (``1``/``0``); a value
-        that is not a positive count, or not 0 or 1, is refused."""
+        """From ``BERTH_STREAM_REPLICAS``, ``BERTH_BUS_BATCHES`` (``1``/``0``) and
+        ``BERTH_BUS_COPIES`` (:func:`copy_patterns`); a value that is not a positive count,
+        not 0 or 1, or not a list of patterns on batched families is refused."""
         env = os.environ if environ is None else environ
         raw = env.get("BERTH_STREAM_REPLICAS", "1")
         try:
@@ -73,7 +91,40 @@ class BusSettings:
         batches = env.get("BERTH_BUS_BATCHES", "1" if cls.batching else "0")
         if batches not in ("0", "1"):
             raise ValueError(f"BERTH_BUS_BATCHES must be 0 or 1, not {batches!r}")
-        return cls(stream_replicas=replicas, batching=batches == "1")
+        copies = copy_patterns(env.get("BERTH_BUS_COPIES", "all"))
+        return cls(stream_replicas=replicas, batching=batches == "1", copies=copies)
+
+
+def copy_patterns(raw: str) -> tuple[str, ...]:
+    """``BERTH_BUS_COPIES`` as subject patterns: ``all`` (every batched event's copy),
+    ``none``, or a comma-separated list of per-workload subject patterns (``berth.job.>``,
+    ``berth.wl.*.team-a.*``). A pattern must be a NATS subject pattern that matches some
+    batched family's subjects: one on commands, checks or markers would select nothing
+    (those are always stored one message each), so it is refused, as is a malformed one."""
+    value = raw.strip()
+    if value == "all":
+        return ALL_COPIES
+    if value == "none":
+        return ()
+    patterns = tuple(part.strip() for part in value.split(",") if part.strip())
+    if not patterns:
+        raise ValueError(f"BERTH_BUS_COPIES must be all, none or subject patterns, not {raw!r}")
+    batched = [FAMILY_PATTERNS[family] for family in sorted(BATCHED_FAMILIES)]
+    for pattern in patterns:
+        tokens = pattern.split(".")
+        if (
+            any(not token or " " in token for token in tokens)
+            or ">" in tokens[:-1]
+            or any(("*" in token or ">" in token) and len(token) > 1 for token in tokens)
+        ):
+            raise ValueError(f"BERTH_BUS_COPIES: {pattern!r} is not a NATS subject pattern")
+        if all(overlap(pattern, family) is None for family in batched):
+            raise ValueError(
+                f"BERTH_BUS_COPIES: {pattern!r} matches no batched event's subject (those"
+                f" are {', '.join(batched)}); commands, admission checks' answers and lease"
+                " markers are always stored one message each"
+            )
+    return patterns
 
 
 def nats_url_from_env() -> str:

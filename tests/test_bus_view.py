@@ -1,0 +1,278 @@
+"""The per-workload view when a deployment keeps fewer copies (``BERTH_BUS_COPIES``,
+shared/bus/view.py, docs/events.md "The per-workload view"): the setting's rules as tables, and
+readers (``berth events``, ``berth describe``, the console) against a real nats-server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from berth_cli.events import recorded
+from berth_console.model import Model
+from berth_console.queries import Queries
+from shared.auth import ClientAuth, CredentialStore
+from shared.bus import STREAM, Bus
+from shared.bus.settings import ALL_COPIES, BusSettings, copy_patterns
+from shared.bus.view import COPIES_METADATA, ViewReading, copies_in
+from shared.events import AnyEvent, Event, subject_for
+from tests.conftest import connect_as
+from tests.console_data import admitted, pending, started, submitted
+
+# (BERTH_BUS_COPIES, the patterns it keeps, why)
+ACCEPTED = [
+    ("all", ALL_COPIES, "the default: every batched event has its copy"),
+    ("none", (), "no copies: readers derive the view from the batches"),
+    (
+        "berth.wl.*.team-a.*, berth.job.>",
+        ("berth.wl.*.team-a.*", "berth.job.>"),
+        "a list of patterns, spaces around the commas dropped",
+    ),
+    ("berth.>", ALL_COPIES, "every subject is the same as all"),
+]
+
+# (BERTH_BUS_COPIES, what the error names, why)
+REFUSED = [
+    ("", "all, none or subject patterns", "empty: nothing says which copies"),
+    ("berth.cmd.>", "matches no batched event's subject", "commands are never batched"),
+    ("berth.check.>", "always stored one message each", "nor are admission checks' answers"),
+    ("berth..wl", "is not a NATS subject pattern", "an empty token"),
+    ("berth.>.wl", "is not a NATS subject pattern", "> only as the last token"),
+    ("berth.wl*", "is not a NATS subject pattern", "a wildcard is a whole token"),
+    ("berth.wl.started, ,", "berth.wl.started", "a subject of no event (no names) matches none"),
+]
+
+
+@pytest.mark.parametrize(("raw", "patterns", "reason"), ACCEPTED)
+def test_copies_setting_accepted(raw: str, patterns: tuple[str, ...], reason: str) -> None:
+    assert copy_patterns(raw) == patterns, reason
+
+
+@pytest.mark.parametrize(("raw", "named", "reason"), REFUSED)
+def test_copies_setting_refused(raw: str, named: str, reason: str) -> None:
+    with pytest.raises(ValueError, match="BERTH_BUS_COPIES") as refused:
+        BusSettings.from_env({"BERTH_BUS_COPIES": raw})
+    assert named in str(refused.value), reason
+
+
+TEAM_A = ["berth.wl.*.team-a.*", "berth.cq.*.*.team-a.*"]
+
+# (patterns a reader asks for, the copies kept, its server filters, read from copies, why)
+READINGS = [
+    (TEAM_A, ALL_COPIES, TEAM_A, True, "every copy kept: the server filters by subject"),
+    (
+        TEAM_A,
+        (),
+        [
+            *TEAM_A,
+            *(f"berth.b.wl.{verb}" for verb in ("submitted", "started", "finished")),
+            *(f"berth.b.wl.{verb}" for verb in ("evicted", "deleted", "podsready")),
+            *(f"berth.b.cq.{verb}" for verb in ("admitted", "reserved", "pending", "evict")),
+        ],
+        False,
+        "no copies: the batches of every family asked for (and events stored one each)",
+    ),
+    (
+        ["berth.wl.*.team-a.*"],
+        ("berth.wl.>",),
+        ["berth.wl.*.team-a.*"],
+        True,
+        "the facts' copies are kept, and only facts are asked for",
+    ),
+    (
+        TEAM_A,
+        ("berth.wl.>",),
+        [
+            *TEAM_A,
+            *(f"berth.b.wl.{verb}" for verb in ("submitted", "started", "finished")),
+            *(f"berth.b.wl.{verb}" for verb in ("evicted", "deleted", "podsready")),
+            *(f"berth.b.cq.{verb}" for verb in ("admitted", "reserved", "pending", "evict")),
+        ],
+        False,
+        "decisions have no copies: one consumer reads it all from the batches",
+    ),
+    (
+        ["berth.cmd.*.team-a.*"],
+        (),
+        ["berth.cmd.*.team-a.*"],
+        True,
+        "commands are stored one message each: nothing to derive",
+    ),
+    (["berth.>"], (), ["berth.>"], False, "everything: the batches come with it, copies skipped"),
+    (
+        ["berth.>"],
+        ALL_COPIES,
+        ["berth.>"],
+        False,
+        "everything, copies or not: the record (batches), whole whenever copies were kept",
+    ),
+    (
+        ["berth.cq.*.admitted.>"],
+        ALL_COPIES,
+        ["berth.cq.*.admitted.>", "berth.b.cq.admitted"],
+        False,
+        "a whole family: its batches, which cost no more than its copies",
+    ),
+]
+
+
+@pytest.mark.parametrize(("patterns", "copies", "filters", "from_copies", "reason"), READINGS)
+def test_how_a_reader_reads_the_view(
+    patterns: list[str],
+    copies: tuple[str, ...],
+    filters: list[str],
+    from_copies: bool,
+    reason: str,
+) -> None:
+    reading = ViewReading.of(patterns, copies)
+    assert (sorted(reading.filters), reading.from_copies) == (sorted(filters), from_copies), reason
+
+
+@pytest.mark.parametrize(
+    ("metadata", "copies", "reason"),
+    [
+        (None, ALL_COPIES, "a stream an older Berth made: it kept every copy"),
+        ({COPIES_METADATA: "none"}, (), "none"),
+        ({COPIES_METADATA: "berth.wl.>,berth.job.>"}, ("berth.wl.>", "berth.job.>"), "a list"),
+    ],
+)
+def test_copies_read_from_the_streams_metadata(
+    metadata: dict[str, str] | None, copies: tuple[str, ...], reason: str
+) -> None:
+    assert copies_in(metadata) == copies, reason
+
+
+def _life(namespace: str, name: str) -> list[Event]:
+    """A workload's submission, pending report, admission and start."""
+    return [
+        submitted(name, namespace=namespace),
+        pending(name, namespace=namespace),
+        admitted(name, namespace=namespace),
+        started(name, namespace=namespace),
+    ]
+
+
+async def _published(url: str, copies: tuple[str, ...]) -> list[Event]:
+    """Two rounds about workloads in two namespaces, published as a service whose deployment
+    keeps ``copies``; the events in the order published."""
+    bus = await Bus.connect(
+        url,
+        source="admission",
+        auth=ClientAuth(),
+        retry=False,
+        settings=BusSettings(copies=copies),
+    )
+    lives = [_life("team-a", "a"), _life("team-b", "b"), _life("team-a", "c")]
+    rounds = [
+        [life[i] for life in lives for i in (0, 1)],
+        [life[i] for life in lives for i in (2, 3)],
+    ]
+    try:
+        await bus.ensure_stream()
+        for round_ in rounds:
+            await bus.publish_many(round_)
+    finally:
+        await bus.close()
+    return [event for round_ in rounds for event in round_]
+
+
+def _per_workload(shown: list[Any]) -> dict[str, list[str]]:
+    """Event ids per workload, in the order shown: the view keeps each workload's events in
+    order (copies in the order published, batches family by family within a round)."""
+    ids: dict[str, list[str]] = {}
+    for item in shown:
+        body = item if isinstance(item, dict) else msgspec.to_builtins(item)
+        ids.setdefault(body["workload"]["name"], []).append(body["id"])
+    return ids
+
+
+async def _stored_on(bus: Bus, subject: str) -> int:
+    info = await bus.js.stream_info(STREAM, subjects_filter=subject)
+    return sum((info.state.subjects or {}).values())
+
+
+@pytest.mark.parametrize(
+    ("copies", "stored_copies", "reason"),
+    [
+        (ALL_COPIES, 12, "every copy kept: the CLI reads them by subject"),
+        ((), 0, "no copies: the CLI derives the same events from the batches"),
+        (("berth.wl.>",), 6, "facts' copies only: the CLI reads the decisions from batches"),
+    ],
+)
+async def test_berth_events_and_describe_show_the_same_events_whatever_copies_are_kept(
+    nats_url: str, copies: tuple[str, ...], stored_copies: int, reason: str
+) -> None:
+    published = await _published(nats_url, copies)
+    reader = await Bus.connect(nats_url, source="cli", auth=ClientAuth(), retry=False)
+    try:
+        assert await reader.view_copies() == copies, "the stream names the copies kept"
+        assert (
+            await _stored_on(reader, "berth.wl.>") + await _stored_on(reader, "berth.cq.>")
+            == stored_copies
+        ), reason
+        team_a = [e for e in published if e.workload.namespace == "team-a"]
+        assert _per_workload(await recorded(reader, TEAM_A)) == _per_workload(team_a), reason
+        one = ["berth.wl.*.team-a.c", "berth.cq.*.*.team-a.c"]
+        assert [b["id"] for b in await recorded(reader, one)] == [
+            e.id for e in published if e.workload.name == "c"
+        ], reason
+        facts = [e for e in published if subject_for(e).startswith("berth.wl.")]
+        assert _per_workload(await recorded(reader, ["berth.wl.>"])) == _per_workload(facts)
+    finally:
+        await reader.close()
+
+
+@pytest.mark.parametrize("copies", [ALL_COPIES, ()], ids=["copies", "no-copies"])
+async def test_the_consoles_workload_timeline_whatever_copies_are_kept(
+    nats_url: str, copies: tuple[str, ...]
+) -> None:
+    """The console's history of one workload holds its events, in order, once each: from
+    the copies by subject, or picked out of the batches."""
+    published = await _published(nats_url, copies)
+    bus = await Bus.connect(nats_url, source="console", auth=ClientAuth(), retry=False)
+    try:
+        history = await Queries(bus).history("team-a", "a")
+    finally:
+        await bus.close()
+    mine = [e for e in published if e.workload.name == "a"]
+    assert [(subject, event.id) for _, subject, event in history] == [
+        (subject_for(e), e.id) for e in mine
+    ]
+
+
+def test_the_console_folds_every_event_of_a_batch_once() -> None:
+    """A batch is one stream sequence holding many events: each is folded (not only the
+    first), and the same sequence delivered again changes nothing."""
+    model = Model()
+    events: list[AnyEvent] = [*_life("team-a", "a")[:2], *_life("team-b", "b")[:2]]
+    model.apply_message(7, [(subject_for(e), e) for e in events])
+    model.apply_message(7, [(subject_for(e), e) for e in events])
+    model.apply_message(8, [])  # a copy: its batch holds its event
+    assert sorted(model.workloads.rows) == [("team-a", "a"), ("team-b", "b")]
+    assert len(model.recent) == 4 and model.seq == 8
+
+
+async def test_a_read_only_user_reads_the_derived_view(
+    secured_url: str, store: CredentialStore
+) -> None:
+    """Signed in as the reader, a tool reads the copies setting from the stream and one
+    namespace's events from the batches."""
+    admission = await Bus.connect(
+        secured_url,
+        source="admission",
+        auth=ClientAuth(seed=store.seed_path("admission")),
+        retry=False,
+        settings=BusSettings(copies=()),
+    )
+    reader = await connect_as(secured_url, store, "reader")
+    try:
+        await admission.ensure_stream()
+        events = [_life("team-a", "a")[2], _life("team-b", "b")[2]]
+        await admission.publish_many(events)
+        assert await reader.view_copies() == ()
+        shown = await recorded(reader, ["berth.cq.*.*.team-a.*"])
+        assert [b["id"] for b in shown] == [events[0].id], "team-a's admission, not team-b's"
+    finally:
+        await admission.close()
+        await reader.close()
