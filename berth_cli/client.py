@@ -27,14 +27,19 @@ class CliError(click.ClickException):
 @asynccontextmanager
 async def connect(url: str) -> AsyncIterator[Bus]:
     """A short-lived connection for one command, as the ``cli`` user whose seed the
-    environment names (:meth:`ClientAuth.from_env`); a clear error if Berth is not running."""
+    environment names (:meth:`ClientAuth.from_env`); a clear error if Berth is not running,
+    or if a bus setting in the environment is malformed (named as such)."""
+    try:
+        settings = BusSettings.from_env()
+    except ValueError as error:
+        raise CliError(str(error)) from error
     try:
         bus = await Bus.connect(
             url,
             source="cli",
             retry=False,
             auth=ClientAuth.from_env("cli"),
-            settings=BusSettings.from_env(),
+            settings=settings,
         )
     except (BusError, ValueError) as error:
         raise CliError(

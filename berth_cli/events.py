@@ -256,16 +256,17 @@ async def stored_events(
     ago in stream time; None: the first event) to the stream's end, then on as they come with
     ``follow`` until ``stop``: one ordered consumer, deleted when done. From the per-workload
     copies where the deployment keeps them, else from the batches (shared/bus/view.py)."""
+    start = None if since is None else datetime.now(UTC) - timedelta(seconds=since)
     try:
-        reading = ViewReading.of(subjects, await bus.view_copies())
+        reading = ViewReading.of(subjects, await bus.view_copies(), start)
     except BusError as error:
         raise CliError(f"cannot read the event stream: {error}") from error
     config = api.ConsumerConfig(filter_subjects=reading.filters)
-    if since is None:
+    if start is None:
         config.deliver_policy = api.DeliverPolicy.ALL
     else:
         config.deliver_policy = api.DeliverPolicy.BY_START_TIME
-        config.opt_start_time = datetime.now(UTC) - timedelta(seconds=since)
+        config.opt_start_time = start
     try:
         subscription = await bus_call(
             bus.js.subscribe(

@@ -36,7 +36,7 @@ from shared.bus import (
     bus_call,
     live_value,
 )
-from shared.bus.batches import record_of
+from shared.bus.batches import record_events
 from shared.events import subject_for
 from shared.jobs import decode_job
 from shared.logging import get_logger
@@ -132,13 +132,9 @@ class BusFeed:
 
     async def _on_event(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
-        try:
-            # The record: a batch's events, not their per-workload copies, which a deployment
-            # may not keep (BERTH_BUS_COPIES; docs/events.md "The per-workload view").
-            events = record_of(msg)
-        except msgspec.DecodeError as error:
-            log.warning("malformed_event", subject=msg.subject, error=str(error))
-            events = []
+        # The record: a batch's events, not their per-workload copies, which a deployment
+        # may not keep (BERTH_BUS_COPIES; docs/events.md "The per-workload view").
+        events = record_events(msg)
         self.model.apply_message(seq, [(subject_for(event), event) for event in events])
         self._queues_stale.set()
         if not self.model.caught_up and seq >= self._catch_up_to:

@@ -45,6 +45,7 @@ class Model:
         self.changes = Changes()
         self.workloads = WorkloadTable()
         self.recent: deque[Recent] = deque(maxlen=RECENT_EVENTS)
+        self.dropped_seq = 0  # the stream sequence of the newest event pushed out of recent
         self.seq = 0  # the last stream sequence folded
         # The services' fence (shared/fencing.py): a deposed leader's late decisions count for
         # nothing, so the console shows none of them. It reads the stream from its start, so
@@ -92,6 +93,8 @@ class Model:
         if not isinstance(queue, str):
             row = self.workloads.rows.get((event.workload.namespace, event.workload.name))
             queue = row.cluster_queue if row is not None else ""
+        if len(self.recent) == self.recent.maxlen:
+            self.dropped_seq = self.recent[0].seq
         self.recent.append(Recent(seq, subject, event, queue))  # a leader's marker too
         if verdict is Verdict.KEEP and self.workloads.apply(event) is not None:
             self.changes.bump("workloads", "events")
@@ -148,8 +151,7 @@ class Model:
     def missed_since(self, seq: int) -> bool:
         """Whether events after ``seq`` already fell out of :attr:`recent` (a page that fell
         that far behind reads its history again)."""
-        full = len(self.recent) == self.recent.maxlen
-        return full and self.recent[0].seq > seq + 1
+        return self.dropped_seq > seq
 
     def cohorts(self) -> dict[str, list[str]]:
         """ClusterQueue names by cohort ("" for none), both sorted."""

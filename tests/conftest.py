@@ -24,7 +24,7 @@ from berth_cli.launcher import LiveStack
 from berth_cli.launcher import start_stack as start_live_stack
 from berth_cli.natsserver import NatsServer
 from shared.auth import ClientAuth, CredentialStore
-from shared.bus import Bus
+from shared.bus import Bus, BusSettings
 from tests.cli_fork import command as cli_command
 from tests.stack_pool import StackPool
 
@@ -217,8 +217,15 @@ def secured_url(tmp_path: Path, store: CredentialStore) -> Iterator[str]:
         yield server.url
 
 
-async def connect_as(url: str, store: CredentialStore, user: str) -> Bus:
-    """A bus connection signed in as ``user`` with its own seed, failing at once if refused."""
+async def connect_as(
+    url: str, store: CredentialStore, user: str, settings: BusSettings | None = None
+) -> Bus:
+    """A bus connection signed in as ``user`` with its own seed, failing at once if refused
+    (``settings``: its deployment's, the default's if None)."""
     return await Bus.connect(
-        url, source=user, auth=ClientAuth(seed=store.seed_path(user)), retry=False
+        url,
+        source=user,
+        auth=ClientAuth(seed=store.seed_path(user)),
+        retry=False,
+        settings=settings,
     )

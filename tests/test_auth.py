@@ -19,8 +19,9 @@ from shared.auth import (
     owned_subjects,
     permissions_for,
 )
-from shared.bus import STREAM, Bus, BusError
-from shared.events import WorkloadAdmitted, WorkloadRef
+from shared.bus import STREAM, Bus, BusError, BusSettings
+from shared.bus.settings import ALL_COPIES
+from shared.events import AnyEvent, WorkloadAdmitted, WorkloadRef, subject_for
 from shared.subjects import subject_matcher
 from tests.conftest import connect_as
 
@@ -239,25 +240,33 @@ async def test_cli_cannot_store_an_admission_and_reader_follows(
             await bus.close()
 
 
+@pytest.mark.parametrize(
+    "copies",
+    [ALL_COPIES, ()],
+    ids=["copies", "no-copies"],  # BERTH_BUS_COPIES: the triggers are the batches either way
+)
 async def test_the_kube_status_writer_follows_its_triggers_as_the_watcher(
-    secured_url: str, store: CredentialStore
+    secured_url: str, store: CredentialStore, copies: tuple[str, ...]
 ) -> None:
     """The Kubernetes backend's status writer hears decisions and facts with the watcher's own
-    credentials (it once subscribed on the event subjects, which the server refuses)."""
-    admission = await connect_as(secured_url, store, "admission")
-    watcher = await connect_as(secured_url, store, "watcher")
+    credentials (it once subscribed on the event subjects, which the server refuses), whether
+    or not the deployment keeps the per-workload copies, each event once."""
+    settings = BusSettings(copies=copies)
+    admission = await connect_as(secured_url, store, "admission", settings)
+    watcher = await connect_as(secured_url, store, "watcher", settings)
     refusals: list[str] = []
     watcher.on_error = _recorder(refusals)
     heard: list[str] = []
 
-    async def hear(msg: object) -> None:
-        heard.append(msg.subject)  # type: ignore[attr-defined]
+    async def hear(events: list[AnyEvent]) -> None:
+        heard.extend(subject_for(event) for event in events)
 
     try:
         await admission.ensure_stream()
         subscriptions = await follow_triggers(watcher, hear)
         await admission.publish(_admitted(1))
         assert await _eventually(lambda: bool(heard)), f"nothing heard; refused: {refusals}"
+        await asyncio.sleep(0.2)  # a second delivery (the copy) would come by now
         assert heard == ["berth.cq.cq.admitted.default.job-a"]
         assert refusals == []
         await stop_following(subscriptions)

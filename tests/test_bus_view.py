@@ -4,18 +4,30 @@ readers (``berth events``, ``berth describe``, the console) against a real nats-
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 import pytest
+from nats.js import api
 
 from berth_cli.events import recorded
 from berth_console.model import Model
+from berth_console.pages.base import Context
+from berth_console.pages.workload import WorkloadView
+from berth_console.pending import PendingCache
 from berth_console.queries import Queries
 from shared.auth import ClientAuth, CredentialStore
-from shared.bus import STREAM, Bus
+from shared.bus import STREAM, STREAM_SUBJECTS, Bus
+from shared.bus.batches import record_events
 from shared.bus.settings import ALL_COPIES, BusSettings, copy_patterns
-from shared.bus.view import COPIES_METADATA, ViewReading, copies_in
+from shared.bus.view import (
+    SINCE_METADATA,
+    StoredCopies,
+    ViewReading,
+    copies_in,
+    stream_metadata,
+)
 from shared.events import AnyEvent, Event, subject_for
 from tests.conftest import connect_as
 from tests.console_data import admitted, pending, started, submitted
@@ -125,22 +137,108 @@ def test_how_a_reader_reads_the_view(
     from_copies: bool,
     reason: str,
 ) -> None:
-    reading = ViewReading.of(patterns, copies)
+    reading = ViewReading.of(patterns, StoredCopies(copies))
     assert (sorted(reading.filters), reading.from_copies) == (sorted(filters), from_copies), reason
 
 
-@pytest.mark.parametrize(
-    ("metadata", "copies", "reason"),
-    [
-        (None, ALL_COPIES, "a stream an older Berth made: it kept every copy"),
-        ({COPIES_METADATA: "none"}, (), "none"),
-        ({COPIES_METADATA: "berth.wl.>,berth.job.>"}, ("berth.wl.>", "berth.job.>"), "a list"),
-    ],
-)
+T1 = datetime(2026, 11, 26, 4, 0, tzinfo=UTC)
+T2 = T1 + timedelta(hours=1)
+ADMISSION, WATCHER = "berth.copies.admission", "berth.copies.watcher"
+
+# (the stream's metadata, what a reader may count on, why)
+STORED = [
+    (None, StoredCopies(ALL_COPIES), "a stream an older Berth made: it kept every copy"),
+    ({ADMISSION: "none", WATCHER: "none"}, StoredCopies(()), "every service keeps none"),
+    (
+        {ADMISSION: "berth.wl.>,berth.job.>", WATCHER: "berth.wl.>,berth.job.>"},
+        StoredCopies(("berth.wl.>", "berth.job.>")),
+        "every service keeps the same list",
+    ),
+    (
+        {ADMISSION: "none", WATCHER: "berth.>", "ops.owner": "platform"},
+        StoredCopies(()),
+        "services that disagree: count on none, derive all from the batches",
+    ),
+    (
+        {ADMISSION: "berth.>", SINCE_METADATA: T1.isoformat()},
+        StoredCopies(ALL_COPIES, T1),
+        "every copy, but only since a setting changed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("metadata", "stored", "reason"), STORED)
 def test_copies_read_from_the_streams_metadata(
-    metadata: dict[str, str] | None, copies: tuple[str, ...], reason: str
+    metadata: dict[str, str] | None, stored: StoredCopies, reason: str
 ) -> None:
-    assert copies_in(metadata) == copies, reason
+    assert copies_in(metadata) == stored, reason
+
+
+# (metadata before, the service starting and its copies, metadata after, why)
+STARTS = [
+    (None, "admission", ALL_COPIES, {ADMISSION: "berth.>"}, "the default on a new stream"),
+    (
+        None,
+        "admission",
+        (),
+        {ADMISSION: "none", SINCE_METADATA: T2.isoformat()},
+        "none on a new stream: copies are complete from now (there were none before)",
+    ),
+    (
+        {WATCHER: "none", "ops.owner": "platform", SINCE_METADATA: T1.isoformat()},
+        "admission",
+        (),
+        {
+            ADMISSION: "none",
+            WATCHER: "none",
+            "ops.owner": "platform",
+            SINCE_METADATA: T2.isoformat(),
+        },
+        "another service's setting and an operator's key are kept",
+    ),
+    (
+        {ADMISSION: "none", SINCE_METADATA: T1.isoformat()},
+        "admission",
+        (),
+        {ADMISSION: "none", SINCE_METADATA: T1.isoformat()},
+        "a restart with the same setting: since stays",
+    ),
+    (
+        {ADMISSION: "none", SINCE_METADATA: T1.isoformat()},
+        "admission",
+        ALL_COPIES,
+        {ADMISSION: "berth.>", SINCE_METADATA: T2.isoformat()},
+        "copies turned back on: complete only from now",
+    ),
+]
+
+
+@pytest.mark.parametrize(("before", "source", "copies", "after", "reason"), STARTS)
+def test_a_service_records_its_copies_in_the_streams_metadata(
+    before: dict[str, str] | None,
+    source: str,
+    copies: tuple[str, ...],
+    after: dict[str, str],
+    reason: str,
+) -> None:
+    assert stream_metadata(before, source, copies, T2) == after, reason
+
+
+# (copies since, the read's start, read from the copies, why)
+STARTS_OF_READS = [
+    (None, None, True, "copies since the stream began: any read"),
+    (T1, None, False, "a read from the first event reaches before the copies were complete"),
+    (T1, T1 - timedelta(seconds=1), False, "a read that starts before"),
+    (T1, T2, True, "a read that starts after"),
+]
+
+
+@pytest.mark.parametrize(("since", "start", "from_copies", "reason"), STARTS_OF_READS)
+def test_a_read_from_before_the_copies_were_complete_is_derived(
+    since: datetime | None, start: datetime | None, from_copies: bool, reason: str
+) -> None:
+    reading = ViewReading.of(TEAM_A, StoredCopies(ALL_COPIES, since), start)
+    assert reading.from_copies is from_copies, reason
 
 
 def _life(namespace: str, name: str) -> list[Event]:
@@ -206,7 +304,7 @@ async def test_berth_events_and_describe_show_the_same_events_whatever_copies_ar
     published = await _published(nats_url, copies)
     reader = await Bus.connect(nats_url, source="cli", auth=ClientAuth(), retry=False)
     try:
-        assert await reader.view_copies() == copies, "the stream names the copies kept"
+        assert (await reader.view_copies()).copies == copies, "the stream names the copies kept"
         assert (
             await _stored_on(reader, "berth.wl.>") + await _stored_on(reader, "berth.cq.>")
             == stored_copies
@@ -241,6 +339,41 @@ async def test_the_consoles_workload_timeline_whatever_copies_are_kept(
     ]
 
 
+def test_a_page_behind_a_batch_partly_pushed_out_reads_its_history_again() -> None:
+    """A batch is many events at one sequence: when the ring buffer drops some of them, a
+    page that showed up to the sequence before the batch has missed events."""
+    model = Model()
+    model.recent = type(model.recent)(maxlen=3)
+    model.apply_message(1, [(subject_for(e), e) for e in [submitted("z")]])
+    batch = [submitted(name) for name in "abcd"]
+    model.apply_message(2, [(subject_for(e), e) for e in batch])
+    assert [i.event.workload.name for i in model.recent] == ["b", "c", "d"]
+    assert model.missed_since(1), "a fell out: the page must read its history again"
+    assert not model.missed_since(2), "a page that showed the batch missed nothing"
+
+
+async def test_the_workload_page_shows_each_event_once(nats_url: str) -> None:
+    """The page reads its history from the copies (stored before their batch, at lower
+    sequences), while the shared consumer folds the batches: each event shows once."""
+    published = await _published(nats_url, ALL_COPIES)
+    bus = await Bus.connect(nats_url, source="console", auth=ClientAuth(), retry=False)
+    model = Model()
+    try:
+        subscription = await bus.js.subscribe("berth.>", stream=STREAM, ordered_consumer=True)
+        while model.seq < (await bus.js.stream_info(STREAM)).state.last_seq:
+            msg = await subscription.next_msg(timeout=5)
+            events = record_events(msg)
+            model.apply_message(msg.metadata.sequence.stream, [(subject_for(e), e) for e in events])
+        await subscription.unsubscribe()
+        context = Context(model=model, queries=Queries(bus), pending=PendingCache(None))
+        view = WorkloadView(context, "team-a", "a")
+        timeline = str((await view.snapshot()).regions["timeline"])  # the first: its history
+    finally:
+        await bus.close()
+    mine = [e for e in published if e.workload.name == "a"]
+    assert timeline.count("<li") == len(mine), timeline
+
+
 def test_the_console_folds_every_event_of_a_batch_once() -> None:
     """A batch is one stream sequence holding many events: each is folded (not only the
     first), and the same sequence delivered again changes nothing."""
@@ -270,9 +403,46 @@ async def test_a_read_only_user_reads_the_derived_view(
         await admission.ensure_stream()
         events = [_life("team-a", "a")[2], _life("team-b", "b")[2]]
         await admission.publish_many(events)
-        assert await reader.view_copies() == ()
+        assert (await reader.view_copies()).copies == ()
         shown = await recorded(reader, ["berth.cq.*.*.team-a.*"])
         assert [b["id"] for b in shown] == [events[0].id], "team-a's admission, not team-b's"
     finally:
         await admission.close()
         await reader.close()
+
+
+async def test_services_that_disagree_leave_readers_the_batches(nats_url: str) -> None:
+    """On a stream an older Berth made (no setting recorded, an operator's own key), a
+    watcher that keeps no copies and an admission that keeps them all each record theirs;
+    a reader then counts on none and still shows every event, the watcher's facts among
+    them."""
+    admin = await Bus.connect(nats_url, source="cli", auth=ClientAuth(), retry=False)
+    await admin.js.add_stream(
+        api.StreamConfig(name=STREAM, subjects=list(STREAM_SUBJECTS), metadata={"ops": "kept"})
+    )
+    published = []
+    try:
+        for source, copies in (("watcher", ()), ("admission", ALL_COPIES)):
+            bus = await Bus.connect(
+                nats_url,
+                source=source,
+                auth=ClientAuth(),
+                retry=False,
+                settings=BusSettings(copies=copies),
+            )
+            try:
+                await bus.ensure_stream()
+                events = _life("team-a", "a")
+                mine = events[::3] if source == "watcher" else events[1:3]
+                await bus.publish_many(mine)
+                published += mine
+            finally:
+                await bus.close()
+        metadata = (await admin.js.stream_info(STREAM)).config.metadata or {}
+        assert (metadata["ops"], metadata["berth.copies.watcher"]) == ("kept", "none")
+        assert metadata["berth.copies.admission"] == "berth.>"
+        assert (await admin.view_copies()).copies == ()
+        shown = await recorded(admin, TEAM_A, since=60)
+        assert sorted(b["id"] for b in shown) == sorted(e.id for e in published)
+    finally:
+        await admin.close()

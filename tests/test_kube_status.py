@@ -23,7 +23,8 @@ from services.watcher.kube.kueue_status import (
     kueue_workload,
 )
 from services.watcher.kube.preemptors import preemption_message
-from shared.bus import Bus
+from shared.bus import Bus, BusSettings
+from shared.bus.settings import ALL_COPIES
 from shared.events import (
     EvictionRequested,
     FlavorAssignment,
@@ -256,12 +257,18 @@ def test_preemption_message_is_kueues(
     assert preemption_message(workload_uid, job_uid, reason) == message, why
 
 
+@pytest.mark.parametrize(
+    "copies",
+    [ALL_COPIES, ()],
+    ids=["copies", "no-copies"],  # BERTH_BUS_COPIES: the writer follows the batches either way
+)
 async def test_the_preempted_event_names_the_preemptor(
-    kmock: kmock.KubernetesEmulator, nats_url: str
+    kmock: kmock.KubernetesEmulator, nats_url: str, copies: tuple[str, ...]
 ) -> None:
     """Preemption's EvictionRequested names the preemptor; the victim's Preempted Event and
     its Workload's Preempted and Evicted conditions carry Kueue's message with the
-    preemptor's Workload uid (listed from the cluster at start) and its Job's uid."""
+    preemptor's Workload uid (listed from the cluster at start) and its Job's uid. The
+    eviction reaches the writer whether or not the deployment keeps per-workload copies."""
     workloads_key = km.resource("kueue.x-k8s.io/v1beta2/workloads")
     kmock.objects[workloads_key, "ns", "job-high-7f2a-abcde"] = {
         "metadata": {
@@ -271,7 +278,9 @@ async def test_the_preempted_event_names_the_preemptor(
         }
     }
     kmock.objects[km.resource("v1/events"), "zz", "e"] = {"metadata": {"name": "e"}}
-    bus = await Bus.connect(nats_url, source="watcher", auth=bus_auth(nats_url))
+    bus = await Bus.connect(
+        nats_url, source="watcher", auth=bus_auth(nats_url), settings=BusSettings(copies=copies)
+    )
     await bus.ensure_stream()
     eviction = EvictionRequested(
         source="preemption",

@@ -51,6 +51,10 @@ class WorkloadView(View):
         tail = f"{subject_token(namespace)}.{subject_token(name)}"
         self._ours = subject_matcher([f"berth.*.*.{tail}", f"berth.cq.*.*.{tail}"])
         self._seq = 0  # the last stream sequence shown in the timeline
+        # Ids of the events read by history: the shared consumer folds a batch at its own
+        # sequence, after its copies' (which history may have read), so an event can come
+        # both ways with two sequences; its id keeps it once.
+        self._from_history: set[str] = set()
         self._started = False
         self._offsets: dict[str, int] = {}
         self._headed: set[str] = set()  # log files whose name was shown
@@ -79,18 +83,20 @@ class WorkloadView(View):
         items = list(self.model.recent_after(self._seq, self._keep))
         if items:
             self._seq = items[-1].seq
-        return items
+        return [item for item in items if item.event.id not in self._from_history]
 
     async def _history(self) -> Markup:
         """The whole timeline: from the stream by subject, then what the shared consumer
-        has folded since (an event can be in both; the sequence keeps it once)."""
+        has folded since (an event can be in both: the sequence, or its id, keeps it once)."""
         lines: list[Markup] = []
         queries = self.context.queries
+        self._from_history.clear()
         if queries is not None:
             try:
                 for seq, _, event in await queries.history(self.namespace, self.name):
                     lines.append(timeline_item(event))
                     self._seq = max(self._seq, seq)
+                    self._from_history.add(event.id)
             except QueryError as error:
                 lines.append(render('<li class="notice error">$why</li>', why=str(error)))
         lines += [timeline_item(item.event) for item in self._newer()]

@@ -57,6 +57,7 @@ __all__ = [
     "expand",
     "is_batch",
     "is_copy",
+    "record_events",
     "record_of",
 ]
 
@@ -79,6 +80,9 @@ Wire = tuple[str, bytes, str]
 _BATCH_SUBJECT_OF = {family: batch_subject(family) for family in BATCHED_FAMILIES}
 
 _list_decoder: msgspec.json.Decoder[list[AnyEvent]] = msgspec.json.Decoder(list[AnyEvent])
+_raw_list_decoder: msgspec.json.Decoder[list[msgspec.Raw]] = msgspec.json.Decoder(
+    list[msgspec.Raw]
+)
 
 
 class Prepared(NamedTuple):
@@ -311,3 +315,28 @@ def record_of(msg: Msg) -> list[AnyEvent]:
     if is_copy(msg):
         return []
     return [decode_event(msg.data)]
+
+
+def record_events(msg: Msg) -> list[AnyEvent]:
+    """:func:`record_of`, each event judged on its own: one that does not decode (a type
+    from a newer Berth, a malformed one) is left out and logged, not the rest of its batch.
+    For readers that show or react to what they can (the console, the Kubernetes status
+    writer), where one unknown event must not hide the others."""
+    try:
+        return record_of(msg)
+    except msgspec.DecodeError:
+        pass
+    payloads: list[msgspec.Raw | bytes] = [msg.data]
+    if is_batch(msg.subject):
+        try:
+            payloads = list(_raw_list_decoder.decode(msg.data))
+        except msgspec.DecodeError as error:
+            log.warning("malformed_event", subject=msg.subject, error=str(error))
+            return []
+    events: list[AnyEvent] = []
+    for payload in payloads:
+        try:
+            events.append(decode_event(bytes(payload)))
+        except msgspec.DecodeError as error:
+            log.warning("malformed_event", subject=msg.subject, error=str(error))
+    return events

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, Self, TypeVar
 
 import msgspec
@@ -25,7 +26,7 @@ from shared.bus.current import CurrentClient
 from shared.bus.errors import BusError, NoResponders, translated
 from shared.bus.pulling import PullPump
 from shared.bus.settings import STREAM, STREAM_SUBJECTS, BusSettings
-from shared.bus.view import COPIES_METADATA, copies_in, copies_metadata
+from shared.bus.view import StoredCopies, copies_in, stream_metadata
 from shared.fencing import Fence
 from shared.logging import get_logger
 
@@ -334,11 +335,17 @@ class Connection:
             duplicate_window=DUPLICATE_WINDOW_S,
             max_msg_size=1 << 20,
             num_replicas=self.settings.stream_replicas,
-            # which per-workload copies the services keep: how readers read the view
-            metadata={COPIES_METADATA: copies_metadata(self.settings.copies)},
         )
 
         async def ensure() -> None:
+            try:
+                existing = (await self.js.stream_info(STREAM)).config.metadata
+            except nats.js.errors.NotFoundError:
+                existing = None
+            # which per-workload copies this service keeps: how readers read the view
+            config.metadata = stream_metadata(
+                existing, self.source, self.settings.copies, datetime.now(UTC)
+            )
             try:
                 await self.js.add_stream(config)
             except nats.js.errors.BadRequestError:
@@ -371,9 +378,9 @@ class Connection:
         console); ``BucketNotFound`` when it does not exist (yet)."""
         return await Bucket.existing(self.nc, self.js, bucket, reconnects=self.reconnects)
 
-    async def view_copies(self) -> tuple[str, ...]:
-        """The per-workload copies the services keep, from the event stream's metadata
-        (shared/bus/view.py)."""
+    async def view_copies(self) -> StoredCopies:
+        """The per-workload copies the services keep, and since when, from the event
+        stream's metadata (shared/bus/view.py)."""
         with translated():
             info = await self.js.stream_info(STREAM)
         return copies_in(info.config.metadata)

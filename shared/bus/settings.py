@@ -111,12 +111,7 @@ def copy_patterns(raw: str) -> tuple[str, ...]:
         raise ValueError(f"BERTH_BUS_COPIES must be all, none or subject patterns, not {raw!r}")
     batched = [FAMILY_PATTERNS[family] for family in sorted(BATCHED_FAMILIES)]
     for pattern in patterns:
-        tokens = pattern.split(".")
-        if (
-            any(not token or " " in token for token in tokens)
-            or ">" in tokens[:-1]
-            or any(("*" in token or ">" in token) and len(token) > 1 for token in tokens)
-        ):
+        if not _is_subject_pattern(pattern):
             raise ValueError(f"BERTH_BUS_COPIES: {pattern!r} is not a NATS subject pattern")
         if all(overlap(pattern, family) is None for family in batched):
             raise ValueError(
@@ -129,3 +124,14 @@ def copy_patterns(raw: str) -> tuple[str, ...]:
 
 def nats_url_from_env() -> str:
     return os.environ.get("BERTH_NATS_URL", DEFAULT_NATS_URL)
+
+
+def _is_subject_pattern(pattern: str) -> bool:
+    """Whether ``pattern`` is a NATS subject pattern: tokens between dots, none empty or
+    with white space, ``*`` and ``>`` only as whole tokens, ``>`` only as the last one."""
+    tokens = pattern.split(".")
+    if any(not token or any(c.isspace() for c in token) for token in tokens):
+        return False
+    if ">" in tokens[:-1]:
+        return False
+    return all(token in ("*", ">") or not ({"*", ">"} & set(token)) for token in tokens)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import msgspec
 from nats.aio.msg import Msg
@@ -31,10 +32,20 @@ from shared.subjects import (
     subject_matcher,
 )
 
-__all__ = ["COPIES_METADATA", "ViewReading", "copies_in", "copies_metadata"]
+__all__ = [
+    "COPIES_METADATA",
+    "SINCE_METADATA",
+    "StoredCopies",
+    "ViewReading",
+    "copies_in",
+    "copies_metadata",
+    "stream_metadata",
+]
 
-# The event stream's metadata key that names the copies the services keep.
+# The event stream's metadata: ``berth.copies.<service>``, the copies each service keeps
+# (:func:`copies_metadata`), and ``berth.copies.since``, when any of them last changed.
 COPIES_METADATA = "berth.copies"
+SINCE_METADATA = f"{COPIES_METADATA}.since"
 
 _raw_list: msgspec.json.Decoder[list[msgspec.Raw]] = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -44,13 +55,53 @@ def copies_metadata(copies: Sequence[str]) -> str:
     return ",".join(copies) if copies else "none"
 
 
-def copies_in(metadata: Mapping[str, str] | None) -> tuple[str, ...]:
-    """The copies a stream's services keep, from its metadata; a stream without the key was
-    made by a Berth that kept every copy."""
-    value = (metadata or {}).get(COPIES_METADATA)
-    if value is None:
-        return ALL_COPIES
+def _copies_of(value: str) -> tuple[str, ...]:
     return () if value == "none" else tuple(value.split(","))
+
+
+@dataclass(frozen=True)
+class StoredCopies:
+    """The copies every service keeps, and since when (None: since the stream began)."""
+
+    copies: tuple[str, ...]
+    since: datetime | None = None
+
+
+def copies_in(metadata: Mapping[str, str] | None) -> StoredCopies:
+    """What a reader may count on finding as copies, from the stream's metadata.
+
+    The rule: the services' settings if they all agree; none if they differ (a reader then
+    derives everything from the batches, which hold every event whoever published it); every
+    copy if no service recorded one (a Berth from before the setting kept them all). The copies
+    are complete only from ``since``, the last time a service's setting changed."""
+    metadata = metadata or {}
+    prefix = f"{COPIES_METADATA}."
+    values = {v for k, v in metadata.items() if k.startswith(prefix) and k != SINCE_METADATA}
+    if not values:
+        copies: tuple[str, ...] = ALL_COPIES
+    elif len(values) == 1:
+        copies = _copies_of(values.pop())
+    else:
+        copies = ()
+    since = metadata.get(SINCE_METADATA)
+    return StoredCopies(copies, datetime.fromisoformat(since) if since else None)
+
+
+def stream_metadata(
+    existing: Mapping[str, str] | None, source: str, copies: Sequence[str], now: datetime
+) -> dict[str, str]:
+    """The stream's metadata once service ``source``, keeping ``copies``, has started: what
+    was there (other services' settings, an operator's own keys), its own setting under
+    ``berth.copies.<source>``, and ``berth.copies.since`` moved to ``now`` if its setting is
+    not what it was (no setting recorded counts as every copy, as :func:`copies_in` reads
+    it), since copies stored before then do not match the new setting."""
+    metadata = dict(existing or {})
+    key = f"{COPIES_METADATA}.{source}"
+    value = copies_metadata(copies)
+    if _copies_of(metadata.get(key, copies_metadata(ALL_COPIES))) != _copies_of(value):
+        metadata[SINCE_METADATA] = now.isoformat()
+    metadata[key] = value
+    return metadata
 
 
 def _has_copies(pattern: str, copies: Sequence[str]) -> bool:
@@ -75,14 +126,19 @@ class ViewReading:
     whole: Mapping[str, bool]
 
     @classmethod
-    def of(cls, patterns: Sequence[str], copies: Sequence[str]) -> ViewReading:
-        """Read the copies if every pattern has them and none asks for a batched family
-        whole, else the batches of the batched families the patterns touch (and the events
-        stored one each before batches). Why a whole family from the batches: they are the
-        record, whole whatever copies were kept when, and the copies would cost the same."""
+    def of(
+        cls, patterns: Sequence[str], stored: StoredCopies, start: datetime | None = None
+    ) -> ViewReading:
+        """Read the copies if every pattern has them from the read's ``start`` on (None: the
+        stream's first event) and none asks for a batched family whole, else the batches of
+        the batched families the patterns touch (and the events stored one each before
+        batches). Why a whole family from the batches: they are the record, whole whatever
+        copies were kept when, and the copies would cost the same."""
         wanted = subject_matcher(patterns)
         batched, whole = batched_filters(patterns)
-        if not any(whole.values()) and all(_has_copies(p, copies) for p in patterns):
+        complete = stored.since is None or (start is not None and start >= stored.since)
+        copies = stored.copies
+        if complete and not any(whole.values()) and all(_has_copies(p, copies) for p in patterns):
             return cls(server_filters(patterns), True, wanted, {})
         return cls(server_filters([*patterns, *batched]), False, wanted, whole)
 

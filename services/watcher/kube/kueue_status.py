@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from services.watcher.kube.active import ACTIVE_ANNOTATION, active_patch
@@ -54,7 +53,7 @@ from services.watcher.kube.preemptors import Preemptors
 from services.watcher.kube.recorder import EventRecorder, TokenBucket
 from services.watcher.kube.triggers import follow_triggers, stop_following
 from shared.bus import API_SUBJECT, Bus, BusTimeout, NoResponders
-from shared.events import EvictionRequested, decode_event
+from shared.events import AnyEvent, EvictionRequested
 from shared.logging import get_logger
 
 __all__ = [
@@ -310,14 +309,11 @@ class KueueStatusWriter:
         self.queues_dirty = True  # and the queues' and cohorts' status with it
         return subscriptions
 
-    async def _on_trigger(self, msg: Msg) -> None:
-        try:
-            event = decode_event(msg.data)
-        except msgspec.DecodeError:
-            return  # not ours to judge here; the consumers that act on it log it
-        if isinstance(event, EvictionRequested):
-            self.preemptors.note_eviction(event)
-        self.dirty.mark(event.workload.key)
+    async def _on_trigger(self, events: list[AnyEvent]) -> None:
+        for event in events:
+            if isinstance(event, EvictionRequested):
+                self.preemptors.note_eviction(event)
+            self.dirty.mark(event.workload.key)
         self.queues_dirty = True
 
     async def _round(self) -> None:
