@@ -28,6 +28,7 @@ from shared.bus.filters import (
     transition_filters,
     unbatched_until,
 )
+from shared.bus.gaps import Deliveries, refetcher
 from shared.bus.handing import (
     Handed,
     Handler,
@@ -477,7 +478,14 @@ class Consuming(Connection):
             with translated():
                 info = await subscription.consumer_info()
                 subject = f"{JS_API_PREFIX}.CONSUMER.MSG.NEXT.{info.stream_name}.{info.name}"
-                pump = await PullPump.open(self.nc, subject)
+                delivered = info.delivered
+                deliveries = Deliveries(
+                    (delivered.consumer_seq or 0) if delivered else 0,
+                    (delivered.stream_seq or 0) if delivered else 0,
+                )
+                pump = await PullPump.open(
+                    self.nc, subject, deliveries, refetcher(self.js, subscription, info.stream_name)
+                )
             self._pumps[id(subscription)] = pump
         return pump
 

@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from shared.bus.batches import BatchView, expand, is_batch, is_copy
+from shared.bus.gaps import Deliveries, Refetch
 from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
 from shared.subjects import BATCH_SUBJECTS, subject_family
@@ -85,9 +86,19 @@ class PullPump:
 
     BATCH = 512
 
-    def __init__(self, nc: Client, next_subject: str) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        next_subject: str,
+        deliveries: Deliveries | None = None,
+        refetch: Refetch | None = None,
+    ) -> None:
         self.nc = nc
         self.next_subject = next_subject
+        # What was taken so far, to notice deliveries lost on the way, and how to read them
+        # again (shared/bus/gaps.py).
+        self.deliveries = deliveries
+        self.refetch = refetch
         self.inbox = nc.new_inbox()
         self.buffer: list[Msg] = []
         # Events taken and decoded but not yet handed over (Consuming.next_batch), in order.
@@ -101,8 +112,14 @@ class PullPump:
         self.subscription: Any = None
 
     @classmethod
-    async def open(cls, nc: Client, next_subject: str) -> PullPump:
-        pump = cls(nc, next_subject)
+    async def open(
+        cls,
+        nc: Client,
+        next_subject: str,
+        deliveries: Deliveries | None = None,
+        refetch: Refetch | None = None,
+    ) -> PullPump:
+        pump = cls(nc, next_subject, deliveries, refetch)
         pump.subscription = await nc.subscribe(pump.inbox, cb=pump._on_message)
         await pump.top_up()
         return pump
@@ -175,7 +192,21 @@ class PullPump:
             batch, self.buffer = self.buffer[:limit], self.buffer[limit:]
         if not self.buffer:
             self.arrived.clear()
-        return batch
+        return batch if self.deliveries is None else await self._mended(batch)
+
+    async def _mended(self, batch: list[Msg]) -> list[Msg]:
+        """``batch`` with the messages whose deliveries were lost before any of its own read
+        again and put in their place (shared/bus/gaps.py)."""
+        assert self.deliveries is not None
+        mended: list[Msg] = []
+        for msg in batch:
+            lost = self.deliveries.lost_before(msg)
+            if lost is not None and self.refetch is not None:
+                found = await self.refetch(*lost)
+                log.warning("deliveries_lost", after=lost[0], before=lost[1], read_again=len(found))
+                mended += found
+            mended.append(msg)
+        return mended
 
     async def _watchdog(self) -> None:
         """No heartbeat for a few beats: whatever we count as outstanding is not (the

@@ -1,0 +1,103 @@
+"""Deliveries lost on the way: messages a pull consumer sent that never reached the service.
+
+A JetStream consumer counts a message delivered when it sends it. One still in flight when
+the NATS node the service is connected through dies (in a route or a socket buffer) never
+arrives, and nothing sends it again: an ack-none consumer (admission's and preemption's
+replay) forgets it, and an ack-all one (the watcher's, recovery's) acks it with the next
+message the service handles. Either way the service would never see it (a submitted Job
+never admitted). The consumer numbers each delivery, so a jump in that number is a lost
+delivery: the messages on the consumer's subjects between the last one taken and the one
+after the jump are read again from the stream, in order, and handed over before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from shared.bus.errors import translated
+
+__all__ = ["Deliveries", "Refetch", "refetch", "refetcher"]
+
+# Reads again the messages stored between two stream sequences (after, before).
+Refetch = Callable[[int, int], Awaitable[list[Msg]]]
+
+# A refetch reads this many messages per request (the gap is a few in-flight messages).
+REFETCH_BATCH = 256
+REFETCH_WAIT_S = 5.0
+
+
+@dataclass
+class Deliveries:
+    """The last delivery a consumer's messages were taken up to: its consumer and stream
+    sequences (from the consumer's info when the service starts reading it)."""
+
+    consumer_seq: int
+    stream_seq: int
+
+    def lost_before(self, msg: Msg) -> tuple[int, int] | None:
+        """The stream sequences ``(after, before)`` between which deliveries were lost before
+        ``msg``, if any, and ``msg`` taken.
+
+        The rule: a delivery numbered more than one past the last taken, of a message stored
+        more than one past the last taken, follows lost deliveries. A redelivery (an ack-all
+        consumer's, of a message stored before the last taken) is numbered anew, one past the
+        last: no gap."""
+        sequence = msg.metadata.sequence
+        delivered, stored = sequence.consumer, sequence.stream
+        lost = None
+        if delivered > self.consumer_seq + 1 and stored > self.stream_seq + 1:
+            lost = (self.stream_seq, stored)
+        self.consumer_seq = max(self.consumer_seq, delivered)
+        self.stream_seq = max(self.stream_seq, stored)
+        return lost
+
+
+async def refetch(
+    js: JetStreamContext, stream: str, filters: Sequence[str], after: int, before: int
+) -> list[Msg]:
+    """The messages stored on ``filters`` with ``after < sequence < before``, in order: read
+    by an ephemeral consumer of their own (acking nothing, gone once idle)."""
+    config = api.ConsumerConfig(
+        filter_subjects=list(filters),
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=after + 1,
+        ack_policy=api.AckPolicy.NONE,
+        inactive_threshold=30.0,
+        mem_storage=True,
+    )
+    subscription = await js.pull_subscribe("", stream=stream, config=config)
+    found: list[Msg] = []
+    try:
+        remaining = (await subscription.consumer_info()).num_pending or 0
+        while remaining > 0:
+            messages = await subscription.fetch(
+                min(remaining, REFETCH_BATCH), timeout=REFETCH_WAIT_S
+            )
+            remaining -= len(messages)
+            for msg in messages:
+                if msg.metadata.sequence.stream >= before:
+                    return found
+                found.append(msg)
+    finally:
+        await subscription.unsubscribe()
+    return found
+
+
+def refetcher(
+    js: JetStreamContext, subscription: JetStreamContext.PullSubscription, stream: str
+) -> Refetch:
+    """How ``subscription``'s pump reads again what was lost on the way: :func:`refetch` on
+    its ``stream``, on the consumer's subjects as they are then (a consumer's subjects may
+    have changed since it was made: ``Consuming.refilter``)."""
+
+    async def read_again(after: int, before: int) -> list[Msg]:
+        with translated():
+            config = (await subscription.consumer_info()).config
+            filters = config.filter_subjects or [config.filter_subject or ">"]
+            return await refetch(js, stream, filters, after, before)
+
+    return read_again
