@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from berth_cli.natsserver import NatsServer
 from shared.auth import ClientAuth
-from shared.bus import Bus
+from shared.bus import Bus, BusTimeout
 from shared.bus.gaps import Deliveries
+from shared.bus.pulling import PullPump
 from shared.events import AnyEvent
 from tests.console_data import submitted
 from tests.tcp_cut import CuttableProxy
@@ -25,31 +27,74 @@ def _delivery(consumer_seq: int, stream_seq: int) -> Msg:
     return Msg(None, subject="berth.b.wl.submitted", reply=reply)  # type: ignore[arg-type]
 
 
-# (last taken: consumer, stream sequence; the next delivery's; lost between, why)
+# (last taken: consumer, stream sequence; the deliveries that follow, each as (consumer,
+# stream sequence); the lost ranges found before each, why)
 GAPS = [
-    ((4, 10), (5, 11), None, "the next delivery of the next message"),
-    ((4, 10), (5, 30), None, "the next delivery, of a message stored later: others filtered"),
-    ((4, 10), (7, 30), (10, 30), "two deliveries missing: what is stored between is read again"),
-    ((4, 10), (5, 8), None, "a redelivery of an older message (ack-all): numbered anew"),
-    ((0, 0), (1, 1), None, "a new consumer's first delivery"),
-    ((0, 0), (3, 3), (0, 3), "a new consumer's first two deliveries lost"),
-    ((4, 10), (6, 11), None, "numbered past one lost, but nothing stored between"),
+    ((4, 10), [(5, 11)], [None], "the next delivery of the next message"),
+    ((4, 10), [(5, 30)], [None], "the next delivery, of a message stored later: others filtered"),
+    ((4, 10), [(7, 30)], [(10, 30)], "two deliveries missing: what is stored between is read"),
+    ((4, 10), [(5, 8)], [None], "a redelivery of an older message (ack-all): numbered anew"),
+    ((0, 0), [(1, 1)], [None], "a new consumer's first delivery"),
+    ((0, 0), [(3, 3)], [(0, 3)], "a new consumer's first two deliveries lost"),
+    ((4, 10), [(6, 11)], [None], "numbered past one lost, but nothing stored between"),
+    (
+        (4, 10),
+        [(6, 8), (7, 12)],
+        [None, (10, 12)],
+        "a jump seen on a redelivery: the next new message is placed after a gap",
+    ),
+    (
+        (4, 10),
+        [(6, 8), (7, 11), (8, 13)],
+        [None, None, None],
+        "a jump on a redelivery, then the very next message stored: nothing between",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("last", "delivery", "lost", "reason"), GAPS)
+@pytest.mark.parametrize(("last", "deliveries", "lost", "reason"), GAPS)
 def test_a_lost_delivery_is_a_jump_in_the_consumers_numbers(
     last: tuple[int, int],
-    delivery: tuple[int, int],
-    lost: tuple[int, int] | None,
+    deliveries: list[tuple[int, int]],
+    lost: list[tuple[int, int] | None],
     reason: str,
 ) -> None:
-    deliveries = Deliveries(*last)
-    assert deliveries.lost_before(_delivery(*delivery)) == lost, reason
-    assert (deliveries.consumer_seq, deliveries.stream_seq) == (
-        max(last[0], delivery[0]),
-        max(last[1], delivery[1]),
-    ), "taken up to the later of both"
+    taken = Deliveries(*last)
+    found = []
+    for delivery in deliveries:
+        msg = _delivery(*delivery)
+        found.append(taken.lost_before(msg))
+        taken.take(msg)
+    assert found == lost, reason
+    assert (taken.consumer_seq, taken.stream_seq) == (
+        max([last[0], *(d[0] for d in deliveries)]),
+        max([last[1], *(d[1] for d in deliveries)]),
+    ), "taken up to the latest of all"
+
+
+async def test_a_gap_that_cannot_be_read_yet_holds_back_what_follows(nats_url: str) -> None:
+    """A refetch that fails (NATS still electing a leader, say) hands over what came before
+    the gap and keeps the rest; the next take reads the gap and hands it over in place."""
+    attempts: list[tuple[int, int]] = []
+    refetched = _delivery(1, 11)
+
+    async def read_again(after: int, before: int) -> list[Msg]:
+        attempts.append((after, before))
+        if len(attempts) == 1:
+            raise BusTimeout("no stream leader yet")
+        return [refetched]
+
+    bus = await Bus.connect(nats_url, source="admission", auth=ClientAuth(), retry=False)
+    try:
+        pump = PullPump(bus.nc, "unused", Deliveries(4, 9), read_again)
+        before, after = _delivery(5, 10), _delivery(7, 12)
+        pump.buffer = [before, after]
+        assert await pump.take(None, wait=0) == [before], "the part before the gap"
+        assert pump.buffer == [after], "kept, not handed over past the gap"
+        assert await pump.take(None, wait=0) == [refetched, after]
+        assert attempts == [(10, 12), (10, 12)]
+    finally:
+        await bus.close()
 
 
 @pytest.fixture
@@ -73,14 +118,19 @@ async def _names(bus: Bus, take: object, count: int) -> list[str]:
     return names
 
 
-async def _lose_one_delivery(proxy: CuttableProxy, publisher: Bus) -> None:
+async def _lose_one_delivery(
+    proxy: CuttableProxy, publisher: Bus, subscription: JetStreamContext.PullSubscription
+) -> None:
     """Publish ``a`` while the proxy holds what the server sends, then cut: ``a``'s
-    delivery is lost on the way, and the client reconnects through the proxy."""
+    delivery is lost on the way (the consumer counts it delivered), and the client
+    reconnects through the proxy."""
     proxy.hold()
     await publisher.publish(submitted("a"))
     await asyncio.sleep(0.3)  # the server sent it (into the proxy)
     await proxy.cut()
     await asyncio.sleep(0.5)  # the client reconnects
+    info = await subscription.consumer_info()
+    assert info.delivered.consumer_seq == 1, "a was sent, and never arrived"
     await publisher.publish(submitted("b"))
 
 
@@ -104,7 +154,7 @@ async def test_a_delivery_lost_when_the_connection_dies_is_read_again(
             return await reader.next_batch(subscription, wait=0.25) or []
 
         assert await take() == [], "the consumer is reading, nothing stored yet"
-        await _lose_one_delivery(proxy, publisher)
+        await _lose_one_delivery(proxy, publisher, subscription)
         assert await _names(reader, take, 2) == ["a", "b"]
         assert await take() == [], "and nothing twice"
     finally:

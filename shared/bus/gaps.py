@@ -12,9 +12,11 @@ after the jump are read again from the stream, in order, and handed over before 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
@@ -28,39 +30,56 @@ Refetch = Callable[[int, int], Awaitable[list[Msg]]]
 # A refetch reads this many messages per request (the gap is a few in-flight messages).
 REFETCH_BATCH = 256
 REFETCH_WAIT_S = 5.0
+# After a refetch failed (NATS still electing, say), the take waits this long before the
+# next try: what follows the gap is held back until it is read.
+REFETCH_RETRY_S = 1.0
 
 
 @dataclass
 class Deliveries:
     """The last delivery a consumer's messages were taken up to: its consumer and stream
-    sequences (from the consumer's info when the service starts reading it)."""
+    sequences (from the consumer's info when the service starts reading it), and whether a
+    jump was seen on a redelivery, with no new message yet to place it before."""
 
     consumer_seq: int
     stream_seq: int
+    jumped: bool = False
 
     def lost_before(self, msg: Msg) -> tuple[int, int] | None:
         """The stream sequences ``(after, before)`` between which deliveries were lost before
-        ``msg``, if any, and ``msg`` taken.
+        ``msg``, if any (nothing is taken: :meth:`take`).
 
-        The rule: a delivery numbered more than one past the last taken, of a message stored
-        more than one past the last taken, follows lost deliveries. A redelivery (an ack-all
-        consumer's, of a message stored before the last taken) is numbered anew, one past the
-        last: no gap."""
+        The rule: a delivery of a message stored after the last taken follows lost
+        deliveries if it is numbered more than one past the last taken (or a redelivery
+        since was), and something was stored between. A redelivery (an ack-all consumer's,
+        of a message stored before the last taken) is numbered anew, one past the last."""
         sequence = msg.metadata.sequence
         delivered, stored = sequence.consumer, sequence.stream
-        lost = None
-        if delivered > self.consumer_seq + 1 and stored > self.stream_seq + 1:
-            lost = (self.stream_seq, stored)
+        if stored <= self.stream_seq + 1:
+            return None
+        if delivered > self.consumer_seq + 1 or self.jumped:
+            return (self.stream_seq, stored)
+        return None
+
+    def take(self, msg: Msg) -> None:
+        """``msg`` handed over: the sequences move on (a jump on a redelivery is kept for the
+        next new message)."""
+        sequence = msg.metadata.sequence
+        delivered, stored = sequence.consumer, sequence.stream
+        if stored <= self.stream_seq:
+            self.jumped = self.jumped or delivered > self.consumer_seq + 1
+        else:
+            self.jumped = False
         self.consumer_seq = max(self.consumer_seq, delivered)
         self.stream_seq = max(self.stream_seq, stored)
-        return lost
 
 
 async def refetch(
     js: JetStreamContext, stream: str, filters: Sequence[str], after: int, before: int
 ) -> list[Msg]:
     """The messages stored on ``filters`` with ``after < sequence < before``, in order: read
-    by an ephemeral consumer of their own (acking nothing, gone once idle)."""
+    by an ephemeral consumer of their own (acking nothing, deleted after, else gone once
+    idle)."""
     config = api.ConsumerConfig(
         filter_subjects=list(filters),
         deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
@@ -71,8 +90,10 @@ async def refetch(
     )
     subscription = await js.pull_subscribe("", stream=stream, config=config)
     found: list[Msg] = []
+    name = ""
     try:
-        remaining = (await subscription.consumer_info()).num_pending or 0
+        info = await subscription.consumer_info()
+        name, remaining = info.name, info.num_pending or 0
         while remaining > 0:
             messages = await subscription.fetch(
                 min(remaining, REFETCH_BATCH), timeout=REFETCH_WAIT_S
@@ -83,7 +104,11 @@ async def refetch(
                     return found
                 found.append(msg)
     finally:
-        await subscription.unsubscribe()
+        with contextlib.suppress(nats.errors.Error, ValueError):
+            await subscription.unsubscribe()
+        if name:
+            with contextlib.suppress(nats.errors.Error):  # else it goes once idle
+                await js.delete_consumer(stream, name)
     return found
 
 

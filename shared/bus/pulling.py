@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import time
@@ -19,7 +20,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from shared.bus.batches import BatchView, expand, is_batch, is_copy
-from shared.bus.gaps import Deliveries, Refetch
+from shared.bus.gaps import REFETCH_RETRY_S, Deliveries, Refetch
 from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
 from shared.subjects import BATCH_SUBJECTS, subject_family
@@ -196,15 +197,33 @@ class PullPump:
 
     async def _mended(self, batch: list[Msg]) -> list[Msg]:
         """``batch`` with the messages whose deliveries were lost before any of its own read
-        again and put in their place (shared/bus/gaps.py)."""
+        again and put in their place (shared/bus/gaps.py). If they cannot be read now, what
+        follows the gap goes back to the buffer, for the next take to try again after
+        :data:`REFETCH_RETRY_S`: nothing after a gap is handed over before it."""
         assert self.deliveries is not None
         mended: list[Msg] = []
-        for msg in batch:
+        taken_before = dataclasses.replace(self.deliveries)
+        for index, msg in enumerate(batch):
             lost = self.deliveries.lost_before(msg)
             if lost is not None and self.refetch is not None:
-                found = await self.refetch(*lost)
+                try:
+                    found = await self.refetch(*lost)
+                except BaseException as error:
+                    if not isinstance(error, Exception):  # cancelled: as if never taken
+                        self.deliveries = taken_before
+                        self.buffer[:0] = batch
+                        raise
+                    self.buffer[:0] = batch[index:]
+                    self.arrived.set()
+                    log.warning(
+                        "deliveries_lost_unread", after=lost[0], before=lost[1], error=repr(error)
+                    )
+                    if not mended:  # (with some to hand over, the next take tries again)
+                        await asyncio.sleep(REFETCH_RETRY_S)
+                    return mended
                 log.warning("deliveries_lost", after=lost[0], before=lost[1], read_again=len(found))
                 mended += found
+            self.deliveries.take(msg)
             mended.append(msg)
         return mended
 
