@@ -27,9 +27,10 @@ from nats.js import api
 from berth_cli.client import CliError, connect
 from berth_cli.watching import until_stopped
 from shared.bus import STREAM, Bus, BusError, bus_call
+from shared.bus.batches import Shown
 from shared.bus.view import ViewReading
 from shared.durations import parse_duration
-from shared.events import SUBJECT_ROOT, decode_event, subject_token
+from shared.events import SUBJECT_ROOT, subject_token
 
 __all__ = ["EventFilter", "detail", "events", "recorded", "render_line", "subjects_for"]
 
@@ -231,17 +232,16 @@ def render_line(body: dict[str, Any], tap: Tap, *, wide: bool) -> str:
     return _line(cells, wide=wide)
 
 
-def _body(data: bytes) -> dict[str, Any] | None:
-    """The event as a plain mapping, checked with the contract's decoder; an event type this
+def _body(shown: Shown) -> dict[str, Any] | None:
+    """The event as a plain mapping, as the contract's decoder read it; an event type this
     CLI does not know yet (a newer Berth) still shows, as written."""
+    if shown.event is not None:
+        return dict(msgspec.to_builtins(shown.event))
     try:
-        return dict(msgspec.to_builtins(decode_event(data)))
+        raw = msgspec.json.decode(shown.payload)
     except msgspec.DecodeError:
-        try:
-            raw = msgspec.json.decode(data)
-        except msgspec.DecodeError:
-            return None
-        return raw if isinstance(raw, dict) else None
+        return None
+    return raw if isinstance(raw, dict) else None
 
 
 async def stored_events(
@@ -251,8 +251,8 @@ async def stored_events(
     since: float | None,
     follow: bool,
     stop: asyncio.Event | None = None,
-) -> AsyncIterator[bytes]:
-    """The JSON of each stored event on ``subjects`` from the start point (``since`` seconds
+) -> AsyncIterator[Shown]:
+    """Each stored event on ``subjects`` (its JSON, decoded) from the start point (``since`` seconds
     ago in stream time; None: the first event) to the stream's end, then on as they come with
     ``follow`` until ``stop``: one ordered consumer, deleted when done. From the per-workload
     copies where the deployment keeps them, else from the batches (shared/bus/view.py)."""
@@ -287,11 +287,11 @@ async def stored_events(
             except TimeoutError:  # nats-py's is one too
                 continue
             try:
-                payloads = reading.payloads(msg)
+                shown = reading.events(msg)
             except msgspec.DecodeError:
-                payloads = []  # a malformed batch: nothing to show (the services dead-letter it)
-            for payload in payloads:
-                yield payload
+                shown = []  # a malformed batch: nothing to show (the services dead-letter it)
+            for item in shown:
+                yield item
             if not follow and msg.metadata.num_pending == 0:
                 return
     finally:
@@ -303,8 +303,8 @@ async def recorded(
 ) -> list[dict[str, Any]]:
     """Every stored event on ``subjects`` from the start point to the stream's end now."""
     found = []
-    async for payload in stored_events(bus, subjects, since=since, follow=False):
-        body = _body(payload)
+    async for shown in stored_events(bus, subjects, since=since, follow=False):
+        body = _body(shown)
         if body is not None:
             found.append(body)
     return found
@@ -325,12 +325,12 @@ async def tap_events(
     printed = 0
     async with connect(url) as bus:
         subjects = subjects_for(wanted)
-        async for payload in stored_events(bus, subjects, since=since, follow=follow, stop=stop):
-            body = _body(payload)
+        async for shown in stored_events(bus, subjects, since=since, follow=follow, stop=stop):
+            body = _body(shown)
             if body is None or not tap.keep(body):
                 continue
             if output == "json":
-                print(payload.decode(), flush=True)
+                print(shown.payload.decode(), flush=True)
             else:
                 if printed == 0:
                     print(header(wide=output == "wide"), flush=True)

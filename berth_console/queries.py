@@ -22,7 +22,7 @@ from shared.bus import (
     bus_call,
 )
 from shared.bus.view import ViewReading
-from shared.events import AnyEvent, decode_event, subject_for, subject_token
+from shared.events import AnyEvent, subject_for, subject_token
 from shared.fencing import LEASE_SUBJECTS, Fence, Verdict
 from shared.logging import get_logger
 from shared.queue_stop import QueueBusy, StopOutcome, StopPolicy, set_stop_policy
@@ -142,10 +142,10 @@ class Queries:
                 for msg in messages:
                     seq = msg.metadata.sequence.stream
                     try:
-                        payloads = reading.payloads(msg)
+                        shown = reading.events(msg)
                     except msgspec.DecodeError:  # a malformed batch: nothing to show
                         continue
-                    for event in _decoded(payloads):
+                    for event in (item.event for item in shown if item.event is not None):
                         if fence.judge(event) is Verdict.KEEP:
                             found.append((seq, subject_for(event), event))
         except (TimeoutError, BusError) as error:
@@ -157,14 +157,3 @@ class Queries:
             except (BusError, ValueError):
                 pass
         return found
-
-
-def _decoded(payloads: list[bytes]) -> list[AnyEvent]:
-    """The events among ``payloads`` that decode (one that does not is not shown)."""
-    events = []
-    for payload in payloads:
-        try:
-            events.append(decode_event(payload))
-        except msgspec.DecodeError:
-            continue
-    return events

@@ -52,6 +52,7 @@ __all__ = [
     "BatchView",
     "Prepared",
     "RecentIds",
+    "Shown",
     "Wire",
     "batched",
     "expand",
@@ -59,6 +60,7 @@ __all__ = [
     "is_copy",
     "record_events",
     "record_of",
+    "shown_events",
 ]
 
 log = get_logger("bus")
@@ -80,9 +82,7 @@ Wire = tuple[str, bytes, str]
 _BATCH_SUBJECT_OF = {family: batch_subject(family) for family in BATCHED_FAMILIES}
 
 _list_decoder: msgspec.json.Decoder[list[AnyEvent]] = msgspec.json.Decoder(list[AnyEvent])
-_raw_list_decoder: msgspec.json.Decoder[list[msgspec.Raw]] = msgspec.json.Decoder(
-    list[msgspec.Raw]
-)
+_raw_list_decoder: msgspec.json.Decoder[list[msgspec.Raw]] = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 class Prepared(NamedTuple):
@@ -317,6 +317,32 @@ def record_of(msg: Msg) -> list[AnyEvent]:
     return [decode_event(msg.data)]
 
 
+class Shown(NamedTuple):
+    """One event of a stored message as a reader shows it: its JSON as its publisher encoded
+    it, and the event, None where it does not decode (a type from a newer Berth)."""
+
+    payload: bytes
+    event: AnyEvent | None
+
+
+def shown_events(msg: Msg) -> list[Shown]:
+    """Each event a stored message holds, decoded one by one (a batch's in order; a copy's
+    or a single message's alone), so that one that does not decode leaves the others
+    whole. Raises ``msgspec.DecodeError`` for a batch that is not a JSON array."""
+    if is_batch(msg.subject):
+        payloads = [bytes(raw) for raw in _raw_list_decoder.decode(msg.data)]
+    else:
+        payloads = [msg.data]
+    shown = []
+    for payload in payloads:
+        try:
+            event: AnyEvent | None = decode_event(payload)
+        except msgspec.DecodeError:
+            event = None
+        shown.append(Shown(payload, event))
+    return shown
+
+
 def record_events(msg: Msg) -> list[AnyEvent]:
     """:func:`record_of`, each event judged on its own: one that does not decode (a type
     from a newer Berth, a malformed one) is left out and logged, not the rest of its batch.
@@ -326,17 +352,12 @@ def record_events(msg: Msg) -> list[AnyEvent]:
         return record_of(msg)
     except msgspec.DecodeError:
         pass
-    payloads: list[msgspec.Raw | bytes] = [msg.data]
-    if is_batch(msg.subject):
-        try:
-            payloads = list(_raw_list_decoder.decode(msg.data))
-        except msgspec.DecodeError as error:
-            log.warning("malformed_event", subject=msg.subject, error=str(error))
-            return []
-    events: list[AnyEvent] = []
-    for payload in payloads:
-        try:
-            events.append(decode_event(bytes(payload)))
-        except msgspec.DecodeError as error:
-            log.warning("malformed_event", subject=msg.subject, error=str(error))
+    try:
+        shown = shown_events(msg)
+    except msgspec.DecodeError as error:
+        log.warning("malformed_event", subject=msg.subject, error=str(error))
+        return []
+    events = [item.event for item in shown if item.event is not None]
+    if len(events) < len(shown):
+        log.warning("malformed_event", subject=msg.subject, left_out=len(shown) - len(events))
     return events

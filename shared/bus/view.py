@@ -16,12 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import msgspec
 from nats.aio.msg import Msg
 
-from shared.bus.batches import is_batch, is_copy
+from shared.bus.batches import Shown, is_batch, is_copy, shown_events
 from shared.bus.settings import ALL_COPIES
-from shared.events import decode_event, subject_for
+from shared.events import subject_for
 from shared.subjects import (
     BATCHED_FAMILIES,
     FAMILY_PATTERNS,
@@ -46,8 +45,6 @@ __all__ = [
 # (:func:`copies_metadata`), and ``berth.copies.since``, when any of them last changed.
 COPIES_METADATA = "berth.copies"
 SINCE_METADATA = f"{COPIES_METADATA}.since"
-
-_raw_list: msgspec.json.Decoder[list[msgspec.Raw]] = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 def copies_metadata(copies: Sequence[str]) -> str:
@@ -142,30 +139,27 @@ class ViewReading:
             return cls(server_filters(patterns), True, wanted, {})
         return cls(server_filters([*patterns, *batched]), False, wanted, whole)
 
-    def payloads(self, msg: Msg) -> list[bytes]:
-        """The JSON of each event ``msg`` adds to the view, as its publisher encoded it.
+    def events(self, msg: Msg) -> list[Shown]:
+        """Each event ``msg`` adds to the view, as its publisher encoded it and decoded
+        (:func:`shared.bus.batches.shown_events`).
 
         Read from the copies: a batch adds nothing (its copies are the view), any other
-        message itself. Derived: a copy adds nothing (its batch holds it), a batch those of
-        its events whose own subject is asked for, in order, any other message itself. An
-        event in a batch that does not decode (a type from a newer Berth) has no subject to
-        match: it is kept only where its whole family is asked for. Raises
+        message its event. Derived: a copy adds nothing (its batch holds it), a batch those
+        of its events whose own subject is asked for, in order, any other message its event.
+        An event in a batch that does not decode (a type from a newer Berth) has no subject
+        to match: it is kept only where its whole family is asked for. Raises
         ``msgspec.DecodeError`` for a batch that is not a JSON array."""
         if is_batch(msg.subject):
             if self.from_copies:
                 return []
-            raws = [bytes(raw) for raw in _raw_list.decode(msg.data)]
-            return (
-                raws
-                if self.whole.get(msg.subject, False)
-                else [raw for raw in raws if self._asked_for(raw)]
-            )
+            shown = shown_events(msg)
+            if self.whole.get(msg.subject, False):
+                return shown
+            return [
+                item
+                for item in shown
+                if item.event is not None and self.wanted(subject_for(item.event))
+            ]
         if not self.from_copies and is_copy(msg):
             return []
-        return [msg.data]
-
-    def _asked_for(self, payload: bytes) -> bool:
-        try:
-            return self.wanted(subject_for(decode_event(payload)))
-        except msgspec.DecodeError:
-            return False
+        return shown_events(msg)
