@@ -72,6 +72,23 @@ def test_a_lost_delivery_is_a_jump_in_the_consumers_numbers(
     ), "taken up to the latest of all"
 
 
+@pytest.mark.parametrize(
+    ("delivery", "straggler", "reason"),
+    [
+        ((6, 12), True, "counted by the server, read again from the stream, then it came"),
+        ((5, 11), True, "an earlier one that was still coming"),
+        ((7, 13), False, "the next delivery after the tail read again"),
+        ((7, 9), False, "a redelivery (ack-all): numbered anew, handled again"),
+    ],
+)
+def test_after_the_tail_is_read_again_a_delivery_still_coming_is_dropped(
+    delivery: tuple[int, int], straggler: bool, reason: str
+) -> None:
+    taken = Deliveries(4, 10)
+    taken.cover(6, 12)  # the server counted two more deliveries, read again
+    assert taken.straggler(_delivery(*delivery)) is straggler, reason
+
+
 async def test_a_gap_that_cannot_be_read_yet_holds_back_what_follows(nats_url: str) -> None:
     """A refetch that fails (NATS still electing a leader, say) hands over what came before
     the gap and keeps the rest; the next take reads the gap and hands it over in place."""
@@ -107,10 +124,11 @@ async def proxied(nats_server: NatsServer) -> AsyncIterator[tuple[CuttableProxy,
         await proxy.close()
 
 
-async def _names(bus: Bus, take: object, count: int) -> list[str]:
-    """Workload names from ``take`` (a coroutine function giving events) until ``count``."""
+async def _names(bus: Bus, take: object, count: int, *, tries: int = 40) -> list[str]:
+    """Workload names from ``take`` (a coroutine function giving events) until ``count``,
+    or ``tries`` takes."""
     names: list[str] = []
-    for _ in range(40):
+    for _ in range(tries):
         events: list[AnyEvent] = await take()  # type: ignore[operator]
         names += [event.workload.name for event in events]
         if len(names) >= count:
@@ -119,7 +137,11 @@ async def _names(bus: Bus, take: object, count: int) -> list[str]:
 
 
 async def _lose_one_delivery(
-    proxy: CuttableProxy, publisher: Bus, subscription: JetStreamContext.PullSubscription
+    proxy: CuttableProxy,
+    publisher: Bus,
+    subscription: JetStreamContext.PullSubscription,
+    *,
+    then_b: bool = True,
 ) -> None:
     """Publish ``a`` while the proxy holds what the server sends, then cut: ``a``'s
     delivery is lost on the way (the consumer counts it delivered), and the client
@@ -131,7 +153,8 @@ async def _lose_one_delivery(
     await asyncio.sleep(0.5)  # the client reconnects
     info = await subscription.consumer_info()
     assert info.delivered.consumer_seq == 1, "a was sent, and never arrived"
-    await publisher.publish(submitted("b"))
+    if then_b:
+        await publisher.publish(submitted("b"))
 
 
 @pytest.mark.parametrize("kind", ["replay", "durable"])
@@ -157,6 +180,35 @@ async def test_a_delivery_lost_when_the_connection_dies_is_read_again(
         await _lose_one_delivery(proxy, publisher, subscription)
         assert await _names(reader, take, 2) == ["a", "b"]
         assert await take() == [], "and nothing twice"
+    finally:
+        await reader.close()
+        await publisher.close()
+
+
+@pytest.mark.parametrize("kind", ["replay", "durable"])
+async def test_a_last_delivery_lost_with_nothing_after_it_is_read_again(
+    nats_url: str, proxied: tuple[CuttableProxy, str], kind: str
+) -> None:
+    """The lost delivery is the last one: no later message shows the gap. The consumer asks
+    again after the reconnect, finds the server counting a delivery it never took, and reads
+    ``a`` again, once."""
+    proxy, url = proxied
+    publisher = await Bus.connect(nats_url, source="watcher", auth=ClientAuth(), retry=False)
+    reader = await Bus.connect(url, source="admission", auth=ClientAuth())
+    try:
+        await publisher.ensure_stream()
+        if kind == "replay":
+            subscription = await reader.replay_subscription(["berth.wl.submitted.>"])
+        else:
+            subscription = await reader.durable_subscription("t", ["berth.wl.submitted.>"])
+
+        async def take() -> list[AnyEvent]:
+            return await reader.next_batch(subscription, wait=0.25) or []
+
+        assert await take() == [], "the consumer is reading, nothing stored yet"
+        await _lose_one_delivery(proxy, publisher, subscription, then_b=False)
+        assert await _names(reader, take, 1) == ["a"]
+        assert await _names(reader, take, 1, tries=4) == [], "and nothing twice"
     finally:
         await reader.close()
         await publisher.close()

@@ -28,7 +28,7 @@ from shared.bus.filters import (
     transition_filters,
     unbatched_until,
 )
-from shared.bus.gaps import Deliveries, refetcher
+from shared.bus.gaps import Deliveries, delivered_of, refetcher
 from shared.bus.handing import (
     Handed,
     Handler,
@@ -487,7 +487,11 @@ class Consuming(Connection):
                     (start.stream_seq or 0) if start else 0,
                 )
                 pump = await PullPump.open(
-                    self.nc, subject, deliveries, refetcher(self.js, subscription, info.stream_name)
+                    self.nc,
+                    subject,
+                    deliveries,
+                    refetcher(self.js, subscription, info.stream_name),
+                    delivered_of(subscription),
                 )
             self._pumps[id(subscription)] = pump
         return pump

@@ -22,10 +22,12 @@ from nats.js import JetStreamContext, api
 
 from shared.bus.errors import translated
 
-__all__ = ["Deliveries", "Refetch", "refetch", "refetcher"]
+__all__ = ["Delivered", "Deliveries", "Refetch", "delivered_of", "refetch", "refetcher"]
 
 # Reads again the messages stored between two stream sequences (after, before).
 Refetch = Callable[[int, int], Awaitable[list[Msg]]]
+# The consumer's last delivery as the server counts it: consumer and stream sequences.
+Delivered = Callable[[], Awaitable[tuple[int, int]]]
 
 # A refetch reads this many messages per request (the gap is a few in-flight messages).
 REFETCH_BATCH = 256
@@ -60,6 +62,17 @@ class Deliveries:
         if delivered > self.consumer_seq + 1 or self.jumped:
             return (self.stream_seq, stored)
         return None
+
+    def straggler(self, msg: Msg) -> bool:
+        """Whether ``msg`` was read already: a delivery numbered at or below the last taken,
+        which :meth:`cover` counted before it came (a redelivery is numbered anew)."""
+        return msg.metadata.sequence.consumer <= self.consumer_seq
+
+    def cover(self, consumer_seq: int, stream_seq: int) -> None:
+        """Everything up to these sequences read (the tail after a reconnect, read again)."""
+        self.consumer_seq = max(self.consumer_seq, consumer_seq)
+        self.stream_seq = max(self.stream_seq, stream_seq)
+        self.jumped = False
 
     def take(self, msg: Msg) -> None:
         """``msg`` handed over: the sequences move on (a jump on a redelivery is kept for the
@@ -126,3 +139,16 @@ def refetcher(
             return await refetch(js, stream, filters, after, before)
 
     return read_again
+
+
+def delivered_of(subscription: JetStreamContext.PullSubscription) -> Delivered:
+    """The consumer's last delivery as the server counts it, asked when called."""
+
+    async def delivered() -> tuple[int, int]:
+        with translated():
+            sequences = (await subscription.consumer_info()).delivered
+        if sequences is None:
+            return 0, 0
+        return sequences.consumer_seq or 0, sequences.stream_seq or 0
+
+    return delivered

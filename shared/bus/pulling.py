@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from shared.bus.batches import BatchView, expand, is_batch, is_copy
-from shared.bus.gaps import REFETCH_RETRY_S, Deliveries, Refetch
+from shared.bus.gaps import REFETCH_RETRY_S, Delivered, Deliveries, Refetch
 from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
 from shared.subjects import BATCH_SUBJECTS, subject_family
@@ -93,6 +93,7 @@ class PullPump:
         next_subject: str,
         deliveries: Deliveries | None = None,
         refetch: Refetch | None = None,
+        delivered: Delivered | None = None,
     ) -> None:
         self.nc = nc
         self.next_subject = next_subject
@@ -100,6 +101,10 @@ class PullPump:
         # again (shared/bus/gaps.py).
         self.deliveries = deliveries
         self.refetch = refetch
+        self.delivered = delivered
+        # Asked again (a reconnect, a silence): the deliveries the server counts past the
+        # last taken are checked at the next idle take (:meth:`_tail`).
+        self.tail_unchecked = False
         self.inbox = nc.new_inbox()
         self.buffer: list[Msg] = []
         # Events taken and decoded but not yet handed over (Consuming.next_batch), in order.
@@ -119,8 +124,9 @@ class PullPump:
         next_subject: str,
         deliveries: Deliveries | None = None,
         refetch: Refetch | None = None,
+        delivered: Delivered | None = None,
     ) -> PullPump:
-        pump = cls(nc, next_subject, deliveries, refetch)
+        pump = cls(nc, next_subject, deliveries, refetch, delivered)
         pump.subscription = await nc.subscribe(pump.inbox, cb=pump._on_message)
         await pump.top_up()
         return pump
@@ -146,6 +152,7 @@ class PullPump:
         """Forget what we count as outstanding and ask anew: after a reconnect, a restarted
         server (or another node) knows nothing of our requests."""
         self.requested = 0
+        self.tail_unchecked = self.delivered is not None
         await self.top_up()
 
     async def resubscribe(self) -> None:
@@ -186,7 +193,7 @@ class PullPump:
                     await self.arrived.wait()
             except TimeoutError:
                 await self._watchdog()
-                return []
+                return await self._tail() if self.tail_unchecked else []
         if limit is None or len(self.buffer) <= limit:
             batch, self.buffer = self.buffer, []
         else:
@@ -204,6 +211,8 @@ class PullPump:
         mended: list[Msg] = []
         taken_before = dataclasses.replace(self.deliveries)
         for index, msg in enumerate(batch):
+            if self.deliveries.straggler(msg):
+                continue  # read again already (:meth:`_tail`)
             lost = self.deliveries.lost_before(msg)
             if lost is not None and self.refetch is not None:
                 try:
@@ -226,6 +235,33 @@ class PullPump:
             self.deliveries.take(msg)
             mended.append(msg)
         return mended
+
+    async def _tail(self) -> list[Msg]:
+        """Nothing came since the pump asked again: deliveries the server counts past the
+        last taken were lost on the way with the connection (none came after them to show
+        the gap), or are still coming; either way they are read again here, and any that
+        still comes is dropped as read (:meth:`Deliveries.straggler`). Tried again at the
+        next idle take if the server does not answer."""
+        assert self.deliveries is not None and self.delivered is not None
+        assert self.refetch is not None
+        try:
+            consumer_seq, stream_seq = await self.delivered()
+            found = []
+            if consumer_seq > self.deliveries.consumer_seq:
+                found = await self.refetch(self.deliveries.stream_seq, stream_seq + 1)
+        except Exception as error:
+            log.warning("deliveries_unchecked", error=repr(error))
+            return []
+        self.tail_unchecked = False
+        if consumer_seq > self.deliveries.consumer_seq:
+            log.warning(
+                "deliveries_lost",
+                after=self.deliveries.stream_seq,
+                before=stream_seq + 1,
+                read_again=len(found),
+            )
+        self.deliveries.cover(consumer_seq, stream_seq)
+        return found
 
     async def _watchdog(self) -> None:
         """No heartbeat for a few beats: whatever we count as outstanding is not (the
