@@ -157,12 +157,25 @@ async def _lose_one_delivery(
         await publisher.publish(submitted("b"))
 
 
-@pytest.mark.parametrize("kind", ["replay", "durable"])
+# (consumer kind, whether b is published after the lost a, the names handed over, why)
+LOSSES = [
+    ("replay", True, ["a", "b"], "admission's kind (acking nothing): a read again before b"),
+    ("durable", True, ["a", "b"], "the watcher's kind (acking all up to a message): the same"),
+    ("replay", False, ["a"], "the last delivery lost, nothing after it to show the gap"),
+    ("durable", False, ["a"], "the same, before the ack wait (30 s) would send it again"),
+]
+
+
+@pytest.mark.parametrize(("kind", "then_b", "names", "reason"), LOSSES)
 async def test_a_delivery_lost_when_the_connection_dies_is_read_again(
-    nats_url: str, proxied: tuple[CuttableProxy, str], kind: str
+    nats_url: str,
+    proxied: tuple[CuttableProxy, str],
+    kind: str,
+    then_b: bool,
+    names: list[str],
+    reason: str,
 ) -> None:
-    """Admission's kind of consumer (replay, acking nothing) and the watcher's (durable,
-    acking all up to a message) each get ``a``, lost on the way, before ``b``, once."""
+    """A consumer whose delivery of ``a`` is lost on the way gets it, in order, once."""
     proxy, url = proxied
     publisher = await Bus.connect(nats_url, source="watcher", auth=ClientAuth(), retry=False)
     reader = await Bus.connect(url, source="admission", auth=ClientAuth())
@@ -177,37 +190,8 @@ async def test_a_delivery_lost_when_the_connection_dies_is_read_again(
             return await reader.next_batch(subscription, wait=0.25) or []
 
         assert await take() == [], "the consumer is reading, nothing stored yet"
-        await _lose_one_delivery(proxy, publisher, subscription)
-        assert await _names(reader, take, 2) == ["a", "b"]
-        assert await take() == [], "and nothing twice"
-    finally:
-        await reader.close()
-        await publisher.close()
-
-
-@pytest.mark.parametrize("kind", ["replay", "durable"])
-async def test_a_last_delivery_lost_with_nothing_after_it_is_read_again(
-    nats_url: str, proxied: tuple[CuttableProxy, str], kind: str
-) -> None:
-    """The lost delivery is the last one: no later message shows the gap. The consumer asks
-    again after the reconnect, finds the server counting a delivery it never took, and reads
-    ``a`` again, once."""
-    proxy, url = proxied
-    publisher = await Bus.connect(nats_url, source="watcher", auth=ClientAuth(), retry=False)
-    reader = await Bus.connect(url, source="admission", auth=ClientAuth())
-    try:
-        await publisher.ensure_stream()
-        if kind == "replay":
-            subscription = await reader.replay_subscription(["berth.wl.submitted.>"])
-        else:
-            subscription = await reader.durable_subscription("t", ["berth.wl.submitted.>"])
-
-        async def take() -> list[AnyEvent]:
-            return await reader.next_batch(subscription, wait=0.25) or []
-
-        assert await take() == [], "the consumer is reading, nothing stored yet"
-        await _lose_one_delivery(proxy, publisher, subscription, then_b=False)
-        assert await _names(reader, take, 1) == ["a"]
+        await _lose_one_delivery(proxy, publisher, subscription, then_b=then_b)
+        assert await _names(reader, take, len(names)) == names, reason
         assert await _names(reader, take, 1, tries=4) == [], "and nothing twice"
     finally:
         await reader.close()
