@@ -79,6 +79,7 @@ def test_a_lost_delivery_is_a_jump_in_the_consumers_numbers(
         ((5, 11), True, "an earlier one that was still coming"),
         ((7, 13), False, "the next delivery after the tail read again"),
         ((7, 9), False, "a redelivery (ack-all): numbered anew, handled again"),
+        ((5, 14), False, "a number seen before, of a message not read again: handed over"),
     ],
 )
 def test_after_the_tail_is_read_again_a_delivery_still_coming_is_dropped(

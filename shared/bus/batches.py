@@ -323,6 +323,7 @@ class Shown(NamedTuple):
 
     payload: bytes
     event: AnyEvent | None
+    error: str = ""  # why it does not decode
 
 
 def shown_events(msg: Msg) -> list[Shown]:
@@ -336,10 +337,9 @@ def shown_events(msg: Msg) -> list[Shown]:
     shown = []
     for payload in payloads:
         try:
-            event: AnyEvent | None = decode_event(payload)
-        except msgspec.DecodeError:
-            event = None
-        shown.append(Shown(payload, event))
+            shown.append(Shown(payload, decode_event(payload)))
+        except msgspec.DecodeError as error:
+            shown.append(Shown(payload, None, str(error)))
     return shown
 
 
@@ -357,7 +357,10 @@ def record_events(msg: Msg) -> list[AnyEvent]:
     except msgspec.DecodeError as error:
         log.warning("malformed_event", subject=msg.subject, error=str(error))
         return []
-    events = [item.event for item in shown if item.event is not None]
-    if len(events) < len(shown):
-        log.warning("malformed_event", subject=msg.subject, left_out=len(shown) - len(events))
+    events = []
+    for item in shown:
+        if item.event is None:
+            log.warning("malformed_event", subject=msg.subject, error=item.error)
+        else:
+            events.append(item.event)
     return events

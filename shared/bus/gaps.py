@@ -35,6 +35,9 @@ REFETCH_WAIT_S = 5.0
 # After a refetch failed (NATS still electing, say), the take waits this long before the
 # next try: what follows the gap is held back until it is read.
 REFETCH_RETRY_S = 1.0
+# A check of the tail (how far the server delivered) gives up after this long, to try again
+# at an idle take at least REFETCH_RETRY_S later: a take is not held for an outage.
+TAIL_CHECK_S = 1.0
 
 
 @dataclass
@@ -65,8 +68,10 @@ class Deliveries:
 
     def straggler(self, msg: Msg) -> bool:
         """Whether ``msg`` was read already: a delivery numbered at or below the last taken,
-        which :meth:`cover` counted before it came (a redelivery is numbered anew)."""
-        return msg.metadata.sequence.consumer <= self.consumer_seq
+        of a message stored at or below it, which :meth:`cover` counted before it came (a
+        redelivery is numbered anew)."""
+        sequence = msg.metadata.sequence
+        return sequence.consumer <= self.consumer_seq and sequence.stream <= self.stream_seq
 
     def cover(self, consumer_seq: int, stream_seq: int) -> None:
         """Everything up to these sequences read (the tail after a reconnect, read again)."""

@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from shared.bus.batches import BatchView, expand, is_batch, is_copy
-from shared.bus.gaps import REFETCH_RETRY_S, Delivered, Deliveries, Refetch
+from shared.bus.gaps import REFETCH_RETRY_S, TAIL_CHECK_S, Delivered, Deliveries, Refetch
 from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
 from shared.subjects import BATCH_SUBJECTS, subject_family
@@ -105,6 +105,7 @@ class PullPump:
         # Asked again (a reconnect, a silence): the deliveries the server counts past the
         # last taken are checked at the next idle take (:meth:`_tail`).
         self.tail_unchecked = False
+        self.tail_retry_at = 0.0  # after a failed check, not before (monotonic time)
         self.inbox = nc.new_inbox()
         self.buffer: list[Msg] = []
         # Events taken and decoded but not yet handed over (Consuming.next_batch), in order.
@@ -244,14 +245,21 @@ class PullPump:
         next idle take if the server does not answer."""
         assert self.deliveries is not None and self.delivered is not None
         assert self.refetch is not None
-        try:
-            consumer_seq, stream_seq = await self.delivered()
-            found = []
-            if consumer_seq > self.deliveries.consumer_seq:
-                found = await self.refetch(self.deliveries.stream_seq, stream_seq + 1)
-        except Exception as error:
-            log.warning("deliveries_unchecked", error=repr(error))
+        now = time.monotonic()
+        if not self.nc.is_connected or now < self.tail_retry_at:
             return []
+        try:
+            async with asyncio.timeout(TAIL_CHECK_S):
+                consumer_seq, stream_seq = await self.delivered()
+                found = []
+                if consumer_seq > self.deliveries.consumer_seq:
+                    found = await self.refetch(self.deliveries.stream_seq, stream_seq + 1)
+        except Exception as error:
+            if not self.tail_retry_at:  # the first of a run of failures
+                log.warning("deliveries_unchecked", error=repr(error))
+            self.tail_retry_at = now + REFETCH_RETRY_S
+            return []
+        self.tail_retry_at = 0.0
         self.tail_unchecked = False
         if consumer_seq > self.deliveries.consumer_seq:
             log.warning(
