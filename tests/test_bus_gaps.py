@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import ConsumerInfo
 
 from berth_cli.natsserver import NatsServer
 from shared.auth import ClientAuth
@@ -197,3 +198,31 @@ async def test_a_delivery_lost_when_the_connection_dies_is_read_again(
     finally:
         await reader.close()
         await publisher.close()
+
+
+def _info(ack_policy: str, delivered: tuple[int, int], floor: tuple[int, int]) -> ConsumerInfo:
+    """A consumer's info as nats-server answers it (its JSON), read by nats-py."""
+    return ConsumerInfo.from_response(
+        {
+            "name": "c",
+            "stream_name": "BERTH",
+            "created": "2026-11-26T00:00:00Z",
+            "config": {"ack_policy": ack_policy},
+            "delivered": {"consumer_seq": delivered[0], "stream_seq": delivered[1]},
+            "ack_floor": {"consumer_seq": floor[0], "stream_seq": floor[1]},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("ack_policy", "start", "reason"),
+    [
+        ("none", (9, 30), "a replay (acking nothing) counts from what it delivered"),
+        ("all", (4, 10), "an ack-all durable from its ack floor: unacked deliveries read again"),
+    ],
+)
+def test_where_a_service_starts_counting_a_consumer(
+    ack_policy: str, start: tuple[int, int], reason: str
+) -> None:
+    taken = Deliveries.taken_by(_info(ack_policy, delivered=(9, 30), floor=(4, 10)))
+    assert (taken.consumer_seq, taken.stream_seq) == start, reason

@@ -478,18 +478,10 @@ class Consuming(Connection):
             with translated():
                 info = await subscription.consumer_info()
                 subject = f"{JS_API_PREFIX}.CONSUMER.MSG.NEXT.{info.stream_name}.{info.name}"
-                # An ack-all consumer counts from its ack floor: what a previous reader was
-                # sent and never acked is read again too, not acked with the next.
-                acks_all = info.config.ack_policy == api.AckPolicy.ALL
-                start = info.ack_floor if acks_all else info.delivered
-                deliveries = Deliveries(
-                    (start.consumer_seq or 0) if start else 0,
-                    (start.stream_seq or 0) if start else 0,
-                )
                 pump = await PullPump.open(
                     self.nc,
                     subject,
-                    deliveries,
+                    Deliveries.taken_by(info),
                     refetcher(self.js, subscription, info.stream_name),
                     delivered_of(subscription),
                 )

@@ -50,6 +50,17 @@ class Deliveries:
     stream_seq: int
     jumped: bool = False
 
+    @classmethod
+    def taken_by(cls, info: api.ConsumerInfo) -> Deliveries:
+        """Where a service starts counting a consumer it starts reading: from what the
+        consumer delivered, or an ack-all consumer from its ack floor, so that what a
+        previous reader was sent and never acked is read again, not acked with the next."""
+        acks_all = info.config.ack_policy == api.AckPolicy.ALL
+        start = info.ack_floor if acks_all else info.delivered
+        if start is None:
+            return cls(0, 0)
+        return cls(start.consumer_seq or 0, start.stream_seq or 0)
+
     def lost_before(self, msg: Msg) -> tuple[int, int] | None:
         """The stream sequences ``(after, before)`` between which deliveries were lost before
         ``msg``, if any (nothing is taken: :meth:`take`).
