@@ -113,8 +113,8 @@ def _has_copies(pattern: str, copies: Sequence[str]) -> bool:
 
 @dataclass(frozen=True)
 class ViewReading:
-    """How a reader reads ``patterns``: the server's filters and, per stored message, the
-    JSON of each event it adds to the view (:meth:`payloads`)."""
+    """How a reader reads ``patterns``: the server's filters and, per stored message, each
+    event it adds to the view (:meth:`events`)."""
 
     filters: list[str]
     from_copies: bool  # the copies (and the events stored one message each) are the view
