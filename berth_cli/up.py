@@ -150,9 +150,13 @@ class Stack:
         restarts.started(time.monotonic())
         node.start()
         assert node.process is not None
-        descriptor = os.open(self._pid_file(node), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # Written beside and renamed over: a reader (`berth creds rotate`) never sees it empty.
+        path = self._pid_file(node)
+        written = path.with_name(path.name + ".new")
+        descriptor = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as pid_file:
             pid_file.write(f"{node.process.pid}\n")
+        os.replace(written, path)
 
     def _pid_file(self, node: NatsServer) -> Path:
         # Beside the node's config, so `berth creds rotate` can reload it.
