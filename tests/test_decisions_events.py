@@ -54,6 +54,61 @@ def test_events_in_order_and_the_list_emptied(
     assert [e.workload.name for e in held] == (["c"] if len(expected) == 2 else []), reason
 
 
+# (reason, workloads of 1 cpu in an 8-cpu queue, events already due, piece size, the sizes
+# of the pieces made)
+PIECES: list[tuple[str, int, int, int, list[int]]] = [
+    ("fewer events than a piece: one piece", 3, 0, 512, [3]),
+    ("exactly a piece: one piece, no empty one after it", 4, 0, 4, [4]),
+    ("more than a piece: full pieces, then the rest", 7, 0, 3, [3, 3, 1]),
+    ("events already due go first, in the first piece", 2, 2, 3, [3, 1]),
+    ("events already due, nothing decided: they alone", 0, 2, 3, [2]),
+    ("nothing at all: no piece", 0, 0, 3, []),
+]
+
+
+@pytest.mark.parametrize(
+    ("reason", "workloads", "due", "size", "sizes"), PIECES, ids=[c[0] for c in PIECES]
+)
+def test_a_passs_events_in_pieces(
+    reason: str, workloads: int, due: int, size: int, sizes: list[int]
+) -> None:
+    """A large pass's events are made piece by piece (its first admissions are published
+    while the rest are made): the pieces joined are the events of ``events``, in order,
+    after the events already due, and share the pass's moment."""
+    names = [f"w{i}" for i in range(workloads)]
+
+    def made() -> tuple[Decisions, list[Admission | Inadmissible]]:
+        s = scheduler(simple(cpu=8), *(wl(n, cpu="1", t=i) for i, n in enumerate(names)))
+        return Decisions(s, {}, Gates(), ExecutionLimits(), PendingThrottle(1.0)), s.schedule()
+
+    already = [_due(i) for i in range(due)]
+    making, decisions = made()
+    pieces = list(making.pieces(decisions, list(already), size=size))
+    assert [len(piece) for piece in pieces] == sizes, reason
+    assert decisions == [], reason
+    joined = [event for piece in pieces for event in piece]
+    whole_making, whole_decisions = made()
+    whole = whole_making.events(whole_decisions, list(already))
+    assert [(type(e), e.workload.name) for e in joined] == [
+        (type(e), e.workload.name) for e in whole
+    ], reason
+    assert joined[:due] == already, reason
+    admitted = [e for e in joined if isinstance(e, WorkloadAdmitted)]
+    assert len({e.time for e in admitted}) <= 1, reason
+
+
+def _due(index: int) -> Event:
+    """An event due before the pass's own (a drain, a deactivation)."""
+    return WorkloadPending(
+        id=f"due-{index}",
+        source="admission",
+        workload=WorkloadRef(namespace="default", name=f"due-{index}", uid=f"u-due-{index}"),
+        cluster_queue="cq",
+        reason="Inactive",
+        message="drained",
+    )
+
+
 # (reason, the throttle's interval, whether the second report goes out in the pass)
 REPORTS: list[tuple[str, float, bool]] = [
     ("the interval has passed: published, with an id of its own", 0.0, True),

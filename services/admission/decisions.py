@@ -10,7 +10,9 @@ at most once per :data:`PENDING_MESSAGE_INTERVAL_S` (pending_throttle.py).
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,9 +66,20 @@ class Decisions:
         self.pending_throttle = pending_throttle
 
     def events(self, decisions: list[Decision], outgoing: list[Event]) -> list[Event]:
-        """Append the events of ``decisions`` to ``outgoing`` and return it. ``decisions``
-        is emptied, each let go once it is turned into its events (a first pass makes half a
-        million: held to the end, they were the step's peak of memory)."""
+        """Append the events of ``decisions`` to ``outgoing`` and return it (:meth:`pieces`
+        in one piece)."""
+        for _ in self.pieces(decisions, outgoing, size=sys.maxsize):
+            pass
+        return outgoing
+
+    def pieces(
+        self, decisions: list[Decision], first: list[Event], *, size: int
+    ) -> Iterator[list[Event]]:
+        """The events of ``decisions`` in order, in pieces of ``size`` events, the first
+        being ``first`` with events appended, so that a large pass's first decisions can be
+        published while the rest are made. ``decisions`` is emptied, each let go once it is
+        turned into its events (a first pass makes half a million: held to the end, they
+        were the step's peak of memory). All the events share the pass's moment."""
         now = time.monotonic()
         wall = time.time()  # queue times and deadlines are epoch seconds
         decided_at = datetime.now(UTC)  # one moment for the pass's events (records share it)
@@ -77,13 +90,17 @@ class Decisions:
         # event with another workload. Only the last: a pass's every distinct report kept to
         # its end raised the first pass's peak of memory.
         last: tuple[tuple[object, ...], WorkloadPending, Said] | None = None
+        piece = first
         decisions.reverse()  # taken from the end: in their order
         while decisions:
+            if len(piece) >= size:
+                yield piece
+                piece = []
             decision = decisions.pop()
             ref = decision.ref
             record = records.get(ref.uid)
             if type(decision) is Admission:
-                outgoing.append(self._admitted(decision, record, wall, decided_at, stamp))
+                piece.append(self._admitted(decision, record, wall, decided_at, stamp))
             elif type(decision) is Inadmissible:
                 contested = decision.contested
                 priority = self.scheduler.preempting_priority(ref)
@@ -116,8 +133,9 @@ class Decisions:
                 if offer(pending, now, last[2]):
                     pending = msgspec.structs.replace(pending, id=new_event_id())
                     log_pending(pending)
-                    outgoing.append(pending)
-        return outgoing
+                    piece.append(pending)
+        if piece:
+            yield piece
 
     def _admitted(
         self,

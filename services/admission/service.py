@@ -22,7 +22,7 @@ else decided meanwhile (its renewal proves it); deposed, it exits and restarts a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from nats.js import JetStreamContext
@@ -44,6 +44,7 @@ from services.admission.exec_time import DEACTIVATION as EXEC_DEACTIVATION
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
 from services.admission.interning import Interner
+from services.admission.pacing import PassPacing
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Scheduler
 from services.admission.workload_objects import WorkloadRecord
@@ -79,6 +80,8 @@ log = get_logger("admission")
 FOLDED_SUBJECTS = (*STATE_SUBJECTS, *ACTIVITY_SUBJECTS)
 OWN_SUBJECTS = ("berth.cq.*.admitted.>", "berth.cq.*.reserved.>")
 DECIDING_SUBJECTS = tuple(s for s in FOLDED_SUBJECTS if s not in OWN_SUBJECTS)
+IDLE_WAIT_S = 0.2  # how long the loop waits for events when no pass is owed
+PUBLISHED_PIECE = 512  # decisions' events sent at a time (_publish); a handler's chunk
 _LEFT = frozenset({WorkloadEvicted, WorkloadFinished, WorkloadDeleted})  # out of its queue
 _GONE = frozenset({WorkloadFinished, WorkloadDeleted})  # never pending again
 _STOPPED = frozenset({WorkloadEvicted, WorkloadFinished})  # its run has stopped
@@ -102,6 +105,7 @@ class AdmissionService:
         self.activity = Activity(self.gates, self.limits)
         self.deciding = False  # this replica leads and its fold has passed its marker
         self.settling = ConfigSettling(self.config)  # a config burst is taken whole
+        self.pacing = PassPacing()  # when the next pass runs (pacing.py)
         self.decisions = Decisions(  # what a pass's decisions become (decisions.py)
             self.scheduler, self.records, self.gates, self.limits, self.pending_throttle
         )
@@ -129,11 +133,15 @@ class AdmissionService:
 
     async def _live(self, subscription: JetStreamContext.PullSubscription) -> None:
         fence = self.bus.fence(subscription)
+        pacing = self.pacing
         while not self.runtime.stopping.is_set():
-            events = await self.bus.next_batch(subscription, wait=0.2)
+            wait = pacing.wait(time.monotonic(), IDLE_WAIT_S)
+            events = await self.bus.next_batch(subscription, wait=wait)
             if events is None:
                 return
             self._apply(events)
+            if events:
+                pacing.arrived()
             if not self.runtime.leadership.may_decide(fence):
                 self._stand_by()
                 continue
@@ -145,8 +153,8 @@ class AdmissionService:
                 except BusError as error:  # still sent them: folded twice, idempotent
                     log.warning("refilter_failed", workload="", queue="", reason=str(error))
                 await self._decide()  # whatever became admissible while nobody decided
-            elif events or self.config.changed.is_set():
-                await self._decide()
+            elif pacing.take(time.monotonic()) or self.config.changed.is_set():
+                await self._decide()  # spaced by the passes' own cost (pacing.py)
             expired = self._expired(time.time())
             if expired:
                 await self.bus.publish_many(expired)
@@ -387,7 +395,7 @@ class AdmissionService:
                         waited=max(0.0, now - record.queue_time),
                         checks_waited=max(0.0, now - reserved_at),
                     )
-            await self._publish(gated)
+            await self._publish([gated])
         released = self.gates.released(now)
         for ref, reason, generation in released:
             record = self.records.get(ref.uid)
@@ -412,25 +420,35 @@ class AdmissionService:
             if drains:
                 await self.bus.publish_many(drains)
             return
-        started = time.perf_counter()
+        started = time.monotonic()
         decisions = self.scheduler.schedule()  # also ends the nominations whose victims left
+        ended = time.monotonic()
+        self.pacing.ran(ended, ended - started)
         if self.scheduler.tried:  # a pass that tried a workload: an attempt
             metrics.attempt(
                 admitted_any=any(type(d) is Admission for d in decisions),
-                seconds=time.perf_counter() - started,
+                seconds=ended - started,
             )
         drains += self.activity.due(self.records, self.scheduler)
         if not decisions and not drains:
             return
-        await self._publish(self.decisions.events(decisions, drains))
+        await self._publish(self.decisions.pieces(decisions, drains, size=PUBLISHED_PIECE))
 
-    async def _publish(self, events: list[Event]) -> None:
-        """Publish decisions, then fold this replica's admissions and reservations as their
-        echo would be folded: the deciding leader is not sent them (``DECIDING_SUBJECTS``).
-        Idempotent like every echo: one that comes back anyway (the filter could not be
-        changed) changes nothing."""
-        await self.bus.publish_many(events)
-        self._apply([event for event in events if type(event) is WorkloadAdmitted])
+    async def _publish(self, pieces: Iterable[list[Event]]) -> None:
+        """Publish decisions piece by piece (a large pass's first admissions reach the
+        watcher while the rest are made), then fold this replica's admissions and
+        reservations as their echo would be folded: the deciding leader is not sent them
+        (``DECIDING_SUBJECTS``). Idempotent like every echo: one that comes back anyway (the
+        filter could not be changed) changes nothing."""
+        admitted: list[WorkloadAdmitted] = []
+
+        def kept(pieces: Iterable[list[Event]]) -> Iterator[list[Event]]:
+            for piece in pieces:
+                admitted.extend(event for event in piece if isinstance(event, WorkloadAdmitted))
+                yield piece
+
+        await self.bus.publish_pieces(kept(pieces))
+        self._apply(admitted)
 
 
 def _own_echo(event: WorkloadPending) -> bool:
