@@ -59,10 +59,22 @@ STATES: list[tuple[str, list[Step], bool, float]] = [
         pytest.approx(0.05),
     ),
     (
-        "a long wait is never longer than the idle time",
+        "a costly pass's spacing is capped",
         [("ran", 10.0, 10.0), ("arrived",)],
         False,
         pytest.approx(MAX_PASS_SPACING_S),
+    ),
+    (
+        "a pass started otherwise (a takeover, a backoff's end) owes nothing more",
+        [("arrived",), ("ran", 1.0, 0.001)],
+        False,
+        0.2,
+    ),
+    (
+        "a replica that stops deciding owes nothing: it waits its idle time, never spins",
+        [("ran", 9.99, 0.02), ("arrived",), ("clear",)],
+        False,
+        0.2,
     ),
 ]
 
@@ -74,6 +86,8 @@ def test_pass_pacing(reason: str, steps: list[Step], due: bool, wait: float) -> 
         match step:
             case ("arrived",):
                 pacing.arrived()
+            case ("clear",):
+                pacing.clear()
             case ("ran", float(ended), float(seconds)):
                 pacing.ran(ended, seconds)
             case ("take", float(now), bool(expected)):
@@ -81,3 +95,12 @@ def test_pass_pacing(reason: str, steps: list[Step], due: bool, wait: float) -> 
     now = 10.0
     assert pacing.wait(now, 0.2) == wait, reason
     assert pacing.take(now) is due, reason
+
+
+def test_the_wait_is_never_longer_than_the_idle_time() -> None:
+    """An owed pass due later than the loop's idle time: the loop looks again at its idle
+    time (a lease to renew, a protection that ends), not only when the pass is due."""
+    pacing = PassPacing()
+    pacing.ran(10.0, 0.03)  # due at 10.09
+    pacing.arrived()
+    assert pacing.wait(10.0, 0.05) == 0.05

@@ -47,20 +47,23 @@ async def test_pieces_are_stored_once_each_in_order(
         await bus.close()
 
 
-async def test_each_piece_is_sent_before_the_next_is_made(nats_url: str) -> None:
-    """What makes the pieces is resumed only once the piece before is handed to the client:
-    a pass's first admissions are on their way while the rest are made."""
+async def test_each_piece_is_written_before_the_next_is_made(nats_url: str) -> None:
+    """What makes the pieces is resumed only once the piece before is handed to the client
+    and written out (nothing left in its buffer): a pass's first admissions are on their way
+    while the rest are made."""
     bus = await _connect(nats_url, "admission")
-    sent_before: list[int] = []
+    seen: list[tuple[int, int]] = []  # (messages handed to the client, bytes not yet written)
 
     def pieces() -> Iterator[list[Event]]:
         for name in ("a", "b", "c"):
-            sent_before.append(bus.nc.stats["out_msgs"])
+            seen.append((bus.nc.stats["out_msgs"], bus.nc.pending_data_size))
             yield [_admitted(name)]
 
     try:
         await bus.publish_pieces(pieces())
-        assert sent_before[0] < sent_before[1] < sent_before[2], sent_before
+        handed = [count for count, _ in seen]
+        assert handed[0] < handed[1] < handed[2], seen
+        assert [buffered for _, buffered in seen[1:]] == [0, 0], seen
     finally:
         await bus.close()
 

@@ -211,6 +211,32 @@ def test_a_standby_admission_takes_over_from_a_killed_leader(
     assert peak_usage(standing)[("cluster-queue", "default-flavor", "cpu")] == 3 * CPU
 
 
+def test_a_standby_admission_rests_between_events(
+    stack: Stack, replicas: list[Replica], tmp_path: Path
+) -> None:
+    """A standby folds what comes and decides nothing: between events it waits, whatever it
+    folded (a standby that took events as a pass owed spun a whole core)."""
+    url = stack.url
+    berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
+    replicas.append(Replica(stack, "admission", "admission-b"))
+    eventually(functools.partial(_both_ready, url, "admission"), timeout=30)
+    standby = next(m for m in members(url, "admission") if not m["active"])
+    for name in ("rest-1", "rest-2"):
+        submit(url, tmp_path, name)
+        wait_admitted(url, name)
+    time.sleep(0.5)  # the standby has folded them
+    before = _cpu_seconds(standby["pid"])
+    time.sleep(3.0)
+    spent = _cpu_seconds(standby["pid"]) - before
+    assert spent < 1.0, f"the standby used {spent:.2f} s of CPU in 3 s with nothing to fold"
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_a_deposed_leaders_late_decision_is_ignored(stack: Stack, tmp_path: Path) -> None:
     """After a new admission leader's marker, a decision stamped with the old term (a
     deposed leader waking up) is void for admission's fold and for the watcher alike: the

@@ -60,6 +60,13 @@ class PassPacing:
         return min(idle, max(0.0, self.not_before - now))
 
     def ran(self, ended: float, seconds: float) -> None:
-        """A pass ran for ``seconds`` and ended at ``ended``: the next starts no sooner than
-        its spacing after it."""
+        """A pass ran for ``seconds`` and ended at ``ended``, however it was started (a
+        takeover, a backoff's end): it decided on everything folded, so nothing is owed,
+        and the next starts no sooner than its spacing after it."""
+        self.owed = False
         self.not_before = ended + pass_spacing(seconds)
+
+    def clear(self) -> None:
+        """Nothing is owed: this replica does not decide (a standby, a suspended leader).
+        A replica that comes to decide runs a pass at once, owed or not."""
+        self.owed = False

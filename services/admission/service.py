@@ -4,9 +4,10 @@ Its state (config, pending queues, admitted workloads, usage) is the fold of the
 bucket and the event stream. On start it reads the config, then replays the stream from the
 first event, deciding nothing until it has caught up (``/readyz`` stays 503 meanwhile). Then
 each fetched batch of events is applied and, while this replica leads (docs/replicas.md),
-followed by one scheduling pass that admits everything that fits; the decisions are
-published as one pipelined batch. A standby folds the same stream and decides nothing; once
-it holds the lease it decides only after its fold has passed its own leader marker.
+followed by a scheduling pass that admits everything that fits, once the last pass's spacing
+has passed (pacing.py); the decisions are published pipelined, in pieces. A standby folds the
+same stream and decides nothing; once it holds the lease it decides only after its fold has
+passed its own leader marker.
 
 Every decision is applied in memory before it is published and carries a deterministic id
 (``admitted-<uid>-<generation>``), so its echo from the stream changes nothing, and a decision
@@ -303,8 +304,10 @@ class AdmissionService:
 
     def _stand_by(self) -> None:
         """Not deciding: keep the scheduler's config in step (the leader drains what a
-        stopped queue holds; a standby only follows)."""
+        stopped queue holds; a standby only follows). No pass is owed: the loop waits for
+        events, as it would wait forever for a due pass that never comes."""
         self.deciding = False
+        self.pacing.clear()
         if self.settling.ready(time.monotonic()) and self.config.take_change():
             self._reconfigure()
 

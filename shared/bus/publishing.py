@@ -308,12 +308,16 @@ class Publishing(Connection):
         """:meth:`publish_many` of events made piece by piece: each piece is sent as soon as
         it is made, so what is sent first is on its way (stored, delivered) while the rest
         are made; then every ack is awaited in order. If a piece cannot be sent or an ack
-        fails for good, it raises, and the acks not awaited are read when they come."""
+        fails for good, it raises, and the acks not awaited are read when they come.
+
+        Between pieces the caller's other tasks run (the client writes what it buffered
+        then): they may see the first pieces' effects before the rest are made."""
         sent: list[SentEvents] = []
         settled = 0
         try:
             for piece in pieces:
                 sent.append(await self.send_many(piece))
+                await asyncio.sleep(0)  # a publish only buffers: the client's writer runs now
             for events in sent:
                 await events.settle()
                 settled += 1
