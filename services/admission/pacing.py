@@ -22,11 +22,13 @@ def pass_spacing(last_pass_s: float) -> float:
     """How long after a scheduling pass ended the next may start: ``PASS_SPACING_FACTOR``
     times that pass's duration, at most ``MAX_PASS_SPACING_S``.
 
-    So passes take at most a quarter of the leader's time while events keep coming, the
-    work each retries (the parked heads of changed cohorts) is paid once per spacing, not
-    once per event that arrived, and no event waits more than the cap (plus one pass) for
-    its decision. The cost of a pass sets the pace, not a setting: a cluster whose passes
-    are cheap is decided as soon as anything arrives."""
+    So scheduling passes of up to ``MAX_PASS_SPACING_S / PASS_SPACING_FACTOR`` take at most
+    a quarter of the leader's time while events keep coming (the duration counted is the
+    pass's alone, not making and publishing its events), the work each retries (the parked
+    heads of changed cohorts) is paid once per spacing, not once per event that arrived,
+    and no event waits more than the cap (plus one pass) for its decision. The cost of a
+    pass sets the pace, not a setting: a cluster whose passes are cheap is decided as soon
+    as anything arrives."""
     return min(MAX_PASS_SPACING_S, PASS_SPACING_FACTOR * max(0.0, last_pass_s))
 
 
