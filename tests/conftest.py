@@ -217,6 +217,12 @@ def secured_url(tmp_path: Path, store: CredentialStore) -> Iterator[str]:
         yield server.url
 
 
+async def connect_open(url: str, source: str, settings: BusSettings | None = None) -> Bus:
+    """A bus connection to an open bus (no credentials) as ``source`` would make it, failing
+    at once if refused (``settings``: its deployment's, the default's if None)."""
+    return await Bus.connect(url, source=source, auth=ClientAuth(), retry=False, settings=settings)
+
+
 async def connect_as(
     url: str, store: CredentialStore, user: str, settings: BusSettings | None = None
 ) -> Bus:

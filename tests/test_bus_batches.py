@@ -35,7 +35,7 @@ from shared.events import (
     subject_for,
 )
 from shared.subjects import FAMILY_PATTERNS, batched_filters, subject_family
-from tests.conftest import bus_auth, connect_as
+from tests.conftest import bus_auth, connect_as, connect_open
 
 BATCHES = BusSettings(batching=True)
 MESSAGES_READ = "berth_bus_messages_read_total"
@@ -334,7 +334,7 @@ def test_a_round_prepared_together_is_each_event_prepared_in_its_place() -> None
 
 
 async def _connect(url: str, source: str) -> Bus:
-    bus = await Bus.connect(url, source=source, auth=ClientAuth(), retry=False, settings=BATCHES)
+    bus = await connect_open(url, source, BATCHES)
     await bus.ensure_stream()
     return bus
 
@@ -455,13 +455,7 @@ async def test_copies_are_the_per_workload_view_for_a_read_only_user(
     """A tool signed in as the reader follows one ClusterQueue by subject and sees each of
     admission's batched decisions there; admission may publish its batches, and the reader
     reads them as well."""
-    admission = await Bus.connect(
-        secured_url,
-        source="admission",
-        auth=ClientAuth(seed=store.seed_path("admission")),
-        retry=False,
-        settings=BATCHES,
-    )
+    admission = await connect_as(secured_url, store, "admission", BATCHES)
     reader = await connect_as(secured_url, store, "reader")
     try:
         await admission.ensure_stream()

@@ -9,11 +9,11 @@ import asyncio
 
 import pytest
 
-from shared.auth import ClientAuth
 from shared.bus import STREAM, Bus
 from shared.bus.pulling import EVENTS_PER_HANDLING, PullPump, handling_chunks
 from shared.bus.settings import BusSettings
 from shared.events import AnyEvent, LeaderElected
+from tests.conftest import connect_open
 from tests.test_bus import _submitted
 
 SUBMITTED = ["berth.wl.submitted.>"]
@@ -48,13 +48,7 @@ def test_a_piece_of_no_events_is_refused() -> None:
 
 
 async def _connect(url: str) -> Bus:
-    bus = await Bus.connect(
-        url,
-        source="admission",
-        auth=ClientAuth(),
-        retry=False,
-        settings=BusSettings(batching=True),
-    )
+    bus = await connect_open(url, "admission", BusSettings(batching=True))
     await bus.ensure_stream()
     return bus
 

@@ -17,7 +17,7 @@ from berth_console.pages.base import Context
 from berth_console.pages.workload import WorkloadView
 from berth_console.pending import PendingCache
 from berth_console.queries import Queries
-from shared.auth import ClientAuth, CredentialStore
+from shared.auth import CredentialStore
 from shared.bus import STREAM, STREAM_SUBJECTS, Bus
 from shared.bus.batches import record_events
 from shared.bus.settings import ALL_COPIES, BusSettings, copy_patterns
@@ -29,7 +29,7 @@ from shared.bus.view import (
     stream_metadata,
 )
 from shared.events import AnyEvent, Event, subject_for
-from tests.conftest import connect_as
+from tests.conftest import connect_as, connect_open
 from tests.console_data import admitted, pending, started, submitted
 
 # (BERTH_BUS_COPIES, the patterns it keeps, why)
@@ -254,13 +254,7 @@ def _life(namespace: str, name: str) -> list[Event]:
 async def _published(url: str, copies: tuple[str, ...]) -> list[Event]:
     """Two rounds about workloads in two namespaces, published as a service whose deployment
     keeps ``copies``; the events in the order published."""
-    bus = await Bus.connect(
-        url,
-        source="admission",
-        auth=ClientAuth(),
-        retry=False,
-        settings=BusSettings(copies=copies),
-    )
+    bus = await connect_open(url, "admission", BusSettings(copies=copies))
     lives = [_life("team-a", "a"), _life("team-b", "b"), _life("team-a", "c")]
     rounds = [
         [life[i] for life in lives for i in (0, 1)],
@@ -302,7 +296,7 @@ async def test_berth_events_and_describe_show_the_same_events_whatever_copies_ar
     nats_url: str, copies: tuple[str, ...], stored_copies: int, reason: str
 ) -> None:
     published = await _published(nats_url, copies)
-    reader = await Bus.connect(nats_url, source="cli", auth=ClientAuth(), retry=False)
+    reader = await connect_open(nats_url, "cli")
     try:
         assert (await reader.view_copies()).copies == copies, "the stream names the copies kept"
         assert (
@@ -328,7 +322,7 @@ async def test_the_consoles_workload_timeline_whatever_copies_are_kept(
     """The console's history of one workload holds its events, in order, once each: from
     the copies by subject, or picked out of the batches."""
     published = await _published(nats_url, copies)
-    bus = await Bus.connect(nats_url, source="console", auth=ClientAuth(), retry=False)
+    bus = await connect_open(nats_url, "console")
     try:
         history = await Queries(bus).history("team-a", "a")
     finally:
@@ -356,7 +350,7 @@ async def test_the_workload_page_shows_each_event_once(nats_url: str) -> None:
     """The page reads its history from the copies (stored before their batch, at lower
     sequences), while the shared consumer folds the batches: each event shows once."""
     published = await _published(nats_url, ALL_COPIES)
-    bus = await Bus.connect(nats_url, source="console", auth=ClientAuth(), retry=False)
+    bus = await connect_open(nats_url, "console")
     model = Model()
     try:
         subscription = await bus.js.subscribe("berth.>", stream=STREAM, ordered_consumer=True)
@@ -391,13 +385,7 @@ async def test_a_read_only_user_reads_the_derived_view(
 ) -> None:
     """Signed in as the reader, a tool reads the copies setting from the stream and one
     namespace's events from the batches."""
-    admission = await Bus.connect(
-        secured_url,
-        source="admission",
-        auth=ClientAuth(seed=store.seed_path("admission")),
-        retry=False,
-        settings=BusSettings(copies=()),
-    )
+    admission = await connect_as(secured_url, store, "admission", BusSettings(copies=()))
     reader = await connect_as(secured_url, store, "reader")
     try:
         await admission.ensure_stream()
@@ -416,20 +404,14 @@ async def test_services_that_disagree_leave_readers_the_batches(nats_url: str) -
     watcher that keeps no copies and an admission that keeps them all each record theirs;
     a reader then counts on none and still shows every event, the watcher's facts among
     them."""
-    admin = await Bus.connect(nats_url, source="cli", auth=ClientAuth(), retry=False)
+    admin = await connect_open(nats_url, "cli")
     await admin.js.add_stream(
         api.StreamConfig(name=STREAM, subjects=list(STREAM_SUBJECTS), metadata={"ops": "kept"})
     )
     published = []
     try:
         for source, copies in (("watcher", ()), ("admission", ALL_COPIES)):
-            bus = await Bus.connect(
-                nats_url,
-                source=source,
-                auth=ClientAuth(),
-                retry=False,
-                settings=BusSettings(copies=copies),
-            )
+            bus = await connect_open(nats_url, source, BusSettings(copies=copies))
             try:
                 await bus.ensure_stream()
                 events = _life("team-a", "a")
