@@ -49,7 +49,7 @@ from services.admission.pacing import PassPacing
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Scheduler
 from services.admission.workload_objects import WorkloadRecord
-from shared.bus import BusError
+from shared.bus import EVENTS_PER_HANDLING, BusError
 from shared.config import ClusterQueue, LocalQueue
 from shared.config_mirror import ConfigMirror
 from shared.events import (
@@ -82,7 +82,8 @@ FOLDED_SUBJECTS = (*STATE_SUBJECTS, *ACTIVITY_SUBJECTS)
 OWN_SUBJECTS = ("berth.cq.*.admitted.>", "berth.cq.*.reserved.>")
 DECIDING_SUBJECTS = tuple(s for s in FOLDED_SUBJECTS if s not in OWN_SUBJECTS)
 IDLE_WAIT_S = 0.2  # how long the loop waits for events when no pass is owed
-PUBLISHED_PIECE = 512  # decisions' events sent at a time (_publish); a handler's chunk
+# Decisions' events sent at a time (_publish): what a consumer hands its handler at once.
+PUBLISHED_PIECE = EVENTS_PER_HANDLING
 _LEFT = frozenset({WorkloadEvicted, WorkloadFinished, WorkloadDeleted})  # out of its queue
 _GONE = frozenset({WorkloadFinished, WorkloadDeleted})  # never pending again
 _STOPPED = frozenset({WorkloadEvicted, WorkloadFinished})  # its run has stopped

@@ -42,7 +42,7 @@ from shared.bus.publishing import (
     SentEvents,
     keep_publishing,
 )
-from shared.bus.pulling import decode_batch
+from shared.bus.pulling import EVENTS_PER_HANDLING, decode_batch
 from shared.bus.settings import (
     API_SUBJECT,
     CONFIG_BUCKET,
@@ -61,6 +61,7 @@ __all__ = [
     "API_SUBJECT",
     "CONFIG_BUCKET",
     "DEFAULT_NATS_URL",
+    "EVENTS_PER_HANDLING",
     "JOBS_BUCKET",
     "OBJECTS_BUCKET",
     "PUBLISH_ATTEMPTS",
