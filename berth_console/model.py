@@ -68,11 +68,8 @@ class Model:
     # --- writers (the bus feed) ------------------------------------------------------------
 
     def apply(self, seq: int, subject: str, event: AnyEvent) -> None:
-        """Fold one event of the stream (in stream order; a sequence seen before is ignored)."""
-        if seq <= self.seq:
-            return
-        self.seq = seq
-        self._fold(seq, subject, event)
+        """Fold one event of the stream stored alone (:meth:`apply_message` of one)."""
+        self.apply_message(seq, [(subject, event)])
 
     def apply_message(self, seq: int, events: Sequence[tuple[str, AnyEvent]]) -> None:
         """Fold what one stored message adds, each event with its per-workload subject (a
