@@ -5,7 +5,8 @@ bucket and the event stream. On start it reads the config, then replays the stre
 first event, deciding nothing until it has caught up (``/readyz`` stays 503 meanwhile). Then
 each fetched batch of events is applied and, while this replica leads (docs/replicas.md),
 followed by a scheduling pass that admits everything that fits, once the last pass's spacing
-has passed (pacing.py); the decisions are published pipelined, in pieces. A standby folds the
+has passed (pacing.py); the decisions are published in pieces, their acks awaited behind the
+loop, which folds on and runs its next pass once they are in (outbox.py). A standby folds the
 same stream and decides nothing; once it holds the lease it decides only after its fold has
 passed its own leader marker.
 
@@ -45,6 +46,7 @@ from services.admission.exec_time import DEACTIVATION as EXEC_DEACTIVATION
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
 from services.admission.interning import Interner
+from services.admission.outbox import Outbox
 from services.admission.pacing import PassPacing
 from services.admission.pending_throttle import PendingThrottle
 from services.admission.scheduler import Admission, Scheduler
@@ -108,6 +110,7 @@ class AdmissionService:
         self.deciding = False  # this replica leads and its fold has passed its marker
         self.settling = ConfigSettling(self.config)  # a config burst is taken whole
         self.pacing = PassPacing()  # when the next pass runs (pacing.py)
+        self.outbox = Outbox(self.bus, runtime)  # publishes whose acks are still to come
         self.decisions = Decisions(  # what a pass's decisions become (decisions.py)
             self.scheduler, self.records, self.gates, self.limits, self.pending_throttle
         )
@@ -128,6 +131,7 @@ class AdmissionService:
         self.runtime.set_ready()  # a warm standby is ready too: it can take over at once
         try:
             await self._live(subscription)
+            await self.outbox.settled()  # what the last passes published is stored
         finally:
             await api.unsubscribe()
 
@@ -135,9 +139,12 @@ class AdmissionService:
 
     async def _live(self, subscription: JetStreamContext.PullSubscription) -> None:
         fence = self.bus.fence(subscription)
-        pacing = self.pacing
+        pacing, outbox = self.pacing, self.outbox
+        outbox.on_settled = lambda: self.bus.wake(subscription)  # a pass may be due now
         while not self.runtime.stopping.is_set():
-            wait = pacing.wait(time.monotonic(), IDLE_WAIT_S)
+            # While acks are to come no pass runs (outbox.py): the wait ends when they are in.
+            busy = outbox.busy()
+            wait = IDLE_WAIT_S if busy else pacing.wait(time.monotonic(), IDLE_WAIT_S)
             events = await self.bus.next_batch(subscription, wait=wait)
             if events is None:
                 return
@@ -155,17 +162,19 @@ class AdmissionService:
                 except BusError as error:  # still sent them: folded twice, idempotent
                     log.warning("refilter_failed", workload="", queue="", reason=str(error))
                 await self._decide()  # whatever became admissible while nobody decided
+            elif outbox.busy():
+                pass  # the fold goes on; the pass waits for the last acks (outbox.py)
             elif pacing.take(time.monotonic()) or self.config.changed.is_set():
                 await self._decide()  # spaced by the passes' own cost (pacing.py)
             expired = self._expired(time.time())
             if expired:
-                await self.bus.publish_many(expired)
+                await outbox.send([expired])
             await self._gated(time.time())
             held = self.pending_throttle.due(time.monotonic())
             if held:
                 for pending in held:
                     log_pending(pending)
-                await self.bus.publish_many(held)
+                await outbox.send([held])
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
         """Fold events into the scheduler; idempotent, so replays and echoes change nothing."""
@@ -416,13 +425,14 @@ class AdmissionService:
     async def _decide(self) -> None:
         if not self.settling.ready(time.monotonic()):
             return  # more of this config burst is on its way (config_settling.py)
+        await self.outbox.settled()  # passes are stored in the order they were decided
         drains: list[Event] = []
         if self.config.take_change():
             self._reconfigure()
             drains = self._drain()
         if self.gates.blocking():  # waitForPodsReady.blockAdmission: pods not ready yet
             if drains:
-                await self.bus.publish_many(drains)
+                await self.outbox.send([drains])
             return
         started = time.monotonic()
         decisions = self.scheduler.schedule()  # also ends the nominations whose victims left
@@ -439,11 +449,13 @@ class AdmissionService:
         await self._publish(self.decisions.pieces(decisions, drains, size=PUBLISHED_PIECE))
 
     async def _publish(self, pieces: Iterable[list[Event]]) -> None:
-        """Publish decisions piece by piece (a large pass's first admissions reach the
-        watcher while the rest are made), then fold this replica's admissions and
-        reservations as their echo would be folded: the deciding leader is not sent them
-        (``DECIDING_SUBJECTS``). Idempotent like every echo: one that comes back anyway (the
-        filter could not be changed) changes nothing."""
+        """Send decisions piece by piece (a large pass's first admissions reach the
+        watcher while the rest are made; the acks come behind: outbox.py), then fold this
+        replica's admissions and reservations as their echo would be folded: the deciding
+        leader is not sent them (``DECIDING_SUBJECTS``). Idempotent like every echo: one
+        that comes back anyway (the filter could not be changed) changes nothing. Folded
+        before their acks: the scheduler counts them from the pass on, and a publish that
+        fails for good stops the service (its successor rebuilds from the stream)."""
         admitted: list[WorkloadAdmitted] = []
 
         def kept(pieces: Iterable[list[Event]]) -> Iterator[list[Event]]:
@@ -451,7 +463,7 @@ class AdmissionService:
                 admitted.extend(event for event in piece if isinstance(event, WorkloadAdmitted))
                 yield piece
 
-        await self.bus.publish_pieces(kept(pieces))
+        await self.outbox.send(kept(pieces))
         self._apply(admitted)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import nats.errors
+from nats.js import JetStreamContext
 
 from shared.bus.consuming import Consuming
 from shared.bus.publishing import Publishing
@@ -22,6 +23,14 @@ class Bus(Publishing, Consuming):
         self.stopping = True
         for pump in self._pumps.values():
             pump.interrupt()
+
+    def wake(self, subscription: JetStreamContext.PullSubscription) -> None:
+        """``next_batch`` on ``subscription`` returns now (with what has arrived, maybe
+        nothing) rather than at the end of its wait: something else the loop waits for came
+        (its publishes' acks: services/admission/outbox.py)."""
+        pump = self._pumps.get(id(subscription))
+        if pump is not None:
+            pump.wake()
 
     async def close(self) -> None:
         """Unsubscribe pull subscriptions, then drain the connection: a timed-out pull

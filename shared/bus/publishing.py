@@ -16,7 +16,7 @@ one ack per batch, not per put.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import msgspec
 import nats.errors
@@ -303,28 +303,6 @@ class Publishing(Connection):
     async def publish_many(self, events: Sequence[Event]) -> None:
         """Publish a batch pipelined (one round trip for all), then retry any that failed."""
         await (await self.send_many(events)).settle()
-
-    async def publish_pieces(self, pieces: Iterable[Sequence[Event]]) -> None:
-        """:meth:`publish_many` of events made piece by piece: each piece is sent as soon as
-        it is made, so what is sent first is on its way (stored, delivered) while the rest
-        are made; then every ack is awaited in order. If a piece cannot be sent or an ack
-        fails for good, it raises, and the acks not awaited are read when they come.
-
-        Between pieces the caller's other tasks run (the client writes what it buffered
-        then): they may see the first pieces' effects before the rest are made."""
-        sent: list[SentEvents] = []
-        settled = 0
-        try:
-            for piece in pieces:
-                sent.append(await self.send_many(piece))
-                await asyncio.sleep(0)  # a publish only buffers: the client's writer runs now
-            for events in sent:
-                await events.settle()
-                settled += 1
-        except BaseException:
-            for events in sent[settled:]:
-                events.abandon()
-            raise
 
     async def send_many(self, events: Sequence[Event]) -> SentEvents:
         """Send the batch of :meth:`publish_many` and return at once: the caller may send

@@ -176,6 +176,10 @@ class PullPump:
         self.requested = max(self.requested, 0)
         await self.top_up()
 
+    def wake(self) -> None:
+        """A :meth:`take` waiting now returns at once, with what has arrived."""
+        self.arrived.set()
+
     def interrupt(self) -> None:
         """The service is stopping: :meth:`take` stops waiting, now and from now on."""
         self.interrupted = True
