@@ -1,17 +1,21 @@
 """The deciding leader's publishes (services/admission/outbox.py) against a real nats-server:
-sent in the order made, each piece as soon as it is made when no ack is to come, held while
-acks are to come and sent once they are in, and a publish that fails for good raised and
-stopping the service."""
+sent in the order made, each piece as soon as it is made, nothing while an earlier ack is to
+come, and a publish that fails for good raised and stopping the service before anything made
+after it is sent."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import nats
 import pytest
+from nats.aio.msg import Msg
 
+from berth_cli.natsserver import NatsServer
 from services.admission.outbox import Outbox
 from shared.bus import Bus, BusError
 from shared.events import Event
@@ -65,9 +69,7 @@ async def test_pieces_are_stored_once_each_in_order(
         await bus.close()
 
 
-async def test_each_piece_is_written_before_the_next_is_made(
-    nats_url: str, tmp_path: Path
-) -> None:
+async def test_each_piece_is_written_before_the_next_is_made(nats_url: str, tmp_path: Path) -> None:
     """With no ack to come, what makes the pieces is resumed only once the piece before is
     handed to the client and written out (nothing left in its buffer): a pass's first
     admissions are on their way while the rest are made."""
@@ -90,27 +92,34 @@ async def test_each_piece_is_written_before_the_next_is_made(
         await bus.close()
 
 
-async def test_what_is_made_while_acks_are_to_come_waits_for_them(
-    nats_url: str, tmp_path: Path
+async def test_nothing_is_sent_while_an_earlier_ack_is_to_come(
+    nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    """A second publish made before the first's acks are in is not sent then (the stream
-    stores admission's events in the order decided, even if the first is sent again); it
-    goes out once they are in, and the loop is told when all is settled."""
-    bus = await _connect(nats_url, "admission")
+    """With the server paused, the first publish's ack cannot come: a second publish waits,
+    unsent, until it has, and the stream stores them in the order they were made (as if
+    the first were sent again, it would still be stored first)."""
+    assert nats_server.process is not None
+    bus = await _connect(nats_server.url, "admission")
     try:
         outbox = _outbox(bus, tmp_path)
         told: list[bool] = []
-        outbox.on_settled = lambda: told.append(outbox.busy())
-        await outbox.send([[_admitted("a")]])
-        assert outbox.busy(), "the first publish's ack is still to come"
-        handed = bus.nc.stats["out_msgs"]
-        await outbox.send([[_pending("pb")], [_admitted("c")]])
-        assert bus.nc.stats["out_msgs"] == handed, "nothing sent while the ack is to come"
+        outbox.on_settled = lambda: told.append(True)
+        os.kill(nats_server.process.pid, signal.SIGSTOP)
+        try:
+            await outbox.send([[_admitted("a")]])
+            assert outbox.busy(), "the first publish's ack is still to come"
+            handed = bus.nc.stats["out_msgs"]
+            second = asyncio.create_task(outbox.send([[_pending("pb")], [_admitted("c")]]))
+            await asyncio.sleep(0.5)
+            assert not second.done() and bus.nc.stats["out_msgs"] == handed, "nothing sent"
+        finally:
+            os.kill(nats_server.process.pid, signal.SIGCONT)
+        await asyncio.wait_for(second, 10)
         await outbox.settled()
         assert not outbox.busy()
-        assert told == [True], "told once, from the task that sent the last"
+        assert told == [True, True], "told each time the last ack came in"
         stored = [e.workload.name for e in await _replayed(bus, ["berth.>"], 3)]
-        _assert_in_order(stored, [["a"], ["pb"], ["c"]], "held until the acks were in")
+        _assert_in_order(stored, [["a"], ["pb"], ["c"]], "the second after the first's ack")
     finally:
         await bus.close()
 
@@ -130,6 +139,7 @@ async def test_a_failure_while_making_pieces_keeps_what_was_sent(
         outbox = _outbox(bus, tmp_path)
         with pytest.raises(RuntimeError, match="second piece"):
             await outbox.send(pieces())
+        assert outbox.busy(), "what was sent is settled still"
         await outbox.settled()
         events = await _replayed(bus, ["berth.>"], 2)
         assert [e.workload.name for e in events] == ["a", "b"]
@@ -140,21 +150,33 @@ async def test_a_failure_while_making_pieces_keeps_what_was_sent(
 async def test_a_publish_that_fails_for_good_stops_the_service(
     nats_url: str, tmp_path: Path
 ) -> None:
-    """With the stream gone, the acks never come: the task awaiting them fails, the runtime
-    stops the service (failed), and both waiting for the outbox and publishing again raise,
-    so nothing decided after it is sent."""
+    """With the stream gone, the ack is a refusal: the task awaiting it fails, the runtime
+    stops the service (failed), and a publish made while it was awaited raises unsent, as
+    does waiting for the outbox: nothing decided after it is sent."""
     bus = await _connect(nats_url, "admission")
     runtime = Runtime(name="admission", bus=bus, data_dir=str(tmp_path))
     outbox = Outbox(bus, runtime)
     admin = await nats.connect(nats_url)
+    # The per-workload copies published from here on: each event's copy goes out just before
+    # its batch (read here, without answering: its batch still finds no stream).
+    sent: list[bytes] = []
+
+    async def seen(msg: Msg) -> None:
+        sent.append(msg.data)
+
     try:
+        await admin.subscribe("berth.cq.>", cb=seen)
+        await admin.flush()
         await admin.jetstream().delete_stream("BERTH")
         await outbox.send([[_admitted("a")]])
         with pytest.raises(BusError):
-            await asyncio.wait_for(outbox.settled(), timeout=30)
+            await asyncio.wait_for(outbox.send([[_admitted("b")]]), timeout=30)
+        await admin.flush()
+        assert any(b'"name":"a"' in data for data in sent), "the observer sees what is sent"
+        assert not any(b'"name":"b"' in data for data in sent), "the later one never sent"
         assert runtime.stopping.is_set() and runtime.failed
         with pytest.raises(BusError):
-            await outbox.send([[_admitted("b")]])
+            await outbox.settled()
     finally:
         await admin.close()
         await bus.close()

@@ -23,26 +23,21 @@ else decided meanwhile (its renewal proves it); deposed, it exits and restarts a
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 from nats.js import JetStreamContext
 
-from services.admission import metrics, queue_gauges, validation
+from services.admission import falling_due, metrics, queue_gauges, validation
 from services.admission.activation import INACTIVE, Activity, queued
 from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
 from services.admission.config_settling import ConfigSettling
-from services.admission.decisions import (
-    PENDING_MESSAGE_INTERVAL_S,
-    Decisions,
-    log_pending,
-)
-from services.admission.evictions import deactivation as deactivate
+from services.admission.decisions import PENDING_MESSAGE_INTERVAL_S, Decisions
 from services.admission.evictions import eviction as evict
-from services.admission.exec_time import DEACTIVATION as EXEC_DEACTIVATION
 from services.admission.exec_time import ExecutionLimits
 from services.admission.gates import Gates
 from services.admission.interning import Interner
@@ -142,7 +137,7 @@ class AdmissionService:
         pacing, outbox = self.pacing, self.outbox
         outbox.on_settled = lambda: self.bus.wake(subscription)  # a pass may be due now
         while not self.runtime.stopping.is_set():
-            # While acks are to come no pass runs (outbox.py): the wait ends when they are in.
+            # While acks are to come nothing is sent (outbox.py): the wait ends when they are in.
             busy = outbox.busy()
             wait = IDLE_WAIT_S if busy else pacing.wait(time.monotonic(), IDLE_WAIT_S)
             events = await self.bus.next_batch(subscription, wait=wait)
@@ -154,27 +149,27 @@ class AdmissionService:
             if not self.runtime.leadership.may_decide(fence):
                 self._stand_by()
                 continue
-            if not self.deciding:
+            if outbox.busy():
+                continue  # the fold goes on; the pass and what fell due wait for the acks
+            taking_over = not self.deciding
+            if taking_over:
                 self.deciding = True
                 log.info("deciding", replica=self.runtime.replica, term=self.bus.term)
                 try:  # not sent its own admissions (see the docstring)
                     await self.bus.refilter(subscription, DECIDING_SUBJECTS)
                 except BusError as error:  # still sent them: folded twice, idempotent
                     log.warning("refilter_failed", workload="", queue="", reason=str(error))
-                await self._decide()  # whatever became admissible while nobody decided
-            elif outbox.busy():
-                pass  # the fold goes on; the pass waits for the last acks (outbox.py)
-            elif pacing.take(time.monotonic()) or self.config.changed.is_set():
-                await self._decide()  # spaced by the passes' own cost (pacing.py)
-            expired = self._expired(time.time())
-            if expired:
-                await outbox.send([expired])
-            await self._gated(time.time())
-            held = self.pending_throttle.due(time.monotonic())
-            if held:
-                for pending in held:
-                    log_pending(pending)
-                await outbox.send([held])
+            # A new leader decides whatever became admissible while nobody decided; a pass
+            # after a backoff ends is not spaced; others are, by their own cost (pacing.py).
+            if (
+                self._requeue_released(time.time())
+                or taking_over
+                or pacing.take(time.monotonic())
+                or self.config.changed.is_set()
+            ):
+                await self._decide(after=self._due)
+            elif due := self._due():
+                await self._publish([due])
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
         """Fold events into the scheduler; idempotent, so replays and echoes change nothing."""
@@ -355,22 +350,6 @@ class AdmissionService:
             events.append(event)
         return events
 
-    def _expired(self, now: float) -> list[Event]:
-        """Evictions for workloads past their maximumExecutionTimeSeconds (exec_time.py)."""
-        events: list[Event] = []
-        for uid in self.limits.due(now):
-            record = self.records.get(uid)
-            if record is None or record.admission is None or record.finished:
-                continue
-            ref = record.admission.workload
-            generation = self.scheduler.generation(ref)
-            queue = record.admission.cluster_queue
-            event = deactivate("maxexec", ref, queue, generation, EXEC_DEACTIVATION)
-            record.on_eviction_requested(event)
-            log.info("evicting", workload=ref.key, queue=event.cluster_queue, reason=event.reason)
-            events.append(event)
-        return events
-
     def _pods_ready(self, record: WorkloadRecord, at: float, admitted_at: float) -> None:
         """Kueue's ready wait times, counted once, by the leader (never in a replay)."""
         if record.admission is None:
@@ -390,25 +369,19 @@ class AdmissionService:
             self.scheduler.delete(ref)  # its generations are kept: submit(generation=)
             record.on_requeue_state("False", "BackoffNotFinished", "Waiting for the backoff")
 
-    async def _gated(self, now: float) -> None:
-        """The leader's due decisions of admission checks and waitForPodsReady, and the
-        workloads whose backoff is over, queued again (then a pass admits what fits)."""
-        gated = self.gates.due(now)
-        if gated:
-            for event in gated:
-                record = self.records.get(event.workload.uid)
-                if record is not None and isinstance(event, EvictionRequested):
-                    record.on_eviction_requested(event)
-                reserved_at = self.gates.reserved_at(event.workload.uid)
-                if record is not None and isinstance(event, WorkloadAdmitted) and reserved_at:
-                    metrics.checks_passed(  # every check Ready: admitted now
-                        cluster_queue=event.cluster_queue,
-                        namespace=event.workload.namespace,
-                        local_queue=event.local_queue,
-                        waited=max(0.0, now - record.queue_time),
-                        checks_waited=max(0.0, now - reserved_at),
-                    )
-            await self._publish([gated])
+    def _due(self) -> list[Event]:
+        """What falls due now besides a pass, sent after it (made once the pass is decided:
+        each reads what it decided): falling_due.py."""
+        now = time.time()
+        return [
+            *falling_due.expired(self.limits, self.records, self.scheduler, now),
+            *falling_due.gate_decisions(self.gates, self.records, now),
+            *falling_due.held_reports(self.pending_throttle, time.monotonic()),
+        ]
+
+    def _requeue_released(self, now: float) -> bool:
+        """Queue again the workloads whose backoff is over (then a pass admits what fits);
+        whether any was."""
         released = self.gates.released(now)
         for ref, reason, generation in released:
             record = self.records.get(ref.uid)
@@ -419,20 +392,20 @@ class AdmissionService:
             self.scheduler.submit(wl, generation=generation)
             record.on_requeue_state("True", "BackoffFinished", "The backoff was finished")
             log.info("requeued", workload=ref.key, queue="", reason=reason or "backoff")
-        if released:
-            await self._decide()
+        return bool(released)
 
-    async def _decide(self) -> None:
+    async def _decide(self, after: Callable[[], list[Event]] = list) -> None:
+        """A scheduling pass, its decisions published with what falls due ``after`` it (made
+        once the pass is decided)."""
         if not self.settling.ready(time.monotonic()):
             return  # more of this config burst is on its way (config_settling.py)
-        await self.outbox.settled()  # passes are stored in the order they were decided
+        await self.outbox.settled()  # sent only behind what was sent before (outbox.py)
         drains: list[Event] = []
         if self.config.take_change():
             self._reconfigure()
             drains = self._drain()
         if self.gates.blocking():  # waitForPodsReady.blockAdmission: pods not ready yet
-            if drains:
-                await self.outbox.send([drains])
+            await self._publish([[*drains, *after()]])
             return
         started = time.monotonic()
         decisions = self.scheduler.schedule()  # also ends the nominations whose victims left
@@ -444,9 +417,8 @@ class AdmissionService:
                 seconds=ended - started,
             )
         drains += self.activity.due(self.records, self.scheduler)
-        if not decisions and not drains:
-            return
-        await self._publish(self.decisions.pieces(decisions, drains, size=PUBLISHED_PIECE))
+        pieces = self.decisions.pieces(decisions, drains, size=PUBLISHED_PIECE)
+        await self._publish(itertools.chain(pieces, _made_then(after)))
 
     async def _publish(self, pieces: Iterable[list[Event]]) -> None:
         """Send decisions piece by piece (a large pass's first admissions reach the
@@ -455,7 +427,8 @@ class AdmissionService:
         leader is not sent them (``DECIDING_SUBJECTS``). Idempotent like every echo: one
         that comes back anyway (the filter could not be changed) changes nothing. Folded
         before their acks: the scheduler counts them from the pass on, and a publish that
-        fails for good stops the service (its successor rebuilds from the stream)."""
+        fails for good stops the service (its successor rebuilds from the stream); the API
+        may show an admission meanwhile that its successor decides again."""
         admitted: list[WorkloadAdmitted] = []
 
         def kept(pieces: Iterable[list[Event]]) -> Iterator[list[Event]]:
@@ -465,6 +438,11 @@ class AdmissionService:
 
         await self.outbox.send(kept(pieces))
         self._apply(admitted)
+
+
+def _made_then(make: Callable[[], list[Event]]) -> Iterator[list[Event]]:
+    """One piece, made only when it is reached: after the pieces before it were made."""
+    yield make()
 
 
 def _own_echo(event: WorkloadPending) -> bool:

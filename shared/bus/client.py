@@ -25,9 +25,10 @@ class Bus(Publishing, Consuming):
             pump.interrupt()
 
     def wake(self, subscription: JetStreamContext.PullSubscription) -> None:
-        """``next_batch`` on ``subscription`` returns now (with what has arrived, maybe
-        nothing) rather than at the end of its wait: something else the loop waits for came
-        (its publishes' acks: services/admission/outbox.py)."""
+        """A ``next_batch`` on ``subscription`` waiting now returns at once (with what has
+        arrived, maybe nothing), not at the end of its wait: something else its loop waits
+        for came (its publishes' acks: services/admission/outbox.py). With none waiting, it
+        changes nothing."""
         pump = self._pumps.get(id(subscription))
         if pump is not None:
             pump.wake()
