@@ -1,5 +1,6 @@
-"""What falls due for the deciding leader besides a scheduling pass: sent after the pass, in
-the same turn (services/admission/outbox.py says why a turn's events go out together)."""
+"""What falls due for the deciding leader besides a scheduling pass, sent in the same turn as
+the pass (services/admission/outbox.py says why a turn's events go out together): the gate
+decisions before it, the rest after it."""
 
 from __future__ import annotations
 

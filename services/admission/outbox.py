@@ -6,8 +6,8 @@ in the order they were decided, as when each publish awaited its acks, and a pub
 fails for good stops the service before anything decided after it is sent. But the loop does
 not wait for the acks: it goes on folding events, and what falls due meanwhile (its next
 pass, a pending report whose throttle ended...) is decided and sent in one turn once they are
-in (``AdmissionService._live``), so each workload is in a turn's events at most once, as in a
-pass's.
+in (``AdmissionService._live``). Within one publish, as within a pass's pieces before, a
+message sent again after a timeout can land after those sent behind it.
 
 Why: under load a round trip to JetStream takes tens to hundreds of milliseconds. Awaited in
 line, each pass stopped the fold for that long, and in a burst of submissions admission's

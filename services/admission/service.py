@@ -167,7 +167,7 @@ class AdmissionService:
                 or pacing.take(time.monotonic())
                 or self.config.changed.is_set()
             ):
-                await self._decide(after=self._due)
+                await self._decide(after=self._after_pass)
             elif due := self._due():
                 await self._publish([due])
 
@@ -370,12 +370,24 @@ class AdmissionService:
             record.on_requeue_state("False", "BackoffNotFinished", "Waiting for the backoff")
 
     def _due(self) -> list[Event]:
-        """What falls due now besides a pass, sent after it (made once the pass is decided:
-        each reads what it decided): falling_due.py."""
-        now = time.time()
+        """What falls due now besides a pass: the gate decisions (:meth:`_gated`), then
+        evictions past a maximum execution time and pending reports whose throttle ended
+        (:meth:`_after_pass`)."""
+        return [*self._gated(), *self._after_pass()]
+
+    def _gated(self) -> list[Event]:
+        """The due decisions of admission checks and waitForPodsReady, their admissions
+        folded at once: a pass decided after them counts them (blockAdmission waits for
+        their pods). Folded again once sent, like every echo: no change."""
+        gated = falling_due.gate_decisions(self.gates, self.records, time.time())
+        self._apply([event for event in gated if type(event) is WorkloadAdmitted])
+        return gated
+
+    def _after_pass(self) -> list[Event]:
+        """What falls due and is sent after a pass, made once it is decided (each reads
+        what it decided): falling_due.py."""
         return [
-            *falling_due.expired(self.limits, self.records, self.scheduler, now),
-            *falling_due.gate_decisions(self.gates, self.records, now),
+            *falling_due.expired(self.limits, self.records, self.scheduler, time.time()),
             *falling_due.held_reports(self.pending_throttle, time.monotonic()),
         ]
 
@@ -395,15 +407,19 @@ class AdmissionService:
         return bool(released)
 
     async def _decide(self, after: Callable[[], list[Event]] = list) -> None:
-        """A scheduling pass, its decisions published with what falls due ``after`` it (made
-        once the pass is decided)."""
+        """A scheduling pass, published after the gate decisions due before it and followed
+        by what falls due ``after`` it (made once the pass is decided)."""
         if not self.settling.ready(time.monotonic()):
-            return  # more of this config burst is on its way (config_settling.py)
+            # More of this config burst is on its way (config_settling.py); what fell due
+            # goes out all the same.
+            if due := [*self._gated(), *after()]:
+                await self._publish([due])
+            return
         await self.outbox.settled()  # sent only behind what was sent before (outbox.py)
-        drains: list[Event] = []
+        drains = self._gated()
         if self.config.take_change():
             self._reconfigure()
-            drains = self._drain()
+            drains += self._drain()
         if self.gates.blocking():  # waitForPodsReady.blockAdmission: pods not ready yet
             await self._publish([[*drains, *after()]])
             return
