@@ -59,7 +59,7 @@ async def test_a_check_answered_ready_is_admitted_before_the_pass_of_its_turn(
         service.gates.set_config(objects)
         service.deciding = True
         service._apply([_submitted("w1", "lq-checked")])
-        await service._decide(after=service._after_pass)  # w1's quota reserved
+        await service._decide()  # w1's quota reserved
         ready = AdmissionCheckUpdated(
             source="cli",
             workload=WorkloadRef("default", "w1", "uid-w1"),
@@ -69,7 +69,7 @@ async def test_a_check_answered_ready_is_admitted_before_the_pass_of_its_turn(
             time=now(),
         )
         service._apply([ready, _submitted("w2", "lq-plain")])
-        await service._decide(after=service._after_pass)
+        await service._decide()
         await service.outbox.settled()
         subscription = await bus.replay_subscription(
             ["berth.cq.*.admitted.>", "berth.cq.*.reserved.>"]

@@ -138,8 +138,7 @@ class AdmissionService:
         outbox.on_settled = lambda: self.bus.wake(subscription)  # a pass may be due now
         while not self.runtime.stopping.is_set():
             # While acks are to come nothing is sent (outbox.py): the wait ends when they are in.
-            busy = outbox.busy()
-            wait = IDLE_WAIT_S if busy else pacing.wait(time.monotonic(), IDLE_WAIT_S)
+            wait = IDLE_WAIT_S if outbox.busy() else pacing.wait(time.monotonic(), IDLE_WAIT_S)
             events = await self.bus.next_batch(subscription, wait=wait)
             if events is None:
                 return
@@ -167,7 +166,7 @@ class AdmissionService:
                 or pacing.take(time.monotonic())
                 or self.config.changed.is_set()
             ):
-                await self._decide(after=self._after_pass)
+                await self._decide()
             elif due := self._due():
                 await self._publish([due])
 
@@ -406,22 +405,22 @@ class AdmissionService:
             log.info("requeued", workload=ref.key, queue="", reason=reason or "backoff")
         return bool(released)
 
-    async def _decide(self, after: Callable[[], list[Event]] = list) -> None:
+    async def _decide(self) -> None:
         """A scheduling pass, published after the gate decisions due before it and followed
-        by what falls due ``after`` it (made once the pass is decided)."""
+        by what falls due after it (:meth:`_after_pass`, made once the pass is decided)."""
         if not self.settling.ready(time.monotonic()):
             # More of this config burst is on its way (config_settling.py); what fell due
             # goes out all the same.
-            if due := [*self._gated(), *after()]:
+            if due := self._due():
                 await self._publish([due])
             return
         await self.outbox.settled()  # sent only behind what was sent before (outbox.py)
-        drains = self._gated()
+        first = self._gated()
         if self.config.take_change():
             self._reconfigure()
-            drains += self._drain()
+            first += self._drain()
         if self.gates.blocking():  # waitForPodsReady.blockAdmission: pods not ready yet
-            await self._publish([[*drains, *after()]])
+            await self._publish([[*first, *self._after_pass()]])
             return
         started = time.monotonic()
         decisions = self.scheduler.schedule()  # also ends the nominations whose victims left
@@ -432,9 +431,9 @@ class AdmissionService:
                 admitted_any=any(type(d) is Admission for d in decisions),
                 seconds=ended - started,
             )
-        drains += self.activity.due(self.records, self.scheduler)
-        pieces = self.decisions.pieces(decisions, drains, size=PUBLISHED_PIECE)
-        await self._publish(itertools.chain(pieces, _made_then(after)))
+        first += self.activity.due(self.records, self.scheduler)
+        pieces = self.decisions.pieces(decisions, first, size=PUBLISHED_PIECE)
+        await self._publish(itertools.chain(pieces, _made_then(self._after_pass)))
 
     async def _publish(self, pieces: Iterable[list[Event]]) -> None:
         """Send decisions piece by piece (a large pass's first admissions reach the
