@@ -426,27 +426,6 @@ async def test_a_stop_ends_the_wait_for_the_next_batch_at_once(nats_url: str) ->
         await bus.close()
 
 
-async def test_a_wake_ends_one_wait_for_the_next_batch(nats_url: str) -> None:
-    """``wake`` (admission's acks came in: a pass may be due) ends the wait under way, with
-    nothing; unlike a stop, the next wait waits again, and events still come."""
-    bus = await _bus(nats_url)
-    try:
-        subscription = await bus.durable_subscription("woken", ["berth.wl.>"])
-        assert await bus.next_batch(subscription, wait=0.0) == []
-        waiting = asyncio.create_task(bus.next_batch(subscription, wait=30.0))
-        await asyncio.sleep(0.1)
-        assert not waiting.done()
-        bus.wake(subscription)
-        assert await asyncio.wait_for(waiting, 5) == []
-        again = asyncio.create_task(bus.next_batch(subscription, wait=30.0))
-        await asyncio.sleep(0.1)
-        assert not again.done(), "the next wait waits"
-        await bus.publish(_submitted(1))
-        assert [e.workload.name for e in await asyncio.wait_for(again, 5)] == ["job-1"]
-    finally:
-        await bus.close()
-
-
 @pytest.mark.parametrize("follow", ["follow", "follow_batches"])
 async def test_a_stop_ends_a_bucket_follow_at_once(
     nats_url: str, monkeypatch: pytest.MonkeyPatch, follow: str
