@@ -167,8 +167,8 @@ class AdmissionService:
                 or self.config.changed.is_set()
             ):
                 await self._decide()
-            elif due := self._due():
-                await self._publish([due])
+            else:
+                await self._publish_due()
 
     def _apply(self, events: Iterable[AnyEvent]) -> None:
         """Fold events into the scheduler; idempotent, so replays and echoes change nothing."""
@@ -368,11 +368,12 @@ class AdmissionService:
             self.scheduler.delete(ref)  # its generations are kept: submit(generation=)
             record.on_requeue_state("False", "BackoffNotFinished", "Waiting for the backoff")
 
-    def _due(self) -> list[Event]:
-        """What falls due now besides a pass: the gate decisions (:meth:`_gated`), then
-        evictions past a maximum execution time and pending reports whose throttle ended
-        (:meth:`_after_pass`)."""
-        return [*self._gated(), *self._after_pass()]
+    async def _publish_due(self) -> None:
+        """What falls due now, sent without a pass: the gate decisions (:meth:`_gated`),
+        then evictions past a maximum execution time and pending reports whose throttle
+        ended (:meth:`_after_pass`)."""
+        if due := [*self._gated(), *self._after_pass()]:
+            await self._publish([due])
 
     def _gated(self) -> list[Event]:
         """The due decisions of admission checks and waitForPodsReady, their admissions
@@ -411,8 +412,7 @@ class AdmissionService:
         if not self.settling.ready(time.monotonic()):
             # More of this config burst is on its way (config_settling.py); what fell due
             # goes out all the same.
-            if due := self._due():
-                await self._publish([due])
+            await self._publish_due()
             return
         await self.outbox.settled()  # sent only behind what was sent before (outbox.py)
         first = self._gated()
