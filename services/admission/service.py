@@ -44,9 +44,11 @@ from services.admission.interning import Interner
 from services.admission.outbox import Outbox
 from services.admission.pacing import PassPacing
 from services.admission.pending_throttle import PendingThrottle
+from services.admission.preemption_asks import PreemptionAsks
 from services.admission.scheduler import Admission, Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.bus import EVENTS_PER_HANDLING, BusError
+from shared.candidates import NO_CANDIDATES
 from shared.config import ClusterQueue, LocalQueue
 from shared.config_mirror import ConfigMirror
 from shared.events import (
@@ -106,8 +108,15 @@ class AdmissionService:
         self.settling = ConfigSettling(self.config)  # a config burst is taken whole
         self.pacing = PassPacing()  # when the next pass runs (pacing.py)
         self.outbox = Outbox(self.bus, runtime)  # publishes whose acks are still to come
+        # Reports that ask preemption only where a candidate may exist (preemption_asks.py).
+        self.preemption_asks = PreemptionAsks()
         self.decisions = Decisions(  # what a pass's decisions become (decisions.py)
-            self.scheduler, self.records, self.gates, self.limits, self.pending_throttle
+            self.scheduler,
+            self.records,
+            self.gates,
+            self.limits,
+            self.pending_throttle,
+            self.preemption_asks,
         )
 
     async def run(self) -> None:
@@ -154,6 +163,7 @@ class AdmissionService:
             if taking_over:
                 self.deciding = True
                 log.info("deciding", replica=self.runtime.replica, term=self.bus.term)
+                self._ask_again_after_takeover()
                 try:  # not sent its own admissions (see the docstring)
                     await self.bus.refilter(subscription, DECIDING_SUBJECTS)
                 except BusError as error:  # still sent them: folded twice, idempotent
@@ -210,6 +220,7 @@ class AdmissionService:
                 self.scheduler.left(ref)
             if kind in _GONE:
                 self.pending_throttle.forget(ref.uid)  # never pending again
+                self.preemption_asks.forget(ref.uid)
             if kind in _STOPPED:
                 self.limits.stopped(ref.uid, event.time.timestamp())
             if kind not in _MATCHED:  # PodsReady and the like: none of the cases below
@@ -267,6 +278,7 @@ class AdmissionService:
                 self.activity.apply(event, record, self.scheduler, self._queue_of(record))
             elif type(event) is SetWorkloadActive:
                 self.pending_throttle.forget(ref.uid)  # no stale pending message after it
+                self.preemption_asks.forget(ref.uid)
                 self.activity.apply(event, record, self.scheduler, self._queue_of(record))
             elif type(event) is WorkloadDeleted:
                 self.limits.forget(ref.uid)
@@ -291,6 +303,7 @@ class AdmissionService:
                         since=since,
                         can_preempt=event.can_preempt,
                     )
+                    self.preemption_asks.boosted(ref.uid)  # it may preempt higher now
         self.scheduler.clock = time.time  # decisions are taken now
 
     def _queue_of(self, record: WorkloadRecord | None) -> str:
@@ -306,6 +319,16 @@ class AdmissionService:
                 return local.spec.cluster_queue
         return ""
 
+    def _ask_again_after_takeover(self) -> None:
+        """What this replica held without a preemption ask may be stale, and a report sent
+        without the ask by another leader is one it never held: those workloads are decided
+        and reported again in the first pass (preemption_asks.py)."""
+        self.preemption_asks.clear()
+        for record in self.records.values():
+            told = record.conditions.get("QuotaReserved")
+            if told is not None and told.status == "False" and told.message.endswith(NO_CANDIDATES):
+                self.scheduler.report_again(record.ref)
+
     def _stand_by(self) -> None:
         """Not deciding: keep the scheduler's config in step (the leader drains what a
         stopped queue holds; a standby only follows). No pass is owed: the loop waits for
@@ -320,6 +343,7 @@ class AdmissionService:
         children of deleted queues are dropped."""
         self.scheduler.set_config(self.config.values())
         self.gates.set_config(self.config.values())
+        self.preemption_asks.reconfigured()  # policies and priorities may have changed
         metrics.forget_queues(
             {cq.metadata.name for cq in self.config.of_kind(ClusterQueue)},
             {
@@ -389,6 +413,7 @@ class AdmissionService:
         return [
             *falling_due.expired(self.limits, self.records, self.scheduler, time.time()),
             *falling_due.held_reports(self.pending_throttle, time.monotonic()),
+            *falling_due.asked_again(self.decisions, self.pending_throttle, time.monotonic()),
         ]
 
     def _requeue_released(self, now: float) -> bool:
