@@ -89,6 +89,7 @@ class Decisions:
         decided_at = datetime.now(UTC)  # one moment for the pass's events (records share it)
         stamp = decided_at.timestamp()
         records, offer, asks = self.records, self.pending_throttle.offer, self.asks
+        holding = asks.holding  # one dict for the pass (asked() runs after it)
         # The last report made, by all it says but its workload, with what the throttle reads
         # of it (said): the next report alike (a queue's heads after it, in a backlog) is its
         # event with another workload. Only the last: a pass's every distinct report kept to
@@ -141,7 +142,7 @@ class Decisions:
                         unasked = (last[1], form, said(form))
                     pending = msgspec.structs.replace(unasked[1], workload=ref)
                     saying = unasked[2]
-                elif not decision.preemption_may_help:
+                elif holding and not decision.preemption_may_help:
                     asks.forget(ref.uid)  # a report held before is stale now
                 if record is not None:
                     record.on_pending(pending)  # what `berth get` shows is never held back

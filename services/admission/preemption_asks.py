@@ -22,6 +22,7 @@ new configuration; releases never do.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -110,6 +111,12 @@ class PreemptionAsks:
     def __len__(self) -> int:
         return len(self._held)
 
+    @property
+    def holding(self) -> Mapping[str, object]:
+        """The held reports by workload uid (read it, never change it): empty on most
+        clusters, so a caller with many reports to judge asks it before each ``forget``."""
+        return self._held
+
     def hold(
         self, report: WorkloadPending, facts: AskFacts | None, root: str, contested: Contested
     ) -> bool:
@@ -166,9 +173,10 @@ class PreemptionAsks:
         if self._judge_all:
             self._judge_all = False
             self._boosted.clear()
-            held_all, self._held = self._held, {}
+            held_all = list(self._held.values())
+            self._held.clear()
             self._rebuild({})
-            for held in held_all.values():
+            for held in held_all:
                 if not self._judge(held, core, asked):
                     self._stand(held, core.root(held.key[0]))
         elif self._boosted:
