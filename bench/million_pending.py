@@ -98,13 +98,39 @@ def rss() -> tuple[int, int]:
 
 
 class _DroppingBus:
-    """The service publishes its decisions here; they are counted and dropped."""
+    """The service publishes its decisions here; they are counted and dropped, each send
+    acknowledged at once (services/admission/outbox.py awaits the acks behind the loop)."""
 
     def __init__(self) -> None:
         self.published = 0
 
     async def publish_many(self, events: list[Event]) -> None:
         self.published += len(events)
+
+    async def send_many(self, events: list[Event]) -> _Acked:
+        self.published += len(events)
+        return _Acked()
+
+
+class _Acked:
+    """A send whose acks are all in."""
+
+    async def settle(self) -> None:
+        return None
+
+
+def _runtime(bus: _DroppingBus) -> Runtime:
+    """What the service reads of its runtime here: the bus, and a task spawner (the outbox's
+    settler, awaited within the pass's event loop: :func:`_turn`)."""
+    return cast(
+        Runtime, SimpleNamespace(bus=bus, spawn=lambda coro, name: asyncio.ensure_future(coro))
+    )
+
+
+async def _turn(service: AdmissionService) -> None:
+    """One pass, and its sends settled before the event loop ends."""
+    await service._decide()
+    await service.outbox.settled()
 
 
 class _Timed:
@@ -149,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     rng = random.Random(7)
     bus = _DroppingBus()
-    service = AdmissionService(cast(Runtime, SimpleNamespace(bus=bus)))
+    service = AdmissionService(_runtime(bus))
     config = build_config(args.cluster_queues)
     service.scheduler.set_config(config)
     service.gates.set_config(config)
@@ -172,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     rss_folded, _ = rss()
 
     started = time.perf_counter()
-    asyncio.run(service._decide())
+    asyncio.run(_turn(service))
     step_s = time.perf_counter() - started
     first_s, first_cpu = timed.last, timed.last_cpu
     first_decisions = timed.decisions
@@ -193,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             for admission in admitted[round_ * PER_ROUND : (round_ + 1) * PER_ROUND]
         ]
         service._apply(finishes)
-        asyncio.run(service._decide())
+        asyncio.run(_turn(service))
         steady.append(timed.last * 1000)
         steady_cpu.append(timed.last_cpu * 1000)
     rss_end, rss_peak = rss()
