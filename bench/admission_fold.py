@@ -57,12 +57,24 @@ CLUSTER_QUEUES = 200
 BATCH = 500
 
 
+class _Acked:
+    """A send whose acks are all in."""
+
+    async def settle(self) -> None:
+        return None
+
+
 class Sink:
     """The bus as ``_decide`` uses it: what it publishes, kept (a digest of it, in order)."""
 
     def __init__(self) -> None:
         self.digest = hashlib.sha256()
         self.admitted: list[WorkloadAdmitted] = []
+
+    async def send_many(self, events: Sequence[Event]) -> _Acked:
+        """What admission's outbox sends: kept as published, its acks in at once."""
+        await self.publish_many(events)
+        return _Acked()
 
     async def publish_many(self, events: Sequence[Event]) -> None:
         for event in events:
@@ -80,7 +92,10 @@ def run(workloads: int, batch_size: int) -> tuple[float, float, float, str, int,
     """(fold s, decisions s, of which schedule() s, digest, admitted, waiting decisions)."""
     rng = random.Random(7)
     sink = Sink()
-    service = AdmissionService(cast(Runtime, SimpleNamespace(bus=sink)))
+    runtime = SimpleNamespace(bus=sink, spawn=lambda coro, name: asyncio.ensure_future(coro))
+    service = AdmissionService(cast(Runtime, runtime))
+    # The throttle's held reports go out by the clock, which the digest must not depend on.
+    service.pending_throttle.interval = float("inf")
     config = build_config(CLUSTER_QUEUES)
     service.scheduler.set_config(config)
     service.gates.set_config(config)
@@ -142,14 +157,11 @@ def run(workloads: int, batch_size: int) -> tuple[float, float, float, str, int,
 
 
 async def _turn(service: AdmissionService) -> None:
-    """What the service's loop does after folding a batch (``_live``): a pass, then the due
-    evictions and the admission checks' and pods-ready clocks; not the throttle's held
-    pending reports (due by the clock, which the digest must not depend on)."""
+    """What the service's loop does after folding a batch (``_live``): a turn (the gate
+    decisions due, a pass, what falls due after it), its sends settled within this event
+    loop."""
     await service._decide()
-    expired = service._expired(time.time())
-    if expired:
-        await service.bus.publish_many(expired)
-    await service._gated(time.time())
+    await service.outbox.settled()
 
 
 def _ready(admitted: WorkloadAdmitted) -> WorkloadPodsReady:
