@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from services.admission.preemption_asks import taken_over
 from services.admission.service import AdmissionService
 from shared.bus import Bus
 from shared.candidates import NO_CANDIDATES
@@ -127,7 +128,7 @@ async def test_a_replica_taking_over_asks_what_another_leader_sent_without_the_a
             priority=1000,
         )
         service._apply([foreign])
-        service._ask_again_after_takeover()
+        taken_over(service.preemption_asks, service.records.values(), service.scheduler)
         service.deciding = True
         await _turn(service)
         mine = [r for r in await _reports(bus, "waiting") if r.id != asked.id]

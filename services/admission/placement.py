@@ -19,7 +19,7 @@ from services.admission.admission_fair_sharing import Ledger
 from services.admission.books import QueueBooks
 from services.admission.fair_queues import FairShareQueue
 from services.admission.interning import kept_once
-from services.admission.model import Decision, Inadmissible
+from services.admission.model import Decision, Inadmissible, QueuedWorkload
 from services.admission.nominations import Nominations
 from services.admission.preemption_asks import UNKNOWN_PRIORITY, AdmittedPriorities, Contested
 from services.admission.priorities import UnknownPriorityClass
@@ -38,6 +38,18 @@ __all__ = ["INADMISSIBLE", "PENDING_REASON", "Placement"]
 # Kueue's workload condition reasons: controller-level problems vs. scheduler verdicts.
 INADMISSIBLE = "Inadmissible"
 PENDING_REASON = "Pending"
+
+
+def _must_ask(wl: QueuedWorkload) -> str:
+    """Why the preemption service must search for this workload whatever the facts say
+    (shared.candidates.AskFacts.must_ask; "" if nothing does)."""
+    if wl.reserved:
+        return "an ageing reservation searches above every priority"
+    if wl.nominated:
+        return "its victims are leaving"
+    if partial.can_be_partial(wl.pod_sets):
+        return "preemption's answer lets it run with fewer pods"
+    return ""
 
 
 class Placement:
@@ -322,24 +334,14 @@ class Placement:
         queue = self._asks_of_queue.get(cq_name) or self._queue_asks(cq_name)
         if queue is None:
             return None
-        within, reclaim, must_ask = queue
-        wl = record.wl
-        if must_ask:
-            pass  # the ClusterQueue's reason
-        elif wl.reserved:
-            must_ask = "an ageing reservation searches above every priority"
-        elif wl.nominated:
-            must_ask = "its victims are leaving"
-        elif partial.can_be_partial(wl.pod_sets):
-            must_ask = "preemption's answer lets it run with fewer pods"
-        tree = self._config.tree
+        within, reclaim, queue_must_ask = queue
         return AskFacts(
             within,
             reclaim,
             self.preempting_priority(ref),
             self._admitted_priorities.lowest(cq_name),
-            reclaim != "Never" and any_lender(tree, cq_name, contested),
-            must_ask,
+            reclaim != "Never" and any_lender(self._config.tree, cq_name, contested),
+            queue_must_ask or _must_ask(record.wl),
         )
 
     def _queue_asks(self, cq_name: str) -> tuple[str, str, str] | None:

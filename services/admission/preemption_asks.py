@@ -22,12 +22,13 @@ new configuration; releases never do.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import msgspec
 
+from services.admission.workload_objects import WorkloadRecord
 from shared.candidates import NO_CANDIDATES, AskFacts, may_find_candidates
 from shared.events import WorkloadPending, WorkloadRef, new_event_id, now
 
@@ -37,7 +38,8 @@ __all__ = [
     "AskCore",
     "Contested",
     "PreemptionAsks",
-    "contested_of",
+    "ReportsAgain",
+    "taken_over",
     "without_ask",
 ]
 
@@ -67,16 +69,31 @@ class AskCore(Protocol):
         """The flavor-resources ``cq_name`` borrows in now."""
 
 
+def taken_over(
+    asks: PreemptionAsks, records: Iterable[WorkloadRecord], core: ReportsAgain
+) -> None:
+    """A replica that takes over clears what it held (it may be stale) and has the workloads
+    whose report shown now went without the ask decided and reported again in its first
+    pass: another leader may have sent it, one this replica never held, and the pass would
+    otherwise send nothing for an unchanged decision."""
+    asks.clear()
+    for record in records:
+        told = record.conditions.get("QuotaReserved")
+        if told is not None and told.status == "False" and told.message.endswith(NO_CANDIDATES):
+            core.report_again(record.ref)
+
+
+class ReportsAgain(Protocol):
+    def report_again(self, ref: WorkloadRef) -> None:
+        """Decide a pending workload again in the next pass and report it
+        (services/admission/placement.py)."""
+
+
 def without_ask(report: WorkloadPending) -> WorkloadPending:
     """``report`` as published when no candidate may exist: no ask, Kueue's reason appended."""
     return msgspec.structs.replace(
         report, preemption_may_help=False, message=f"{report.message}; {NO_CANDIDATES}"
     )
-
-
-def contested_of(report: WorkloadPending) -> Contested:
-    """The flavor-resources ``report`` contests (what lenders are judged on)."""
-    return tuple([(c.flavor, c.resource) for c in report.contested])
 
 
 @dataclass(slots=True)

@@ -44,11 +44,10 @@ from services.admission.interning import Interner
 from services.admission.outbox import Outbox
 from services.admission.pacing import PassPacing
 from services.admission.pending_throttle import PendingThrottle
-from services.admission.preemption_asks import PreemptionAsks
+from services.admission.preemption_asks import PreemptionAsks, taken_over
 from services.admission.scheduler import Admission, Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.bus import EVENTS_PER_HANDLING, BusError
-from shared.candidates import NO_CANDIDATES
 from shared.config import ClusterQueue, LocalQueue
 from shared.config_mirror import ConfigMirror
 from shared.events import (
@@ -163,7 +162,7 @@ class AdmissionService:
             if taking_over:
                 self.deciding = True
                 log.info("deciding", replica=self.runtime.replica, term=self.bus.term)
-                self._ask_again_after_takeover()
+                taken_over(self.preemption_asks, self.records.values(), self.scheduler)
                 try:  # not sent its own admissions (see the docstring)
                     await self.bus.refilter(subscription, DECIDING_SUBJECTS)
                 except BusError as error:  # still sent them: folded twice, idempotent
@@ -318,16 +317,6 @@ class AdmissionService:
             if (local.metadata.namespace, local.metadata.name) == (ref.namespace, lq):
                 return local.spec.cluster_queue
         return ""
-
-    def _ask_again_after_takeover(self) -> None:
-        """What this replica held without a preemption ask may be stale, and a report sent
-        without the ask by another leader is one it never held: those workloads are decided
-        and reported again in the first pass (preemption_asks.py)."""
-        self.preemption_asks.clear()
-        for record in self.records.values():
-            told = record.conditions.get("QuotaReserved")
-            if told is not None and told.status == "False" and told.message.endswith(NO_CANDIDATES):
-                self.scheduler.report_again(record.ref)
 
     def _stand_by(self) -> None:
         """Not deciding: keep the scheduler's config in step (the leader drains what a
