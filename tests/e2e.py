@@ -54,6 +54,18 @@ def event_log(url: str) -> list[AnyEvent]:
     return asyncio.run(read_events(url, auth=bus_auth(url)))
 
 
+def first_at(
+    events: list[AnyEvent], kind: type, name: str, where: Callable[[Any], bool] = lambda _: True
+) -> int:
+    """Where in ``events`` the first ``kind`` about workload ``name`` (that ``where``
+    accepts) is; StopIteration if there is none."""
+    return next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, kind) and e.workload.name == name and where(e)
+    )
+
+
 def peak_usage(
     events: list[AnyEvent], *, groups: dict[str, str] | None = None
 ) -> dict[tuple[str, str, str], int]:

@@ -23,6 +23,7 @@ from tests.e2e import (
     condition,
     event_log,
     eventually,
+    first_at,
     get_json,
     is_admitted,
     job_manifest,
@@ -321,21 +322,9 @@ def test_block_admission_holds_the_next_workload_until_the_first_is_ready_or_out
     eventually(lambda: is_admitted(_workload(url, "next")), timeout=60)
 
     events = event_log(url)
-    timeout_at = next(
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, EvictionRequested) and e.workload.name == "never-ready"
-    )
-    next_submitted_at = next(
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, WorkloadSubmitted) and e.workload.name == "next"
-    )
-    next_admitted_at = next(
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, WorkloadAdmitted) and e.workload.name == "next"
-    )
+    timeout_at = first_at(events, EvictionRequested, "never-ready")
+    next_submitted_at = first_at(events, WorkloadSubmitted, "next")
+    next_admitted_at = first_at(events, WorkloadAdmitted, "next")
     assert next_submitted_at < timeout_at, "submitted only once the first was out: no test"
     assert next_admitted_at > timeout_at, "admitted while the first's pods were not ready"
     eviction = events[timeout_at]

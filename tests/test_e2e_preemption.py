@@ -17,6 +17,7 @@ from tests.e2e import (
     condition,
     event_log,
     eventually,
+    first_at,
     get_json,
     is_admitted,
     job_manifest,
@@ -201,15 +202,7 @@ def test_no_candidate_no_search_until_a_lower_priority_runs(stack: Stack, tmp_pa
 
     eventually(searched, timeout=30)
     events = event_log(url)
-    small_admitted = next(
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, WorkloadAdmitted) and e.workload.name == "small"
-    )
-    first_ask = next(
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, WorkloadPending) and e.workload.name == "waiting" and e.preemption_may_help
-    )
+    small_admitted = first_at(events, WorkloadAdmitted, "small")
+    first_ask = first_at(events, WorkloadPending, "waiting", lambda e: e.preemption_may_help)
     assert small_admitted < first_ask, "nothing was asked before the low-priority job ran"
     assert not any(isinstance(e, EvictionRequested) for e in events)
