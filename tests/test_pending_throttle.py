@@ -311,3 +311,42 @@ def test_a_release_stopped_midway_keeps_what_was_held_meanwhile() -> None:
     assert not throttle.offer(reports[3], 0.0)  # due at 1.0, as the paused batch
     pieces.close()
     assert [e.workload.name for e in throttle.due(2.5)] == ["w1", "w2", "w3"]
+
+
+# (reason, the report published a moment ago, the next one, whether the next goes at once)
+ASK_CASES: list[tuple[str, WorkloadPending, WorkloadPending, bool]] = [
+    (
+        "regaining the preemption ask goes at once: the preemption service acts on it",
+        pending("2 more needed"),
+        pending("2 more needed", may_help=True),
+        True,
+    ),
+    (
+        "losing it waits its interval, as a new message alone does",
+        pending("2 more needed", may_help=True),
+        msgspec.structs.replace(pending("2 more needed", may_help=True), preemption_may_help=False),
+        False,
+    ),
+    (
+        "losing it with another reason is a change that matters",
+        pending("2 more needed", may_help=True),
+        pending("ClusterQueue cq is inactive", reason="Inadmissible"),
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("reason", "before", "after", "at_once"), ASK_CASES, ids=[case[0] for case in ASK_CASES]
+)
+def test_the_preemption_ask_lost_waits_regained_goes(
+    reason: str, before: WorkloadPending, after: WorkloadPending, at_once: bool
+) -> None:
+    throttle = PendingThrottle(1.0)
+    if before.preemption_may_help:
+        assert throttle.offer(before, 10.0), reason
+    else:
+        _published(throttle, before, 10.0)
+    assert throttle.offer(after, 10.2) is at_once, reason
+    if not at_once:
+        assert _but_id(throttle.due(11.0)) == _but_id([after]), reason

@@ -65,6 +65,25 @@ def _material(event: WorkloadPending) -> Material:
     return kept_once(_MATERIALS, material, lambda: material)
 
 
+def _alike(published: Material, material: Material) -> bool:
+    """Whether a report with ``material`` waits its interval after one with ``published``:
+    the same material, or the same but for losing the preemption ask (a report sent without
+    it where no candidate may exist: services/admission/preemption_asks.py). Losing the ask
+    is no news the preemption service must act on at once (its search finds no candidate
+    meanwhile), and where candidates come and go from pass to pass, a report that lost it and
+    one that regained it, each sent at once, made a workload's reports follow every pass;
+    regaining it goes out at once."""
+    if published == material:
+        return True
+    return (
+        published[2]
+        and not material[2]
+        and published[0] == material[0]
+        and published[1] == material[1]
+        and published[3] == material[3]
+    )
+
+
 def said(event: WorkloadPending) -> Said:
     """What :meth:`PendingThrottle.offer` reads of ``event`` but its id and workload: the
     same for every report alike in all else, so a pass finds it once for them all."""
@@ -101,7 +120,7 @@ class PendingThrottle:
             if self._last[0] != now:
                 self._last = (now, now + self.interval)
             return self._hold(uid, event, self._last[1], saying)  # a first report waits
-        if last is not None and last[0] == material and now - last[1] < self.interval:
+        if last is not None and now - last[1] < self.interval and _alike(last[0], material):
             return self._hold(uid, event, last[1] + self.interval, saying)
         self._published[uid] = (material, now)
         self._end_hold(uid)
