@@ -16,8 +16,8 @@ import statistics
 import time
 from typing import Any
 
+from services.preemption.borrowing import BorrowingTree
 from services.preemption.victims import Preemptor, Running, find_victims
-from shared.borrowing import BorrowingTree
 from shared.config import ClusterQueue, FairSharingSettings, parse_object
 from shared.events import WorkloadRef
 

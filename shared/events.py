@@ -193,9 +193,8 @@ class ContestedResource(msgspec.Struct, frozen=True, gc=False):
 class WorkloadPending(Event, frozen=True, kw_only=True, tag="WorkloadPending"):
     """The workload waits; ``message`` says why, with numbers.
 
-    Admission emits it whenever the reason changes; when ``preemption_may_help`` (set only
-    where a candidate may exist: docs/preemption.md) the preemption service looks for victims
-    to free ``contested``. Preemption emits it too
+    Admission emits it whenever the reason changes; when ``preemption_may_help`` the
+    preemption service looks for victims to free ``contested``. Preemption emits it too
     (source "preemption") to say why preemption cannot help, or until when victims are
     protected.
     """

@@ -299,12 +299,7 @@ def test_reports_alike_in_a_pass_are_each_their_own(
     report is its own decision's (workload, ClusterQueue, reason, message, priority,
     whether preemption may help), as if made alone."""
     core = cast(
-        Scheduler,
-        SimpleNamespace(
-            preempting_priority=lambda ref: priorities.get(ref.name, 0),
-            ask_facts=lambda ref, queue, contested: None,  # unknown to it: asked as decided
-            root=lambda queue: queue,
-        ),
+        Scheduler, SimpleNamespace(preempting_priority=lambda ref: priorities.get(ref.name, 0))
     )
     throttle = PendingThrottle(1.0)
     made = Decisions(core, {}, Gates(), ExecutionLimits(), throttle).events(list(waiting), [])

@@ -9,15 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from services.preemption.victims import NO_FIT
-from shared.candidates import NO_CANDIDATES
-from shared.events import EvictionRequested, WorkloadAdmitted, WorkloadEvicted, WorkloadPending
+from shared.events import EvictionRequested, WorkloadAdmitted, WorkloadEvicted
 from tests.conftest import FIXTURES, Stack, berth
 from tests.e2e import (
     condition,
     event_log,
     eventually,
-    first_at,
     get_json,
     is_admitted,
     job_manifest,
@@ -159,50 +156,3 @@ def test_seed_002_high_preempts_low_and_low_comes_back(stack: Stack, tmp_path: P
     assert peak_usage(events)[("cluster-queue", "default-flavor", "cpu")] <= 9_000
     evictions = [e for e in events if isinstance(e, EvictionRequested)]
     assert len(evictions) == 1 and evictions[0].workload.name == "job1"
-
-
-def test_no_candidate_no_search_until_a_lower_priority_runs(stack: Stack, tmp_path: Path) -> None:
-    """Kueue's NoCandidates: a high-priority job that needs room where only its own priority
-    runs is not sent to the preemption service (its report says why, without the ask). Once a
-    low-priority job is admitted beside it, it is asked, and the search answers that
-    preempting that job would not free enough; nothing is evicted."""
-    url = stack.url
-    berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
-    submit_manifest(url, tmp_path, job_manifest("running", cpu="4", priority_class="high-priority"))
-    eventually(lambda: is_admitted(_workloads(url)["running"]))
-    submit_manifest(url, tmp_path, job_manifest("waiting", cpu="6", priority_class="high-priority"))
-
-    def reports() -> list[WorkloadPending]:
-        return [
-            e
-            for e in event_log(url)
-            if isinstance(e, WorkloadPending) and e.workload.name == "waiting"
-        ]
-
-    def not_asked() -> WorkloadPending:
-        said = reports()  # the throttle sends a first report without the ask after 1 s
-        assert len(said) == 1, said
-        report = said[0]
-        assert report.source == "admission" and not report.preemption_may_help
-        return report
-
-    first = eventually(not_asked)
-    assert first.message.endswith(f"; {NO_CANDIDATES}")
-
-    submit_manifest(url, tmp_path, job_manifest("small", cpu="2", priority_class="low-priority"))
-    eventually(lambda: is_admitted(_workloads(url)["small"]))
-
-    def searched() -> list[WorkloadPending]:
-        said = reports()
-        asked = [i for i, r in enumerate(said) if r.source == "admission" and r.preemption_may_help]
-        answered = [i for i, r in enumerate(said) if r.source == "preemption"]
-        assert asked and answered and asked[0] < answered[0], said
-        assert said[answered[0]].message.endswith(NO_FIT)
-        return said
-
-    eventually(searched, timeout=30)
-    events = event_log(url)
-    small_admitted = first_at(events, WorkloadAdmitted, "small")
-    first_ask = first_at(events, WorkloadPending, "waiting", lambda e: e.preemption_may_help)
-    assert small_admitted < first_ask, "nothing was asked before the low-priority job ran"
-    assert not any(isinstance(e, EvictionRequested) for e in events)

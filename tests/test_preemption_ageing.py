@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from services.preemption.cluster import Cluster
 from services.preemption.deciding import decide
-from shared.candidates import NO_CANDIDATES
+from services.preemption.victims import NO_CANDIDATES
 from shared.config import ClusterQueuePolicy, parse_object
 from shared.events import (
     AnyEvent,

@@ -1,4 +1,4 @@
-"""The index of borrowing ClusterQueues (shared/borrowing.py): after any usage
+"""The index of borrowing ClusterQueues (services/preemption/borrowing.py): after any usage
 change, a BorrowingTree names the same lenders as asking every queue of the cohort tree."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.borrowing import BorrowingTree, hierarchical, lenders
+from services.preemption.borrowing import BorrowingTree, hierarchical, lenders
 from shared.config import ClusterQueue, Cohort
 from shared.quota import FlavorResource, QuotaTree
 from tests.victims_search import cohort, cq

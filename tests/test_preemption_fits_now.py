@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 import pytest
 
 from services.preemption import deciding
+from services.preemption.borrowing import BorrowingTree
 from services.preemption.cluster import Cluster
 from services.preemption.deciding import Decision, decide
 from services.preemption.victims import FITS, Running, find_victims, fits_now
-from shared.borrowing import BorrowingTree
 from shared.config import ClusterQueue, Cohort
 from shared.events import AnyEvent, PriorityBoosted
 from tests.test_preemption_holds import admit, ask, evict, ref

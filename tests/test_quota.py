@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.borrowing import BorrowingTree
+from services.preemption.borrowing import BorrowingTree
 from shared.config import ClusterQueue, Cohort, parse_object
 from shared.quota import QuotaNode, QuotaTree
 

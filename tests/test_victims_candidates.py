@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from services.preemption.borrowing import cohort_members
 from services.preemption.ordering import find_candidates, sort_key
 from services.preemption.victims import Preemptor, Running
-from shared.borrowing import cohort_members
 from shared.config import ClusterQueue
 from shared.quota import FlavorResource, QuotaTree
 from tests.victims_search import F, World, by_queue, cq, run, wants, worlds

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from services.preemption.victims import NO_FIT, Preemptor, Running
-from shared.candidates import NO_CANDIDATES
+from services.preemption.victims import NO_CANDIDATES, NO_FIT, Preemptor, Running
 from shared.config import ClusterQueue, Cohort, FairSharingSettings
 from tests.victims_search import FAIR, S2A_ONLY, F, cohort, cq, run, search, victims_of, wants
 

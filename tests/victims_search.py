@@ -14,9 +14,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from services.preemption.borrowing import BorrowingTree
 from services.preemption.ordering import RunningOf
 from services.preemption.victims import Preemptor, Running, SearchResult, find_victims
-from shared.borrowing import BorrowingTree
 from shared.config import ClusterQueue, Cohort, FairSharingSettings, parse_object
 from shared.events import WorkloadRef
 from shared.quota import FlavorResource, QuotaTree

@@ -24,7 +24,6 @@ from services.admission.gates import Gates
 from services.admission.interning import kept_once
 from services.admission.model import Admission, Decision, Inadmissible
 from services.admission.pending_throttle import PendingThrottle, Said, said
-from services.admission.preemption_asks import PreemptionAsks, without_ask
 from services.admission.scheduler import Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.events import (
@@ -59,15 +58,12 @@ class Decisions:
         gates: Gates,
         limits: ExecutionLimits,
         pending_throttle: PendingThrottle,
-        asks: PreemptionAsks | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.records = records
         self.gates = gates
         self.limits = limits
         self.pending_throttle = pending_throttle
-        # Reports that ask preemption only where a candidate may exist (preemption_asks.py).
-        self.asks = PreemptionAsks() if asks is None else asks
 
     def events(self, decisions: list[Decision], outgoing: list[Event]) -> list[Event]:
         """Append the events of ``decisions`` to ``outgoing`` and return it (:meth:`pieces`
@@ -88,15 +84,12 @@ class Decisions:
         wall = time.time()  # queue times and deadlines are epoch seconds
         decided_at = datetime.now(UTC)  # one moment for the pass's events (records share it)
         stamp = decided_at.timestamp()
-        records, offer, asks = self.records, self.pending_throttle.offer, self.asks
-        holding = asks.holding  # one dict for the pass (asked() runs after it)
+        records, offer = self.records, self.pending_throttle.offer
         # The last report made, by all it says but its workload, with what the throttle reads
         # of it (said): the next report alike (a queue's heads after it, in a backlog) is its
         # event with another workload. Only the last: a pass's every distinct report kept to
         # its end raised the first pass's peak of memory.
         last: tuple[tuple[object, ...], WorkloadPending, Said] | None = None
-        # The last one's form without its ask, made when a report like it is first held.
-        unasked: tuple[WorkloadPending, WorkloadPending, Said] | None = None
         piece = first
         decisions.reverse()  # taken from the end: in their order
         while decisions:
@@ -135,41 +128,14 @@ class Decisions:
                     last = (key, pending, said(pending))
                 else:
                     pending = msgspec.structs.replace(last[1], workload=ref)
-                saying = last[2]
-                if decision.preemption_may_help and self._held(pending, contested):
-                    if unasked is None or unasked[0] is not last[1]:
-                        form = without_ask(last[1])
-                        unasked = (last[1], form, said(form))
-                    pending = msgspec.structs.replace(unasked[1], workload=ref)
-                    saying = unasked[2]
-                elif holding and not decision.preemption_may_help:
-                    asks.forget(ref.uid)  # a report held before is stale now
                 if record is not None:
                     record.on_pending(pending)  # what `berth get` shows is never held back
-                if offer(pending, now, saying):
+                if offer(pending, now, last[2]):
                     pending = msgspec.structs.replace(pending, id=new_event_id())
                     log_pending(pending)
                     piece.append(pending)
         if piece:
             yield piece
-
-    def _held(self, pending: WorkloadPending, contested: tuple[tuple[str, str, int], ...]) -> bool:
-        """Whether a report that asks preemption goes out without its ask: no candidate may
-        exist now (preemption_asks.py)."""
-        scheduler, queue = self.scheduler, pending.cluster_queue
-        frs = tuple([(flavor, resource) for flavor, resource, _ in contested])
-        facts = scheduler.ask_facts(pending.workload, queue, frs)
-        return self.asks.hold(pending, facts, scheduler.root(queue), frs)
-
-    def asked_again(self) -> list[WorkloadPending]:
-        """The held reports that may find a candidate now, with their ask; each applied to
-        its workload's display record (:meth:`PreemptionAsks.asked`)."""
-        asked = self.asks.asked(self.scheduler)
-        for report in asked:
-            record = self.records.get(report.workload.uid)
-            if record is not None:
-                record.on_pending(report)
-        return asked
 
     def _admitted(
         self,
@@ -183,7 +149,6 @@ class Decisions:
         applied to its record, counted and logged."""
         ref = decision.ref
         self.pending_throttle.forget(ref.uid)
-        self.asks.forget(ref.uid)
         generation = self.scheduler.generation(ref)
         event = WorkloadAdmitted(
             id=f"admitted-{ref.uid}-{generation}",

@@ -4,10 +4,8 @@ decisions before it, the rest after it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from services.admission import metrics
-from services.admission.decisions import Decisions, log_pending
+from services.admission.decisions import log_pending
 from services.admission.evictions import deactivation as deactivate
 from services.admission.exec_time import DEACTIVATION as EXEC_DEACTIVATION
 from services.admission.exec_time import ExecutionLimits
@@ -18,7 +16,7 @@ from services.admission.workload_objects import WorkloadRecord
 from shared.events import Event, EvictionRequested, WorkloadAdmitted
 from shared.logging import get_logger
 
-__all__ = ["asked_again", "expired", "gate_decisions", "held_reports"]
+__all__ = ["expired", "gate_decisions", "held_reports"]
 
 log = get_logger("admission")
 
@@ -62,22 +60,9 @@ def gate_decisions(gates: Gates, records: dict[str, WorkloadRecord], now: float)
     return gated
 
 
-def held_reports(throttle: PendingThrottle, now: float, size: int) -> Iterator[list[Event]]:
-    """Pending reports whose throttle ended (``now`` monotonic), each logged, in pieces of
-    at most ``size`` (``PendingThrottle.due_pieces``)."""
-    for piece in throttle.due_pieces(now, size):
-        for pending in piece:
-            log_pending(pending)
-        yield list(piece)
-
-
-def asked_again(decisions: Decisions, throttle: PendingThrottle, now: float) -> list[Event]:
-    """Reports sent without their ask that may find a candidate now, asking preemption
-    (services/admission/preemption_asks.py), each logged; through the throttle (``now``
-    monotonic), which ends the hold of the report without its ask if it was not sent yet."""
-    asked: list[Event] = []
-    for report in decisions.asked_again():
-        if throttle.offer(report, now):
-            log_pending(report)
-            asked.append(report)
-    return asked
+def held_reports(throttle: PendingThrottle, now: float) -> list[Event]:
+    """Pending reports whose throttle ended (``now`` monotonic), each logged."""
+    held = throttle.due(now)
+    for pending in held:
+        log_pending(pending)
+    return list(held)

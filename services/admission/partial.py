@@ -71,11 +71,7 @@ def assign(
 
 def can_be_partial(pod_sets: list[PodSet]) -> bool:
     """Some pod set may run with fewer pods than its count."""
-    for pod_set in pod_sets:  # a loop, not any(): asked of most pending reports
-        least = pod_set.min_count
-        if least is not None and least < pod_set.count:
-            return True
-    return False
+    return any(p.min_count is not None and p.min_count < p.count for p in pod_sets)
 
 
 def reduced(pod_sets: list[PodSet], index: int, total: int) -> list[PodSet]:

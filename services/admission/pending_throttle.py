@@ -16,8 +16,6 @@ fall far behind the stream). ``berth get`` shows the reason at once either way.
 from __future__ import annotations
 
 import heapq
-import sys
-from collections.abc import Iterator
 from operator import itemgetter
 
 import msgspec
@@ -65,25 +63,6 @@ def _material(event: WorkloadPending) -> Material:
     return kept_once(_MATERIALS, material, lambda: material)
 
 
-def _alike(published: Material, material: Material) -> bool:
-    """Whether a report with ``material`` waits its interval after one with ``published``:
-    the same material, or the same but for losing the preemption ask (a report sent without
-    it where no candidate may exist: services/admission/preemption_asks.py). Losing the ask
-    is no news the preemption service must act on at once (its search finds no candidate
-    meanwhile), and where candidates come and go from pass to pass, a report that lost it and
-    one that regained it, each sent at once, made a workload's reports follow every pass;
-    regaining it goes out at once."""
-    if published == material:
-        return True
-    return (
-        published[2]
-        and not material[2]
-        and published[0] == material[0]
-        and published[1] == material[1]
-        and published[3] == material[3]
-    )
-
-
 def said(event: WorkloadPending) -> Said:
     """What :meth:`PendingThrottle.offer` reads of ``event`` but its id and workload: the
     same for every report alike in all else, so a pass finds it once for them all."""
@@ -120,7 +99,7 @@ class PendingThrottle:
             if self._last[0] != now:
                 self._last = (now, now + self.interval)
             return self._hold(uid, event, self._last[1], saying)  # a first report waits
-        if last is not None and now - last[1] < self.interval and _alike(last[0], material):
+        if last is not None and last[0] == material and now - last[1] < self.interval:
             return self._hold(uid, event, last[1] + self.interval, saying)
         self._published[uid] = (material, now)
         self._end_hold(uid)
@@ -144,61 +123,32 @@ class PendingThrottle:
 
     def due(self, now: float) -> list[WorkloadPending]:
         """Held events whose interval has passed, each with a new id; they count as
-        published now (:meth:`due_pieces` in one list)."""
-        return [event for piece in self.due_pieces(now, sys.maxsize) for event in piece]
-
-    def due_pieces(self, now: float, size: int) -> Iterator[list[WorkloadPending]]:
-        """:meth:`due` in pieces of at most ``size`` events, each made when it is reached,
-        so that a pass's worth of first reports released at once (most of a million) is
-        never all in memory together; each counts as published once made.
+        published now.
 
         A workload's entries come out in the order they were made (a later hold never
         goes out earlier: the clock only moves on), so its first entries are those of the
         holds that ended (published or forgotten), counted in ``_stale``: they are skipped,
-        and the one left is its live hold's. A batch left before its end (the caller
-        stopped) is put back with what it had left."""
-        piece: list[WorkloadPending] = []
-        # Reports released together share their stamp: one (material, now) per saying (kept
-        # with the saying, so that no other saying takes its id meanwhile).
-        stamps: dict[int, tuple[WorkloadPending, tuple[Material, float]]] = {}
+        and the one left is its live hold's."""
+        ready: list[WorkloadPending] = []
         while self._due and self._due[0][0] <= now:
             when, batch = heapq.heappop(self._due)
             del self._batches[when]
-            taken = 0  # of the batch's entries
-            try:
-                while taken < len(batch):
-                    ref = batch[taken]
-                    taken += 1
-                    uid = ref.uid
-                    stale = self._stale.get(uid)
-                    if stale is not None:
-                        if stale == 1:
-                            del self._stale[uid]
-                        else:
-                            self._stale[uid] = stale - 1
-                        continue
-                    held = self._held.pop(uid, None)
-                    if held is None:  # never: an entry without a hold is counted stale
-                        continue
-                    kept = stamps.get(id(held))
-                    if kept is None:
-                        kept = stamps[id(held)] = (held, (_material(held), now))
-                    self._published[uid] = kept[1]
-                    piece.append(msgspec.structs.replace(held, id=new_event_id(), workload=ref))
-                    if len(piece) >= size:
-                        yield piece
-                        piece = []
-            finally:
-                if taken < len(batch):  # stopped midway: the rest is due as it was
-                    rest = batch[taken:]
-                    later = self._batches.get(when)  # held since, due at the same time
-                    if later is not None:
-                        later[:0] = rest
+            for ref in batch:
+                uid = ref.uid
+                stale = self._stale.get(uid)
+                if stale is not None:
+                    if stale == 1:
+                        del self._stale[uid]
                     else:
-                        self._batches[when] = rest
-                        heapq.heappush(self._due, (when, rest))
-        if piece:
-            yield piece
+                        self._stale[uid] = stale - 1
+                    continue
+                held = self._held.pop(uid, None)
+                if held is None:  # never: an entry without a hold is counted stale
+                    continue
+                event = msgspec.structs.replace(held, id=new_event_id(), workload=ref)
+                self._published[uid] = (_material(event), now)
+                ready.append(event)
+        return ready
 
     def forget(self, uid: str) -> None:
         """The workload is no longer pending (admitted, finished, deleted)."""

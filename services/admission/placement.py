@@ -19,16 +19,13 @@ from services.admission.admission_fair_sharing import Ledger
 from services.admission.books import QueueBooks
 from services.admission.fair_queues import FairShareQueue
 from services.admission.interning import kept_once
-from services.admission.model import Decision, Inadmissible, QueuedWorkload
+from services.admission.model import Decision, Inadmissible
 from services.admission.nominations import Nominations
-from services.admission.preemption_asks import UNKNOWN_PRIORITY, AdmittedPriorities, Contested
 from services.admission.priorities import UnknownPriorityClass
 from services.admission.queues import ADMITTED, PENDING, ClusterQueueQueue, Record, order_key
 from services.admission.settled import SettledFailures
 from services.admission.topology import Topology
 from services.admission.waiting import WaitingForRoom
-from shared.borrowing import any_lender, borrowed_in, hierarchical
-from shared.candidates import AskFacts
 from shared.config import ConfigObject
 from shared.events import FlavorAssignment, WorkloadRef
 from shared.quota import FlavorResource
@@ -38,18 +35,6 @@ __all__ = ["INADMISSIBLE", "PENDING_REASON", "Placement"]
 # Kueue's workload condition reasons: controller-level problems vs. scheduler verdicts.
 INADMISSIBLE = "Inadmissible"
 PENDING_REASON = "Pending"
-
-
-def _must_ask(wl: QueuedWorkload) -> str:
-    """Why the preemption service must search for this workload whatever the facts say
-    (shared.candidates.AskFacts.must_ask; "" if nothing does)."""
-    if wl.reserved:
-        return "an ageing reservation searches above every priority"
-    if wl.nominated:
-        return "its victims are leaving"
-    if partial.can_be_partial(wl.pod_sets):
-        return "preemption's answer lets it run with fewer pods"
-    return ""
 
 
 class Placement:
@@ -76,9 +61,6 @@ class Placement:
         self._nominations = Nominations()
         self._no_victims: set[str] = set()  # partial workloads preemption cannot help (uids)
         self._boost_held_back: set[str] = set()  # uids whose ageing boost cannot preempt
-        self._admitted_priorities = AdmittedPriorities()  # per queue (preemption_asks.py)
-        self._grown: dict[str, int] = {}  # see grown
-        self._asks_of_queue: dict[str, tuple[str, str, str]] = {}  # see _queue_asks
         self.tried = 0  # workloads tried in the last pass (the admission-attempt metric)
 
     # --- configuration ---------------------------------------------------------------------
@@ -87,7 +69,6 @@ class Placement:
         """Replace the whole configuration; nothing is evicted, everything is re-evaluated."""
         self._config = config = Topology.build(objects)
         self._settled = SettledFailures(config.tree)
-        self._asks_of_queue.clear()  # its policies and cohorts may have changed
         self._waiting.clear()  # every pending workload is judged again in the next pass
         for record in self._records.values():
             if record.state == ADMITTED and record.usage:
@@ -324,66 +305,6 @@ class Placement:
             return record.effective_priority - record.wl.boost
         return record.effective_priority
 
-    def ask_facts(self, ref: WorkloadRef, cq_name: str, contested: Contested) -> AskFacts | None:
-        """What the core knows now about a workload pending in ``cq_name`` that contests the
-        flavor-resources ``contested``, for :func:`shared.candidates.may_find_candidates`;
-        None if it is not pending there."""
-        record = self._records.get(ref.uid)
-        if record is None or record.state != PENDING or record.cq != cq_name:
-            return None
-        queue = self._asks_of_queue.get(cq_name) or self._queue_asks(cq_name)
-        if queue is None:
-            return None
-        within, reclaim, queue_must_ask = queue
-        return AskFacts(
-            within,
-            reclaim,
-            self.preempting_priority(ref),
-            self._admitted_priorities.lowest(cq_name),
-            reclaim != "Never" and any_lender(self._config.tree, cq_name, contested),
-            queue_must_ask or _must_ask(record.wl),
-        )
-
-    def _queue_asks(self, cq_name: str) -> tuple[str, str, str] | None:
-        """A ClusterQueue's part of ``ask_facts`` that only the configuration sets: its
-        withinClusterQueue and reclaimWithinCohort, and a reason the search must run
-        whatever the facts say (borrowWithinCohort, hierarchical cohorts); None: no such
-        ClusterQueue."""
-        info = self._config.cqs.get(cq_name)
-        if info is None:
-            return None
-        tree = self._config.tree
-        must_ask = ""
-        if info.borrow_within_cohort != "Never":
-            must_ask = "borrowWithinCohort"
-        elif hierarchical(tree, tree.cluster_queues[cq_name]):
-            must_ask = "hierarchical cohorts"
-        read = (info.within_cluster_queue, info.reclaim_within_cohort, must_ask)
-        self._asks_of_queue[cq_name] = read
-        return read
-
-    def report_again(self, ref: WorkloadRef) -> None:
-        """Decide a queued pending workload again in the next pass and report it even if
-        nothing changed (what it was last told may have come from another replica)."""
-        record = self._records.get(ref.uid)
-        if record is not None and record.state == PENDING and record.key is not None:
-            record.emitted = None
-            self._requeue(record)
-
-    def grown(self) -> dict[str, int]:
-        """Per ClusterQueue, the lowest base priority admitted there since the last call
-        (unknown: ``UNKNOWN_PRIORITY``); emptied."""
-        grown, self._grown = self._grown, {}
-        return grown
-
-    def root(self, cq_name: str) -> str:
-        return self._config.root(cq_name)
-
-    def borrows_in(self, cq_name: str) -> frozenset[FlavorResource]:
-        """The flavor-resources ``cq_name`` borrows in now (above its nominal quota)."""
-        node = self._config.tree.cluster_queues.get(cq_name)
-        return frozenset() if node is None else borrowed_in(node)
-
     # --- quota bookkeeping -----------------------------------------------------------------
 
     def _apply_admission(
@@ -400,24 +321,15 @@ class Placement:
         record.emitted = None
         self._config.tree.add_usage(cq_name, usage)
         self._bump_usage_version(cq_name)
-        self._admitted(cq_name, record.base)
         self._books.admitted(cq_name, (record.wl.ref.namespace, record.lq_name), usage, 1)
         if self._ledger is not None:
             self._ledger.admitted((record.wl.ref.namespace, record.lq_name), usage, 1, self.clock())
-
-    def _admitted(self, cq_name: str, base: int | None) -> None:
-        """Count an admission's base priority in its ClusterQueue (preemption_asks.py)."""
-        self._admitted_priorities.add(cq_name, base)
-        priority = UNKNOWN_PRIORITY if base is None else base
-        if priority < self._grown.get(cq_name, priority + 1):
-            self._grown[cq_name] = priority
 
     def _release(self, record: Record) -> None:
         usage = record.usage or {}
         cq_name = record.cq
         self._config.tree.remove_usage(cq_name, usage)
         self._bump_usage_version(cq_name)
-        self._admitted_priorities.remove(cq_name, record.base)
         self._books.admitted(cq_name, (record.wl.ref.namespace, record.lq_name), usage, -1)
         if self._ledger is not None:
             lq = (record.wl.ref.namespace, record.lq_name)

@@ -98,19 +98,15 @@ class Scheduler(Assigning):
     def _swap_workload(self, record: Record, wl: QueuedWorkload) -> None:
         lq_before = (record.wl.ref.namespace, record.lq_name)
         record.replace_workload(wl)  # no longer a placeholder
-        admitted = record.state == ADMITTED and record.usage is not None
-        if admitted and record.usage is not None:
+        if record.state == ADMITTED and record.usage is not None:
             self._books.lq_admitted_by(lq_before, record.usage, -1)
             self._books.lq_admitted_by((wl.ref.namespace, record.lq_name), record.usage, 1)
-            self._admitted_priorities.remove(record.cq, record.base)
         try:
             record.base = self._config.priorities.resolve(
                 wl.priority_class, wl.priority_class_name, wl.priority
             )
         except UnknownPriorityClass:
             record.base = None
-        if admitted:
-            self._admitted(record.cq, record.base)
 
     def restore_admission(
         self,

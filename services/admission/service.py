@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 from nats.js import JetStreamContext
@@ -44,7 +44,6 @@ from services.admission.interning import Interner
 from services.admission.outbox import Outbox
 from services.admission.pacing import PassPacing
 from services.admission.pending_throttle import PendingThrottle
-from services.admission.preemption_asks import PreemptionAsks, taken_over
 from services.admission.scheduler import Admission, Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.bus import EVENTS_PER_HANDLING, BusError
@@ -107,15 +106,8 @@ class AdmissionService:
         self.settling = ConfigSettling(self.config)  # a config burst is taken whole
         self.pacing = PassPacing()  # when the next pass runs (pacing.py)
         self.outbox = Outbox(self.bus, runtime)  # publishes whose acks are still to come
-        # Reports that ask preemption only where a candidate may exist (preemption_asks.py).
-        self.preemption_asks = PreemptionAsks()
         self.decisions = Decisions(  # what a pass's decisions become (decisions.py)
-            self.scheduler,
-            self.records,
-            self.gates,
-            self.limits,
-            self.pending_throttle,
-            self.preemption_asks,
+            self.scheduler, self.records, self.gates, self.limits, self.pending_throttle
         )
 
     async def run(self) -> None:
@@ -162,7 +154,6 @@ class AdmissionService:
             if taking_over:
                 self.deciding = True
                 log.info("deciding", replica=self.runtime.replica, term=self.bus.term)
-                taken_over(self.preemption_asks, self.records.values(), self.scheduler)
                 try:  # not sent its own admissions (see the docstring)
                     await self.bus.refilter(subscription, DECIDING_SUBJECTS)
                 except BusError as error:  # still sent them: folded twice, idempotent
@@ -219,7 +210,6 @@ class AdmissionService:
                 self.scheduler.left(ref)
             if kind in _GONE:
                 self.pending_throttle.forget(ref.uid)  # never pending again
-                self.preemption_asks.forget(ref.uid)
             if kind in _STOPPED:
                 self.limits.stopped(ref.uid, event.time.timestamp())
             if kind not in _MATCHED:  # PodsReady and the like: none of the cases below
@@ -277,7 +267,6 @@ class AdmissionService:
                 self.activity.apply(event, record, self.scheduler, self._queue_of(record))
             elif type(event) is SetWorkloadActive:
                 self.pending_throttle.forget(ref.uid)  # no stale pending message after it
-                self.preemption_asks.forget(ref.uid)
                 self.activity.apply(event, record, self.scheduler, self._queue_of(record))
             elif type(event) is WorkloadDeleted:
                 self.limits.forget(ref.uid)
@@ -302,7 +291,6 @@ class AdmissionService:
                         since=since,
                         can_preempt=event.can_preempt,
                     )
-                    self.preemption_asks.boosted(ref.uid)  # it may preempt higher now
         self.scheduler.clock = time.time  # decisions are taken now
 
     def _queue_of(self, record: WorkloadRecord | None) -> str:
@@ -332,7 +320,6 @@ class AdmissionService:
         children of deleted queues are dropped."""
         self.scheduler.set_config(self.config.values())
         self.gates.set_config(self.config.values())
-        self.preemption_asks.reconfigured()  # policies and priorities may have changed
         metrics.forget_queues(
             {cq.metadata.name for cq in self.config.of_kind(ClusterQueue)},
             {
@@ -385,9 +372,8 @@ class AdmissionService:
         """What falls due now, sent without a pass: the gate decisions (:meth:`_gated`),
         then evictions past a maximum execution time and pending reports whose throttle
         ended (:meth:`_after_pass`)."""
-        due = (piece for piece in itertools.chain([self._gated()], self._after_pass()) if piece)
-        if (first := next(due, None)) is not None:  # most turns: nothing
-            await self._publish(itertools.chain([first], due))
+        if due := [*self._gated(), *self._after_pass()]:
+            await self._publish([due])
 
     def _gated(self) -> list[Event]:
         """The due decisions of admission checks and waitForPodsReady, their admissions
@@ -397,16 +383,13 @@ class AdmissionService:
         self._apply([event for event in gated if type(event) is WorkloadAdmitted])
         return gated
 
-    def _after_pass(self) -> Iterator[list[Event]]:
-        """What falls due and is sent after a pass, each part made once the part before is
-        (each reads what the pass decided): falling_due.py. Held reports released at once
-        go in pieces, as a pass's decisions do."""
-        limits, records, scheduler = self.limits, self.records, self.scheduler
-        yield falling_due.expired(limits, records, scheduler, time.time())
-        yield from falling_due.held_reports(
-            self.pending_throttle, time.monotonic(), PUBLISHED_PIECE
-        )
-        yield falling_due.asked_again(self.decisions, self.pending_throttle, time.monotonic())
+    def _after_pass(self) -> list[Event]:
+        """What falls due and is sent after a pass, made once it is decided (each reads
+        what it decided): falling_due.py."""
+        return [
+            *falling_due.expired(self.limits, self.records, self.scheduler, time.time()),
+            *falling_due.held_reports(self.pending_throttle, time.monotonic()),
+        ]
 
     def _requeue_released(self, now: float) -> bool:
         """Queue again the workloads whose backoff is over (then a pass admits what fits);
@@ -437,7 +420,7 @@ class AdmissionService:
             self._reconfigure()
             first += self._drain()
         if self.gates.blocking():  # waitForPodsReady.blockAdmission: pods not ready yet
-            await self._publish(itertools.chain([first], self._after_pass()))
+            await self._publish([[*first, *self._after_pass()]])
             return
         started = time.monotonic()
         decisions = self.scheduler.schedule()  # also ends the nominations whose victims left
@@ -450,7 +433,7 @@ class AdmissionService:
             )
         first += self.activity.due(self.records, self.scheduler)
         pieces = self.decisions.pieces(decisions, first, size=PUBLISHED_PIECE)
-        await self._publish(itertools.chain(pieces, self._after_pass()))
+        await self._publish(itertools.chain(pieces, _made_then(self._after_pass)))
 
     async def _publish(self, pieces: Iterable[list[Event]]) -> None:
         """Send decisions piece by piece (a large pass's first admissions reach the
@@ -469,8 +452,12 @@ class AdmissionService:
                 yield piece
 
         await self.outbox.send(kept(pieces))
-        if admitted:
-            self._apply(admitted)
+        self._apply(admitted)
+
+
+def _made_then(make: Callable[[], list[Event]]) -> Iterator[list[Event]]:
+    """One piece, made only when it is reached: after the pieces before it were made."""
+    yield make()
 
 
 def _own_echo(event: WorkloadPending) -> bool:

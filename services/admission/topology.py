@@ -17,7 +17,6 @@ from services.admission.fairness import Fairness
 from services.admission.flavors import ClusterQueueInfo, FlavorInfo
 from services.admission.model import LocalQueueKey
 from services.admission.priorities import PriorityTable
-from shared.borrowing import BorrowingTree
 from shared.config import (
     ClusterQueue,
     Cohort,
@@ -27,6 +26,7 @@ from shared.config import (
     Namespace,
     ResourceFlavor,
 )
+from shared.quota import QuotaTree
 
 __all__ = ["Topology"]
 
@@ -42,8 +42,7 @@ class Topology:
         self.lqs: dict[LocalQueueKey, LocalQueue] = {}
         self.namespaces: dict[str, dict[str, str]] = {}
         self.priorities = PriorityTable()
-        # Its borrowing ClusterQueues indexed: who may lend to a preemptor (preemption_asks.py).
-        self.tree = BorrowingTree()
+        self.tree = QuotaTree()
         self.cohort_members: dict[str, list[str]] = {}  # root node name -> its ClusterQueues
         self.root_of: dict[str, str] = {}  # cq -> root node name
         self.inactive: dict[str, tuple[str, str]] = {}  # cq -> (reason, message)
@@ -85,7 +84,7 @@ class Topology:
         }
         self.namespaces = {o.metadata.name: o.labels for o in objects if isinstance(o, Namespace)}
         self.priorities = PriorityTable.from_config(objects)
-        self.tree = BorrowingTree.build(cluster_queues, cohorts)
+        self.tree = QuotaTree.build(cluster_queues, cohorts)
         for name, node in self.tree.cluster_queues.items():
             root = node.root().name
             self.root_of[name] = root

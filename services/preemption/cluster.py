@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.preemption.borrowing import BorrowingTree, cohort_members
 from services.preemption.holds import Hold, Holds, held_room
 from services.preemption.protection import HOUR, Protection, protected_until, recent
 from services.preemption.victims import Preemptor, Running
-from shared.borrowing import BorrowingTree, cohort_members
 from shared.config import (
     AgeingPolicy,
     ClusterQueue,

@@ -8,7 +8,7 @@ few candidates out of thousands, so candidates are bucketed by (evicting, own qu
 priority, queue) while filtering and each bucket is sorted only when the search reaches it;
 and many searches need only the preemptor's own queue and whether any lender has a
 candidate, so each ClusterQueue is filtered only when the search first needs it (the lenders
-themselves come from shared/borrowing.py).
+themselves come from services/preemption/borrowing.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 
+from services.preemption.borrowing import lenders
 from services.preemption.model import Preemptor, Running
-from shared.borrowing import lenders
 from shared.config import ClusterQueuePreemption
 from shared.quota import FlavorResource, QuotaTree
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from services.preemption.borrowing import is_borrowing
 from services.preemption.model import Reason, Running, Victim
-from shared.borrowing import is_borrowing
 from shared.quota import FlavorResource, QuotaNode, QuotaTree, available_at
 
 __all__ = ["Simulation"]

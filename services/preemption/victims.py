@@ -17,20 +17,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 
+from services.preemption.borrowing import cohort_members, hierarchical
 from services.preemption.fair_hierarchical import hierarchical_fair_preemptions
 from services.preemption.fair_sharing import fair_preemptions, weight_of
 from services.preemption.hierarchical import hierarchical_victims
 from services.preemption.model import Preemptor, Running, SearchResult, Victim
 from services.preemption.ordering import Candidates, RunningOf, find_candidates, never
 from services.preemption.simulation import Simulation
-from shared.borrowing import cohort_members, hierarchical
-from shared.candidates import NO_CANDIDATES
 from shared.config import ClusterQueue, ClusterQueuePreemption, Cohort, FairSharingSettings
 from shared.quantities import parse_quantity
 from shared.quota import FlavorResource, QuotaNode, QuotaTree, available_at
 
 __all__ = ["FITS", "Preemptor", "Running", "SearchResult", "Victim", "find_victims", "fits_now"]
 
+NO_CANDIDATES = (
+    "Workload requires preemption, but there are no candidate workloads allowed for preemption"
+)
 FITS = "the workload fits without preemption"
 NO_FIT = "preempting every allowed candidate would not free enough quota for the workload"
 

@@ -1,6 +1,6 @@
 """Which ClusterQueues of a cohort tree borrow now: the first question of a victim search
 (Kueue reclaims within the cohort only from ClusterQueues borrowing in a contested
-flavor-resource), and of admission's whether to ask for one (services/admission/preemption_asks.py).
+flavor-resource).
 
 Asking it of every ClusterQueue of the cohort costs each search in proportion to the cohort's
 size, though most searches find nobody to reclaim from. A ``BorrowingTree`` answers it from an
@@ -17,16 +17,12 @@ from shared.quota import FlavorResource, QuotaNode, QuotaTree
 
 __all__ = [
     "BorrowingTree",
-    "any_lender",
     "borrowed_in",
     "cohort_members",
     "hierarchical",
     "is_borrowing",
     "lenders",
 ]
-
-
-_NONE: frozenset[FlavorResource] = frozenset()
 
 
 def is_borrowing(node: QuotaNode, contested: Collection[FlavorResource]) -> bool:
@@ -45,11 +41,11 @@ def borrowed_in(node: QuotaNode) -> frozenset[FlavorResource]:
     exactly when this meets ``contested``. A ClusterQueue's own usage and quota are all it
     depends on (usage only moves up the tree)."""
     if node.parent is None:
-        return _NONE
-    subtree = node.subtree
-    # Usage is never negative, so a flavor-resource without usage is never above its quota.
-    over = [fr for fr, amount in node.usage.items() if amount > subtree.get(fr, 0)]
-    return frozenset(over) if over else _NONE
+        return frozenset()
+    usage, subtree = node.usage, node.subtree
+    return frozenset(
+        fr for fr in usage.keys() | subtree.keys() if usage.get(fr, 0) > subtree.get(fr, 0)
+    )
 
 
 def cohort_members(tree: QuotaTree, cluster_queue: str) -> set[str]:
@@ -81,13 +77,6 @@ def lenders(
         return tree.lenders(cluster_queue, contested)
     nodes = tree.cluster_queues
     return [q for q in cohort_members(tree, cluster_queue) if is_borrowing(nodes[q], contested)]
-
-
-def any_lender(tree: QuotaTree, cluster_queue: str, contested: Collection[FlavorResource]) -> bool:
-    """Whether ``lenders`` would name anyone (a ``BorrowingTree`` stops at the first)."""
-    if isinstance(tree, BorrowingTree):
-        return tree.any_lender(cluster_queue, contested)
-    return bool(lenders(tree, cluster_queue, contested))
 
 
 def hierarchical(tree: QuotaTree, node: QuotaNode) -> bool:
@@ -155,17 +144,6 @@ class BorrowingTree(QuotaTree):
             for queue, borrowed in self._borrowing.get(root, {}).items()
             if queue != cluster_queue and not borrowed.isdisjoint(contested)
         ]
-
-    def any_lender(self, cluster_queue: str, contested: Collection[FlavorResource]) -> bool:
-        """``any_lender`` from the index."""
-        self._refresh()
-        root = self._root.get(cluster_queue)
-        if root is None:
-            return False
-        for queue, borrowed in self._borrowing.get(root, {}).items():
-            if queue != cluster_queue and not borrowed.isdisjoint(contested):
-                return True
-        return False
 
     def _refresh(self) -> None:
         changed = self._changed
