@@ -28,13 +28,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
-from typing import cast
 
 if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.admission_core import build_config
+from bench.admission_stub import Acked, runtime_for, turn
 from services.admission.model import Decision, Inadmissible
 from services.admission.service import AdmissionService
 from shared.events import (
@@ -51,32 +50,20 @@ from shared.events import (
 )
 from shared.gc_tuning import tune_gc
 from shared.logging import configure_logging
-from shared.service import Runtime
 
 CLUSTER_QUEUES = 200
 BATCH = 500
 
 
-class _Acked:
-    """A send whose acks are all in."""
-
-    async def settle(self) -> None:
-        return None
-
-
 class Sink:
-    """The bus as ``_decide`` uses it: what it publishes, kept (a digest of it, in order)."""
+    """The bus as the admission service uses it: what it sends, kept (a digest of it, in order)."""
 
     def __init__(self) -> None:
         self.digest = hashlib.sha256()
         self.admitted: list[WorkloadAdmitted] = []
 
-    async def send_many(self, events: Sequence[Event]) -> _Acked:
+    async def send_many(self, events: Sequence[Event]) -> Acked:
         """What admission's outbox sends: kept as published, its acks in at once."""
-        await self.publish_many(events)
-        return _Acked()
-
-    async def publish_many(self, events: Sequence[Event]) -> None:
         for event in events:
             if isinstance(event, WorkloadAdmitted):
                 self.admitted.append(event)
@@ -86,14 +73,14 @@ class Sink:
             else:
                 line = f"{type(event).__name__} {event.workload.uid}"
             self.digest.update(line.encode() + b"\n")
+        return Acked()
 
 
 def run(workloads: int, batch_size: int) -> tuple[float, float, float, str, int, int]:
     """(fold s, decisions s, of which schedule() s, digest, admitted, waiting decisions)."""
     rng = random.Random(7)
     sink = Sink()
-    runtime = SimpleNamespace(bus=sink, spawn=lambda coro, name: asyncio.ensure_future(coro))
-    service = AdmissionService(cast(Runtime, runtime))
+    service = AdmissionService(runtime_for(sink))
     # The throttle's held reports go out by the clock, which the digest must not depend on.
     service.pending_throttle.interval = float("inf")
     config = build_config(CLUSTER_QUEUES)
@@ -150,18 +137,10 @@ def run(workloads: int, batch_size: int) -> tuple[float, float, float, str, int,
         service._apply(batch)
         fold_s += time.process_time() - started
         started = time.process_time()
-        asyncio.run(_turn(service))
+        asyncio.run(turn(service))
         decide_s += time.process_time() - started
     digest = sink.digest.hexdigest()[:12]
     return fold_s, decide_s, core_s, digest, len(sink.admitted), waited
-
-
-async def _turn(service: AdmissionService) -> None:
-    """What the service's loop does after folding a batch (``_live``): a turn (the gate
-    decisions due, a pass, what falls due after it), its sends settled within this event
-    loop."""
-    await service._decide()
-    await service.outbox.settled()
 
 
 def _ready(admitted: WorkloadAdmitted) -> WorkloadPodsReady:

@@ -39,8 +39,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `services`, `shared` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -49,12 +48,12 @@ import msgspec
 import structlog
 
 from bench import admission_core
+from bench.admission_stub import Acked, runtime_for, turn
 from services.admission.scheduler import Admission
 from services.admission.service import AdmissionService
 from shared.config import ConfigObject
 from shared.events import Event, PodSet, WorkloadFinished, WorkloadRef, WorkloadSubmitted
 from shared.gc_tuning import GC_VARIABLE, tune_gc
-from shared.service import Runtime
 
 V1 = "kueue.x-k8s.io/v1beta1"
 PER_COHORT = 100
@@ -104,33 +103,9 @@ class _DroppingBus:
     def __init__(self) -> None:
         self.published = 0
 
-    async def publish_many(self, events: list[Event]) -> None:
+    async def send_many(self, events: list[Event]) -> Acked:
         self.published += len(events)
-
-    async def send_many(self, events: list[Event]) -> _Acked:
-        self.published += len(events)
-        return _Acked()
-
-
-class _Acked:
-    """A send whose acks are all in."""
-
-    async def settle(self) -> None:
-        return None
-
-
-def _runtime(bus: _DroppingBus) -> Runtime:
-    """What the service reads of its runtime here: the bus, and a task spawner (the outbox's
-    settler, awaited within the pass's event loop: :func:`_turn`)."""
-    return cast(
-        Runtime, SimpleNamespace(bus=bus, spawn=lambda coro, name: asyncio.ensure_future(coro))
-    )
-
-
-async def _turn(service: AdmissionService) -> None:
-    """One pass, and its sends settled before the event loop ends."""
-    await service._decide()
-    await service.outbox.settled()
+        return Acked()
 
 
 class _Timed:
@@ -175,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     rng = random.Random(7)
     bus = _DroppingBus()
-    service = AdmissionService(_runtime(bus))
+    service = AdmissionService(runtime_for(bus))
     config = build_config(args.cluster_queues)
     service.scheduler.set_config(config)
     service.gates.set_config(config)
@@ -198,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     rss_folded, _ = rss()
 
     started = time.perf_counter()
-    asyncio.run(_turn(service))
+    asyncio.run(turn(service))
     step_s = time.perf_counter() - started
     first_s, first_cpu = timed.last, timed.last_cpu
     first_decisions = timed.decisions
@@ -219,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             for admission in admitted[round_ * PER_ROUND : (round_ + 1) * PER_ROUND]
         ]
         service._apply(finishes)
-        asyncio.run(_turn(service))
+        asyncio.run(turn(service))
         steady.append(timed.last * 1000)
         steady_cpu.append(timed.last_cpu * 1000)
     rss_end, rss_peak = rss()

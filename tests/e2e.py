@@ -54,16 +54,10 @@ def event_log(url: str) -> list[AnyEvent]:
     return asyncio.run(read_events(url, auth=bus_auth(url)))
 
 
-def first_at(
-    events: list[AnyEvent], kind: type, name: str, where: Callable[[Any], bool] = lambda _: True
-) -> int:
-    """Where in ``events`` the first ``kind`` about workload ``name`` (that ``where``
-    accepts) is; StopIteration if there is none."""
-    return next(
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, kind) and e.workload.name == name and where(e)
-    )
+def first_at(events: list[AnyEvent], kind: type, name: str) -> int:
+    """Where in ``events`` the first ``kind`` about workload ``name`` is; StopIteration if
+    there is none."""
+    return next(i for i, e in enumerate(events) if isinstance(e, kind) and e.workload.name == name)
 
 
 def peak_usage(
