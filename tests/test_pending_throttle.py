@@ -258,3 +258,42 @@ def test_what_a_report_alike_said_is_what_its_own_says(
         other = msgspec.structs.replace(event, workload=WorkloadRef("ns", "x", "x"), id="y")
         assert own.offer(event, now) == told.offer(event, now, said(other)), reason
     assert _but_id(own.due(10.0)) == _but_id(told.due(10.0)), reason
+
+
+def _first_reports(count: int) -> list[WorkloadPending]:
+    return [
+        msgspec.structs.replace(
+            pending("1 more needed"), workload=WorkloadRef("ns", f"w{i}", f"u{i}")
+        )
+        for i in range(count)
+    ]
+
+
+def test_released_in_pieces_in_order_each_made_when_reached() -> None:
+    """A pass's first reports all come due at once: they go in pieces of at most ``size``,
+    in the order they were held, and a piece counts as published only once it is made
+    (a report the caller has not reached yet can still be forgotten, and is not sent)."""
+    throttle = PendingThrottle(1.0)
+    reports = _first_reports(7)
+    for report in reports:
+        assert not throttle.offer(report, 0.0)
+    pieces = throttle.due_pieces(2.0, 3)
+    first = next(pieces)
+    assert [e.workload.name for e in first] == ["w0", "w1", "w2"]
+    throttle.forget("u4")  # admitted meanwhile
+    rest = list(pieces)
+    assert [[e.workload.name for e in piece] for piece in rest] == [["w3", "w5", "w6"]]
+    assert throttle.due(3.0) == []
+
+
+def test_a_release_stopped_midway_leaves_the_rest_due() -> None:
+    """The caller stopped after the first piece (its publish failed): what it did not take
+    is due as it was, and comes out at the next look, once each."""
+    throttle = PendingThrottle(1.0)
+    for report in _first_reports(5):
+        assert not throttle.offer(report, 0.0)
+    pieces = throttle.due_pieces(2.0, 2)
+    assert [e.workload.name for e in next(pieces)] == ["w0", "w1"]
+    pieces.close()
+    assert [e.workload.name for e in throttle.due(2.5)] == ["w2", "w3", "w4"]
+    assert throttle.due(9.0) == []

@@ -4,6 +4,8 @@ decisions before it, the rest after it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from services.admission import metrics
 from services.admission.decisions import log_pending
 from services.admission.evictions import deactivation as deactivate
@@ -60,9 +62,11 @@ def gate_decisions(gates: Gates, records: dict[str, WorkloadRecord], now: float)
     return gated
 
 
-def held_reports(throttle: PendingThrottle, now: float) -> list[Event]:
-    """Pending reports whose throttle ended (``now`` monotonic), each logged."""
-    held = throttle.due(now)
-    for pending in held:
-        log_pending(pending)
-    return list(held)
+def held_reports(throttle: PendingThrottle, now: float, size: int) -> Iterator[list[Event]]:
+    """Pending reports whose throttle ended (``now`` monotonic), each logged, in pieces of
+    at most ``size`` (``PendingThrottle.due_pieces``)."""
+    for piece in throttle.due_pieces(now, size):
+        for pending in piece:
+            log_pending(pending)
+        yield list(piece)
+

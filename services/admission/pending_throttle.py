@@ -16,6 +16,8 @@ fall far behind the stream). ``berth get`` shows the reason at once either way.
 from __future__ import annotations
 
 import heapq
+import sys
+from collections.abc import Iterator
 from operator import itemgetter
 
 import msgspec
@@ -123,32 +125,56 @@ class PendingThrottle:
 
     def due(self, now: float) -> list[WorkloadPending]:
         """Held events whose interval has passed, each with a new id; they count as
-        published now.
+        published now (:meth:`due_pieces` in one list)."""
+        return [event for piece in self.due_pieces(now, sys.maxsize) for event in piece]
+
+    def due_pieces(self, now: float, size: int) -> Iterator[list[WorkloadPending]]:
+        """:meth:`due` in pieces of at most ``size`` events, each made when it is reached,
+        so that a pass's worth of first reports released at once (most of a million) is
+        never all in memory together; each counts as published once made.
 
         A workload's entries come out in the order they were made (a later hold never
         goes out earlier: the clock only moves on), so its first entries are those of the
         holds that ended (published or forgotten), counted in ``_stale``: they are skipped,
-        and the one left is its live hold's."""
-        ready: list[WorkloadPending] = []
+        and the one left is its live hold's. A batch left before its end (the caller
+        stopped) is put back with what it had left."""
+        piece: list[WorkloadPending] = []
+        # Reports released together share their stamp: one (material, now) per saying.
+        stamps: dict[int, tuple[Material, float]] = {}
         while self._due and self._due[0][0] <= now:
             when, batch = heapq.heappop(self._due)
             del self._batches[when]
-            for ref in batch:
-                uid = ref.uid
-                stale = self._stale.get(uid)
-                if stale is not None:
-                    if stale == 1:
-                        del self._stale[uid]
-                    else:
-                        self._stale[uid] = stale - 1
-                    continue
-                held = self._held.pop(uid, None)
-                if held is None:  # never: an entry without a hold is counted stale
-                    continue
-                event = msgspec.structs.replace(held, id=new_event_id(), workload=ref)
-                self._published[uid] = (_material(event), now)
-                ready.append(event)
-        return ready
+            taken = 0  # of the batch's entries
+            try:
+                while taken < len(batch):
+                    ref = batch[taken]
+                    taken += 1
+                    uid = ref.uid
+                    stale = self._stale.get(uid)
+                    if stale is not None:
+                        if stale == 1:
+                            del self._stale[uid]
+                        else:
+                            self._stale[uid] = stale - 1
+                        continue
+                    held = self._held.pop(uid, None)
+                    if held is None:  # never: an entry without a hold is counted stale
+                        continue
+                    stamp = stamps.get(id(held))
+                    if stamp is None:
+                        stamp = stamps[id(held)] = (_material(held), now)
+                    self._published[uid] = stamp
+                    piece.append(msgspec.structs.replace(held, id=new_event_id(), workload=ref))
+                    if len(piece) >= size:
+                        yield piece
+                        piece = []
+            finally:
+                if taken < len(batch):  # stopped midway: the rest is due as it was
+                    rest = batch[taken:]
+                    self._batches[when] = rest
+                    heapq.heappush(self._due, (when, rest))
+        if piece:
+            yield piece
 
     def forget(self, uid: str) -> None:
         """The workload is no longer pending (admitted, finished, deleted)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from nats.js import JetStreamContext
@@ -372,8 +372,7 @@ class AdmissionService:
         """What falls due now, sent without a pass: the gate decisions (:meth:`_gated`),
         then evictions past a maximum execution time and pending reports whose throttle
         ended (:meth:`_after_pass`)."""
-        if due := [*self._gated(), *self._after_pass()]:
-            await self._publish([due])
+        await self._publish(itertools.chain([self._gated()], self._after_pass()))
 
     def _gated(self) -> list[Event]:
         """The due decisions of admission checks and waitForPodsReady, their admissions
@@ -383,13 +382,15 @@ class AdmissionService:
         self._apply([event for event in gated if type(event) is WorkloadAdmitted])
         return gated
 
-    def _after_pass(self) -> list[Event]:
-        """What falls due and is sent after a pass, made once it is decided (each reads
-        what it decided): falling_due.py."""
-        return [
-            *falling_due.expired(self.limits, self.records, self.scheduler, time.time()),
-            *falling_due.held_reports(self.pending_throttle, time.monotonic()),
-        ]
+    def _after_pass(self) -> Iterator[list[Event]]:
+        """What falls due and is sent after a pass, each part made once the part before is
+        (each reads what the pass decided): falling_due.py. Held reports released at once
+        go in pieces, as a pass's decisions do."""
+        limits, records, scheduler = self.limits, self.records, self.scheduler
+        yield falling_due.expired(limits, records, scheduler, time.time())
+        yield from falling_due.held_reports(
+            self.pending_throttle, time.monotonic(), PUBLISHED_PIECE
+        )
 
     def _requeue_released(self, now: float) -> bool:
         """Queue again the workloads whose backoff is over (then a pass admits what fits);
@@ -420,7 +421,7 @@ class AdmissionService:
             self._reconfigure()
             first += self._drain()
         if self.gates.blocking():  # waitForPodsReady.blockAdmission: pods not ready yet
-            await self._publish([[*first, *self._after_pass()]])
+            await self._publish(itertools.chain([first], self._after_pass()))
             return
         started = time.monotonic()
         decisions = self.scheduler.schedule()  # also ends the nominations whose victims left
@@ -433,7 +434,7 @@ class AdmissionService:
             )
         first += self.activity.due(self.records, self.scheduler)
         pieces = self.decisions.pieces(decisions, first, size=PUBLISHED_PIECE)
-        await self._publish(itertools.chain(pieces, _made_then(self._after_pass)))
+        await self._publish(itertools.chain(pieces, self._after_pass()))
 
     async def _publish(self, pieces: Iterable[list[Event]]) -> None:
         """Send decisions piece by piece (a large pass's first admissions reach the
@@ -453,11 +454,6 @@ class AdmissionService:
 
         await self.outbox.send(kept(pieces))
         self._apply(admitted)
-
-
-def _made_then(make: Callable[[], list[Event]]) -> Iterator[list[Event]]:
-    """One piece, made only when it is reached: after the pieces before it were made."""
-    yield make()
 
 
 def _own_echo(event: WorkloadPending) -> bool:
