@@ -297,3 +297,17 @@ def test_a_release_stopped_midway_leaves_the_rest_due() -> None:
     pieces.close()
     assert [e.workload.name for e in throttle.due(2.5)] == ["w2", "w3", "w4"]
     assert throttle.due(9.0) == []
+
+
+def test_a_release_stopped_midway_keeps_what_was_held_meanwhile() -> None:
+    """While a release is paused, a report is held until the very time the paused batch
+    was due: the rest of that batch is put back in front of it, both come out, in order."""
+    throttle = PendingThrottle(1.0)
+    reports = _first_reports(4)
+    for report in reports[:3]:
+        assert not throttle.offer(report, 0.0)
+    pieces = throttle.due_pieces(2.0, 1)
+    assert [e.workload.name for e in next(pieces)] == ["w0"]
+    assert not throttle.offer(reports[3], 0.0)  # due at 1.0, as the paused batch
+    pieces.close()
+    assert [e.workload.name for e in throttle.due(2.5)] == ["w1", "w2", "w3"]

@@ -139,8 +139,9 @@ class PendingThrottle:
         and the one left is its live hold's. A batch left before its end (the caller
         stopped) is put back with what it had left."""
         piece: list[WorkloadPending] = []
-        # Reports released together share their stamp: one (material, now) per saying.
-        stamps: dict[int, tuple[Material, float]] = {}
+        # Reports released together share their stamp: one (material, now) per saying (kept
+        # with the saying, so that no other saying takes its id meanwhile).
+        stamps: dict[int, tuple[WorkloadPending, tuple[Material, float]]] = {}
         while self._due and self._due[0][0] <= now:
             when, batch = heapq.heappop(self._due)
             del self._batches[when]
@@ -160,10 +161,10 @@ class PendingThrottle:
                     held = self._held.pop(uid, None)
                     if held is None:  # never: an entry without a hold is counted stale
                         continue
-                    stamp = stamps.get(id(held))
-                    if stamp is None:
-                        stamp = stamps[id(held)] = (_material(held), now)
-                    self._published[uid] = stamp
+                    kept = stamps.get(id(held))
+                    if kept is None:
+                        kept = stamps[id(held)] = (held, (_material(held), now))
+                    self._published[uid] = kept[1]
                     piece.append(msgspec.structs.replace(held, id=new_event_id(), workload=ref))
                     if len(piece) >= size:
                         yield piece
@@ -171,8 +172,12 @@ class PendingThrottle:
             finally:
                 if taken < len(batch):  # stopped midway: the rest is due as it was
                     rest = batch[taken:]
-                    self._batches[when] = rest
-                    heapq.heappush(self._due, (when, rest))
+                    later = self._batches.get(when)  # held since, due at the same time
+                    if later is not None:
+                        later[:0] = rest
+                    else:
+                        self._batches[when] = rest
+                        heapq.heappush(self._due, (when, rest))
         if piece:
             yield piece
 

@@ -372,7 +372,9 @@ class AdmissionService:
         """What falls due now, sent without a pass: the gate decisions (:meth:`_gated`),
         then evictions past a maximum execution time and pending reports whose throttle
         ended (:meth:`_after_pass`)."""
-        await self._publish(itertools.chain([self._gated()], self._after_pass()))
+        due = (piece for piece in itertools.chain([self._gated()], self._after_pass()) if piece)
+        if (first := next(due, None)) is not None:  # most turns: nothing
+            await self._publish(itertools.chain([first], due))
 
     def _gated(self) -> list[Event]:
         """The due decisions of admission checks and waitForPodsReady, their admissions
@@ -453,7 +455,8 @@ class AdmissionService:
                 yield piece
 
         await self.outbox.send(kept(pieces))
-        self._apply(admitted)
+        if admitted:
+            self._apply(admitted)
 
 
 def _own_echo(event: WorkloadPending) -> bool:
