@@ -1,6 +1,7 @@
 """The local watcher's own Python per workload, in process: each workload's object read from
 a watch batch and announced, its admission started as a simulated run (Running status,
-Started and PodsReady), its finish reported (Finished, the terminal status), through the
+Started; no PodsReady, as waitForPodsReady is off by default), its finish reported
+(Finished, the terminal status), through the
 real ``LocalBackend`` and its parts, with a stand-in bus that acks every publish and key
 update at once.
 

@@ -19,11 +19,13 @@ share), all re-exported here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
 from shared.admission_checks import (
+    WaitForPodsReady,
     check_cluster_queue_checks,
     check_controller,
     check_wait_for_pods_ready,
@@ -136,6 +138,7 @@ __all__ = [
     "object_key",
     "parse_object",
     "policy_for",
+    "wait_for_pods_ready_of",
 ]
 
 
@@ -394,6 +397,16 @@ def config_key(kind: str, name: str, namespace: str | None = None) -> str:
 def config_key_prefix(kind: str, namespace: str | None = None) -> str:
     """What every key of ``kind`` (in ``namespace``, when given) starts with."""
     return f"{kind.lower()}.{namespace}." if namespace else f"{kind.lower()}."
+
+
+def wait_for_pods_ready_of(objects: Iterable[ConfigObject]) -> WaitForPodsReady | None:
+    """The waitForPodsReady settings in force: the first Configuration's (None: none set).
+    Admission times pods against them; the watcher reports pods' readiness only while they
+    are enabled, as Kueue sets the PodsReady condition only then."""
+    for obj in objects:
+        if isinstance(obj, Configuration):
+            return obj.spec.wait_for_pods_ready
+    return None
 
 
 def object_key(obj: ConfigObject) -> str:

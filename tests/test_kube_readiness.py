@@ -11,6 +11,7 @@ import pytest
 from services.watcher.kube.readiness import group_ready, pods_ready
 from shared.events import WorkloadPodsReady, WorkloadStarted, WorkloadSubmitted
 from shared.workload_kinds import KINDS
+from tests.pods_ready_facts import enable_pods_ready
 from tests.test_kube_backend import (  # noqa: F401 - harness is a fixture
     JOBS_KEY,
     PODS_KEY,
@@ -105,6 +106,7 @@ async def _started_job(harness: Harness) -> asyncio.Task[None]:  # noqa: F811
     obj = labelled_job()
     obj["spec"]["suspend"] = True
     harness.kmock.objects[JOBS_KEY, "ns", "j1"] = obj
+    await enable_pods_ready(harness.bus)
     task = await start(harness)
     await harness.bus.publish(admitted_job())
     await harness.wait_for(lambda e: isinstance(e, WorkloadStarted))
@@ -163,6 +165,7 @@ async def test_a_pod_group_is_ready_when_all_its_pods_are(harness: Harness) -> N
     Ready; then one stops being Ready: the group's loss of readiness."""
     harness.kmock.objects[PODS_KEY, "ns", "g-0"] = _member("g-0", "1")
     harness.kmock.objects[PODS_KEY, "ns", "g-1"] = _member("g-1", "2")
+    await enable_pods_ready(harness.bus)
     task = await start(harness)
     submitted = await harness.wait_for(lambda e: isinstance(e, WorkloadSubmitted))
     assert isinstance(submitted, WorkloadSubmitted) and submitted.kind == "PodGroup"

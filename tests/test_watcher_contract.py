@@ -59,6 +59,7 @@ from shared.events import (
 from shared.service import Runtime
 from shared.workloads import workload_key
 from tests.conftest import bus_auth
+from tests.pods_ready_facts import enable_pods_ready
 
 FAST = WatchSettings(server_timeout=5, inactivity_timeout=2, backoff_initial=0.01, absent_retry=30)
 JOBS = "/apis/batch/v1/namespaces/ns/jobs"
@@ -420,8 +421,11 @@ async def test_contract_a_ready_run_that_loses_a_pod_is_reported_not_ready(
 ) -> None:
     """waitForPodsReady: a run whose pods are all ready is reported PodsReady once; then a pod
     that fails while the other runs (local: its process exits 3; kube: the Job's ready count
-    drops) is reported PodsReady ``ready: false`` once, same generation; the run goes on."""
+    drops) is reported PodsReady ``ready: false`` once, same generation; the run goes on.
+    The setting is turned on once the watcher runs: it follows it (pods_ready_gate.py)."""
     backend = await cluster.start()
+    assert cluster.bus is not None
+    await enable_pods_ready(cluster.bus)
     command = SubmitWorkload(source="cli", workload=REF, object=job(cluster.flag, pods=2))
     await backend.create(command)
     await until(lambda: _submitted(cluster.nats_url), "reported submitted")

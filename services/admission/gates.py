@@ -19,7 +19,7 @@ import msgspec
 from services.admission.admission_checks import CheckGate, CheckStatus
 from services.admission.deactivation import Deactivation, deactivating
 from services.admission.pods_ready import LIMIT_REASON, PodsReadyClock
-from shared.config import ConfigObject, Configuration
+from shared.config import ConfigObject, wait_for_pods_ready_of
 from shared.durations import kube_timestamp
 from shared.events import (
     AdmissionCheckUpdated,
@@ -73,10 +73,7 @@ class Gates:
     def set_config(self, objects: Iterable[ConfigObject]) -> None:
         objects = list(objects)
         self.checks.set_config(objects)
-        configurations = [o for o in objects if isinstance(o, Configuration)]
-        self.pods_ready.configure(
-            configurations[0].spec.wait_for_pods_ready if configurations else None
-        )
+        self.pods_ready.configure(wait_for_pods_ready_of(objects))
 
     def apply(self, event: AnyEvent) -> float | None:
         """Fold one event into the checks, the pods-ready clock and the evictions; for a

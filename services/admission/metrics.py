@@ -63,13 +63,15 @@ ADMISSION_CHECKS_WAIT = LightHistogram(
 READY_WAIT = LightHistogram(
     "berth_ready_wait_time_seconds",
     "Time from queue time (creation, kept across evictions) until the workload's pods are"
-    " ready (waitForPodsReady's PodsReady), per ClusterQueue.",
+    " ready (waitForPodsReady's PodsReady; observed only while it is enabled), per"
+    " ClusterQueue.",
     _CQ,
     buckets=WAIT_BUCKETS,
 )
 ADMITTED_UNTIL_READY = LightHistogram(
     "berth_admitted_until_ready_wait_time_seconds",
-    "Time from admission until the workload's pods are ready, per ClusterQueue.",
+    "Time from admission until the workload's pods are ready (observed only while"
+    " waitForPodsReady is enabled), per ClusterQueue.",
     _CQ,
     buckets=WAIT_BUCKETS,
 )
@@ -108,13 +110,15 @@ LQ_ADMISSION_CHECKS_WAIT = LightHistogram(
 )
 LQ_READY_WAIT = LightHistogram(
     "berth_local_queue_ready_wait_time_seconds",
-    "Time from queue time until the workload's pods are ready, per LocalQueue.",
+    "Time from queue time until the workload's pods are ready (observed only while"
+    " waitForPodsReady is enabled), per LocalQueue.",
     _LQ,
     buckets=WAIT_BUCKETS,
 )
 LQ_ADMITTED_UNTIL_READY = LightHistogram(
     "berth_local_queue_admitted_until_ready_wait_time_seconds",
-    "Time from admission until the workload's pods are ready, per LocalQueue.",
+    "Time from admission until the workload's pods are ready (observed only while"
+    " waitForPodsReady is enabled), per LocalQueue.",
     _LQ,
     buckets=WAIT_BUCKETS,
 )

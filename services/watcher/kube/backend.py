@@ -69,6 +69,7 @@ from services.watcher.kube.watching import (
     WatchSettings,
     watch_objects,
 )
+from services.watcher.pods_ready_gate import follow_pods_ready_setting
 from shared.bus import CONFIG_BUCKET, BucketWatch
 from shared.deadletter import dead_letters
 from shared.events import (
@@ -150,6 +151,8 @@ class KubernetesBackend:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def observe(self) -> None:
+        # Before any object is seen: whether readiness is reported.
+        await follow_pods_ready_setting(self.runtime, self.readiness.gate, self.readiness.current)
         config_kv = await self.bus.kv(CONFIG_BUCKET)
         self.mirror = ConfigMirror(config_kv, malformed=self._malformed_config)
         queues, initial = await BucketWatch.start(config_kv)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from services.watcher import reporting
 from services.watcher.kube.patching import admitted_generation, evicted_generation
+from services.watcher.pods_ready_gate import PodsReadyGate
 from shared.events import WorkloadPodsReady, WorkloadRef
 from shared.logging import get_logger
 from shared.pod_groups import pod_group
@@ -114,12 +115,14 @@ def group_ready(pods: list[Obj], total: int) -> bool:
 
 
 class Readiness:
-    """What the watcher reported of each admitted workload's readiness: uid -> (generation,
-    ready as last reported). Only transitions are reported, so an object seen again and again
-    (every status change of a Job) reports nothing new."""
+    """What the watcher reported of each admitted workload's readiness: uid -> (workload,
+    generation, ready as last reported). Only transitions are reported, so an object seen
+    again and again (every status change of a Job) reports nothing new."""
 
     def __init__(self) -> None:
-        self.reported: dict[str, tuple[int, bool]] = {}
+        self.reported: dict[str, tuple[WorkloadRef, int, bool]] = {}
+        # Whether reports are sent: while not, only ``reported`` changes (pods_ready_gate.py).
+        self.gate = PodsReadyGate()
 
     def observe(
         self, ref: WorkloadRef, generation: int, ready: bool | None, *, queue: str
@@ -130,15 +133,15 @@ class Readiness:
         if ready is None or generation <= 0:
             return []
         before = self.reported.get(ref.uid)
-        if before is None or before[0] != generation:
+        if before is None or before[1] != generation:
             if not ready:
                 return []
-            self.reported[ref.uid] = (generation, True)
+            self.reported[ref.uid] = (ref, generation, True)
             log.info("pods_ready", workload=ref.key, queue=queue, generation=generation)
-            return [reporting.pods_ready(ref, generation)]
-        if before[1] == ready:
+            return [reporting.pods_ready(ref, generation)] if self.gate.open else []
+        if before[2] == ready:
             return []
-        self.reported[ref.uid] = (generation, ready)
+        self.reported[ref.uid] = (ref, generation, ready)
         log.info(
             "pods_ready" if ready else "pods_not_ready",
             workload=ref.key,
@@ -146,7 +149,8 @@ class Readiness:
             generation=generation,
             reason="recovered" if ready else "pods that were ready are not any more",
         )
-        return [reporting.pods_ready(ref, generation, ready=ready, first=False)]
+        change = reporting.pods_ready(ref, generation, ready=ready, first=False)
+        return [change] if self.gate.open else []
 
     def group(self, pod: Obj, groups: Gating) -> list[WorkloadPodsReady]:
         """The reports for the formed, admitted pod group that ``pod`` (just seen) is of:
@@ -168,3 +172,15 @@ class Readiness:
 
     def forget(self, uid: str) -> None:
         self.reported.pop(uid, None)
+
+    def current(self) -> list[WorkloadPodsReady]:
+        """Each admitted generation's readiness as it stands: its first readiness, then a
+        loss if its pods are not ready now. Sent when reports are turned on
+        (services/watcher/pods_ready_gate.py); a first readiness sent before is stored once
+        (its id is the admission's)."""
+        reports: list[WorkloadPodsReady] = []
+        for ref, generation, ready in self.reported.values():
+            reports.append(reporting.pods_ready(ref, generation))
+            if not ready:
+                reports.append(reporting.pods_ready(ref, generation, ready=False, first=False))
+        return reports

@@ -34,6 +34,7 @@ from services.watcher.local.simulated import Simulated
 from services.watcher.local.spec_memo import SpecMemo
 from services.watcher.local.statuses import StatusStore
 from services.watcher.logs_api import serve_logs
+from services.watcher.pods_ready_gate import follow_pods_ready_setting
 from shared.bus import (
     OBJECTS_BUCKET,
     STATUS_BUCKET,
@@ -124,6 +125,8 @@ class LocalBackend:
         self.unreported.clear()
         for key in set(self.store.statuses) - set(self.objects):  # written after a deletion
             await self.store.forget(key)
+        # Before the first decision is read: whether its run's readiness is reported.
+        await follow_pods_ready_setting(self.runtime, self.runs.pods_ready, self.runs.held_ready)
         subscription = await self.bus.durable_subscription("watcher", COMMAND_SUBJECTS)
         logs = await serve_logs(self.bus, self.runs.log_root)
         self.runtime.spawn(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared.events import WorkloadPodsReady
 from shared.logging import get_logger
 from shared.names import name_problem
 
@@ -107,6 +108,8 @@ class RunningPods:
     generation: int
     pods: list[PodProcess] = field(default_factory=list)
     stopping: bool = False
+    # Its readiness, kept while reports are off (services/watcher/pods_ready_gate.py).
+    unreported_ready: list[WorkloadPodsReady] = field(default_factory=list)
 
     @property
     def pids(self) -> list[int]:

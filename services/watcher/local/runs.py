@@ -5,6 +5,7 @@ runs), stopped on eviction, deletion or shutdown, and reported ``WorkloadStarted
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,16 @@ from services.watcher.local.readiness import exec_probes, readiness_changes, wai
 from services.watcher.local.run_files import RunSetupError, prepare_run
 from services.watcher.local.simulated import Clocks, Simulated
 from services.watcher.local.statuses import StatusStore, StatusWrites
+from services.watcher.pods_ready_gate import PodsReadyGate
 from shared.bus import SentEvents, Settling
-from shared.events import AnyEvent, EvictionRequested, WorkloadAdmitted, WorkloadRef, now
+from shared.events import (
+    AnyEvent,
+    EvictionRequested,
+    WorkloadAdmitted,
+    WorkloadPodsReady,
+    WorkloadRef,
+    now,
+)
 from shared.logging import get_logger
 from shared.service import Runtime
 from shared.workloads import SIMULATED_RUNTIME_ANNOTATION, workload_spec
@@ -48,6 +57,7 @@ class Runs:
         self.running: dict[str, RunningPods | Simulated] = {}  # uid -> what runs
         self.finishes = Finishes(runtime, store, self.running)
         self.clocks = Clocks(self._simulated_elapsed)
+        self.pods_ready = PodsReadyGate()  # whether readiness is reported now
 
     # --- starting -------------------------------------------------------------------------
 
@@ -141,16 +151,36 @@ class Runs:
 
         if not await wait_ready(probes, running=still):
             return
-        await self.runtime.bus.publish(reporting.pods_ready(ref, running.generation))
+        for report in self._ready_now([(running, reporting.pods_ready(ref, running.generation))]):
+            await self.runtime.bus.publish(report)
         log.info("pods_ready", workload=ref.key, generation=running.generation)
         # Then each loss (a process fails while others run, a probe fails) and recovery.
         processes = [(pod.name, pod.process) for pod in running.pods]
         async for ready, why in readiness_changes(processes, probes, running=still):
-            await self.runtime.bus.publish(
-                reporting.pods_ready(ref, running.generation, ready=ready, first=False)
-            )
+            change = reporting.pods_ready(ref, running.generation, ready=ready, first=False)
+            for report in self._ready_now([(running, change)]):
+                await self.runtime.bus.publish(report)
             event = "pods_ready" if ready else "pods_not_ready"
             log.info(event, workload=ref.key, generation=running.generation, reason=why)
+
+    def _ready_now(
+        self, reports: Sequence[tuple[RunningPods | Simulated, WorkloadPodsReady]]
+    ) -> list[WorkloadPodsReady]:
+        """The readiness reports to send now: all while reports are on; none while they are
+        off, each kept with its run instead (services/watcher/pods_ready_gate.py)."""
+        if self.pods_ready.open:
+            return [report for _, report in reports]
+        for run, report in reports:
+            run.unreported_ready.append(report)
+        return []
+
+    def held_ready(self) -> list[WorkloadPodsReady]:
+        """The readiness kept with each running admission while reports were off, taken."""
+        held: list[WorkloadPodsReady] = []
+        for run in self.running.values():
+            held += run.unreported_ready
+            run.unreported_ready = []
+        return held
 
     def simulated_run(self, event: AnyEvent) -> tuple[Simulated, float] | None:
         """The run to start for an admission of a simulated workload not started yet."""
@@ -185,9 +215,12 @@ class Runs:
                 ]
             )
             at = now()  # the round's reports share their moment (reporting.py)
+            ready = [(r, reporting.pods_ready(r.ref, r.generation, at=at)) for r, _ in runs]
             reports = await self.runtime.bus.send_many(
-                [reporting.started(r.ref, r.generation, at=at) for r, _ in runs]
-                + [reporting.pods_ready(r.ref, r.generation, at=at) for r, _ in runs]
+                [
+                    *(reporting.started(r.ref, r.generation, at=at) for r, _ in runs),
+                    *self._ready_now(ready),
+                ]
             )
         except BaseException:
             self._announce_runs(runs)

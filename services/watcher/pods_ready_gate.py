@@ -1,0 +1,85 @@
+"""Whether the watcher reports pods' readiness: only while waitForPodsReady is enabled.
+
+Kueue sets a Workload's PodsReady condition, and observes the ready-time metrics, only with
+waitForPodsReady enabled (its job reconciler checks the setting before anything else), so
+Berth's watcher sends ``WorkloadPodsReady`` only then: without it no service reads one, and
+each was a message more per workload for nats-server and admission.
+
+The backends still follow readiness while it is off; what they would have reported is kept
+with each running admission (the local backend's runs, the Kubernetes backend's
+:class:`~services.watcher.kube.readiness.Readiness`). When the setting is turned on, each
+running admission's readiness is sent at once, so the admissions already running are timed
+from what their pods did, not reported never ready and evicted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from shared.config import wait_for_pods_ready_of
+from shared.config_mirror import ConfigMirror
+from shared.events import WorkloadPodsReady
+from shared.logging import get_logger
+from shared.service import Runtime
+
+__all__ = ["PodsReadyGate", "follow_pods_ready_setting"]
+
+log = get_logger("watcher")
+
+
+class PodsReadyGate:
+    """Whether readiness reports go out now (``open``): waitForPodsReady's ``enable`` in the
+    Configuration in force (``shared.config.wait_for_pods_ready_of``)."""
+
+    def __init__(self) -> None:
+        self.open = False
+
+    def configure(self, mirror: ConfigMirror) -> bool:
+        """Take the setting from the config; True when this turns reports on."""
+        policy = wait_for_pods_ready_of(mirror.objects.values())
+        was, self.open = self.open, policy is not None and policy.enable
+        return self.open and not was
+
+
+async def follow_pods_ready_setting(
+    runtime: Runtime, gate: PodsReadyGate, held: Callable[[], list[WorkloadPodsReady]]
+) -> None:
+    """Load the config and take the setting (before the backend starts anything), then
+    follow it in a task the runtime owns: each time reports are turned on, send what
+    ``held`` gives (each running admission's readiness, kept while they were off)."""
+    mirror = ConfigMirror()
+    await mirror.start(runtime)
+    gate.configure(mirror)
+    runtime.spawn(_follow(runtime, gate, mirror, held), name="watcher.pods-ready-setting")
+
+
+async def _follow(
+    runtime: Runtime,
+    gate: PodsReadyGate,
+    mirror: ConfigMirror,
+    held: Callable[[], list[WorkloadPodsReady]],
+) -> None:
+    while True:
+        mirror.changed.clear()
+        changed = asyncio.ensure_future(mirror.changed.wait())
+        stopped = asyncio.ensure_future(runtime.stopping.wait())
+        try:
+            await asyncio.wait({changed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in (changed, stopped):
+                waiting.cancel()
+        if runtime.stopping.is_set():
+            return
+        if not gate.configure(mirror):
+            continue
+        reports = held()
+        log.info(
+            "pods_ready_reports_on",
+            workload="",
+            queue="",
+            held=len(reports),
+            reason="waitForPodsReady enabled: the readiness of the admissions running is sent",
+        )
+        if reports:
+            await runtime.bus.publish_many(reports)
