@@ -1,15 +1,16 @@
 """Readiness is reported only while waitForPodsReady is enabled, as Kueue sets PodsReady only
 then (services/watcher/pods_ready_gate.py), end to end on `berth up`: a Job runs with the
-setting off (no PodsReady fact, no PodsReady condition, no ready-time metric); the setting is
-turned on while it runs: its readiness is sent at once (it is not timed out as never ready),
-and a Job admitted after that is reported ready as it starts."""
+setting off (no PodsReady fact, no PodsReady condition, no ready-time metric) for longer
+than the setting's timeout; the setting is turned on while it runs: its readiness is sent at
+once, and it is not evicted (its clock starts at the enabling); a Job admitted after that
+is reported ready as it starts."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from shared.events import WorkloadPodsReady, WorkloadStarted
+from shared.events import EvictionRequested, WorkloadPodsReady, WorkloadStarted
 from tests.conftest import Stack, berth
 from tests.e2e import (
     condition,
@@ -25,7 +26,7 @@ from tests.test_e2e_metrics import samples, value
 
 # The queues of PODS_READY, and its Configuration apart: applied later, with a long timeout.
 QUEUES, _, _ = PODS_READY.partition("---\napiVersion: berth.dev/v1alpha1")
-SETTING = PODS_READY.replace("timeout: 3s", "timeout: 10m")
+SETTING = PODS_READY  # timeout: 3s
 
 
 def _ready_facts(url: str) -> dict[str, list[bool]]:
@@ -60,7 +61,8 @@ def test_readiness_is_reported_from_when_wait_for_pods_ready_is_enabled(
 
     eventually(lambda: started("early"))
     # A run with no probe is ready as it starts: with the setting on, its fact would be here.
-    time.sleep(1.5)
+    # Longer than the timeout (3 s): timed from its admission, it would be evicted at once.
+    time.sleep(3.5)
     assert _ready_facts(url) == {}, "no readiness reported while waitForPodsReady is off"
     assert _pods_ready_condition(url, "early") is None, "no PodsReady condition, as Kueue"
     admission = samples(scrape(stack, "admission"))
@@ -74,3 +76,5 @@ def test_readiness_is_reported_from_when_wait_for_pods_ready_is_enabled(
     submit_manifest(url, tmp_path, job_manifest("late", cpu=1, command=["sleep", "600"]))
     eventually(lambda: _ready_facts(url).get("late") == [True])
     assert _ready_facts(url) == {"early": [True], "late": [True]}
+    evictions = [e for e in event_log(url) if isinstance(e, EvictionRequested)]
+    assert evictions == [], "nothing timed out"

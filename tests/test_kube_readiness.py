@@ -4,12 +4,21 @@ kind, and the fact reported once a Job's pods are ready (kmock as the API server
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
+import msgspec
 import pytest
 
 from services.watcher.kube.readiness import group_ready, pods_ready
-from shared.events import WorkloadPodsReady, WorkloadStarted, WorkloadSubmitted
+from shared.events import (
+    AnyEvent,
+    WorkloadFinished,
+    WorkloadPodsReady,
+    WorkloadRef,
+    WorkloadStarted,
+    WorkloadSubmitted,
+)
 from shared.workload_kinds import KINDS
 from tests.pods_ready_facts import enable_pods_ready
 from tests.test_kube_backend import (  # noqa: F401 - harness is a fixture
@@ -194,3 +203,37 @@ def test_every_kind_the_backend_admits_has_a_readiness_rule() -> None:
     ]
     assert unread == [], unread
     assert "PodGroup" in KINDS and not KINDS["PodGroup"].submittable, "read from its pods"
+
+
+async def test_turned_on_the_readiness_of_running_jobs_is_sent_not_of_finished_ones(
+    harness: Harness,  # noqa: F811
+) -> None:
+    """waitForPodsReady off: two admitted Jobs become ready, nothing is reported; one
+    finishes. Turned on: the running one's readiness is sent (as it stands), the finished
+    one's is not (pods_ready_gate.py)."""
+    other = labelled_job()
+    other["metadata"] = {**other["metadata"], "name": "j2", "uid": "u2"}
+    harness.kmock.objects[JOBS_KEY, "ns", "j1"] = labelled_job()
+    harness.kmock.objects[JOBS_KEY, "ns", "j2"] = other
+    task = await start(harness)
+    ref2 = WorkloadRef(namespace="ns", name="j2", uid="u2")
+    await harness.bus.publish(admitted_job())
+    await harness.bus.publish(msgspec.structs.replace(admitted_job(), workload=ref2))
+    for name in ("j1", "j2"):
+        await harness.wait_for(functools.partial(_started, name=name))
+        path = f"/apis/batch/v1/namespaces/ns/jobs/{name}"
+        await harness.api("PATCH", path, {"status": {"ready": 2}})
+    complete = {"status": {"ready": 0, "conditions": [{"type": "Complete", "status": "True"}]}}
+    await harness.api("PATCH", "/apis/batch/v1/namespaces/ns/jobs/j1", complete)
+    await harness.wait_for(lambda e: isinstance(e, WorkloadFinished))
+    assert not [e for e in harness.events if isinstance(e, WorkloadPodsReady)], "off: none"
+    await enable_pods_ready(harness.bus)
+    ready = await harness.wait_for(lambda e: isinstance(e, WorkloadPodsReady))
+    await stop(harness, task)
+    assert ready.workload.name == "j2" and ready.id == "podsready-u2-1"
+    names = [e.workload.name for e in harness.events if isinstance(e, WorkloadPodsReady)]
+    assert names == ["j2"], "the finished Job's readiness is not sent"
+
+
+def _started(event: AnyEvent, *, name: str) -> bool:
+    return isinstance(event, WorkloadStarted) and event.workload.name == name

@@ -143,50 +143,57 @@ def test_recovery_off_never_evicts() -> None:
     assert clock.due(10_000.0) == []
 
 
-# (why, the facts before waitForPodsReady is enabled (steps: admitted at 0, then ready or
-# lost at a time), when it is enabled, then asked: the evictions (reason, cause) a clock
-# enabled from the start gives too)
-LATE_ENABLE_CASES: list[tuple[str, list[tuple[str, float]], float, list[tuple[str, str]]]] = [
-    ("admitted, never ready: the start clock from its admission", [], 10, [("x", "WaitForStart")]),
-    ("not before the timeout", [], 9, []),
-    ("ready meanwhile: nothing to time out", [("ready", 5)], 500, []),
-    ("lost readiness meanwhile: the recovery clock", [("ready", 5), ("lost", 100)], 129, []),
-    ("its 30s from the loss", [("ready", 5), ("lost", 100)], 130, [("x", "WaitForRecovery")]),
-    ("evicted meanwhile: none", [("evicted", 1)], 500, []),
-    ("enabled, disabled, enabled again", [("off-on", 2)], 10, [("x", "WaitForStart")]),
+# (why, the steps after an admission at 0 while waitForPodsReady is off: ready, lost or
+# evicted at a time, or the setting turned on or off at a time; when asked; the causes of
+# the evictions due then). Timeout 10 s, recoveryTimeout 30 s.
+LATE_ENABLE_CASES: list[tuple[str, list[tuple[str, float]], float, list[str]]] = [
+    ("never ready: its clock starts at the enabling, not its admission", [("on", 50)], 59, []),
+    ("never ready: 10 s after the enabling", [("on", 50)], 60, ["WaitForStart"]),
+    ("admitted as it is enabled: from its admission", [("on", 0)], 10, ["WaitForStart"]),
+    ("ready meanwhile: nothing to time out", [("ready", 5), ("on", 50)], 500, []),
+    ("lost while off: recovery from the enabling", [("ready", 5), ("lost", 20), ("on", 50)], 79, []),
+    (
+        "lost while off: 30 s after the enabling",
+        [("ready", 5), ("lost", 20), ("on", 50)],
+        80,
+        ["WaitForRecovery"],
+    ),
+    ("lost once on: 30 s from the loss", [("ready", 5), ("on", 50), ("lost", 100)], 129, []),
+    (
+        "lost once on: due at 30 s",
+        [("ready", 5), ("on", 50), ("lost", 100)],
+        130,
+        ["WaitForRecovery"],
+    ),
+    ("evicted meanwhile: none", [("evicted", 1), ("on", 50)], 500, []),
+    ("on, off, on again: from the last enabling", [("on", 2), ("off", 3), ("on", 50)], 59, []),
+    ("on, off, on: due then", [("on", 2), ("off", 3), ("on", 50)], 60, ["WaitForStart"]),
 ]
 
 
 @pytest.mark.parametrize(
-    ("why", "facts", "now", "expected"), LATE_ENABLE_CASES, ids=[c[0] for c in LATE_ENABLE_CASES]
+    ("why", "steps", "now", "expected"), LATE_ENABLE_CASES, ids=[c[0] for c in LATE_ENABLE_CASES]
 )
 def test_clocks_of_what_was_admitted_before_enabling(
-    why: str, facts: list[tuple[str, float]], now: float, expected: list[tuple[str, str]]
+    why: str, steps: list[tuple[str, float]], now: float, expected: list[str]
 ) -> None:
-    """While waitForPodsReady is off, no deadline is kept (due times nothing out); enabled,
-    the clocks of the admissions folded meanwhile run as if it had been on all along (fails
-    if the heaps are not made again from the waiting runs)."""
-    enabled = recovery_clock()
-    late = PodsReadyClock()
-    late.configure(WaitForPodsReady(enable=False))
-    for clock in (enabled, late):
-        clock.apply(admitted(1, 0.0))
-        for fact, at in facts:
-            if fact == "evicted":
-                clock.apply(
-                    WorkloadEvicted(source="watcher", workload=REF, generation=1, reason="x")
-                )
-            elif fact != "off-on":
-                clock.apply(pods_ready(1, at, ready=fact == "ready"))
-    assert late.deadlines == late.recoveries == [], "off: no heap entry"
-    assert late.due(now) == [], "off: nothing timed out"
-    if ("off-on", 2) in facts:  # on, then off again: still nothing kept
-        late.configure(enabled.settings)
-        late.configure(WaitForPodsReady(enable=False))
-        assert late.deadlines == late.recoveries == []
-    late.configure(enabled.settings)
-    late.random.seed(1)
-    enabled.random.seed(1)
-    got = [(e.reason, e.detail) for e in late.due(now)]
-    assert got == [(e.reason, e.detail) for e in enabled.due(now)], why
-    assert got == [("PodsReadyTimeout", cause) for _, cause in expected], why
+    """While waitForPodsReady is off, no deadline is kept (due times nothing out); turned on,
+    the clocks of the runs admitted meanwhile start then (the watcher reported no readiness
+    while it was off: services/watcher/pods_ready_gate.py), a later loss's from the loss."""
+    settings = recovery_clock().settings
+    clock = PodsReadyClock()
+    clock.configure(WaitForPodsReady(enable=False), now=-1)
+    clock.apply(admitted(1, 0.0))
+    for step, at in steps:
+        if step == "evicted":
+            clock.apply(WorkloadEvicted(source="watcher", workload=REF, generation=1, reason="x"))
+        elif step in ("on", "off"):
+            if not clock.timing:
+                assert clock.deadlines == clock.recoveries == [], "off: no heap entry"
+                assert clock.due(10_000.0) == [], "off: nothing timed out"
+            clock.configure(settings if step == "on" else WaitForPodsReady(enable=False), now=at)
+        else:
+            clock.apply(pods_ready(1, at, ready=step == "ready"))
+    due = clock.due(now)
+    assert [e.detail for e in due] == expected, why
+    assert all(e.reason == "PodsReadyTimeout" for e in due)

@@ -3,14 +3,29 @@ waitForPodsReady is enabled, and what the Kubernetes backend sends when it is tu
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
+from services.watcher import reporting
 from services.watcher.kube.readiness import Readiness
-from services.watcher.pods_ready_gate import PodsReadyGate
+from services.watcher.pods_ready_gate import PodsReadyGate, follow_pods_ready_setting
 from shared.admission_checks import WaitForPodsReady
-from shared.config import ConfigObject, Configuration, ConfigurationSpec, ObjectMeta, object_key
+from shared.bus import CONFIG_BUCKET, Bus
+from shared.config import (
+    ConfigObject,
+    Configuration,
+    ConfigurationSpec,
+    ObjectMeta,
+    encode_object,
+    object_key,
+)
 from shared.config_mirror import ConfigMirror
-from shared.events import WorkloadRef
+from shared.events import WorkloadPodsReady, WorkloadRef
+from shared.service import Runtime
+from tests.conftest import bus_auth
 
 REF = WorkloadRef(namespace="ns", name="j1", uid="u1")
 
@@ -74,3 +89,52 @@ def test_kubernetes_readiness_is_kept_while_off_and_sent_as_it_stands_when_on() 
     assert recovered.ready and recovered.workload.name == "j2", "on: transitions reported"
     readiness.forget("u1")
     assert [r.workload.name for r in readiness.current()] == ["j2"], "a forgotten one is not sent"
+
+
+async def _put_setting(bus: Bus, enable: bool) -> None:
+    kv = await bus.kv(CONFIG_BUCKET)
+    configuration = _configuration("berth", enable)
+    await kv.put(object_key(configuration), encode_object(configuration))
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    for _ in range(200):
+        if check():
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"not within 5 s: {what}")
+
+
+async def test_the_follower_turns_reports_on_and_off_and_misses_no_change(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """On a real bus: the setting read at start; turned on, what is held is sent once (it is
+    in the stream); turned off and on again while that is sent, the gate ends as the config
+    says (a change during the send is read, not lost); stopping ends the follower."""
+    bus = await Bus.connect(nats_url, source="watcher", auth=bus_auth(nats_url))
+    await bus.ensure_stream()
+    runtime = Runtime(name="watcher", bus=bus, data_dir=str(tmp_path))
+    await _put_setting(bus, False)
+    gate, taken = PodsReadyGate(), list[int]()
+
+    def held() -> list[WorkloadPodsReady]:
+        taken.append(len(taken))
+        return [reporting.pods_ready(REF, len(taken))]
+
+    await follow_pods_ready_setting(runtime, gate, held)
+    assert not gate.open and taken == [], "off at start: nothing sent"
+    await _put_setting(bus, True)
+    await _until(lambda: gate.open and taken == [0], "on: held sent once")
+    await _put_setting(bus, False)
+    await _put_setting(bus, True)  # while the second send may still await its ack
+    await _put_setting(bus, False)
+    await _until(lambda: not gate.open, "off again, whatever came during a send")
+    await asyncio.sleep(0.2)
+    assert not gate.open, "and it stays as the config says"
+    subscription = await bus.replay_subscription(["berth.wl.podsready.>"])
+    sent = await bus.next_batch(subscription, wait=1.0) or []
+    assert [e.generation for e in sent if isinstance(e, WorkloadPodsReady)][:1] == [1]
+    runtime.stopping.set()
+    await runtime.cancel_tasks(grace=2)
+    assert not runtime._tasks, "the follower ended on stopping"
+    await bus.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -149,6 +150,9 @@ class _Admitted:
     generation: int
     at: float  # when it was admitted (and may start), epoch seconds
     lost_at: float | None = None  # when its pods, once all ready, lost readiness
+    # When waitForPodsReady was turned on, for a run admitted while it was off: no clock
+    # started earlier (PodsReadyClock._clocks).
+    timed_from: float = 0.0
 
     @property
     def cause(self) -> Cause:
@@ -156,8 +160,9 @@ class _Admitted:
 
     @property
     def since(self) -> float:
-        """When its running clock started: the admission, or the loss of readiness."""
-        return self.at if self.lost_at is None else self.lost_at
+        """When its running clock started: the admission, or the loss of readiness, or the
+        moment the setting was turned on if that is later."""
+        return max(self.at if self.lost_at is None else self.lost_at, self.timed_from)
 
 
 class PodsReadyClock:
@@ -191,24 +196,35 @@ class PodsReadyClock:
         self.evictions: dict[str, tuple[str, float, int]] = {}
         self.random = random.Random()
 
-    def configure(self, settings: WaitForPodsReady | None) -> None:
+    def configure(self, settings: WaitForPodsReady | None, now: float | None = None) -> None:
+        """Take the settings in force; ``now`` (epoch seconds, default the clock's) is when,
+        for the runs admitted while the setting was off (:meth:`_clocks`)."""
         self.settings = settings or WaitForPodsReady()
         self.timeout = parse_duration(self.settings.timeout)
         self.recovery = recovery_seconds(self.settings)
-        self._clocks()
+        self._clocks(time.time() if now is None else now)
 
-    def _clocks(self) -> None:
+    def _clocks(self, now: float) -> None:
         """The deadline heaps are kept only while waitForPodsReady is enabled: disabled,
         :meth:`due` times nothing out (no timeout), so an entry per admission pushed and
         popped was work for nothing. Enabled (again), they are made from :attr:`waiting`,
         which is kept either way: one entry per run whose clock runs, as the pushes of
         :meth:`apply` would have left once their stale entries were popped (due reads only
-        entries that match a waiting run)."""
+        entries that match a waiting run).
+
+        The rule for the runs admitted while it was off: their clocks start when it is
+        turned on (``now``), not at their admission. The watcher reported no readiness
+        while it was off, and sends it once it sees the setting
+        (services/watcher/pods_ready_gate.py); timed from their admission, ready runs would
+        be evicted before that report is read."""
+        if self.enabled and not self.timing:
+            for run in self.waiting.values():
+                run.timed_from = now
         self.timing = self.enabled
         runs = self.waiting.items() if self.timing else ()
-        self.deadlines = [(r.at, uid, r.generation) for uid, r in runs if r.lost_at is None]
+        self.deadlines = [(r.since, uid, r.generation) for uid, r in runs if r.lost_at is None]
         self.recoveries = [
-            (r.lost_at, uid, r.generation) for uid, r in runs if r.lost_at is not None
+            (r.since, uid, r.generation) for uid, r in runs if r.lost_at is not None
         ]
         heapq.heapify(self.deadlines)
         heapq.heapify(self.recoveries)
@@ -252,7 +268,7 @@ class PodsReadyClock:
                 run.lost_at = event.time.timestamp()
                 self.waiting[uid] = run
                 if self.timing:
-                    heapq.heappush(self.recoveries, (run.lost_at, uid, run.generation))
+                    heapq.heappush(self.recoveries, (run.since, uid, run.generation))
         elif type(event) is EvictionRequested:
             self._leaving(uid, event.generation)
             self.evictions[uid] = (event.reason, event.time.timestamp(), event.generation)
@@ -320,9 +336,9 @@ class PodsReadyClock:
                     heapq.heappop(heap)  # ready, evicted, readmitted or recovered since
                     continue
                 left = not_ready_timeout(
-                    admitted_at=run.at,
+                    admitted_at=max(run.at, run.timed_from),
                     ready=False,
-                    lost_at=run.lost_at,
+                    lost_at=None if run.lost_at is None else run.since,
                     timeout=self.timeout if self.enabled else None,
                     recovery=self.recovery,
                     now=now,

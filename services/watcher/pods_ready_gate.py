@@ -5,25 +5,29 @@ waitForPodsReady enabled (its job reconciler checks the setting before anything 
 Berth's watcher sends ``WorkloadPodsReady`` only then: without it no service reads one, and
 each was a message more per workload for nats-server and admission.
 
-The backends still follow readiness while it is off; what they would have reported is kept
-with each running admission (the local backend's runs, the Kubernetes backend's
-:class:`~services.watcher.kube.readiness.Readiness`). When the setting is turned on, each
-running admission's readiness is sent at once, so the admissions already running are timed
-from what their pods did, not reported never ready and evicted.
+The backends still follow readiness while it is off: each running admission's readiness as
+last seen is kept (with the local backend's runs; in the Kubernetes backend's
+:class:`~services.watcher.kube.readiness.Readiness`, forgotten when the workload finishes,
+is evicted or is deleted). When the setting is turned on, each is sent at once as it stands
+(:func:`as_it_stands`); admission times the runs admitted while it was off from that moment
+(services/admission/pods_ready.py ``PodsReadyClock._clocks``), so a ready run is not
+evicted before its report is read.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime
 
+from services.watcher import reporting
 from shared.config import wait_for_pods_ready_of
 from shared.config_mirror import ConfigMirror
-from shared.events import WorkloadPodsReady
+from shared.events import WorkloadPodsReady, WorkloadRef
 from shared.logging import get_logger
 from shared.service import Runtime
 
-__all__ = ["PodsReadyGate", "follow_pods_ready_setting"]
+__all__ = ["PodsReadyGate", "as_it_stands", "follow_pods_ready_setting"]
 
 log = get_logger("watcher")
 
@@ -42,6 +46,20 @@ class PodsReadyGate:
         return self.open and not was
 
 
+def as_it_stands(
+    ref: WorkloadRef, generation: int, ready: bool, at: datetime
+) -> list[WorkloadPodsReady]:
+    """The reports that say a running admission's readiness as it stands, for a run seen
+    ready while reports were off: its first readiness (the admission's id, so one sent
+    before is stored once), then a loss if its pods are not ready now; both at ``at``, the
+    moment they are sent, so admission's recovery clock runs from then, not from a loss it
+    never heard of."""
+    first = reporting.pods_ready(ref, generation, at=at)
+    if ready:
+        return [first]
+    return [first, reporting.pods_ready(ref, generation, ready=False, first=False, at=at)]
+
+
 async def follow_pods_ready_setting(
     runtime: Runtime, gate: PodsReadyGate, held: Callable[[], list[WorkloadPodsReady]]
 ) -> None:
@@ -50,6 +68,7 @@ async def follow_pods_ready_setting(
     ``held`` gives (each running admission's readiness, kept while they were off)."""
     mirror = ConfigMirror()
     await mirror.start(runtime)
+    mirror.changed.clear()  # before it is read: a change from now on wakes the follower
     gate.configure(mirror)
     runtime.spawn(_follow(runtime, gate, mirror, held), name="watcher.pods-ready-setting")
 
@@ -61,7 +80,6 @@ async def _follow(
     held: Callable[[], list[WorkloadPodsReady]],
 ) -> None:
     while True:
-        mirror.changed.clear()
         changed = asyncio.ensure_future(mirror.changed.wait())
         stopped = asyncio.ensure_future(runtime.stopping.wait())
         try:
@@ -71,6 +89,9 @@ async def _follow(
                 waiting.cancel()
         if runtime.stopping.is_set():
             return
+        # Cleared before it is read, so a change while the reports below are sent is read
+        # at the next turn, not lost.
+        mirror.changed.clear()
         if not gate.configure(mirror):
             continue
         reports = held()

@@ -336,6 +336,7 @@ class KubernetesBackend:
         outcome = finish_outcome(kind, obj)
         ref = reporting.ref_of(obj)
         if outcome is not None:
+            self.readiness.forget(uid)  # finished: no readiness to send
             succeeded, message = outcome
             already = FINISHED_ANNOTATION in (metadata.get("annotations") or {}) and (
                 finished_generation(obj) >= generation
@@ -362,6 +363,8 @@ class KubernetesBackend:
             return events
         if generation > evicted_generation(obj):  # waitForPodsReady: ready, lost, recovered
             events += self.readiness.observe(ref, generation, pods_ready(kind, obj), queue=queue)
+        else:
+            self.readiness.forget(uid)  # evicted: no readiness to send
         if uid in self.announced:
             return events
         try:

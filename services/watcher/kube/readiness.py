@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from services.watcher import reporting
 from services.watcher.kube.patching import admitted_generation, evicted_generation
-from services.watcher.pods_ready_gate import PodsReadyGate
-from shared.events import WorkloadPodsReady, WorkloadRef
+from services.watcher.pods_ready_gate import PodsReadyGate, as_it_stands
+from shared.events import WorkloadPodsReady, WorkloadRef, now
 from shared.logging import get_logger
 from shared.pod_groups import pod_group
 from shared.workload_fields import WorkloadError
@@ -163,7 +163,10 @@ class Readiness:
             return []
         namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
         group = groups.named(namespace, found[0])
-        if group is None or admitted_generation(group) <= evicted_generation(group):
+        if group is None:
+            return []
+        if admitted_generation(group) <= evicted_generation(group):
+            self.forget(str(group["metadata"]["uid"]))  # evicted: no readiness to send
             return []
         ready = group_ready(groups.pods_of(group), found[1])
         queue = str((group["metadata"].get("labels") or {}).get("kueue.x-k8s.io/queue-name", ""))
@@ -174,13 +177,11 @@ class Readiness:
         self.reported.pop(uid, None)
 
     def current(self) -> list[WorkloadPodsReady]:
-        """Each admitted generation's readiness as it stands: its first readiness, then a
-        loss if its pods are not ready now. Sent when reports are turned on
-        (services/watcher/pods_ready_gate.py); a first readiness sent before is stored once
-        (its id is the admission's)."""
-        reports: list[WorkloadPodsReady] = []
-        for ref, generation, ready in self.reported.values():
-            reports.append(reporting.pods_ready(ref, generation))
-            if not ready:
-                reports.append(reporting.pods_ready(ref, generation, ready=False, first=False))
-        return reports
+        """Each running admission's readiness as it stands (:func:`as_it_stands`), sent when
+        reports are turned on (services/watcher/pods_ready_gate.py)."""
+        at = now()
+        return [
+            report
+            for ref, generation, ready in self.reported.values()
+            for report in as_it_stands(ref, generation, ready, at)
+        ]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared.events import WorkloadPodsReady
+from shared.events import WorkloadRef
 from shared.logging import get_logger
 from shared.names import name_problem
 
@@ -108,8 +108,8 @@ class RunningPods:
     generation: int
     pods: list[PodProcess] = field(default_factory=list)
     stopping: bool = False
-    # Its readiness, kept while reports are off (services/watcher/pods_ready_gate.py).
-    unreported_ready: list[WorkloadPodsReady] = field(default_factory=list)
+    # Its readiness as last seen while reports were off (services/watcher/pods_ready_gate.py).
+    unreported_ready: tuple[WorkloadRef, bool] | None = None
 
     @property
     def pids(self) -> list[int]:

@@ -18,7 +18,7 @@ from services.watcher.local.readiness import exec_probes, readiness_changes, wai
 from services.watcher.local.run_files import RunSetupError, prepare_run
 from services.watcher.local.simulated import Clocks, Simulated
 from services.watcher.local.statuses import StatusStore, StatusWrites
-from services.watcher.pods_ready_gate import PodsReadyGate
+from services.watcher.pods_ready_gate import PodsReadyGate, as_it_stands
 from shared.bus import SentEvents, Settling
 from shared.events import (
     AnyEvent,
@@ -167,19 +167,22 @@ class Runs:
         self, reports: Sequence[tuple[RunningPods | Simulated, WorkloadPodsReady]]
     ) -> list[WorkloadPodsReady]:
         """The readiness reports to send now: all while reports are on; none while they are
-        off, each kept with its run instead (services/watcher/pods_ready_gate.py)."""
+        off, the readiness they say kept with its run instead (pods_ready_gate.py)."""
         if self.pods_ready.open:
             return [report for _, report in reports]
         for run, report in reports:
-            run.unreported_ready.append(report)
+            run.unreported_ready = (report.workload, report.ready)
         return []
 
     def held_ready(self) -> list[WorkloadPodsReady]:
-        """The readiness kept with each running admission while reports were off, taken."""
-        held: list[WorkloadPodsReady] = []
+        """Each running admission's readiness seen while reports were off, as it stands
+        (``pods_ready_gate.as_it_stands``), taken."""
+        at, held = now(), []
         for run in self.running.values():
-            held += run.unreported_ready
-            run.unreported_ready = []
+            if run.unreported_ready is not None:
+                ref, ready = run.unreported_ready
+                held += as_it_stands(ref, run.generation, ready, at)
+                run.unreported_ready = None
         return held
 
     def simulated_run(self, event: AnyEvent) -> tuple[Simulated, float] | None:

@@ -7,7 +7,7 @@ import asyncio
 import math
 from collections.abc import Callable
 
-from shared.events import WorkloadPodsReady, WorkloadRef
+from shared.events import WorkloadRef
 
 __all__ = ["Clocks", "Simulated", "due_at"]
 
@@ -24,8 +24,8 @@ class Simulated:
         # The finish is reported only after Running is written and Started published.
         self.announced = False
         self.elapsed = False
-        # Its readiness, kept while reports are off (services/watcher/pods_ready_gate.py).
-        self.unreported_ready: list[WorkloadPodsReady] = []
+        # Its readiness as last seen while reports were off (pods_ready_gate.py).
+        self.unreported_ready: tuple[WorkloadRef, bool] | None = None
 
 
 def due_at(now: float, seconds: float) -> float:
