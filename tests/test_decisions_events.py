@@ -128,7 +128,8 @@ def test_a_report_is_given_its_id_when_published(
     first = made.events(s.schedule(), [])
     # b's first report, held for the interval, goes out at its end
     (released,) = throttle.due(time.monotonic() + interval)
-    again = Inadmissible(released.workload, "cq", released.reason, released.message)
+    # A new message (the same one again is no news: never sent, test_pending_throttle.py)
+    again = Inadmissible(released.workload, "cq", released.reason, f"{released.message}, again")
     second = made.events([again], [])
     reports = [e for e in second if isinstance(e, WorkloadPending)]
     assert [e.workload.name for e in reports] == (["b"] if published else []), reason

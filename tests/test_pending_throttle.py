@@ -311,3 +311,41 @@ def test_a_release_stopped_midway_keeps_what_was_held_meanwhile() -> None:
     assert not throttle.offer(reports[3], 0.0)  # due at 1.0, as the paused batch
     pieces.close()
     assert [e.workload.name for e in throttle.due(2.5)] == ["w1", "w2", "w3"]
+
+
+# (why, offers after "2 more needed" was published at 0: (time, message, priority), then
+# what goes out by 5.0: sent at once by offer, or released by due)
+NO_NEWS_CASES: list[tuple[str, list[tuple[float, str, int]], list[str]]] = [
+    ("the same report again within the interval: not sent", [(0.3, "2 more needed", 0)], []),
+    ("the same report after the interval: not sent either", [(3.0, "2 more needed", 0)], []),
+    (
+        "changed and changed back within the interval: the held one ends, nothing goes out",
+        [(0.3, "3 more needed", 0), (0.6, "2 more needed", 0)],
+        [],
+    ),
+    (
+        "changed back, then changed again: the newest lands once",
+        [(0.3, "3 more needed", 0), (0.6, "2 more needed", 0), (0.7, "4 more needed", 0)],
+        ["4 more needed"],
+    ),
+    (
+        "the same message at another priority (an ageing boost) is news: it lands",
+        [(0.3, "2 more needed", 5)],
+        ["2 more needed"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("why", "offers", "out"), NO_NEWS_CASES, ids=[c[0] for c in NO_NEWS_CASES])
+def test_a_report_that_says_what_was_published_is_no_news(
+    why: str, offers: list[tuple[float, str, int]], out: list[str]
+) -> None:
+    throttle = PendingThrottle(1.0)
+    _published(throttle, pending("2 more needed"), 0.0)
+    sent = []
+    for at, message, priority in offers:
+        event = msgspec.structs.replace(pending(message), priority=priority)
+        if throttle.offer(event, at):
+            sent.append(message)
+    sent += [e.message for e in throttle.due(5.0)]
+    assert sent == out, why

@@ -6,6 +6,8 @@ all events, each stored by NATS and read by three services. A change that matter
 ClusterQueue, the reason, whether preemption may help, what is contested) is published at
 once; a new message alone waits until ``interval`` has passed since the workload's last
 publish, and then the latest one goes out. Nothing is lost: the newest message always lands.
+A report that says what the workload's last published one said (a message that changed and
+changed back within the interval) is no news: it is not sent, and it ends a hold meanwhile.
 
 A workload's first report waits ``interval`` too, unless preemption may help (the preemption
 service acts on it): a workload admitted within that second was never worth a broadcast (in
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator
 from operator import itemgetter
 
 import msgspec
@@ -29,6 +31,9 @@ from shared.events import WorkloadPending, WorkloadRef, new_event_id
 __all__ = ["PendingThrottle", "Said", "said"]
 
 Material = tuple[str, str, bool, tuple[tuple[str, str, int], ...]]
+# A report published: its material, when, its message and priority (the rest of what it
+# says but its time).
+Published = tuple[Material, float, str, int]
 # What offer reads of a report but its id and workload: its material and its saying (said).
 Said = tuple[Material, WorkloadPending]
 
@@ -79,7 +84,7 @@ class PendingThrottle:
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
-        self._published: dict[str, tuple[Material, float]] = {}  # uid -> (what, when)
+        self._published: dict[str, Published] = {}  # uid -> its report published last
         self._held: dict[str, WorkloadPending] = {}  # uid -> what its newest report says
         # (when they may go out, the workloads), a heap; one batch per time (_batches).
         self._due: list[tuple[float, list[WorkloadRef]]] = []
@@ -97,13 +102,21 @@ class PendingThrottle:
         material = _material(event) if alike is None else alike[0]
         saying = None if alike is None else alike[1]
         last = self._published.get(uid)
+        if (
+            last is not None
+            and last[0] is material
+            and last[2] == event.message
+            and last[3] == event.priority
+        ):
+            self._end_hold(uid)  # it says what was published last: no news (a held one ends)
+            return False
         if last is None and not event.preemption_may_help:
             if self._last[0] != now:
                 self._last = (now, now + self.interval)
             return self._hold(uid, event, self._last[1], saying)  # a first report waits
         if last is not None and last[0] == material and now - last[1] < self.interval:
             return self._hold(uid, event, last[1] + self.interval, saying)
-        self._published[uid] = (material, now)
+        self._published[uid] = (material, now, event.message, event.priority)
         self._end_hold(uid)
         return True
 
@@ -128,7 +141,7 @@ class PendingThrottle:
         published now (:meth:`due_pieces` in one list)."""
         return [event for piece in self.due_pieces(now, sys.maxsize) for event in piece]
 
-    def due_pieces(self, now: float, size: int) -> Iterator[list[WorkloadPending]]:
+    def due_pieces(self, now: float, size: int) -> Generator[list[WorkloadPending], None, None]:
         """:meth:`due` in pieces of at most ``size`` events, each made when it is reached,
         so that a pass's worth of first reports released at once (most of a million) is
         never all in memory together; each counts as published once made.
@@ -141,7 +154,7 @@ class PendingThrottle:
         piece: list[WorkloadPending] = []
         # Reports released together share their stamp: one (material, now) per saying (kept
         # with the saying, so that no other saying takes its id meanwhile).
-        stamps: dict[int, tuple[WorkloadPending, tuple[Material, float]]] = {}
+        stamps: dict[int, tuple[WorkloadPending, Published]] = {}
         while self._due and self._due[0][0] <= now:
             when, batch = heapq.heappop(self._due)
             del self._batches[when]
@@ -163,7 +176,8 @@ class PendingThrottle:
                         continue
                     kept = stamps.get(id(held))
                     if kept is None:
-                        kept = stamps[id(held)] = (held, (_material(held), now))
+                        published = (_material(held), now, held.message, held.priority)
+                        kept = stamps[id(held)] = (held, published)
                     self._published[uid] = kept[1]
                     piece.append(msgspec.structs.replace(held, id=new_event_id(), workload=ref))
                     if len(piece) >= size:
