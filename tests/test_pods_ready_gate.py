@@ -11,18 +11,20 @@ import pytest
 
 from services.watcher import reporting
 from services.watcher.kube.readiness import Readiness
+from services.watcher.local.processes import RunningPods
+from services.watcher.local.runs import Runs
+from services.watcher.local.simulated import Simulated
+from services.watcher.local.statuses import StatusStore
 from services.watcher.pods_ready_gate import PodsReadyGate, follow_pods_ready_setting
 from shared.admission_checks import WaitForPodsReady
 from shared.bus import CONFIG_BUCKET, Bus
 from shared.config import (
-    ConfigObject,
     Configuration,
     ConfigurationSpec,
     ObjectMeta,
     encode_object,
     object_key,
 )
-from shared.config_mirror import ConfigMirror
 from shared.events import WorkloadPodsReady, WorkloadRef
 from shared.service import Runtime
 from tests.conftest import bus_auth
@@ -37,12 +39,6 @@ def _configuration(name: str, enable: bool | str | None) -> Configuration:
         metadata=ObjectMeta(name=name),
         spec=ConfigurationSpec(wait_for_pods_ready=setting),
     )
-
-
-def _mirror(*objects: ConfigObject) -> ConfigMirror:
-    mirror = ConfigMirror()
-    mirror.objects = {object_key(obj): obj for obj in objects}
-    return mirror
 
 
 # (settings in turn: each a Configuration's enable, None for no setting, "none" for no
@@ -68,7 +64,7 @@ def test_the_gate_follows_the_setting(
     seen: list[tuple[bool, bool]] = []
     for setting in settings:
         objects = [] if setting == "none" else [_configuration("berth", setting)]
-        on = gate.configure(_mirror(*objects))
+        on = gate.configure(objects)
         seen.append((gate.open, on))
     assert seen == list(zip(open_, turned_on, strict=True)), why
 
@@ -138,3 +134,43 @@ async def test_the_follower_turns_reports_on_and_off_and_misses_no_change(
     await runtime.cancel_tasks(grace=2)
     assert not runtime._tasks, "the follower ended on stopping"
     await bus.close()
+
+
+# (why, the run: simulated or processes with the readiness last seen while off, whether it
+# is stopping; what held_ready sends for it: the ready flag of each report)
+HELD_CASES: list[tuple[str, str, bool | None, bool, list[bool]]] = [
+    ("a simulated run is ready from its start", "simulated", None, False, [True]),
+    ("a simulated run being stopped: nothing", "simulated", None, True, []),
+    ("processes never seen ready: nothing", "processes", None, False, []),
+    ("processes seen ready", "processes", True, False, [True]),
+    (
+        "processes seen ready, then lost: ready, then the loss",
+        "processes",
+        False,
+        False,
+        [True, False],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "kind", "seen", "stopping", "sent"), HELD_CASES, ids=[c[0] for c in HELD_CASES]
+)
+def test_what_the_local_backend_sends_when_reports_are_turned_on(
+    why: str, kind: str, seen: bool | None, stopping: bool, sent: list[bool], tmp_path: Path
+) -> None:
+    """Runs.held_ready: each running admission's readiness as it stands, once (taken)."""
+    runtime = Runtime(name="watcher", bus=None, data_dir=str(tmp_path))  # type: ignore[arg-type]
+    runs = Runs(runtime, StatusStore({}), {}, stop_grace=1)
+    run: Simulated | RunningPods
+    if kind == "simulated":
+        run = Simulated("ns/j1", REF, 1)
+    else:
+        run = RunningPods(generation=1)
+        run.unreported_ready = None if seen is None else (REF, seen)
+    run.stopping = stopping
+    runs.running[REF.uid] = run
+    reports = runs.held_ready()
+    assert [r.ready for r in reports] == sent, why
+    assert all(r.generation == 1 and r.workload == REF for r in reports), why
+    assert kind == "simulated" or runs.held_ready() == [], "taken: not sent twice"

@@ -68,5 +68,4 @@ def held_reports(throttle: PendingThrottle, now: float, size: int) -> Iterator[l
     for piece in throttle.due_pieces(now, size):
         for pending in piece:
             log_pending(pending)
-        yield list(piece)
-
+        yield list[Event](piece)  # a list of events (lists are invariant): a shallow copy

@@ -95,16 +95,17 @@ class PendingThrottle:
         self._last = (float("nan"), 0.0)
 
     def offer(self, event: WorkloadPending, now: float, alike: Said | None = None) -> bool:
-        """True: publish ``event`` now. False: it is held, and :meth:`due` will return it.
-        ``alike``: :func:`said` of a report alike in all but its id and workload, if the
-        caller has it (else found here)."""
+        """True: publish ``event`` now. False: it is held, and :meth:`due_pieces` will
+        return it; or it says what the workload's last published report said, and is
+        dropped. ``alike``: :func:`said` of a report alike in all but its id and workload,
+        if the caller has it (else found here)."""
         uid = event.workload.uid
         material = _material(event) if alike is None else alike[0]
         saying = None if alike is None else alike[1]
         last = self._published.get(uid)
         if (
             last is not None
-            and last[0] is material
+            and last[0] == material
             and last[2] == event.message
             and last[3] == event.priority
         ):
@@ -138,7 +139,8 @@ class PendingThrottle:
 
     def due(self, now: float) -> list[WorkloadPending]:
         """Held events whose interval has passed, each with a new id; they count as
-        published now (:meth:`due_pieces` in one list)."""
+        published now (:meth:`due_pieces` in one list, for tests: the service releases them
+        in pieces)."""
         return [event for piece in self.due_pieces(now, sys.maxsize) for event in piece]
 
     def due_pieces(self, now: float, size: int) -> Generator[list[WorkloadPending], None, None]:
@@ -152,8 +154,8 @@ class PendingThrottle:
         and the one left is its live hold's. A batch left before its end (the caller
         stopped) is put back with what it had left."""
         piece: list[WorkloadPending] = []
-        # Reports released together share their stamp: one (material, now) per saying (kept
-        # with the saying, so that no other saying takes its id meanwhile).
+        # Reports released together share their stamp: one Published per saying (kept with
+        # the saying, so that no other saying takes its id meanwhile).
         stamps: dict[int, tuple[WorkloadPending, Published]] = {}
         while self._due and self._due[0][0] <= now:
             when, batch = heapq.heappop(self._due)

@@ -223,9 +223,7 @@ class PodsReadyClock:
         self.timing = self.enabled
         runs = self.waiting.items() if self.timing else ()
         self.deadlines = [(r.since, uid, r.generation) for uid, r in runs if r.lost_at is None]
-        self.recoveries = [
-            (r.since, uid, r.generation) for uid, r in runs if r.lost_at is not None
-        ]
+        self.recoveries = [(r.since, uid, r.generation) for uid, r in runs if r.lost_at is not None]
         heapq.heapify(self.deadlines)
         heapq.heapify(self.recoveries)
 
@@ -335,10 +333,10 @@ class PodsReadyClock:
                 ):
                     heapq.heappop(heap)  # ready, evicted, readmitted or recovered since
                     continue
-                left = not_ready_timeout(
-                    admitted_at=max(run.at, run.timed_from),
+                left = not_ready_timeout(  # since: run.since, as the entry matched
+                    admitted_at=since if run.lost_at is None else run.at,
                     ready=False,
-                    lost_at=None if run.lost_at is None else run.since,
+                    lost_at=None if run.lost_at is None else since,
                     timeout=self.timeout if self.enabled else None,
                     recovery=self.recovery,
                     now=now,

@@ -16,12 +16,12 @@ evicted before its report is read.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from services.watcher import reporting
-from shared.config import wait_for_pods_ready_of
+from shared.bus.handing import acting_again
+from shared.config import ConfigObject, wait_for_pods_ready_of
 from shared.config_mirror import ConfigMirror
 from shared.events import WorkloadPodsReady, WorkloadRef
 from shared.logging import get_logger
@@ -39,9 +39,9 @@ class PodsReadyGate:
     def __init__(self) -> None:
         self.open = False
 
-    def configure(self, mirror: ConfigMirror) -> bool:
+    def configure(self, objects: Iterable[ConfigObject]) -> bool:
         """Take the setting from the config; True when this turns reports on."""
-        policy = wait_for_pods_ready_of(mirror.objects.values())
+        policy = wait_for_pods_ready_of(objects)
         was, self.open = self.open, policy is not None and policy.enable
         return self.open and not was
 
@@ -68,8 +68,8 @@ async def follow_pods_ready_setting(
     ``held`` gives (each running admission's readiness, kept while they were off)."""
     mirror = ConfigMirror()
     await mirror.start(runtime)
-    mirror.changed.clear()  # before it is read: a change from now on wakes the follower
-    gate.configure(mirror)
+    mirror.take_change()  # before it is read: a change from now on wakes the follower
+    gate.configure(mirror.values())
     runtime.spawn(_follow(runtime, gate, mirror, held), name="watcher.pods-ready-setting")
 
 
@@ -79,20 +79,11 @@ async def _follow(
     mirror: ConfigMirror,
     held: Callable[[], list[WorkloadPodsReady]],
 ) -> None:
-    while True:
-        changed = asyncio.ensure_future(mirror.changed.wait())
-        stopped = asyncio.ensure_future(runtime.stopping.wait())
-        try:
-            await asyncio.wait({changed, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in (changed, stopped):
-                waiting.cancel()
-        if runtime.stopping.is_set():
-            return
-        # Cleared before it is read, so a change while the reports below are sent is read
-        # at the next turn, not lost.
-        mirror.changed.clear()
-        if not gate.configure(mirror):
+    while await acting_again(mirror.changed, runtime.stopping):  # a change, or stopping
+        # Taken before it is read, so a change while the reports below are sent is read at
+        # the next turn, not lost.
+        mirror.take_change()
+        if not gate.configure(mirror.values()):
             continue
         reports = held()
         log.info(

@@ -1,7 +1,8 @@
 """When a workload's pods are ready on Kubernetes (Kueue's PodsReady, for waitForPodsReady),
 read from the objects the watcher already watches, as Kueue's job integrations read it, and
-what the watcher reports of it (:class:`Readiness`): the first readiness of an admission,
-then each loss of readiness (recoveryTimeout counts from it) and each recovery.
+what the watcher reports of it (:class:`Readiness`, only while waitForPodsReady is enabled:
+services/watcher/pods_ready_gate.py): the first readiness of an admission, then each loss of
+readiness (recoveryTimeout counts from it) and each recovery.
 
 Every kind the Kubernetes backend admits is read (:func:`pods_ready`); a pod group from its
 member pods (:func:`group_ready`). What Kueue's rule for a kind sees is all that is seen: a
@@ -115,9 +116,10 @@ def group_ready(pods: list[Obj], total: int) -> bool:
 
 
 class Readiness:
-    """What the watcher reported of each admitted workload's readiness: uid -> (workload,
-    generation, ready as last reported). Only transitions are reported, so an object seen
-    again and again (every status change of a Job) reports nothing new."""
+    """What the watcher saw of each running admission's readiness: uid -> (workload,
+    generation, ready as last seen). Only transitions are reported, so an object seen again
+    and again (every status change of a Job) reports nothing new; while reports are off
+    (``gate``) they are only seen, and sent as they stand once on (:meth:`current`)."""
 
     def __init__(self) -> None:
         self.reported: dict[str, tuple[WorkloadRef, int, bool]] = {}

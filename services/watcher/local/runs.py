@@ -1,11 +1,11 @@
 """What the local backend runs: admitted workloads started as local processes (or simulated
 runs), stopped on eviction, deletion or shutdown, and reported ``WorkloadStarted`` and
-``WorkloadEvicted`` (finishes: :mod:`services.watcher.local.finishes`)."""
+``WorkloadEvicted`` (finishes: :mod:`services.watcher.local.finishes`), and
+``WorkloadPodsReady`` while waitForPodsReady is enabled (services/watcher/pods_ready_gate.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,8 @@ class Runs:
         self, ref: WorkloadRef, pod_specs: dict[str, dict[str, Any]], running: RunningPods
     ) -> None:
         """Report PodsReady once the processes have started and passed their exec readiness
-        probes (services/watcher/local/readiness.py); never for a run already stopped."""
+        probes (services/watcher/local/readiness.py); never for a run already stopped; only
+        while waitForPodsReady is enabled (:meth:`_ready_now`)."""
         probes, skipped = exec_probes(pod_specs)
         if skipped:
             log.warning(
@@ -151,35 +152,35 @@ class Runs:
 
         if not await wait_ready(probes, running=still):
             return
-        for report in self._ready_now([(running, reporting.pods_ready(ref, running.generation))]):
+        for report in self._ready_now(running, reporting.pods_ready(ref, running.generation)):
             await self.runtime.bus.publish(report)
         log.info("pods_ready", workload=ref.key, generation=running.generation)
         # Then each loss (a process fails while others run, a probe fails) and recovery.
         processes = [(pod.name, pod.process) for pod in running.pods]
         async for ready, why in readiness_changes(processes, probes, running=still):
             change = reporting.pods_ready(ref, running.generation, ready=ready, first=False)
-            for report in self._ready_now([(running, change)]):
+            for report in self._ready_now(running, change):
                 await self.runtime.bus.publish(report)
             event = "pods_ready" if ready else "pods_not_ready"
             log.info(event, workload=ref.key, generation=running.generation, reason=why)
 
-    def _ready_now(
-        self, reports: Sequence[tuple[RunningPods | Simulated, WorkloadPodsReady]]
-    ) -> list[WorkloadPodsReady]:
-        """The readiness reports to send now: all while reports are on; none while they are
-        off, the readiness they say kept with its run instead (pods_ready_gate.py)."""
+    def _ready_now(self, run: RunningPods, report: WorkloadPodsReady) -> list[WorkloadPodsReady]:
+        """The report to send now: while reports are on; while they are off, none, the
+        readiness it says kept with its run instead (pods_ready_gate.py)."""
         if self.pods_ready.open:
-            return [report for _, report in reports]
-        for run, report in reports:
-            run.unreported_ready = (report.workload, report.ready)
+            return [report]
+        run.unreported_ready = (report.workload, report.ready)
         return []
 
     def held_ready(self) -> list[WorkloadPodsReady]:
         """Each running admission's readiness seen while reports were off, as it stands
-        (``pods_ready_gate.as_it_stands``), taken."""
+        (``pods_ready_gate.as_it_stands``), taken: a simulated run is ready from its start."""
         at, held = now(), []
         for run in self.running.values():
-            if run.unreported_ready is not None:
+            if isinstance(run, Simulated):
+                if not run.stopping:
+                    held += as_it_stands(run.ref, run.generation, True, at)
+            elif run.unreported_ready is not None:
                 ref, ready = run.unreported_ready
                 held += as_it_stands(ref, run.generation, ready, at)
                 run.unreported_ready = None
@@ -218,12 +219,11 @@ class Runs:
                 ]
             )
             at = now()  # the round's reports share their moment (reporting.py)
-            ready = [(r, reporting.pods_ready(r.ref, r.generation, at=at)) for r, _ in runs]
+            # Ready as they start; while reports are off, held_ready says so once on.
+            ready = self.pods_ready.open
             reports = await self.runtime.bus.send_many(
-                [
-                    *(reporting.started(r.ref, r.generation, at=at) for r, _ in runs),
-                    *self._ready_now(ready),
-                ]
+                [reporting.started(r.ref, r.generation, at=at) for r, _ in runs]
+                + [reporting.pods_ready(r.ref, r.generation, at=at) for r, _ in runs if ready]
             )
         except BaseException:
             self._announce_runs(runs)

@@ -24,8 +24,6 @@ class Simulated:
         # The finish is reported only after Running is written and Started published.
         self.announced = False
         self.elapsed = False
-        # Its readiness as last seen while reports were off (pods_ready_gate.py).
-        self.unreported_ready: tuple[WorkloadRef, bool] | None = None
 
 
 def due_at(now: float, seconds: float) -> float:
