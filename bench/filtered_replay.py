@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make `bench`, `shared`... impo
 from nats.js import api
 
 from berth_cli.natsserver import nats_server_binary
-from services.admission.service import DECIDING_SUBJECTS, FOLDED_SUBJECTS
+from services.admission.reading import FOLDED_SUBJECTS, deciding_subjects
 from shared.auth import ClientAuth
 from shared.bus import STREAM, STREAM_SUBJECTS, Bus
 from shared.subjects import server_filters
@@ -87,7 +87,10 @@ async def run(workloads: int, url: str, pid: int) -> None:
         ways = {
             "unfiltered": [],
             "admission's fold": server_filters([*FOLDED_SUBJECTS, "berth.lease.>"]),
-            "admission deciding": server_filters([*DECIDING_SUBJECTS, "berth.lease.>"]),
+            # one message per event here, as with batches off
+            "admission deciding": server_filters(
+                [*deciding_subjects(batching=False), "berth.lease.>"]
+            ),
         }
         print(f"{workloads:,} workloads, {workloads * (len(VERBS) + 1):,} events stored")
         print(f"{'replay':<20} {'filters':>7} {'sent':>9} {'wall s':>7} {'server CPU s':>12}")

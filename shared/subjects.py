@@ -10,10 +10,14 @@ __all__ = [
     "BATCH_PREFIX",
     "BATCH_SUBJECTS",
     "FAMILY_PATTERNS",
+    "PENDING_FAMILY",
+    "PREEMPTION_PENDING_BATCH",
     "batch_subject",
+    "batch_subjects_of",
     "batched_filters",
     "covers",
     "overlap",
+    "publisher_batch_subjects",
     "server_filters",
     "subject_family",
     "subject_matcher",
@@ -123,7 +127,28 @@ def batch_subject(family: str) -> str:
     return BATCH_PREFIX + family.replace("*.", "")
 
 
+# Preemption's pending reports (no victims) are batched apart from admission's, so that
+# admission's deciding leader is sent preemption's and not its own (docs/events.md).
+PENDING_FAMILY = "cq.*.pending"
+PREEMPTION_PENDING_BATCH = f"{batch_subject(PENDING_FAMILY)}.preemption"
+
 BATCH_SUBJECTS = {batch_subject(family): family for family in BATCHED_FAMILIES}
+BATCH_SUBJECTS[PREEMPTION_PENDING_BATCH] = PENDING_FAMILY
+
+
+def batch_subjects_of(family: str) -> list[str]:
+    """Every subject a batched family's batches are published on: :func:`batch_subject`,
+    and for pending reports preemption's (:data:`PREEMPTION_PENDING_BATCH`) too."""
+    return [subject for subject, of in BATCH_SUBJECTS.items() if of == family]
+
+
+def publisher_batch_subjects(source: str) -> dict[str, str]:
+    """Batched family -> the subject a service's batches of it go on: preemption's pending
+    reports on their own (:data:`PREEMPTION_PENDING_BATCH`), every other on the family's."""
+    subjects = {family: batch_subject(family) for family in BATCHED_FAMILIES}
+    if source == "preemption":
+        subjects[PENDING_FAMILY] = PREEMPTION_PENDING_BATCH
+    return subjects
 
 
 def overlap(first: str, second: str) -> str | None:
@@ -162,6 +187,9 @@ def batched_filters(patterns: Sequence[str]) -> tuple[list[str], dict[str, bool]
     filters: list[str] = []
     twins: dict[str, bool] = {}
     for pattern in patterns:
+        if pattern in BATCH_SUBJECTS:  # one batch subject, named: every event sent on it
+            twins[pattern] = True
+            continue
         touched = {
             family: common
             for family, subjects in FAMILY_PATTERNS.items()
@@ -172,9 +200,9 @@ def batched_filters(patterns: Sequence[str]) -> tuple[list[str], dict[str, bool]
             continue
         for family, common in touched.items():
             if family in BATCHED_FAMILIES:
-                twin = batch_subject(family)
                 whole = covers(pattern, FAMILY_PATTERNS[family])
-                twins[twin] = twins.get(twin, False) or whole
+                for twin in batch_subjects_of(family):
+                    twins[twin] = twins.get(twin, False) or whole
             else:
                 filters.append(common)
     return server_filters([*filters, *twins]), twins

@@ -13,6 +13,7 @@ from nats.aio.msg import Msg
 from prometheus_client import REGISTRY
 
 from bench.eventlog import read_events
+from services.admission.reading import FOLDED_SUBJECTS, deciding_subjects
 from shared.auth import ClientAuth, CredentialStore
 from shared.bus import STREAM, Bus
 from shared.bus.batches import MAX_BATCH_BYTES, Prepared, batched
@@ -49,13 +50,32 @@ FILTER_CASES = [
         "one batched family: its batch subject, never the per-workload copies",
     ),
     (
+        "berth.cq.*.pending.>",
+        ["berth.b.cq.pending", "berth.b.cq.pending.preemption"],
+        {"berth.b.cq.pending": True, "berth.b.cq.pending.preemption": True},
+        "pending reports: admission's batches and preemption's, each on their own subject",
+    ),
+    (
+        "berth.b.cq.pending.preemption",
+        ["berth.b.cq.pending.preemption"],
+        {"berth.b.cq.pending.preemption": True},
+        "a batch subject named as it is: every event of its batches (admission's deciding leader)",
+    ),
+    (
         "berth.cq.team-a.>",
-        ["berth.b.cq.admitted", "berth.b.cq.reserved", "berth.b.cq.pending", "berth.b.cq.evict"],
+        [
+            "berth.b.cq.admitted",
+            "berth.b.cq.reserved",
+            "berth.b.cq.pending",
+            "berth.b.cq.pending.preemption",
+            "berth.b.cq.evict",
+        ],
         dict.fromkeys(
             [
                 "berth.b.cq.admitted",
                 "berth.b.cq.reserved",
                 "berth.b.cq.pending",
+                "berth.b.cq.pending.preemption",
                 "berth.b.cq.evict",
             ],
             False,
@@ -606,3 +626,27 @@ async def test_a_batch_counts_each_event_sent_and_each_one_decoded(nats_url: str
         assert (sent, decoded) == (3, 1)
     finally:
         await bus.close()
+
+
+async def test_admissions_deciding_leader_is_sent_preemptions_pending_reports_not_its_own(
+    nats_url: str,
+) -> None:
+    """Preemption's pending reports go in batches of their own subject; a consumer of the
+    deciding leader's subjects is sent those and not admission's, while a standby's (the
+    whole fold) and a tool following pending reports by subject are sent both."""
+    admission_bus = await _connect(nats_url, "admission")
+    preemption_bus = await _connect(nats_url, "preemption")
+    try:
+        await admission_bus.publish_many([_pending("a"), _pending("b")])
+        await preemption_bus.publish_many([_pending("c")])
+        batches = (await admission_bus.js.stream_info(STREAM, subjects_filter="berth.b.>")).state
+        assert batches.subjects == {"berth.b.cq.pending": 1, "berth.b.cq.pending.preemption": 1}
+        deciding = await _replayed(admission_bus, list(deciding_subjects(batching=True)), 1)
+        assert [e.id for e in deciding] == ["pending-c"], "only preemption's"
+        standby = await _replayed(admission_bus, list(FOLDED_SUBJECTS), 3)
+        assert sorted(e.id for e in standby) == ["pending-a", "pending-b", "pending-c"]
+        tool = await _replayed(admission_bus, ["berth.cq.*.pending.default.c"], 1)
+        assert [e.id for e in tool] == ["pending-c"], "one workload, by its subject"
+    finally:
+        await admission_bus.close()
+        await preemption_bus.close()

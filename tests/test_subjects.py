@@ -5,7 +5,7 @@ from typing import cast
 
 import pytest
 
-from services.admission import service as admission
+from services.admission import reading as admission
 from services.preemption import service as preemption
 from services.recovery.service import RecoveryService
 from shared.events import STATE_SUBJECTS, SUBJECT_PARTS, WorkloadRef, WorkloadStarted
@@ -127,12 +127,36 @@ def _folded_types(subjects: tuple[str, ...]) -> set[str]:
     return {kind for kind, subject in kinds.items() if wanted(subject)}
 
 
-def test_admission_leader_is_not_sent_only_its_own_decisions() -> None:
-    """The deciding leader is not sent what only admission publishes (admissions and
-    reservations, folded when published); everything else its fold reads it still is
-    (preemption's evictions and pending reports share their subjects with admission's)."""
-    left_out = _folded_types(admission.FOLDED_SUBJECTS) - _folded_types(admission.DECIDING_SUBJECTS)
-    assert left_out == {"admitted", "reserved"}
+# (batches on, the kinds the deciding leader is not sent by their per-workload subjects, and
+# the batch subjects it is sent besides, why)
+DECIDING: list[tuple[bool, set[str], list[str], str]] = [
+    (
+        True,
+        {"admitted", "reserved", "pending"},
+        ["berth.b.cq.pending.preemption"],
+        "batches on: not its own decisions; of the pending reports, preemption's batches only",
+    ),
+    (
+        False,
+        {"admitted", "reserved"},
+        [],
+        "batches off: preemption's pending reports share their subjects with admission's",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("batching", "left_out", "besides", "why"), DECIDING, ids=[d[3] for d in DECIDING]
+)
+def test_admission_leader_is_not_sent_only_its_own_decisions(
+    batching: bool, left_out: set[str], besides: list[str], why: str
+) -> None:
+    """The deciding leader is not sent what it folds when it publishes it (admissions,
+    reservations, and with batches on its pending reports); everything else its fold reads it
+    still is (preemption's evictions share their subjects with admission's)."""
+    deciding = admission.deciding_subjects(batching)
+    assert _folded_types(admission.FOLDED_SUBJECTS) - _folded_types(deciding) == left_out, why
+    assert [s for s in deciding if s.startswith("berth.b.")] == besides, why
 
 
 def test_preemption_is_sent_what_its_cluster_folds() -> None:

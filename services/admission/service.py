@@ -15,10 +15,11 @@ Every decision is applied in memory before it is published and carries a determi
 re-published after a crash is dropped by the stream's duplicate window. If a publish fails for
 good, the service stops: a restart rebuilds the truth from the stream.
 
-The deciding leader is not sent its own admissions and reservations (``DECIDING_SUBJECTS``):
-once published, each is folded as its echo would have been (:meth:`_publish`). A replay and a
-standby read them from the stream. A leader never widens its filter again: suspended, nobody
-else decided meanwhile (its renewal proves it); deposed, it exits and restarts as a standby.
+The deciding leader is not sent its own admissions, reservations and pending reports
+(:func:`deciding_subjects`): once published, each is folded as its echo would have been
+(:meth:`_publish`). A replay and a standby read them from the stream. A leader never widens
+its filter again: suspended, nobody else decided meanwhile (its renewal proves it); deposed,
+it exits and restarts as a standby.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from nats.js import JetStreamContext
 
 from services.admission import falling_due, metrics, queue_gauges, validation
 from services.admission.activation import INACTIVE, Activity, queued
-from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from services.admission.api import serve_api
 from services.admission.bounds import AgeingBook
 from services.admission.config_settling import ConfigSettling
@@ -44,13 +44,13 @@ from services.admission.interning import Interner
 from services.admission.outbox import Outbox
 from services.admission.pacing import PassPacing
 from services.admission.pending_throttle import PendingThrottle
+from services.admission.reading import FOLDED_SUBJECTS, deciding_subjects
 from services.admission.scheduler import Admission, Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.bus import EVENTS_PER_HANDLING, BusError
 from shared.config import ClusterQueue, LocalQueue
 from shared.config_mirror import ConfigMirror
 from shared.events import (
-    STATE_SUBJECTS,
     AnyEvent,
     Event,
     EvictionRequested,
@@ -73,11 +73,6 @@ __all__ = ["AdmissionService"]
 
 log = get_logger("admission")
 
-# What the fold reads: a replay and a standby are sent all of it, the deciding leader all but
-# its own admissions and reservations (only admission publishes on these two subjects).
-FOLDED_SUBJECTS = (*STATE_SUBJECTS, *ACTIVITY_SUBJECTS)
-OWN_SUBJECTS = ("berth.cq.*.admitted.>", "berth.cq.*.reserved.>")
-DECIDING_SUBJECTS = tuple(s for s in FOLDED_SUBJECTS if s not in OWN_SUBJECTS)
 IDLE_WAIT_S = 0.2  # how long the loop waits for events when no pass is owed
 # Decisions' events sent at a time (_publish): what a consumer hands its handler at once.
 PUBLISHED_PIECE = EVENTS_PER_HANDLING
@@ -155,7 +150,8 @@ class AdmissionService:
                 self.deciding = True
                 log.info("deciding", replica=self.runtime.replica, term=self.bus.term)
                 try:  # not sent its own admissions (see the docstring)
-                    await self.bus.refilter(subscription, DECIDING_SUBJECTS)
+                    deciding = deciding_subjects(self.bus.settings.batching)
+                    await self.bus.refilter(subscription, deciding)
                 except BusError as error:  # still sent them: folded twice, idempotent
                     log.warning("refilter_failed", workload="", queue="", reason=str(error))
             # A new leader decides whatever became admissible while nobody decided; a pass
@@ -441,27 +437,35 @@ class AdmissionService:
     async def _publish(self, pieces: Iterable[list[Event]]) -> None:
         """Send decisions piece by piece (a large pass's first admissions reach the
         watcher while the rest are made; the acks come behind: outbox.py), then fold this
-        replica's admissions and reservations as their echo would be folded: the deciding
-        leader is not sent them (``DECIDING_SUBJECTS``). Idempotent like every echo: one
+        replica's admissions, reservations and inactive workloads' announcements as their
+        echo would be folded: the deciding leader is not sent them (:func:`deciding_subjects`;
+        its other pending reports need no fold: ``_own_echo``). Idempotent like every echo: one
         that comes back anyway (the filter could not be changed) changes nothing. Folded
         before their acks: the scheduler counts them from the pass on, and a publish that
         fails for good stops the service (its successor rebuilds from the stream); the API
         may show an admission meanwhile that its successor decides again."""
         admitted: list[WorkloadAdmitted] = []
+        announced: list[WorkloadPending] = []  # inactive workloads' announcements
 
         def kept(pieces: Iterable[list[Event]]) -> Iterator[list[Event]]:
             for piece in pieces:
-                admitted.extend(event for event in piece if isinstance(event, WorkloadAdmitted))
+                for event in piece:
+                    if type(event) is WorkloadAdmitted:
+                        admitted.append(event)
+                    elif type(event) is WorkloadPending and event.reason == INACTIVE:
+                        announced.append(event)
                 yield piece
 
         await self.outbox.send(kept(pieces))
-        if admitted:
-            self._apply(admitted)
+        if admitted or announced:
+            self._apply([*admitted, *announced])
 
 
 def _own_echo(event: WorkloadPending) -> bool:
-    """A pending report this replica published while deciding, back from the stream: its
-    fold changes nothing, so the deciding leader skips it. Its record took the report when
+    """A pending report this replica published while deciding, back from the stream (batches
+    off: it shares its subjects with preemption's; else only a deciding leader whose filter
+    could not be changed is sent it): its fold changes nothing, so the deciding leader skips
+    it. Its record took the report when
     it was decided (decisions.py); no other part folds a WorkloadPending (validation, the
     gates, the ageing bounds: not among their folded types) but the scheduler, for
     preemption's reports (``no_victims``), and :meth:`Activity.echoed`, for an inactive

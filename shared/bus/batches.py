@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -129,9 +129,13 @@ def is_copy(msg: Msg) -> bool:
     return msg.headers is not None and COPY_HEADER in msg.headers
 
 
-def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
+def batched(
+    prepared: Sequence[Prepared], subject_of: Mapping[str, str] = _BATCH_SUBJECT_OF
+) -> tuple[list[Wire], list[Wire]]:
     """The messages that publish ``prepared`` (batches, and single messages for the families
     that are not batched), and the per-workload copies to publish just before them.
+    ``subject_of``: batched family -> its batches' subject, for the publisher
+    (``shared.subjects.publisher_batch_subjects``).
 
     The rule: an event joins the open batch of its family, unless that batch is full
     (:data:`MAX_BATCH_BYTES`) or its workload already has an event in a message after that
@@ -143,7 +147,7 @@ def batched(prepared: Sequence[Prepared]) -> tuple[list[Wire], list[Wire]]:
     open_batch: dict[str, int] = {}  # batch subject -> index in groups
     latest: dict[str, int] = {}  # workload -> index of the last group holding one of its events
     copies: list[Wire] = []
-    batch_subject_of, last_of = _BATCH_SUBJECT_OF.get, latest.get
+    batch_subject_of, last_of = subject_of.get, latest.get
     for event in prepared:
         on, payload, msg_id, workload, family = event
         subject = batch_subject_of(family)

@@ -29,6 +29,7 @@ from shared.bus.settings import STREAM, STREAM_SUBJECTS, BusSettings
 from shared.bus.view import StoredCopies, copies_in, stream_metadata
 from shared.fencing import Fence
 from shared.logging import get_logger
+from shared.subjects import publisher_batch_subjects
 
 __all__ = ["DUPLICATE_WINDOW_S", "OUTAGE_SETTLE_S", "Connection", "ErrorCallback", "Served"]
 
@@ -87,6 +88,8 @@ class Connection:
         self.nc: Client = self._current.as_client()
         self.js = JetStreamContext(self.nc)
         self.source = source
+        # batched family -> the subject of this service's batches of it
+        self.batch_subjects = publisher_batch_subjects(source)
         self.settings = settings or BusSettings()
         self.closing = False  # an intended close is not worth a "disconnected" warning
         self.stopping = False  # the service is stopping: a publish no longer waits out outages

@@ -221,7 +221,7 @@ class Publishing(Connection):
         [prepared] = self._prepared([event])
         if not self.settings.batching:
             return await self.publish_raw(prepared.subject, prepared.payload, prepared.msg_id)
-        [message], copies = batched([prepared])
+        [message], copies = batched([prepared], self.batch_subjects)
         await self.publish_copies(copies)
         return await self.publish_raw(*message)
 
@@ -309,7 +309,7 @@ class Publishing(Connection):
         more (key updates) before it awaits ``settle()``, one round trip for all."""
         prepared = self._prepared(events)
         if self.settings.batching:
-            wire, copies = batched(prepared)
+            wire, copies = batched(prepared, self.batch_subjects)
         else:
             wire, copies = [p[:3] for p in prepared], []  # subject, payload, message id
         await self.publish_copies(copies)
