@@ -134,7 +134,8 @@ DECIDING: list[tuple[bool, set[str], list[str], str]] = [
         True,
         {"admitted", "reserved", "pending"},
         ["berth.b.cq.pending.preemption"],
-        "batches on: not its own decisions; of the pending reports, preemption's batches only",
+        "batches on: not its own decisions; pending reports by no per-workload subject, only"
+        " preemption's, from their batch subject",
     ),
     (
         False,

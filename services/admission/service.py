@@ -437,28 +437,24 @@ class AdmissionService:
     async def _publish(self, pieces: Iterable[list[Event]]) -> None:
         """Send decisions piece by piece (a large pass's first admissions reach the
         watcher while the rest are made; the acks come behind: outbox.py), then fold this
-        replica's admissions, reservations and inactive workloads' announcements as their
-        echo would be folded: the deciding leader is not sent them (:func:`deciding_subjects`;
-        its other pending reports need no fold: ``_own_echo``). Idempotent like every echo: one
+        replica's admissions and reservations as their echo would be folded: the deciding
+        leader is not sent them, nor its pending reports, which need no fold (``_own_echo``;
+        an inactive workload's announcement is marked made as it is made: Activity.due;
+        services/admission/reading.py). Idempotent like every echo: one
         that comes back anyway (the filter could not be changed) changes nothing. Folded
         before their acks: the scheduler counts them from the pass on, and a publish that
         fails for good stops the service (its successor rebuilds from the stream); the API
         may show an admission meanwhile that its successor decides again."""
         admitted: list[WorkloadAdmitted] = []
-        announced: list[WorkloadPending] = []  # inactive workloads' announcements
 
         def kept(pieces: Iterable[list[Event]]) -> Iterator[list[Event]]:
             for piece in pieces:
-                for event in piece:
-                    if type(event) is WorkloadAdmitted:
-                        admitted.append(event)
-                    elif type(event) is WorkloadPending and event.reason == INACTIVE:
-                        announced.append(event)
+                admitted.extend(event for event in piece if isinstance(event, WorkloadAdmitted))
                 yield piece
 
         await self.outbox.send(kept(pieces))
-        if admitted or announced:
-            self._apply([*admitted, *announced])
+        if admitted:
+            self._apply(admitted)
 
 
 def _own_echo(event: WorkloadPending) -> bool:
