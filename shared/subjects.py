@@ -9,6 +9,7 @@ __all__ = [
     "BATCHED_FAMILIES",
     "BATCH_PREFIX",
     "BATCH_SUBJECTS",
+    "BATCH_SUBJECT_OF",
     "FAMILY_PATTERNS",
     "PENDING_FAMILY",
     "PREEMPTION_PENDING_BATCH",
@@ -132,7 +133,10 @@ def batch_subject(family: str) -> str:
 PENDING_FAMILY = "cq.*.pending"
 PREEMPTION_PENDING_BATCH = f"{batch_subject(PENDING_FAMILY)}.preemption"
 
-BATCH_SUBJECTS = {batch_subject(family): family for family in BATCHED_FAMILIES}
+# batched family -> the subject of its batches (preemption's pending: publisher_batch_subjects)
+BATCH_SUBJECT_OF = {family: batch_subject(family) for family in BATCHED_FAMILIES}
+# batch subject -> the family its batches carry
+BATCH_SUBJECTS = {subject: family for family, subject in BATCH_SUBJECT_OF.items()}
 BATCH_SUBJECTS[PREEMPTION_PENDING_BATCH] = PENDING_FAMILY
 
 
@@ -145,7 +149,7 @@ def batch_subjects_of(family: str) -> list[str]:
 def publisher_batch_subjects(source: str) -> dict[str, str]:
     """Batched family -> the subject a service's batches of it go on: preemption's pending
     reports on their own (:data:`PREEMPTION_PENDING_BATCH`), every other on the family's."""
-    subjects = {family: batch_subject(family) for family in BATCHED_FAMILIES}
+    subjects = dict(BATCH_SUBJECT_OF)
     if source == "preemption":
         subjects[PENDING_FAMILY] = PREEMPTION_PENDING_BATCH
     return subjects

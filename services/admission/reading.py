@@ -5,27 +5,28 @@ from __future__ import annotations
 
 from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from shared.events import STATE_SUBJECTS
-from shared.subjects import PREEMPTION_PENDING_BATCH
+from shared.subjects import FAMILY_PATTERNS, PENDING_FAMILY, PREEMPTION_PENDING_BATCH
 
 __all__ = ["DECIDING_SUBJECTS", "FOLDED_SUBJECTS", "OWN_SUBJECTS", "deciding_subjects"]
 
 # What the fold reads: a replay and a standby are sent all of it, the deciding leader all but
 # its own admissions and reservations (only admission publishes on these two subjects) and
-# pending reports (deciding_subjects).
+# its own pending reports (deciding_subjects).
 FOLDED_SUBJECTS = (*STATE_SUBJECTS, *ACTIVITY_SUBJECTS)
 OWN_SUBJECTS = ("berth.cq.*.admitted.>", "berth.cq.*.reserved.>")
-PENDING_SUBJECTS = "berth.cq.*.pending.>"
 
 
 def deciding_subjects(batching: bool) -> tuple[str, ...]:
-    """What the deciding leader is sent: the fold's subjects but its own decisions. With
-    batches on, of the pending reports only preemption's batches (their own subject), as
-    its own are folded when published; with batches off, admission's and preemption's
-    share their subjects, so it is sent both (and skips its own: ``_own_echo``)."""
+    """What the deciding leader is sent: the fold's subjects but its own decisions (its
+    admissions and reservations it folds when it publishes them; its pending reports need no
+    fold). With batches on, of the pending reports only preemption's batches (their own
+    subject); with batches off, admission's and preemption's share their subjects, so it is
+    sent both (and skips its own: service.py ``_own_echo``)."""
     kept = tuple(s for s in FOLDED_SUBJECTS if s not in OWN_SUBJECTS)
     if not batching:
         return kept
-    return (*(s for s in kept if s != PENDING_SUBJECTS), PREEMPTION_PENDING_BATCH)
+    pending = FAMILY_PATTERNS[PENDING_FAMILY]
+    return (*(s for s in kept if s != pending), PREEMPTION_PENDING_BATCH)
 
 
 DECIDING_SUBJECTS = deciding_subjects(batching=True)

@@ -39,9 +39,8 @@ from shared.events import (
 from shared.logging import get_logger
 from shared.subjects import (
     BATCH_PREFIX,
+    BATCH_SUBJECT_OF,
     BATCH_SUBJECTS,
-    BATCHED_FAMILIES,
-    batch_subject,
     batched_filters,
     subject_matcher,
 )
@@ -77,9 +76,6 @@ RECENT_IDS = 100_000
 
 # subject, payload, message id: one message as it goes on the wire.
 Wire = tuple[str, bytes, str]
-
-# batched family -> the subject of its batches
-_BATCH_SUBJECT_OF = {family: batch_subject(family) for family in BATCHED_FAMILIES}
 
 _list_decoder: msgspec.json.Decoder[list[AnyEvent]] = msgspec.json.Decoder(list[AnyEvent])
 _raw_list_decoder: msgspec.json.Decoder[list[msgspec.Raw]] = msgspec.json.Decoder(list[msgspec.Raw])
@@ -130,7 +126,7 @@ def is_copy(msg: Msg) -> bool:
 
 
 def batched(
-    prepared: Sequence[Prepared], subject_of: Mapping[str, str] = _BATCH_SUBJECT_OF
+    prepared: Sequence[Prepared], subject_of: Mapping[str, str] = BATCH_SUBJECT_OF
 ) -> tuple[list[Wire], list[Wire]]:
     """The messages that publish ``prepared`` (batches, and single messages for the families
     that are not batched), and the per-workload copies to publish just before them.

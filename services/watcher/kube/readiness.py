@@ -151,8 +151,9 @@ class Readiness:
             generation=generation,
             reason="recovered" if ready else "pods that were ready are not any more",
         )
-        change = reporting.pods_ready(ref, generation, ready=ready, first=False)
-        return [change] if self.gate.open else []
+        if not self.gate.open:
+            return []  # seen only: sent as it stands once reports are on (current)
+        return [reporting.pods_ready(ref, generation, ready=ready, first=False)]
 
     def group(self, pod: Obj, groups: Gating) -> list[WorkloadPodsReady]:
         """The reports for the formed, admitted pod group that ``pod`` (just seen) is of:
