@@ -117,6 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _subjects() -> list[str]:
+    """What this checkout's preemption consumer is sent with batches on."""
+    folded_subjects = getattr(preemption, "folded_subjects", None)
+    if folded_subjects is None:  # a checkout from before its pending reports were narrowed
+        return list(preemption.FOLDED_SUBJECTS)
+    return list(folded_subjects(True))
+
+
 def _through_service(
     events: list[AnyEvent], objects: list[ConfigObject], args: argparse.Namespace
 ) -> int:
@@ -125,7 +133,7 @@ def _through_service(
     adds to a figure), with the digest of what each replay published."""
     # Each piece of ``--batch`` log events packed as the publishers do, with its last
     # event's time (the service's clock when it has been read).
-    packed = packed_takes(events, list(preemption.FOLDED_SUBJECTS), args.batch)
+    packed = packed_takes(events, _subjects(), args.batch)
     times = [events[min(len(events), start + args.batch) - 1].time.timestamp()
              for start in range(0, len(events), args.batch)]  # fmt: skip
     takes = list(zip(packed, times, strict=True))
@@ -181,7 +189,7 @@ def _one_service_replay(
             time=lambda: clock[0], monotonic=lambda: clock[0], perf_counter=time.perf_counter
         ),
     )
-    view = BatchView.of(preemption.FOLDED_SUBJECTS, batching=True)
+    view = BatchView.of(_subjects(), batching=True)
     figures = {"read": 0.0, "fold": 0.0, "evaluate": 0.0}
     count = 0
 

@@ -44,40 +44,57 @@ from shared.events import AnyEvent, Event, decode_event, encode_event, subject_f
 from shared.gc_tuning import tune_gc
 from shared.logging import configure_logging
 from shared.service import Runtime
-from shared.subjects import batch_subject, subject_family, subject_matcher
+from shared.subjects import (
+    batched_filters,
+    publisher_batch_subjects,
+    subject_family,
+    subject_matcher,
+)
 
 
 def _subjects() -> list[str]:
     """What this checkout's recovery consumer is sent with no managed job under way."""
     subjects_for = getattr(recovery, "subjects_for", None)
-    if subjects_for is not None:
+    if subjects_for is None:
+        return list(getattr(recovery, "SUBJECTS"))  # a checkout from before subjects_for  # noqa: B009
+    try:
+        return list(subjects_for([], batching=True))
+    except TypeError:  # a checkout from before its pending reports were narrowed
         return list(subjects_for([]))
-    return list(getattr(recovery, "SUBJECTS"))  # a checkout from before subjects_for  # noqa: B009
 
 
 def packed_takes(events: list[AnyEvent], subjects: list[str], take: int) -> list[list[Msg]]:
     """The log cut in pieces of ``take`` events (whatever the subjects: so two checkouts
     tick at the same points), each piece the batch messages of the events kept (a run of
-    one family is one batch)."""
-    wanted = subject_matcher(subjects)
+    one batch subject is one batch). Kept as a consumer of ``subjects`` is sent them with
+    batches on: a batch subject its filters match, and in it the events it wants."""
+    filters, twins = batched_filters(subjects)
+    sent, wanted = subject_matcher(filters), subject_matcher(subjects)
     takes: list[list[Msg]] = []
     for start in range(0, len(events), take):
         messages: list[Msg] = []
-        family, run = "", list[bytes]()
+        on, run = "", list[bytes]()
         for event in [*events[start : start + take], None]:
             subject = "" if event is None else subject_for(event)
-            if event is not None and not wanted(subject):
+            at = "" if event is None else _batch_subject_of(event, subject)
+            if event is not None and not (sent(at) and (twins.get(at) or wanted(subject))):
                 continue
-            if event is None or subject_family(subject) != family:
+            if event is None or at != on:
                 if run:
                     data = b"[" + b",".join(run) + b"]"
-                    messages.append(Msg(cast(Any, None), subject=batch_subject(family), data=data))
+                    messages.append(Msg(cast(Any, None), subject=on, data=data))
                 if event is None:
                     break
-                family, run = subject_family(subject), []
+                on, run = at, []
             run.append(encode_event(event))
         takes.append(messages)
     return takes
+
+
+def _batch_subject_of(event: AnyEvent, subject: str) -> str:
+    """The subject of the batch its publisher sends ``event`` in ("": no batched family's,
+    not among what the replayed consumers are sent)."""
+    return publisher_batch_subjects(event.source).get(subject_family(subject), "")
 
 
 def _policy(reserve_after: float) -> dict[str, Any]:

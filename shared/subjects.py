@@ -18,6 +18,7 @@ __all__ = [
     "batched_filters",
     "covers",
     "overlap",
+    "pending_reports_of",
     "publisher_batch_subjects",
     "server_filters",
     "subject_family",
@@ -153,6 +154,22 @@ def publisher_batch_subjects(source: str) -> dict[str, str]:
     if source == "preemption":
         subjects[PENDING_FAMILY] = PREEMPTION_PENDING_BATCH
     return subjects
+
+
+def pending_reports_of(source: str, subjects: Sequence[str], *, batching: bool) -> tuple[str, ...]:
+    """``subjects`` with the pending reports' pattern narrowed to those ``source`` publishes:
+    with batches on, to that service's batch subject (:func:`publisher_batch_subjects`);
+    with batches off, kept whole, since admission's and preemption's reports share their
+    per-workload subjects (the reader tells them apart by their ``source``).
+
+    Why: a service that folds only one publisher's pending reports (preemption and recovery
+    read admission's; admission's deciding leader preemption's) would otherwise decode the
+    other's batches only to drop every event in them."""
+    pattern = FAMILY_PATTERNS[PENDING_FAMILY]
+    if not batching:
+        return tuple(subjects)
+    narrowed = publisher_batch_subjects(source)[PENDING_FAMILY]
+    return tuple(narrowed if subject == pattern else subject for subject in subjects)
 
 
 def overlap(first: str, second: str) -> str | None:

@@ -14,6 +14,8 @@ from prometheus_client import REGISTRY
 
 from bench.eventlog import read_events
 from services.admission.reading import FOLDED_SUBJECTS, deciding_subjects
+from services.preemption.service import folded_subjects
+from services.recovery.service import subjects_for
 from shared.auth import ClientAuth, CredentialStore
 from shared.bus import STREAM, Bus
 from shared.bus.batches import MAX_BATCH_BYTES, Prepared, batched
@@ -647,6 +649,13 @@ async def test_admissions_deciding_leader_is_sent_preemptions_pending_reports_no
         assert sorted(e.id for e in standby) == ["pending-a", "pending-b", "pending-c"]
         tool = await _replayed(admission_bus, ["berth.cq.*.pending.default.c"], 1)
         assert [e.id for e in tool] == ["pending-c"], "one workload, by its subject"
+        for reader, subjects in [
+            ("preemption", folded_subjects(batching=True)),
+            ("recovery", subjects_for([], batching=True)),
+        ]:
+            read = await _replayed(admission_bus, list(subjects), 2)
+            pending = sorted(e.id for e in read if isinstance(e, WorkloadPending))
+            assert pending == ["pending-a", "pending-b"], f"{reader}: only admission's"
     finally:
         await admission_bus.close()
         await preemption_bus.close()

@@ -58,6 +58,19 @@ CASES = {
         [pending("p", may_help=False)],
         set(),
     ),
+    "own_answer": Case(
+        "Its own answer (no victims) coming back changes nothing to look at: with batches"
+        " off it shares admission's subjects.",
+        [pending("p")],
+        [msgspec.structs.replace(pending("p"), source="preemption")],
+        set(),
+    ),
+    "asks_again": Case(
+        "Admission's report again while it waits: looked at again.",
+        [pending("p")],
+        [pending("p")],
+        {"p"},
+    ),
     "flight_ends": Case(
         "When the last victim of a preemptor's flight leaves, the preemptor is looked at"
         " again after admission has had time to admit it.",

@@ -63,8 +63,12 @@ def _job(number: int, status: JobStatus) -> ManagedJob:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.why for c in CASES])
 def test_starts_are_followed_only_while_a_job_is_under_way(case: Case) -> None:
-    subjects = subjects_for(_job(n, status) for n, status in enumerate(case.statuses))
+    jobs = [_job(n, status) for n, status in enumerate(case.statuses)]
+    subjects = subjects_for(jobs, batching=False)
     assert subjects[: len(WAIT_SUBJECTS)] == list(WAIT_SUBJECTS)  # every wait's facts, always
+    assert (STARTS in subjects) == case.starts
+    subjects = subjects_for(jobs, batching=True)  # the same, admission's pending reports only
+    assert len(subjects) == len(WAIT_SUBJECTS) + case.starts
     assert (STARTS in subjects) == case.starts
 
 

@@ -7,11 +7,17 @@ import pytest
 
 from services.admission import reading as admission
 from services.preemption import service as preemption
-from services.recovery.service import RecoveryService
+from services.recovery.service import RecoveryService, subjects_for
 from shared.events import STATE_SUBJECTS, SUBJECT_PARTS, WorkloadRef, WorkloadStarted
 from shared.jobs import Attempt, ManagedJob
 from shared.service import Runtime
-from shared.subjects import covers, server_filters, subject_family, subject_matcher
+from shared.subjects import (
+    covers,
+    pending_reports_of,
+    server_filters,
+    subject_family,
+    subject_matcher,
+)
 
 
 @pytest.mark.parametrize(
@@ -158,6 +164,37 @@ def test_admission_leader_is_not_sent_only_its_own_decisions(
     deciding = admission.deciding_subjects(batching)
     assert _folded_types(admission.FOLDED_SUBJECTS) - _folded_types(deciding) == left_out, why
     assert [s for s in deciding if s.startswith("berth.b.")] == besides, why
+
+
+# (source, batches on, what the pending reports' pattern becomes, why)
+PENDING_OF: list[tuple[str, bool, str, str]] = [
+    ("admission", True, "berth.b.cq.pending",
+     "batches on: admission's reports have their batch subject (preemption and recovery)"),
+    ("preemption", True, "berth.b.cq.pending.preemption",
+     "batches on: preemption's have their own (admission's deciding leader)"),
+    ("admission", False, "berth.cq.*.pending.>",
+     "batches off: both share the per-workload subjects, so the pattern stays whole"),
+    ("preemption", False, "berth.cq.*.pending.>", "batches off: the same for preemption's"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("source", "batching", "becomes", "why"), PENDING_OF, ids=[p[3] for p in PENDING_OF]
+)
+def test_pending_reports_narrowed_to_one_publisher(
+    source: str, batching: bool, becomes: str, why: str
+) -> None:
+    """Only the pending reports' pattern changes; every other subject is kept, in order."""
+    subjects = ("berth.wl.submitted.>", "berth.cq.*.pending.>", "berth.cq.*.admitted.>")
+    narrowed = pending_reports_of(source, subjects, batching=batching)
+    assert narrowed == (subjects[0], becomes, subjects[2]), why
+
+
+def test_preemption_and_recovery_are_sent_admissions_pending_reports_only() -> None:
+    """Both fold admission's reports alone (``Cluster._pending``, ``waiting._pending``)."""
+    for subjects in (preemption.folded_subjects(True), subjects_for([], batching=True)):
+        assert "berth.b.cq.pending" in subjects
+        assert not [s for s in subjects if "pending" in s and s != "berth.b.cq.pending"]
 
 
 def test_preemption_is_sent_what_its_cluster_folds() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from shared.events import STATE_SUBJECTS
-from shared.subjects import FAMILY_PATTERNS, PENDING_FAMILY, PREEMPTION_PENDING_BATCH
+from shared.subjects import pending_reports_of
 
 __all__ = ["DECIDING_SUBJECTS", "FOLDED_SUBJECTS", "OWN_SUBJECTS", "deciding_subjects"]
 
@@ -19,14 +19,11 @@ OWN_SUBJECTS = ("berth.cq.*.admitted.>", "berth.cq.*.reserved.>")
 def deciding_subjects(batching: bool) -> tuple[str, ...]:
     """What the deciding leader is sent: the fold's subjects but its own decisions (its
     admissions and reservations it folds when it publishes them; its pending reports need no
-    fold). With batches on, of the pending reports only preemption's batches (their own
-    subject); with batches off, admission's and preemption's share their subjects, so it is
-    sent both (and skips its own: service.py ``_own_echo``)."""
+    fold), so of the pending reports only preemption's where they have their own subject
+    (batches on: :func:`shared.subjects.pending_reports_of`); with batches off it is sent
+    both and skips its own (service.py ``_own_echo``)."""
     kept = tuple(s for s in FOLDED_SUBJECTS if s not in OWN_SUBJECTS)
-    if not batching:
-        return kept
-    pending = FAMILY_PATTERNS[PENDING_FAMILY]
-    return (*(s for s in kept if s != pending), PREEMPTION_PENDING_BATCH)
+    return pending_reports_of("preemption", kept, batching=batching)
 
 
 DECIDING_SUBJECTS = deciding_subjects(batching=True)

@@ -36,8 +36,9 @@ from shared.events import (
 from shared.logging import get_logger
 from shared.metrics import sample_consumer_lag
 from shared.service import Runtime
+from shared.subjects import pending_reports_of
 
-__all__ = ["PreemptionService"]
+__all__ = ["FOLDED_SUBJECTS", "PreemptionService", "folded_subjects"]
 
 log = get_logger("preemption")
 
@@ -46,6 +47,14 @@ log = get_logger("preemption")
 FOLDED_SUBJECTS = tuple(
     s for s in STATE_SUBJECTS if s not in ("berth.wl.podsready.>", "berth.check.>")
 )
+
+
+def folded_subjects(batching: bool) -> tuple[str, ...]:
+    """What preemption's consumer is sent: :data:`FOLDED_SUBJECTS`, with of the pending
+    reports only admission's where they have their own subject (batches on:
+    :func:`shared.subjects.pending_reports_of`). Its own answers would come back only to be
+    dropped: the fold reads admission's reports alone (``Cluster._pending``)."""
+    return pending_reports_of("admission", FOLDED_SUBJECTS, batching=batching)
 
 # After a preemptor's victims are gone, give admission this long to admit it before looking
 # again (it may have lost the room to a higher-priority workload meanwhile).
@@ -84,7 +93,9 @@ class PreemptionService:
         await self.config.start(self.runtime)
         self.config.take_change()
         self.cluster.set_config(self.config.values())
-        subscription = await self.bus.replay_subscription(FOLDED_SUBJECTS)
+        subscription = await self.bus.replay_subscription(
+            folded_subjects(self.bus.settings.batching)
+        )
         lag = sample_consumer_lag(self.runtime, consumer="preemption", subscription=subscription)
         self.runtime.spawn(lag, name="preemption.lag")
         await self.bus.replay_to_end(subscription, lambda events: self._fold(events, live=False))
@@ -143,7 +154,9 @@ class PreemptionService:
             elif fold is not None:
                 fold(event)
             if kind is WorkloadPending:
-                if uid in waiting:
+                # Admission's report (again) asks for room; this service's own answer (batches
+                # off: it shares their subjects) changes nothing to look at.
+                if uid in waiting and event.source == "admission":
                     due[uid] = time.monotonic()
             elif victim_of is not None:
                 if not cluster.busy(victim_of) and victim_of in cluster.waiting:

@@ -41,6 +41,7 @@ from shared.jobs import JobStatus, ManagedJob, PipelineTask, encode_job, job_key
 from shared.logging import get_logger
 from shared.metrics import sample_consumer_lag
 from shared.service import Runtime
+from shared.subjects import pending_reports_of
 
 # The API's requests (services/recovery/requests.py), by their old address too.
 __all__ = ["CancelRequest", "LaunchRequest", "LaunchTask", "RecoveryService", "subjects_for"]
@@ -58,18 +59,21 @@ STARTS = "berth.wl.started.>"
 AGEING_TICK_SECONDS = 1.0
 
 
-def subjects_for(jobs: Iterable[ManagedJob]) -> list[str]:
+def subjects_for(jobs: Iterable[ManagedJob], *, batching: bool) -> list[str]:
     """What recovery's consumer is sent: every fact a wait needs, and ``WorkloadStarted``
-    only while some managed job is not done.
+    only while some managed job is not done; of the pending reports only admission's where
+    they have their own subject (batches on: :func:`shared.subjects.pending_reports_of`).
 
     Why: a start moves only a managed job's attempt along (STARTING -> RUNNING); no wait
     reads it, so with no job under way every workload's start was decoded only to be
     dropped. A job asks for its workloads (``CreateWorkload``) only while it is not done, and
     its first is asked for after the consumer follows starts again (``RecoveryService._launch``),
-    so none of its starts is stored before they are followed."""
+    so none of its starts is stored before they are followed. Preemption's pending reports
+    neither a wait nor a job reads (``waiting._pending``, ``lifecycle``: admission's only)."""
+    waits = pending_reports_of("admission", WAIT_SUBJECTS, batching=batching)
     if any(not job.done for job in jobs):
-        return [*WAIT_SUBJECTS, STARTS]
-    return list(WAIT_SUBJECTS)
+        return [*waits, STARTS]
+    return list(waits)
 
 
 class RecoveryService:
@@ -88,18 +92,24 @@ class RecoveryService:
         self.following: list[str] = []  # what this replica last set its consumer to
         self.tick: Tick | None = None  # the ageing tick's config lookups (_tick_lookups)
 
+    @property
+    def batching(self) -> bool:
+        """Whether the services publish batches: what its consumers are sent follows."""
+        return bool(self.bus.settings.batching)
+
     async def run(self) -> None:
         await self.config.start(self.runtime)
         if not await self.runtime.stand_by():  # a standby consumes nothing and answers nothing
             return
         self.kv = await self.bus.kv(JOBS_BUCKET, history=1)
         await self._load_jobs()
-        waits = await self.bus.replay_once(WAIT_HISTORY, self._rebuild)
+        history = pending_reports_of("admission", WAIT_HISTORY, batching=self.batching)
+        waits = await self.bus.replay_once(history, self._rebuild)
         self.announced = {u: a for u, a in self.announced.items() if u in self.waits.waits}
         log.info("waits_rebuilt", events=waits, waiting=len(self.waits.waits))
         # Every workload's events: its wait ages; starts while a job is under way, and of
         # those a start of a workload no job owns is skipped by _on_events.
-        self.following = subjects_for(self.jobs.values())
+        self.following = subjects_for(self.jobs.values(), batching=self.batching)
         subscription = await self.bus.durable_subscription("recovery", self.following)
         self.subscription = subscription
         api = await self._serve_api()
@@ -218,7 +228,7 @@ class RecoveryService:
         replica set is compared instead (no request per tick)."""
         if self.subscription is None:
             return
-        wanted = subjects_for(self.jobs.values())
+        wanted = subjects_for(self.jobs.values(), batching=self.batching)
         if wanted == self.following and STARTS not in wanted:
             return
         if await self.bus.refilter(self.subscription, wanted):
