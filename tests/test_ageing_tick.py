@@ -18,6 +18,7 @@ from msgspec.structs import replace
 
 from services.recovery.ageing import boost_at
 from services.recovery.service import RecoveryService
+from services.recovery.ticking import forget_announced
 from shared.bus import CONFIG_BUCKET, Bus
 from shared.config import (
     AgeingPolicy,
@@ -27,7 +28,17 @@ from shared.config import (
     object_key,
     parse_object,
 )
-from shared.events import Event, PodSet, PriorityBoosted, WorkloadPending, WorkloadRef
+from shared.events import (
+    AnyEvent,
+    Event,
+    PodSet,
+    PriorityBoosted,
+    WorkloadDeleted,
+    WorkloadEvicted,
+    WorkloadFinished,
+    WorkloadPending,
+    WorkloadRef,
+)
 from shared.service import Runtime
 from tests.test_starvation_waits import at, submitted
 from tests.victims_search import cq
@@ -217,3 +228,33 @@ async def test_a_config_change_the_mirror_follows_counts_from_the_next_tick(
     finally:
         runtime.stopping.set()
         await runtime.cancel_tasks(grace=2)
+
+
+# --- what was announced is forgotten with the workload ----------------------------------------
+
+
+def _ended(kind: type[Event], name: str) -> AnyEvent:
+    ref = WorkloadRef("default", name, name)
+    if kind is WorkloadFinished:
+        return WorkloadFinished(source="watcher", workload=ref, generation=1, succeeded=True)
+    if kind is WorkloadDeleted:
+        return WorkloadDeleted(source="watcher", workload=ref)
+    return WorkloadEvicted(source="watcher", workload=ref, generation=1, reason="Preempted")
+
+
+# (the event, whether the announcement of its workload is forgotten, why)
+FORGOTTEN: list[tuple[type[Event], bool, str]] = [
+    (WorkloadFinished, True, "a finished workload waits no more: its boost is never sent again"),
+    (WorkloadDeleted, True, "a deleted workload is gone"),
+    (WorkloadEvicted, False, "an evicted workload waits again: what it was told still holds"),
+]
+
+
+@pytest.mark.parametrize(("kind", "forgotten", "why"), FORGOTTEN, ids=[f[2] for f in FORGOTTEN])
+def test_an_announcement_is_forgotten_with_its_workload(
+    kind: type[Event], forgotten: bool, why: str
+) -> None:
+    announced = {"w": (5, False), "other": (1, False)}
+    forget_announced(announced, [_ended(kind, "w")])
+    assert ("w" not in announced) == forgotten, why
+    assert "other" in announced, "another workload's stays"

@@ -336,3 +336,33 @@ def test_an_admission_folds_into_the_running_its_events_describe() -> None:
         evicting=False,
         preemptions=2,  # both requests fall in the hour before its admission
     )
+
+
+# (its life, what the cluster still keeps of it, why)
+LEFT_BEHIND: list[tuple[str, list[AnyEvent], set[str], str]] = [
+    ("running", [submitted("w"), admit("w", "a", 1)], {"running", "generation", "queue time", "queue"},
+     "an admitted run is kept whole"),
+    ("finished", [submitted("w"), admit("w", "a", 1), finished("w")], {"generation"},
+     "a finished run keeps only its generation: an echo of its admission is told apart"),
+    ("deleted", [submitted("w"), admit("w", "a", 1), finished("w"), deleted("w")], set(),
+     "a deleted workload leaves nothing: else every workload ever run stayed for good"),
+    ("deleted_while_waiting", [submitted("w"), ask("w", "a", 1), deleted("w")], set(),
+     "a workload deleted before it ran leaves nothing either"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("life", "events", "kept", "why"), LEFT_BEHIND, ids=[case[0] for case in LEFT_BEHIND]
+)
+def test_what_a_workload_leaves_behind(
+    life: str, events: list[AnyEvent], kept: set[str], why: str
+) -> None:
+    cluster = folded(events)
+    books_of_w = {
+        "running": cluster.running,
+        "generation": cluster.generations,
+        "queue time": cluster.queue_times,
+        "waiting": cluster.waiting,
+        "queue": cluster.queue_of,
+    }
+    assert {name for name, book in books_of_w.items() if "w" in book} == kept, why

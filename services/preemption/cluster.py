@@ -222,6 +222,7 @@ class Cluster:
     def _deleted(self, event: WorkloadDeleted) -> None:
         uid = event.workload.uid
         self._release(uid)
+        self.generations.pop(uid, None)  # gone for good: nothing of it is kept
         self.waiting.pop(uid, None)
         if self.in_flight.pop(uid, None) is not None:
             self._sync_hold(uid)
@@ -276,8 +277,11 @@ class Cluster:
                 self.waiting.pop(uid, None)
 
     def _forget(self, uid: str) -> None:
-        """The workload is over: nothing of its ageing or history matters any more."""
+        """The workload is over: nothing of its ageing, history or queue time matters any
+        more (its generation is kept until it is deleted: an echo of its last admission is
+        still told from a new one)."""
         self.queue_of.pop(uid, None)
+        self.queue_times.pop(uid, None)
         # The ageing and history books are empty on most clusters: not asked then.
         if self.since:
             self.since.pop(uid, None)

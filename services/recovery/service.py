@@ -30,7 +30,7 @@ from nats.js.kv import KeyValue
 from services.recovery import lifecycle, metrics
 from services.recovery.requests import CancelRequest, LaunchRequest, LaunchTask, next_id
 from services.recovery.reserving import Reservations
-from services.recovery.ticking import Announced, Tick, ageing_tick
+from services.recovery.ticking import Announced, Tick, ageing_tick, forget_announced
 from services.recovery.waiting import WAIT_HISTORY, WAIT_VERBS, Waits
 from shared.bus import API_SUBJECT, JOBS_BUCKET, BusError, Served
 from shared.config import ClusterQueue, ClusterQueuePolicy, config_key
@@ -174,6 +174,8 @@ class RecoveryService:
     async def _on_events(self, events: list[AnyEvent]) -> None:
         async with self.lock:
             self.waits.apply_all(events)  # every workload's facts age its wait
+            if self.announced:
+                forget_announced(self.announced, events)
             if not self.by_workload:
                 return  # no managed job's workload: job_of is None for each, nothing to do
             now = time.time()

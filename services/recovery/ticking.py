@@ -18,12 +18,19 @@ from services.recovery.ageing import boost_at, reservation_granted, reserve_afte
 from services.recovery.reserving import Reservations
 from services.recovery.waiting import Aged, Waits, earlier_totals, least_reserve_after
 from shared.config import AgeingPolicy, ClusterQueue, ClusterQueuePolicy, ageing_for
-from shared.events import Event, PriorityBoosted, WorkloadRef
+from shared.events import (
+    AnyEvent,
+    Event,
+    PriorityBoosted,
+    WorkloadDeleted,
+    WorkloadFinished,
+    WorkloadRef,
+)
 from shared.jobs import JobStatus, ManagedJob
 from shared.logging import get_logger
 from shared.starvation import queue_facts
 
-__all__ = ["Announced", "Tick", "ageing_tick", "announce"]
+__all__ = ["Announced", "Tick", "ageing_tick", "announce", "forget_announced"]
 
 log = get_logger("recovery")
 
@@ -178,3 +185,12 @@ def announce(
 def _why(waited: float, *, due: bool, reserved: bool) -> str:
     held = "; its reservation waits for share" if due and not reserved else ""
     return f"waited {waited:.0f}s since its ageing clock{held}"
+
+
+def forget_announced(announced: Announced, events: Iterable[AnyEvent]) -> None:
+    """Forget what was announced for the workloads these events end (finished or deleted):
+    an ended wait ages no more, and a job's next attempt is another workload. Else every
+    workload ever boosted stayed in ``announced`` for the replica's life."""
+    for event in events:
+        if type(event) is WorkloadFinished or type(event) is WorkloadDeleted:
+            announced.pop(event.workload.uid, None)
