@@ -56,6 +56,10 @@ class Placement:
         self._verdicts: dict[tuple[str, str, bool], tuple[str, str, bool]] = {}  # see _note
         self._ready: set[str] = set()  # queues to look at in the next pass
         self._dirty: set[str] = set()  # queues whose parked / blocked workloads get a retry
+        # Cohort roots whose every member's parked workloads get a retry: a root is noted
+        # once per release (its members are added in the pass, dirty_queues), not all of
+        # its members at every finish.
+        self._dirty_roots: set[str] = set()
         self._out: list[Decision] = []  # decisions made outside schedule(), drained by it
         self._books = QueueBooks()  # counts and usage per queue, kept across config changes
         self._nominations = Nominations()
@@ -89,6 +93,7 @@ class Placement:
                 self._place(record)
         self._ready = set(self._queues)
         self._dirty = set()
+        self._dirty_roots = set()
 
     def _new_queue(self, name: str, strict: bool) -> ClusterQueueQueue:
         """A pending queue; ordered across LocalQueues under admission fair sharing."""
@@ -164,7 +169,7 @@ class Placement:
             root = self._waiting.remove(record.wl.ref.uid)
             if root is not None:
                 # Who yielded to that priority may borrow now: the cohort's parked get a retry.
-                self._dirty.update(self._config.cohort_members.get(root, ()))
+                self._dirty_roots.add(root)
         if record.key is None:
             return
         queue = self._queues.get(record.cq)
@@ -338,7 +343,17 @@ class Placement:
         # Freed quota may help anyone sharing the cohort tree: retry their parked workloads.
         root = self._config.root_of.get(cq_name)
         if root is not None:
-            self._dirty.update(self._config.cohort_members[root])
+            self._dirty_roots.add(root)
+
+    def dirty_queues(self) -> set[str]:
+        """The queues whose parked workloads get a retry in this pass (each once), and none
+        from now on until more are noted: those noted one by one and every member of the
+        cohorts noted whole."""
+        dirty, members = self._dirty, self._config.cohort_members
+        for root in self._dirty_roots:
+            dirty.update(members.get(root, ()))
+        self._dirty, self._dirty_roots = set(), set()
+        return dirty
 
     def _bump_usage_version(self, cq_name: str) -> None:
         root = self._config.root(cq_name)

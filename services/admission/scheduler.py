@@ -202,7 +202,7 @@ class Scheduler(Assigning):
         # is read by nothing but its decision: no fair sharing, no yielding to the waiting.
         offers = self.offers and not config.fairness.enabled and not config.borrowing_yields
         offering: list[ClusterQueueQueue] = []
-        for name in self._dirty:
+        for name in self.dirty_queues():
             queue = self._queues.get(name)
             if queue is not None:
                 if offers and type(queue) is ClusterQueueQueue:
@@ -211,7 +211,6 @@ class Scheduler(Assigning):
                 else:
                     queue.requeue_parked()
                 self._ready.add(name)
-        self._dirty = set()
         # The queue of each entry of the pass's heaps, by the id of its key (see _owner).
         owner: dict[int, ClusterQueueQueue] = {}
         # Kueue's scheduling equivalence: a workload shaped like one that just failed in the
