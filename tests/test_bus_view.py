@@ -318,6 +318,30 @@ async def test_berth_events_and_describe_show_the_same_events_whatever_copies_ar
 
 
 @pytest.mark.parametrize("copies", [ALL_COPIES, ()], ids=["copies", "no-copies"])
+async def test_a_fact_reported_again_is_shown_once(nats_url: str, copies: tuple[str, ...]) -> None:
+    """A fact reported again in a round of other contents: its batch is not the first's, so
+    the stream keeps it, and its copy (no ``Nats-Msg-Id``) is stored again; ``berth events``
+    shows it once, from the copies as from the batches."""
+    first, again = submitted("a", namespace="team-a"), started("a", namespace="team-a")
+    other = submitted("b", namespace="team-a")
+    bus = await connect_open(nats_url, "watcher", BusSettings(copies=copies))
+    try:
+        await bus.ensure_stream()
+        await bus.publish_many([first])
+        await bus.publish_many([first, other, again])
+    finally:
+        await bus.close()
+    reader = await connect_open(nats_url, "cli")
+    try:
+        stored = await _stored_on(reader, subject_for(first))
+        assert stored == (2 if copies else 0), "each copy stored as sent"
+        shown = await recorded(reader, ["berth.wl.*.team-a.a"])
+        assert [b["id"] for b in shown] == [first.id, again.id]
+    finally:
+        await reader.close()
+
+
+@pytest.mark.parametrize("copies", [ALL_COPIES, ()], ids=["copies", "no-copies"])
 async def test_the_consoles_workload_timeline_whatever_copies_are_kept(
     nats_url: str, copies: tuple[str, ...]
 ) -> None:

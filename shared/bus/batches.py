@@ -215,6 +215,14 @@ class RecentIds:
             fresh.append(event)
         return fresh
 
+    def first(self, event_id: str) -> bool:
+        """Whether ``event_id`` is not remembered (then it is, from now on): a reader that
+        shows each event once, quietly (the per-workload view, shared/bus/view.py)."""
+        if event_id in self.ids:
+            return False
+        self._remember([event_id], {event_id})
+        return True
+
     def _remember(self, taken: list[str], unique: set[str]) -> None:
         """Remember ``taken`` (ids not remembered yet) and forget the oldest past ``size``."""
         ids, order = self.ids, self.order

@@ -212,6 +212,10 @@ def _refused(key: str, refused: PublishRefused) -> BusError:
     return BusError(f"update of {key} refused: {refused.description}")
 
 
+# A copy's headers, one table for all: nats-py only reads them.
+COPY_HEADERS = {COPY_HEADER: "1"}
+
+
 class Publishing(Connection):
     """What ``Bus`` does to publish: events to the stream, values to buckets."""
 
@@ -239,14 +243,19 @@ class Publishing(Connection):
 
     async def publish_copies(self, copies: Sequence[Wire]) -> None:
         """The per-workload copies of the events of batches about to be sent: each on its
-        own subject with its id, not awaited (no reply subject: the stream stores it, acks
+        own subject, marked a copy, not awaited (no reply subject: the stream stores it, acks
         nothing). Sent *before* their batch on the same connection, so the stream stores them
         first: whatever a service does on reading the batch (an admission after a submission)
         comes after them in the per-workload view too. Sent after their batch's ack, a
         service's reaction could be stored before the copy of what it reacted to. Best effort:
         the batch is the record (docs/events.md "Batches"). Only the copies the deployment
-        keeps (``BusSettings.copies``, ``BERTH_BUS_COPIES``). Ids as ``header_value``s:
-        nats-py cleans them at no cost (shared/bus/headers.py)."""
+        keeps (``BusSettings.copies``, ``BERTH_BUS_COPIES``).
+
+        No ``Nats-Msg-Id``: a copy is sent once per batch sent (a retried batch does not
+        send its copies again), so the stream's duplicate window would only drop the copy of
+        a fact reported again, which a follower is told apart by its event's id as it tells
+        a redelivery. With one, nats-server kept every copy's id for the window's two
+        minutes, memory and work per copy beyond storing it."""
         copied = self.settings.copied  # BERTH_BUS_COPIES: which events have a copy
         if copied is False or not copies:
             return
@@ -254,9 +263,8 @@ class Publishing(Connection):
             copies = [copy for copy in copies if copied(copy[0])]
         current = self._current  # its client read at each copy: whichever is current then
         try:
-            for subject, payload, msg_id in copies:
-                headers = {"Nats-Msg-Id": header_value(msg_id), COPY_HEADER: "1"}
-                await current.client.publish(subject, payload, "", headers)
+            for subject, payload, _ in copies:
+                await current.client.publish(subject, payload, "", COPY_HEADERS)
         except nats.errors.Error as error:
             log.warning("copies_unsent", count=len(copies), error=repr(error))
 

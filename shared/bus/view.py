@@ -13,12 +13,12 @@ keeps what matches. The services record which copies they keep in the stream's m
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from nats.aio.msg import Msg
 
-from shared.bus.batches import Shown, is_batch, is_copy, shown_events
+from shared.bus.batches import RecentIds, Shown, is_batch, is_copy, shown_events
 from shared.bus.settings import ALL_COPIES
 from shared.events import subject_for
 from shared.subjects import (
@@ -121,6 +121,8 @@ class ViewReading:
     wanted: Callable[[str], bool]
     # batch subject -> whether every event of its family is asked for (else each is matched)
     whole: Mapping[str, bool]
+    # the ids of the events shown lately: a fact reported again is shown once (events)
+    shown: RecentIds = field(default_factory=RecentIds)
 
     @classmethod
     def of(
@@ -140,6 +142,15 @@ class ViewReading:
         return cls(server_filters([*patterns, *batched]), False, wanted, whole)
 
     def events(self, msg: Msg) -> list[Shown]:
+        """Each event ``msg`` adds to the view (:meth:`_added`) that it has not shown
+        lately: a fact reported again, stored again as a copy (copies carry no
+        ``Nats-Msg-Id``) or in a batch of other contents, is shown once. An event that
+        does not decode has no id to tell: it is shown."""
+        added = self._added(msg)
+        first = self.shown.first
+        return [item for item in added if item.event is None or first(item.event.id)]
+
+    def _added(self, msg: Msg) -> list[Shown]:
         """Each event ``msg`` adds to the view, as its publisher encoded it and decoded
         (:func:`shared.bus.batches.shown_events`).
 
