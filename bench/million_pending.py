@@ -59,6 +59,7 @@ V1 = "kueue.x-k8s.io/v1beta1"
 PER_COHORT = 100
 CHUNK = 10_000
 FIRST_PASS_GOAL_S, STEADY_GOAL_MS, RSS_GOAL = 10.0, 100.0, 1 << 30
+RSS_GOAL_DECIMAL = 10**9  # the "1 GB" read the other way: both verdicts are printed
 STEADY_ROUNDS, PER_ROUND = 20, 50  # steady passes, and the admitted workloads each finishes
 STEADY_FINISHES = STEADY_ROUNDS * PER_ROUND
 ENCODER = msgspec.json.Encoder()
@@ -231,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"process RSS: end {rss_end / 2**20:,.0f} MiB, peak {rss_peak / 2**20:,.0f} MiB"
-        f" (target <= 1 GiB: {verdict(rss_peak <= RSS_GOAL)})"
+        f" (target <= 1 GB read as 1 GiB, 1,024 MiB: {verdict(rss_peak <= RSS_GOAL)};"
+        f" read as 10^9 bytes, 954 MiB: {verdict(rss_peak <= RSS_GOAL_DECIMAL)})"
     )
     print(
         f"bytes per workload held:        {per_held:,.0f} after the first step (submitted event,"
