@@ -157,19 +157,20 @@ def publisher_batch_subjects(source: str) -> dict[str, str]:
 
 
 def pending_reports_of(source: str, subjects: Sequence[str], *, batching: bool) -> tuple[str, ...]:
-    """``subjects`` with the pending reports' pattern narrowed to those ``source`` publishes:
-    with batches on, to that service's batch subject (:func:`publisher_batch_subjects`);
-    with batches off, kept whole, since admission's and preemption's reports share their
-    per-workload subjects (the reader tells them apart by their ``source``).
+    """``subjects`` for a reader of only the pending reports ``source`` publishes: with
+    batches on, that service's batch subject named besides them
+    (:func:`publisher_batch_subjects`), which stands for the family (:func:`batched_filters`:
+    the other service's batches are not sent); with batches off, as they are, since
+    admission's and preemption's reports share their per-workload subjects (the reader tells
+    them apart by their ``source``). The family's pattern stays: a stream written before
+    batches is read whole (shared/bus/filters.py ``transition_filters``).
 
     Why: a service that folds only one publisher's pending reports (preemption and recovery
     read admission's; admission's deciding leader preemption's) would otherwise decode the
     other's batches only to drop every event in them."""
-    pattern = FAMILY_PATTERNS[PENDING_FAMILY]
     if not batching:
         return tuple(subjects)
-    narrowed = publisher_batch_subjects(source)[PENDING_FAMILY]
-    return tuple(narrowed if subject == pattern else subject for subject in subjects)
+    return (*subjects, publisher_batch_subjects(source)[PENDING_FAMILY])
 
 
 def overlap(first: str, second: str) -> str | None:
@@ -204,9 +205,12 @@ def batched_filters(patterns: Sequence[str]) -> tuple[list[str], dict[str, bool]
     The rule: the part of a pattern on a batched family becomes that family's batch subject
     (its twin), never the per-workload copies (a service that read both would handle every
     event twice); the part on a single family stays as it is (narrowed to that family). A
-    pattern that touches no batched family is kept whole."""
+    pattern that touches no batched family is kept whole. A batch subject named among the
+    patterns stands for its family: every event sent on it, and none of the family's other
+    batch subjects (one publisher's pending reports: :func:`pending_reports_of`)."""
     filters: list[str] = []
     twins: dict[str, bool] = {}
+    named = {BATCH_SUBJECTS[pattern] for pattern in patterns if pattern in BATCH_SUBJECTS}
     for pattern in patterns:
         if pattern in BATCH_SUBJECTS:  # one batch subject, named: every event sent on it
             twins[pattern] = True
@@ -220,6 +224,8 @@ def batched_filters(patterns: Sequence[str]) -> tuple[list[str], dict[str, bool]
             filters.append(pattern)
             continue
         for family, common in touched.items():
+            if family in named:
+                continue  # its named batch subject stands for it
             if family in BATCHED_FAMILIES:
                 whole = covers(pattern, FAMILY_PATTERNS[family])
                 for twin in batch_subjects_of(family):

@@ -599,6 +599,42 @@ async def test_a_stream_written_before_batches_is_read_whole(nats_url: str) -> N
         await bus.close()
 
 
+# (reader, its subjects with batches on, why)
+PENDING_READERS: list[tuple[str, list[str], str]] = [
+    ("preemption", list(folded_subjects(batching=True)), "its fold needs a preemptor's report"),
+    ("recovery", subjects_for([], batching=True), "a wait's ClusterQueue comes from it"),
+    ("admission's deciding leader", list(deciding_subjects(batching=True)),
+     "it reads preemption's answers"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reader", "subjects", "why"), PENDING_READERS, ids=[p[0] for p in PENDING_READERS]
+)
+async def test_pending_reports_from_before_batches_reach_one_publishers_readers(
+    nats_url: str, reader: str, subjects: list[str], why: str
+) -> None:
+    """A reader of one publisher's pending reports (shared.subjects.pending_reports_of) that
+    starts before the first batch still reads the reports stored one message each, as its
+    subjects' pattern is kept: else a preemptor that waited across an upgrade was never
+    looked at again (admission does not report an unchanged wait twice)."""
+    before = await Bus.connect(
+        nats_url, source="test", auth=ClientAuth(), settings=BusSettings(batching=False)
+    )
+    bus = await _connect(nats_url, "watcher")
+    try:
+        await before.ensure_stream()
+        await before.publish_many([_submitted("a"), _pending("a")])
+        await bus.publish_many([_submitted("b")])
+        replay = await bus.replay_subscription(subjects)
+        folded: list[AnyEvent] = []
+        await bus.replay_to_end(replay, folded.extend)
+        assert "pending-a" in [e.id for e in folded], f"{reader}: {why}"
+    finally:
+        await before.close()
+        await bus.close()
+
+
 async def test_a_batch_counts_each_event_sent_and_each_one_decoded(nats_url: str) -> None:
     """The read counts (what bench/kueue_scheduler.py tabulates) stay per event: every event
     of a batch counts as sent, only those the consumer keeps (its subjects pick events

@@ -67,8 +67,9 @@ def test_starts_are_followed_only_while_a_job_is_under_way(case: Case) -> None:
     subjects = subjects_for(jobs, batching=False)
     assert subjects[: len(WAIT_SUBJECTS)] == list(WAIT_SUBJECTS)  # every wait's facts, always
     assert (STARTS in subjects) == case.starts
-    subjects = subjects_for(jobs, batching=True)  # the same, admission's pending reports only
-    assert len(subjects) == len(WAIT_SUBJECTS) + case.starts
+    subjects = subjects_for(jobs, batching=True)  # the same, admission's pending batches named
+    assert subjects[: len(WAIT_SUBJECTS) + 1] == [*WAIT_SUBJECTS, "berth.b.cq.pending"]
+    assert (STARTS in subjects) == case.starts
     assert (STARTS in subjects) == case.starts
 
 

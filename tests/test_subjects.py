@@ -8,6 +8,7 @@ import pytest
 from services.admission import reading as admission
 from services.preemption import service as preemption
 from services.recovery.service import RecoveryService, subjects_for
+from shared.bus.filters import consumer_filters, transition_filters
 from shared.events import STATE_SUBJECTS, SUBJECT_PARTS, WorkloadRef, WorkloadStarted
 from shared.jobs import Attempt, ManagedJob
 from shared.service import Runtime
@@ -134,14 +135,14 @@ def _folded_types(subjects: tuple[str, ...]) -> set[str]:
 
 
 # (batches on, the kinds the deciding leader is not sent by their per-workload subjects, and
-# the batch subjects it is sent besides, why)
+# the batch subjects named besides them, why)
 DECIDING: list[tuple[bool, set[str], list[str], str]] = [
     (
         True,
-        {"admitted", "reserved", "pending"},
+        {"admitted", "reserved"},
         ["berth.b.cq.pending.preemption"],
-        "batches on: not its own decisions; pending reports by no per-workload subject, only"
-        " preemption's, from their batch subject",
+        "batches on: not its own decisions; of the pending reports' batches only preemption's"
+        " (named: it stands for the family), the pattern kept for a stream from before batches",
     ),
     (
         False,
@@ -164,37 +165,55 @@ def test_admission_leader_is_not_sent_only_its_own_decisions(
     deciding = admission.deciding_subjects(batching)
     assert _folded_types(admission.FOLDED_SUBJECTS) - _folded_types(deciding) == left_out, why
     assert [s for s in deciding if s.startswith("berth.b.")] == besides, why
+    sent = consumer_filters(deciding, batching=batching)
+    assert "berth.b.cq.pending" not in sent, "never its own pending reports' batches"
 
 
-# (source, batches on, what the pending reports' pattern becomes, why)
-PENDING_OF: list[tuple[str, bool, str, str]] = [
-    ("admission", True, "berth.b.cq.pending",
-     "batches on: admission's reports have their batch subject (preemption and recovery)"),
-    ("preemption", True, "berth.b.cq.pending.preemption",
-     "batches on: preemption's have their own (admission's deciding leader)"),
-    ("admission", False, "berth.cq.*.pending.>",
-     "batches off: both share the per-workload subjects, so the pattern stays whole"),
-    ("preemption", False, "berth.cq.*.pending.>", "batches off: the same for preemption's"),
+# (source, batches on, the pending reports' subjects the server sends, why)
+PENDING_OF: list[tuple[str, bool, list[str], str]] = [
+    ("admission", True, ["berth.b.cq.pending"],
+     "batches on: admission's batches only (preemption and recovery read no other)"),
+    ("preemption", True, ["berth.b.cq.pending.preemption"],
+     "batches on: preemption's only (admission's deciding leader)"),
+    ("admission", False, ["berth.cq.*.pending.>"],
+     "batches off: both share the per-workload subjects, the reader tells them by source"),
+    ("preemption", False, ["berth.cq.*.pending.>"], "batches off: the same for preemption's"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("source", "batching", "becomes", "why"), PENDING_OF, ids=[p[3] for p in PENDING_OF]
+    ("source", "batching", "sent", "why"), PENDING_OF, ids=[p[3] for p in PENDING_OF]
 )
-def test_pending_reports_narrowed_to_one_publisher(
-    source: str, batching: bool, becomes: str, why: str
+def test_pending_reports_of_one_publisher(
+    source: str, batching: bool, sent: list[str], why: str
 ) -> None:
-    """Only the pending reports' pattern changes; every other subject is kept, in order."""
-    subjects = ("berth.wl.submitted.>", "berth.cq.*.pending.>", "berth.cq.*.admitted.>")
+    """The server sends only one publisher's pending reports; every subject given is kept, so
+    a stream written before batches is still read whole (``transition_filters``)."""
+    subjects = ("berth.wl.submitted.>", "berth.cq.*.pending.>")
     narrowed = pending_reports_of(source, subjects, batching=batching)
-    assert narrowed == (subjects[0], becomes, subjects[2]), why
+    assert narrowed[:2] == subjects, why
+    filters = consumer_filters(narrowed, batching=batching)
+    assert [f for f in filters if "pending" in f] == sent, why
+    assert "berth.cq.*.pending.>" in transition_filters(narrowed), why
 
 
-def test_preemption_and_recovery_are_sent_admissions_pending_reports_only() -> None:
-    """Both fold admission's reports alone (``Cluster._pending``, ``waiting._pending``)."""
-    for subjects in (preemption.folded_subjects(True), subjects_for([], batching=True)):
-        assert "berth.b.cq.pending" in subjects
-        assert not [s for s in subjects if "pending" in s and s != "berth.b.cq.pending"]
+# (reader, its subjects with batches on, why)
+ADMISSIONS_PENDING_ONLY: list[tuple[str, list[str], str]] = [
+    ("preemption", list(preemption.folded_subjects(True)),
+     "its fold reads admission's reports alone (Cluster._pending)"),
+    ("recovery", subjects_for([], batching=True),
+     "a wait and a job read admission's alone (waiting._pending, lifecycle)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reader", "subjects", "why"), ADMISSIONS_PENDING_ONLY, ids=[a[0] for a in ADMISSIONS_PENDING_ONLY]
+)
+def test_preemption_and_recovery_are_sent_admissions_pending_reports_only(
+    reader: str, subjects: list[str], why: str
+) -> None:
+    filters = consumer_filters(subjects, batching=True)
+    assert [f for f in filters if "pending" in f] == ["berth.b.cq.pending"], why
 
 
 def test_preemption_is_sent_what_its_cluster_folds() -> None:
