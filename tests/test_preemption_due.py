@@ -15,7 +15,7 @@ import pytest
 from services.preemption.service import SETTLE_SECONDS, PreemptionService
 from shared.events import AnyEvent, PriorityBoosted, WorkloadPending
 from shared.service import Runtime
-from tests.test_preemption_holds import admit, ask, evict, evicted, ref
+from tests.test_preemption_holds import admit, ask, deleted, evict, evicted, finished, ref
 from tests.victims_search import cq
 
 
@@ -123,3 +123,26 @@ def test_due_after_fold(name: str) -> None:
     assert now == case.due_now, case.why
     assert later == case.due_later, case.why
     assert set(service.due) == now | later, case.why
+
+
+# (the fact, whether the preemptor's last "cannot help" answer is forgotten, why)
+TOLD: list[tuple[AnyEvent, bool, str]] = [
+    (admitted("p"), True, "admitted: a later wait is another, its answer is told again"),
+    (finished("p"), True, "finished: over"),
+    (deleted("p"), True, "deleted: gone"),
+    (evicted("p"), False, "evicted: it may still wait for the same room"),
+    (pending("p"), False, "asked again: the same answer is not sent twice"),
+    (admitted("other"), False, "another workload's admission"),
+]
+
+
+@pytest.mark.parametrize(("event", "forgotten", "why"), TOLD, ids=[t[2] for t in TOLD])
+def test_a_cannot_help_answer_is_forgotten_once_it_says_nothing(
+    event: AnyEvent, forgotten: bool, why: str
+) -> None:
+    service = PreemptionService(cast(Runtime, SimpleNamespace(bus=None)))
+    service.cluster.set_config([cq("a", {"rf/cpu": 4})])
+    service.told = {"p": "no victims", "q": "no victims"}
+    service._fold([event], live=True)
+    assert ("p" not in service.told) == forgotten, why
+    assert "q" in service.told, "another preemptor's answer stays"

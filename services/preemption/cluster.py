@@ -222,7 +222,9 @@ class Cluster:
     def _deleted(self, event: WorkloadDeleted) -> None:
         uid = event.workload.uid
         self._release(uid)
-        self.generations.pop(uid, None)  # gone for good: nothing of it is kept
+        # Gone for good: nothing of it is kept. No admission of it can follow: admission
+        # decides only for a workload it holds, and a deposed leader's late one is fenced.
+        self.generations.pop(uid, None)
         self.waiting.pop(uid, None)
         if self.in_flight.pop(uid, None) is not None:
             self._sync_hold(uid)

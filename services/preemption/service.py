@@ -29,6 +29,8 @@ from shared.events import (
     Event,
     EvictionRequested,
     PriorityBoosted,
+    WorkloadAdmitted,
+    WorkloadDeleted,
     WorkloadEvicted,
     WorkloadFinished,
     WorkloadPending,
@@ -38,7 +40,7 @@ from shared.metrics import sample_consumer_lag
 from shared.service import Runtime
 from shared.subjects import pending_reports_of
 
-__all__ = ["FOLDED_SUBJECTS", "PreemptionService", "folded_subjects"]
+__all__ = ["FOLDED_SUBJECTS", "PreemptionService", "folded_subjects", "forget_told"]
 
 log = get_logger("preemption")
 
@@ -56,6 +58,7 @@ def folded_subjects(batching: bool) -> tuple[str, ...]:
     dropped: the fold reads admission's reports alone (``Cluster._pending``)."""
     return pending_reports_of("admission", FOLDED_SUBJECTS, batching=batching)
 
+
 # After a preemptor's victims are gone, give admission this long to admit it before looking
 # again (it may have lost the room to a higher-priority workload meanwhile).
 SETTLE_SECONDS = 1.0
@@ -70,6 +73,18 @@ _BECAUSE = {
 
 # The facts whose victim's room may be what its preemptor waits for (PreemptionService._fold).
 _FREEING = frozenset({WorkloadEvicted, WorkloadFinished})
+# The facts after which a preemptor's last "cannot help" answer says nothing any more: it was
+# admitted (a later wait is another), or it is over (forget_told).
+_ENDS_TOLD = frozenset({WorkloadAdmitted, WorkloadFinished, WorkloadDeleted})
+
+
+def forget_told(told: dict[str, str], events: list[AnyEvent]) -> None:
+    """Forget the "cannot help" answers of the preemptors these events admit or end: else
+    each stayed for the replica's life, and one admitted, evicted and waiting again with the
+    same answer would not be told it."""
+    for event in events:
+        if type(event) in _ENDS_TOLD:
+            told.pop(event.workload.uid, None)
 
 
 def touches_reservations(cluster: Cluster, events: list[AnyEvent]) -> bool:
@@ -136,6 +151,8 @@ class PreemptionService:
         # ClusterQueues whose room or reservations changed, for the waiting reservations
         # below; kept only if there can be one when the batch is folded (touches_reservations).
         touched: set[str] | None = set() if touches_reservations(cluster, events) else None
+        if self.told:
+            forget_told(self.told, events)
         due, folds, waiting = self.due, cluster.folds, cluster.waiting
         for event in events:
             uid = event.workload.uid
