@@ -1,8 +1,9 @@
 """The event contract: every message Berth's services exchange, as one tagged union.
 
 Events are msgspec Structs encoded as JSON; the ``type`` field names the variant. Each carries
-an ``id`` (also sent as ``Nats-Msg-Id``, so a retried publish is stored once), the ``time`` it
-was emitted, the emitting ``source`` service, and the identity of the workload it is about.
+an ``id`` (also sent as ``Nats-Msg-Id`` but on a per-workload copy, so a retried publish is
+stored once), the ``time`` it was emitted, the emitting ``source`` service, and the identity
+of the workload it is about.
 Handlers must be idempotent: a redelivered event changes nothing. Events and their parts are
 plain data without cycles, untracked by the garbage collector (``gc=False``: cheaper batches).
 

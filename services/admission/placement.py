@@ -57,7 +57,7 @@ class Placement:
         self._ready: set[str] = set()  # queues to look at in the next pass
         self._dirty: set[str] = set()  # queues whose parked / blocked workloads get a retry
         # Cohort roots whose every member's parked workloads get a retry: a root is noted
-        # once per release (its members are added in the pass, dirty_queues), not all of
+        # once per release (its members are added in the pass, take_dirty_queues), not all of
         # its members at every finish.
         self._dirty_roots: set[str] = set()
         self._out: list[Decision] = []  # decisions made outside schedule(), drained by it
@@ -345,7 +345,7 @@ class Placement:
         if root is not None:
             self._dirty_roots.add(root)
 
-    def dirty_queues(self) -> set[str]:
+    def take_dirty_queues(self) -> set[str]:
         """The queues whose parked workloads get a retry in this pass (each once), and none
         from now on until more are noted: those noted one by one and every member of the
         cohorts noted whole."""

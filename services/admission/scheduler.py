@@ -202,7 +202,7 @@ class Scheduler(Assigning):
         # is read by nothing but its decision: no fair sharing, no yielding to the waiting.
         offers = self.offers and not config.fairness.enabled and not config.borrowing_yields
         offering: list[ClusterQueueQueue] = []
-        for name in self.dirty_queues():
+        for name in self.take_dirty_queues():
             queue = self._queues.get(name)
             if queue is not None:
                 if offers and type(queue) is ClusterQueueQueue:

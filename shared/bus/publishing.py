@@ -4,9 +4,10 @@
 With ``BusSettings.batching`` the events of one call go as batches, one message per subject
 family, each preceded by its events' per-workload copies (shared/bus/batches.py).
 
-Every publish carries ``Nats-Msg-Id`` = the event's id (a batch: a digest of its events' ids),
-and a publish that times out is retried with the *same* id: its outcome was unknown, and the
-stream's duplicate window drops the copy if the first attempt was in fact stored. Hot paths
+Every publish of the record carries ``Nats-Msg-Id`` = the event's id (a batch: a digest of
+its events' ids; a per-workload copy carries none, :meth:`Publishing.publish_copies`), and a
+publish that times out is retried with the *same* id: its outcome was unknown, and the
+stream's duplicate window drops the repeat if the first attempt was in fact stored. Hot paths
 publish pipelined (:meth:`Publishing.publish_many`), never one awaited ack at a time.
 
 Plain puts to a bucket may go as JetStream fast batches (:meth:`Publishing.send_key_batch`):

@@ -122,7 +122,7 @@ class ViewReading:
     # batch subject -> whether every event of its family is asked for (else each is matched)
     whole: Mapping[str, bool]
     # the ids of the events shown lately: a fact reported again is shown once (events)
-    shown: RecentIds = field(default_factory=RecentIds)
+    shown: RecentIds = field(default_factory=RecentIds, compare=False, repr=False)
 
     @classmethod
     def of(
