@@ -599,20 +599,22 @@ async def test_a_stream_written_before_batches_is_read_whole(nats_url: str) -> N
         await bus.close()
 
 
-# (reader, its subjects with batches on, why)
-PENDING_READERS: list[tuple[str, list[str], str]] = [
-    ("preemption", list(folded_subjects(batching=True)), "its fold needs a preemptor's report"),
-    ("recovery", subjects_for([], batching=True), "a wait's ClusterQueue comes from it"),
-    ("admission's deciding leader", list(deciding_subjects(batching=True)),
+# (reader, its subjects with batches on, the publisher of the reports it reads, why)
+PENDING_READERS: list[tuple[str, list[str], str, str]] = [
+    ("preemption", list(folded_subjects(batching=True)), "admission",
+     "its fold needs a preemptor's report"),
+    ("recovery", subjects_for([], batching=True), "admission",
+     "a wait's ClusterQueue comes from it"),
+    ("admission's deciding leader", list(deciding_subjects(batching=True)), "preemption",
      "it reads preemption's answers"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("reader", "subjects", "why"), PENDING_READERS, ids=[p[0] for p in PENDING_READERS]
+    ("reader", "subjects", "source", "why"), PENDING_READERS, ids=[p[0] for p in PENDING_READERS]
 )
 async def test_pending_reports_from_before_batches_reach_one_publishers_readers(
-    nats_url: str, reader: str, subjects: list[str], why: str
+    nats_url: str, reader: str, subjects: list[str], source: str, why: str
 ) -> None:
     """A reader of one publisher's pending reports (shared.subjects.pending_reports_of) that
     starts before the first batch still reads the reports stored one message each, as its
@@ -624,7 +626,8 @@ async def test_pending_reports_from_before_batches_reach_one_publishers_readers(
     bus = await _connect(nats_url, "watcher")
     try:
         await before.ensure_stream()
-        await before.publish_many([_submitted("a"), _pending("a")])
+        report = msgspec.structs.replace(_pending("a"), source=source)
+        await before.publish_many([_submitted("a"), report])
         await bus.publish_many([_submitted("b")])
         replay = await bus.replay_subscription(subjects)
         folded: list[AnyEvent] = []

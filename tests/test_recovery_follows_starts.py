@@ -70,7 +70,6 @@ def test_starts_are_followed_only_while_a_job_is_under_way(case: Case) -> None:
     subjects = subjects_for(jobs, batching=True)  # the same, admission's pending batches named
     assert subjects[: len(WAIT_SUBJECTS) + 1] == [*WAIT_SUBJECTS, "berth.b.cq.pending"]
     assert (STARTS in subjects) == case.starts
-    assert (STARTS in subjects) == case.starts
 
 
 # --- on a real nats-server ----------------------------------------------------------------------

@@ -134,8 +134,8 @@ def _folded_types(subjects: tuple[str, ...]) -> set[str]:
     return {kind for kind, subject in kinds.items() if wanted(subject)}
 
 
-# (batches on, the kinds the deciding leader is not sent by their per-workload subjects, and
-# the batch subjects named besides them, why)
+# (batches on, the kinds its subjects leave out of the fold's, the batch subjects named
+# besides them, why)
 DECIDING: list[tuple[bool, set[str], list[str], str]] = [
     (
         True,
