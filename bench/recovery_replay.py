@@ -70,13 +70,14 @@ def packed_takes(events: list[AnyEvent], subjects: list[str], take: int) -> list
     batches on: a batch subject its filters match, and in it the events it wants."""
     filters, twins = batched_filters(subjects)
     sent, wanted = subject_matcher(filters), subject_matcher(subjects)
+    by_source: dict[str, dict[str, str]] = {}  # publisher -> family -> its batches' subject
     takes: list[list[Msg]] = []
     for start in range(0, len(events), take):
         messages: list[Msg] = []
         on, run = "", list[bytes]()
         for event in [*events[start : start + take], None]:
             subject = "" if event is None else subject_for(event)
-            at = "" if event is None else _batch_subject_of(event, subject)
+            at = "" if event is None else _batch_subject_of(event, subject, by_source)
             if event is not None and not (sent(at) and (twins.get(at) or wanted(subject))):
                 continue
             if event is None or at != on:
@@ -91,10 +92,15 @@ def packed_takes(events: list[AnyEvent], subjects: list[str], take: int) -> list
     return takes
 
 
-def _batch_subject_of(event: AnyEvent, subject: str) -> str:
+def _batch_subject_of(
+    event: AnyEvent, subject: str, by_source: dict[str, dict[str, str]]
+) -> str:
     """The subject of the batch its publisher sends ``event`` in ("": no batched family's,
-    not among what the replayed consumers are sent)."""
-    return publisher_batch_subjects(event.source).get(subject_family(subject), "")
+    not among what the replayed consumers are sent); each publisher's map made once."""
+    subjects = by_source.get(event.source)
+    if subjects is None:
+        subjects = by_source[event.source] = publisher_batch_subjects(event.source)
+    return subjects.get(subject_family(subject), "")
 
 
 def _policy(reserve_after: float) -> dict[str, Any]:

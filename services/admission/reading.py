@@ -7,7 +7,7 @@ from services.admission.activation import SUBJECTS as ACTIVITY_SUBJECTS
 from shared.events import STATE_SUBJECTS
 from shared.subjects import pending_reports_of
 
-__all__ = ["DECIDING_SUBJECTS", "FOLDED_SUBJECTS", "OWN_SUBJECTS", "deciding_subjects"]
+__all__ = ["FOLDED_SUBJECTS", "OWN_SUBJECTS", "deciding_subjects"]
 
 # What the fold reads: a replay and a standby are sent all of it, the deciding leader all but
 # its own admissions and reservations (only admission publishes on these two subjects) and
@@ -24,6 +24,3 @@ def deciding_subjects(batching: bool) -> tuple[str, ...]:
     both and skips its own (service.py ``_own_echo``)."""
     kept = tuple(s for s in FOLDED_SUBJECTS if s not in OWN_SUBJECTS)
     return pending_reports_of("preemption", kept, batching=batching)
-
-
-DECIDING_SUBJECTS = deciding_subjects(batching=True)

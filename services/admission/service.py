@@ -461,9 +461,9 @@ def _own_echo(event: WorkloadPending) -> bool:
     """A pending report this replica published while deciding, back from the stream (batches
     off: it shares its subjects with preemption's; else only a deciding leader whose filter
     could not be changed is sent it): its fold changes nothing, so the deciding leader skips
-    it. Its record took the report when
-    it was decided (decisions.py); no other part folds a WorkloadPending (validation, the
-    gates, the ageing bounds: not among their folded types) but the scheduler, for
+    it. Its record took the report when it was decided (decisions.py); no other part folds a
+    WorkloadPending (validation, the gates, the ageing bounds: not among their folded types)
+    but the scheduler, for
     preemption's reports (``no_victims``), and :meth:`Activity.echoed`, for an inactive
     workload's announcement (reason ``Inactive``: folded as any report)."""
     return event.source == "admission" and event.reason != INACTIVE

@@ -208,11 +208,10 @@ class RecentIds:
             return events
         fresh: list[AnyEvent] = []
         for event, event_id in zip(events, taken, strict=True):
-            if event_id in self.ids:
+            if self.first(event_id):
+                fresh.append(event)
+            else:
                 log.info("repeat_dropped", event_id=event_id, workload=event.workload.key)
-                continue
-            self._remember([event_id], {event_id})
-            fresh.append(event)
         return fresh
 
     def first(self, event_id: str) -> bool:
