@@ -8,7 +8,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo
 from nats.js.kv import KeyValue
 from prometheus_client import REGISTRY
 
@@ -52,7 +52,8 @@ def _submitted(index: int) -> WorkloadSubmitted:
 async def _consume_until(
     bus: Bus, subscription: JetStreamContext.PullSubscription, count: int
 ) -> list[str]:
-    """Consume until ``count`` events were handled; their uids, once the acks are in."""
+    """Consume until ``count`` events were handled; their uids (the acks may still be on
+    their way: ``_acked_up_to``)."""
     handled: list[str] = []
     stop = asyncio.Event()
 
@@ -62,8 +63,23 @@ async def _consume_until(
             stop.set()
 
     await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 10)
-    await asyncio.sleep(0.3)
     return handled
+
+
+def _floor(info: ConsumerInfo) -> int:
+    return info.ack_floor.stream_seq if info.ack_floor else 0
+
+
+async def _acked_up_to(bus: Bus, durable: str, sequence: int) -> ConsumerInfo:
+    """The consumer's info once its ack floor reached stream ``sequence``, or after 5 s: an
+    ack is a publish nobody answers, applied by the server a moment after it was sent (on a
+    loaded machine, more than a moment)."""
+    deadline = time.monotonic() + 5
+    while True:
+        info: ConsumerInfo = await bus.js.consumer_info(STREAM, durable)
+        if _floor(info) >= sequence or time.monotonic() > deadline:
+            return info
+        await asyncio.sleep(0.02)
 
 
 async def _bus(url: str) -> Bus:
@@ -141,9 +157,8 @@ async def test_failed_handler_is_redelivered(nats_url: str) -> None:
         subscription = await bus.durable_subscription("flaky", ["berth.wl.>"])
         await asyncio.wait_for(bus.consume(subscription, flaky, stopping=stop), 15)
         assert attempts == 2
-        await asyncio.sleep(0.3)
-        info = await bus.js.consumer_info(STREAM, "flaky")
-        assert info.num_ack_pending == 0 and info.ack_floor.stream_seq == 1
+        info = await _acked_up_to(bus, "flaky", 1)
+        assert info.num_ack_pending == 0 and _floor(info) == 1
     finally:
         await bus.close()
 
@@ -157,9 +172,10 @@ async def test_malformed_message_is_dropped_not_looped(nats_url: str) -> None:
         await bus.publish(_submitted(2))
         subscription = await bus.durable_subscription("m", ["berth.wl.>"])
         handled = await _consume_until(bus, subscription, 1)
-        info = await bus.js.consumer_info(STREAM, "m")
+        info = await _acked_up_to(bus, "m", 2)
         assert handled == ["u2"]
         assert info.num_ack_pending == 0 and info.num_pending == 0
+        assert _floor(info) == 2
     finally:
         await bus.close()
 
@@ -256,7 +272,7 @@ async def test_consumer_is_sent_only_its_subjects(nats_url: str) -> None:
         await bus.publish(_submitted(5))
         subscription = await bus.durable_subscription("only-wl", ["berth.wl.>"])
         handled = await _consume_until(bus, subscription, 6)
-        info = await bus.js.consumer_info(STREAM, "only-wl")
+        info = await _acked_up_to(bus, "only-wl", await bus.last_sequence())
         assert handled == [f"u{i}" for i in range(6)]
         assert info.num_ack_pending == 0 and info.num_pending == 0
         sent = {"consumer": "only-wl", "stage": "delivered"}
@@ -310,12 +326,11 @@ async def test_one_ack_covers_a_batch_and_a_failure_is_never_covered(
 
         subscription = await bus.durable_subscription("poison", ["berth.wl.>"])
         await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 15)
-        await asyncio.sleep(0.3)
-        info = await bus.js.consumer_info(STREAM, "poison")
+        info = await _acked_up_to(bus, "poison", 10)
         assert info.config.ack_policy == AckPolicy.ALL
         assert sorted(handled) == sorted(f"u{i}" for i in range(10) if i != 4)
         assert tries_of_poison == 2 + 3  # the batch twice, then the event alone three times
-        assert info.num_ack_pending == 0 and info.ack_floor.stream_seq == 10
+        assert info.num_ack_pending == 0 and _floor(info) == 10
     finally:
         await bus.close()
 
@@ -345,12 +360,6 @@ async def test_consumer_with_explicit_acks_is_recreated_where_it_was(nats_url: s
         await bus.close()
 
 
-async def _ack_floor(bus: Bus, durable: str) -> int:
-    await asyncio.sleep(0.3)
-    info = await bus.js.consumer_info(STREAM, durable)
-    return info.ack_floor.stream_seq if info.ack_floor else 0
-
-
 async def test_a_batch_left_settling_is_acked_only_once_settled(nats_url: str) -> None:
     """A handler may return what it still has in flight: the next batch is handed over at
     once, and nothing is acked past a batch that has not settled."""
@@ -374,9 +383,10 @@ async def test_a_batch_left_settling_is_acked_only_once_settled(nats_url: str) -
         await bus.publish(_submitted(1))
         await asyncio.wait_for(arrived.wait(), 5)  # handed over while the first still settles
         assert handled == ["u0", "u1"]
-        assert await _ack_floor(bus, "settling") == 0
+        await asyncio.sleep(0.3)  # room for an ack that must not come
+        assert _floor(await bus.js.consumer_info(STREAM, "settling")) == 0
         gate.set_result(None)
-        assert await _ack_floor(bus, "settling") == 2
+        assert _floor(await _acked_up_to(bus, "settling", 2)) == 2
         stop.set()
         await asyncio.wait_for(consuming, 5)
     finally:
@@ -404,7 +414,7 @@ async def test_a_batch_whose_settling_failed_is_handled_again(nats_url: str) -> 
         subscription = await bus.durable_subscription("resettle", ["berth.wl.>"])
         await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 10)
         assert calls == 2
-        assert await _ack_floor(bus, "resettle") == 1
+        assert _floor(await _acked_up_to(bus, "resettle", 1)) == 1
     finally:
         await bus.close()
 

@@ -66,7 +66,9 @@ async def test_a_kept_ack_is_due_on_the_queue_when_its_time_is_up() -> None:
         sent.append(last.reply)
 
     queue: asyncio.Queue[Handed | None] = asyncio.Queue(maxsize=8)
-    acks = Acks(send, queue, every=0.05)
+    # Half a second: only a stall that long between the two settlings (back to back) would
+    # send the second at once; 50 ms was within a loaded machine's reach.
+    acks = Acks(send, queue, every=0.5)
     try:
         await acks.settled(take(1))
         await acks.settled(take(2))

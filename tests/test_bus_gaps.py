@@ -5,6 +5,7 @@ proxy that drops what it holds (tests/tcp_cut.py)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,7 +15,7 @@ from nats.js.api import ConsumerInfo
 
 from berth_cli.natsserver import NatsServer
 from shared.auth import ClientAuth
-from shared.bus import Bus, BusTimeout
+from shared.bus import STREAM, Bus, BusTimeout
 from shared.bus.gaps import Deliveries
 from shared.bus.pulling import PullPump
 from shared.events import AnyEvent
@@ -141,6 +142,7 @@ async def _names(bus: Bus, take: object, count: int, *, tries: int = 40) -> list
 async def _lose_one_delivery(
     proxy: CuttableProxy,
     publisher: Bus,
+    reader: Bus,
     subscription: JetStreamContext.PullSubscription,
     *,
     then_b: bool = True,
@@ -148,11 +150,21 @@ async def _lose_one_delivery(
     """Publish ``a`` while the proxy holds what the server sends, then cut: ``a``'s
     delivery is lost on the way (the consumer counts it delivered), and the client
     reconnects through the proxy."""
+    consumer = (await subscription.consumer_info()).name  # before the replies are held
     proxy.hold()
     await publisher.publish(submitted("a"))
-    await asyncio.sleep(0.3)  # the server sent it (into the proxy)
+    # Until the server sent it (into the proxy): asked through the publisher, whose replies
+    # the proxy does not hold.
+    deadline = time.monotonic() + 5
+    while (await publisher.js.consumer_info(STREAM, consumer)).delivered.consumer_seq < 1:
+        assert time.monotonic() < deadline, "a was never sent"
+        await asyncio.sleep(0.02)
+    reconnects = reader.nc.stats["reconnects"]
     await proxy.cut()
-    await asyncio.sleep(0.5)  # the client reconnects
+    deadline = time.monotonic() + 5
+    while reader.nc.stats["reconnects"] == reconnects or not reader.nc.is_connected:
+        assert time.monotonic() < deadline, "the reader did not reconnect"
+        await asyncio.sleep(0.02)
     info = await subscription.consumer_info()
     assert info.delivered.consumer_seq == 1, "a was sent, and never arrived"
     if then_b:
@@ -192,7 +204,7 @@ async def test_a_delivery_lost_when_the_connection_dies_is_read_again(
             return await reader.next_batch(subscription, wait=0.25) or []
 
         assert await take() == [], "the consumer is reading, nothing stored yet"
-        await _lose_one_delivery(proxy, publisher, subscription, then_b=then_b)
+        await _lose_one_delivery(proxy, publisher, reader, subscription, then_b=then_b)
         assert await _names(reader, take, len(names)) == names, reason
         assert await _names(reader, take, 1, tries=4) == [], "and nothing twice"
     finally:

@@ -204,7 +204,10 @@ def test_a_standby_admission_takes_over_from_a_killed_leader(
 
     log = events(url)
     markers = [e.term for e in log if isinstance(e, LeaderElected) and e.role == "admission"]
-    assert markers == list(range(1, third["term"] + 1))
+    # One marker per term, none skipped or repeated, up to the last leader's. The first need
+    # not be term 1: a first create that timed out but landed is taken again with term 2.
+    assert markers and markers[0] >= 1, markers
+    assert markers == list(range(markers[0], third["term"] + 1)), markers
     standing = fenced_log(log)
     per_workload = [e.workload.name for e in standing if isinstance(e, WorkloadAdmitted)]
     assert sorted(per_workload) == ["w1", "w2", "w3"]  # each admitted once

@@ -158,7 +158,42 @@ async def test_the_watcher_lists_and_watches_each_managed_namespace(harness: Har
     harness.kmock.objects[workloads, "other", "w"] = {"metadata": {"name": "w"}}
     _, task = await _start(harness, MANAGED)
     submitted = await harness.wait_for(lambda e: isinstance(e, WorkloadSubmitted))
-    await asyncio.sleep(0.5)  # the watches (re)opened after their lists, the status probe ran
+    expected_collections = {
+        (f"/{root}/namespaces/{ns}/{plural}", watch)
+        for root, plural, watches in (
+            ("apis/batch/v1", "jobs", (False, True)),
+            ("api/v1", "pods", (False, True)),
+            ("apis/ray.io/v1", "rayjobs", (False,)),  # kmock serves none: 404, listed again later
+        )
+        for ns in ("batch", "team-a")
+        for watch in watches
+    }
+    expected_kueue = {
+        f"/apis/kueue.x-k8s.io/{version}/namespaces/{ns}/{plural}"
+        for ns in ("batch", "team-a")
+        # kmock serves no LocalQueues: v1beta2 is absent (404), then v1beta1 is asked.
+        for version, plural in (
+            ("v1beta2", "localqueues"),
+            ("v1beta1", "localqueues"),
+            ("v1beta2", "workloads"),
+        )
+    } | {
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
+        "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+    }
+
+    def all_asked() -> bool:
+        gets = _gets(harness)
+        return expected_collections <= gets and expected_kueue <= {path for path, _ in gets}
+
+    # Until the watches (re)opened after their lists and the status probe ran (5 s at most);
+    # what comes after that is held to the exact sets below.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while not all_asked():
+        if loop.time() > deadline:
+            break
+        await asyncio.sleep(0.05)
     harness.runtime.stopping.set()
     async with asyncio.timeout(5):
         await task
@@ -172,24 +207,9 @@ async def test_the_watcher_lists_and_watches_each_managed_namespace(harness: Har
         for path, watch in gets
         if path.rsplit("/", 1)[-1] in ("jobs", "pods", "rayjobs")  # not a GET by name
     }
-    assert collections == {
-        (f"/{root}/namespaces/{ns}/{plural}", watch)
-        for root, plural, watches in (
-            ("apis/batch/v1", "jobs", (False, True)),
-            ("api/v1", "pods", (False, True)),
-            ("apis/ray.io/v1", "rayjobs", (False,)),  # kmock serves none: 404, listed again later
-        )
-        for ns in ("batch", "team-a")
-        for watch in watches
-    }
+    assert collections == expected_collections
     kueue = {path for path, _ in gets if "/kueue.x-k8s.io/" in path}
-    for ns in ("batch", "team-a"):
-        # kmock serves no LocalQueues: v1beta2 is absent (404), then v1beta1 is asked.
-        assert f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues" in kueue
-        assert f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/localqueues" in kueue
-        assert f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads" in kueue
-    assert "/apis/kueue.x-k8s.io/v1beta2/clusterqueues" in kueue
-    assert "/apis/kueue.x-k8s.io/v1beta2/resourceflavors" in kueue
+    assert expected_kueue <= kueue
 
 
 async def test_every_namespace_is_one_cluster_wide_list_watch_when_none_is_listed(

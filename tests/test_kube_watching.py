@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -73,16 +74,19 @@ async def test_lists_then_streams_changes(
 ) -> None:
     """The first item is the full list; a later change arrives as a watch event."""
     kmock.objects[JOBS_KEY, "ns", "a"] = a_job("a")
-
-    async def change_later() -> None:
-        await asyncio.sleep(0.2)
-        async with aiohttp.ClientSession() as session:
-            url = f"{str(kmock.url).rstrip('/')}/apis/batch/v1/namespaces/ns/jobs"
-            await session.post(url, json=a_job("b"))
-
-    changer = asyncio.create_task(change_later())
-    items = await take(client, 3)
-    await changer
+    # No stream closed for inactivity while "b" is made: reopened, it would replay "b".
+    settings = dataclasses.replace(FAST, inactivity_timeout=5)
+    items: list[Listed | WatchEvent] = []
+    async with aclosing(watch_objects(client, [JOBS], settings=settings)) as stream:
+        async with asyncio.timeout(10):
+            async for item in stream:
+                items.append(item)
+                if len(items) == 2:  # the watch replayed "a": it is open, "b" comes live
+                    async with aiohttp.ClientSession() as session:
+                        url = f"{str(kmock.url).rstrip('/')}/apis/batch/v1/namespaces/ns/jobs"
+                        await session.post(url, json=a_job("b"))
+                if len(items) == 3:
+                    break
     assert isinstance(items[0], Listed) and [o["metadata"]["name"] for o in items[0].objects] == [
         "a"
     ]
