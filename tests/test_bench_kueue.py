@@ -119,3 +119,24 @@ def test_short_baseline_run_on_the_live_stack(tmp_path: Path) -> None:
         assert float(row["finished_s"]) >= float(row["last_admitted_s"]) + runtime * 0.9
     table = render(result)
     assert "wall time" in table and "Kueue mean" in table
+
+
+@pytest.mark.timeout(180)
+def test_a_client_limit_spaces_every_create(tmp_path: Path) -> None:
+    """With Kueue's client limit (``--creations-per-s``) each queue's stream waits for its
+    own slot: 180 creates at 60/s span at least three seconds, where the scenario's own
+    intervals span 1.2 s (a tick's creates without a limit share one moment)."""
+    config = BASELINE.scaled(0.01)
+    rate = 60.0
+    result = run_benchmark(
+        config,
+        data_dir=tmp_path / "berth",
+        out_dir=tmp_path / "out",
+        measure_startup=False,
+        creations_per_s=rate,
+    )
+    assert result.finished == result.workloads == config.total_workloads == 180
+    assert result.timeline is not None
+    with result.timeline.open() as handle:
+        created = sorted(float(row["created_s"]) for row in csv.DictReader(handle))
+    assert created[-1] - created[0] >= (len(created) - 1) / rate * 0.95
