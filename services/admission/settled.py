@@ -102,14 +102,17 @@ class SettledFailures:
     """Assignments by (ClusterQueue, shape, victims possible), with the usage they read: the
     last failure and the last success that borrows of each."""
 
-    __slots__ = ("_bounds", "_quiet", "_readers", "_roots", "_tree", "starts")
+    __slots__ = ("_bounds", "_pairs", "_quiet", "_readers", "_roots", "_tree", "starts")
 
     def __init__(self, tree: QuotaTree) -> None:
         self._tree = tree
         # (ClusterQueue, shape) -> the usage its assignment reads: exactly, and of the root
         self._readers: dict[tuple[str, PodSetsShape], Reader] = {}
         self.starts = 0  # times the tables started over (reader): readers kept elsewhere go
-        self._bounds: dict[tuple[int, int], tuple[int, int]] = {}  # each distinct one once
+        # Each distinct pair and bounds once, shared by the readers that read them (a reader
+        # per ClusterQueue and shape: tens of thousands in a large cluster).
+        self._pairs: dict[FlavorResource, FlavorResource] = {}
+        self._bounds: dict[tuple[int, int], tuple[int, int]] = {}
         # One reading per distinct root reading, by (root, pairs with what is asked of them).
         self._roots: dict[tuple[int, tuple[tuple[FlavorResource, int], ...]], RootReading] = {}
         self._quiet: dict[str, Quiet] = {}  # by ClusterQueue (see quiet)
@@ -151,6 +154,7 @@ class SettledFailures:
             if len(self._readers) >= FAILURES_LIMIT:
                 self._readers.clear()
                 self._roots.clear()
+                self._pairs.clear()
                 self._bounds.clear()
                 self.starts += 1
             reader = self._readers[key] = self._reader(info, pod_sets)
@@ -210,8 +214,9 @@ class SettledFailures:
         for pod_set in pod_sets:
             for resource, quantity in pod_set.requests.items():
                 asked[resource] = asked.get(resource, 0) + quantity * pod_set.count
+        pairs = self._pairs
         frs = [
-            (flavor, resource)
+            pairs.setdefault((flavor, resource), (flavor, resource))
             for flavors, covered in zip(info.groups, info.covered, strict=True)
             for flavor in flavors
             for resource in covered
