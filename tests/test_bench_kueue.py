@@ -125,7 +125,7 @@ def test_short_baseline_run_on_the_live_stack(tmp_path: Path) -> None:
 def test_a_client_limit_spaces_every_create(tmp_path: Path) -> None:
     """With Kueue's client limit (``--creations-per-s``) each queue's stream waits for its
     own slot: 180 creates at 60/s span at least three seconds, where the scenario's own
-    intervals span 1.2 s (a tick's creates without a limit share one moment)."""
+    intervals span 1.1 s (a tick's creates without a limit share one moment)."""
     config = BASELINE.scaled(0.01)
     rate = 60.0
     result = run_benchmark(

@@ -184,7 +184,7 @@ def test_a_standby_admission_takes_over_from_a_killed_leader(
     berth("apply", "-f", str(FIXTURES / "seed002-single-clusterqueue-setup.yaml"), url=url)
     replicas.append(Replica(stack, "admission", "admission-b"))
     submit(url, tmp_path, "w1")
-    wait_admitted(url, "w1")
+    [w1] = wait_admitted(url, "w1")
 
     # Our replica leads, `berth up`'s stands by: the one we kill is not restarted under it.
     second, handover = lead_with(url, "admission", "admission-b")
@@ -204,10 +204,11 @@ def test_a_standby_admission_takes_over_from_a_killed_leader(
 
     log = events(url)
     markers = [e.term for e in log if isinstance(e, LeaderElected) and e.role == "admission"]
-    # One marker per term, none skipped or repeated, up to the last leader's. The first need
-    # not be term 1: a first create that timed out but landed is taken again with term 2.
-    assert markers and markers[0] >= 1, markers
-    assert markers == list(range(markers[0], third["term"] + 1)), markers
+    # One marker per term, none skipped or repeated, from the first leader's (which admitted
+    # w1) to the last leader's. The first need not be term 1: a first create that timed out
+    # but landed is taken again with term 2.
+    assert markers and markers[0] == w1.term, (markers, w1.term)
+    assert markers == list(range(w1.term, third["term"] + 1)), markers
     standing = fenced_log(log)
     per_workload = [e.workload.name for e in standing if isinstance(e, WorkloadAdmitted)]
     assert sorted(per_workload) == ["w1", "w2", "w3"]  # each admitted once

@@ -194,6 +194,8 @@ async def test_the_watcher_lists_and_watches_each_managed_namespace(harness: Har
         if loop.time() > deadline:
             break
         await asyncio.sleep(0.05)
+    # Room for a request that must not come (cluster-wide, another namespace) after them.
+    await asyncio.sleep(0.5)
     harness.runtime.stopping.set()
     async with asyncio.timeout(5):
         await task

@@ -34,6 +34,8 @@ ROOMY = LeaseSettings.scaled(3)
 # Where a lapse is timed on the standby's recorded looks (no load can move those): a lapse
 # of 1.5 s, each get and write bounded at 1 s.
 LAPSING = LeaseSettings(duration=1.5, renew_every=1.0, renew_deadline=1.2, poll_every=0.05)
+# Where a holder renews against a standby: renewals far more often than the lapse.
+RENEWING = LeaseSettings(duration=2.0, renew_every=0.25, renew_deadline=1.5, poll_every=0.1)
 
 
 def _free_port() -> int:
@@ -184,19 +186,21 @@ async def test_an_absent_lease_is_created_with_term_one(nats_url: str) -> None:
 
 
 async def test_a_renewed_lease_is_never_taken(nats_url: str) -> None:
-    """While the holder renews, a standby looking for three lease durations never takes it."""
+    """While the holder renews, a standby looking for two lease durations never takes it.
+    Renewing every quarter second against a 2 s lapse: only a stall of 1.75 s (the loop
+    both share, a slow write) could let the standby see a lapse that renewal did not make."""
     bus, kv = await _kv(nats_url)
     stop = asyncio.Event()
     try:
-        holder = _lease(kv, "a")
+        holder = _lease(kv, "a", RENEWING)
         assert await holder.try_acquire()
         keeping = asyncio.create_task(holder.keep(stop))
-        standby = _lease(kv, "b")
-        deadline = time.monotonic() + 3 * FAST.duration
+        standby = _lease(kv, "b", RENEWING)
+        deadline = time.monotonic() + 2 * RENEWING.duration
         while time.monotonic() < deadline:
             with contextlib.suppress(BusError, TimeoutError):  # a look that timed out took nothing
                 assert not await standby.try_acquire()
-            await asyncio.sleep(FAST.poll_every)
+            await asyncio.sleep(RENEWING.poll_every)
         stop.set()
         await keeping
         assert (await _record(kv)).holder == "a"
@@ -212,7 +216,9 @@ async def test_a_lapsed_lease_is_taken_with_the_next_term(nats_url: str) -> None
     try:
         assert await _lease(kv, "a", LAPSING).try_acquire()
         standby = _Looking(kv, "b")
+        started = time.monotonic()
         assert await asyncio.wait_for(standby.campaign(asyncio.Event()), 10)
+        assert time.monotonic() - started >= LAPSING.duration  # load only lengthens it
         # The readings the standby judged: no load stretches or shrinks them.
         *before, taking = standby.since_failed()
         assert before, "a first look at another's lease took it"
