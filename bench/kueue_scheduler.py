@@ -5,7 +5,8 @@
 Starts ``berth up`` programmatically (nats-server and the four services as processes), writes
 the scenario's ResourceFlavor, ClusterQueues (in cohorts), Namespaces and LocalQueues into the
 config bucket, then runs three independent creation streams per ClusterQueue (sleep the
-interval, then create the Job in the objects bucket, as Kueue's generator does). Each Job is
+interval, then create the Job in the objects bucket, as Kueue's generator does; without a
+client limit each class's streams run as one loop: bench/kueue_drive.py). Each Job is
 annotated with its simulated run time, so the watcher starts it at admission and finishes it
 after that time; a preempted Job starts from zero when it is admitted again. The run ends when
 every workload has finished; then the event log is read and checked (quota never
