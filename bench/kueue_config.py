@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-__all__ = ["CONFIGS", "ClassSpec", "ScenarioConfig", "WorkloadPlan", "plan_workloads"]
+__all__ = [
+    "CONFIGS",
+    "ClassSpec",
+    "ScenarioConfig",
+    "WorkloadPlan",
+    "plan_workloads",
+    "workload_name",
+]
 
 
 @dataclass(frozen=True)
@@ -141,12 +148,16 @@ class WorkloadPlan:
         return (self.seq + 1) * self.klass.interval_ms / 1000.0
 
 
+def workload_name(klass: ClassSpec, set_index: int, seq: int) -> str:
+    """Kueue's name for a workload of the scenario: <class>-<wlSetIdx>-<seq>-<templateIdx>."""
+    return f"{klass.name}-{set_index}-{seq}-0"
+
+
 def plan_workloads(config: ScenarioConfig) -> list[WorkloadPlan]:
     plans = []
     for cq, cohort in config.cluster_queues():
         for set_index, klass in enumerate(config.classes):
             for seq in range(klass.count):
-                # Kueue: <class>-<wlSetIdx>-<seq>-<templateIdx>
-                name = f"{klass.name}-{set_index}-{seq}-0"
+                name = workload_name(klass, set_index, seq)
                 plans.append(WorkloadPlan(name, cq, cohort, klass, set_index, seq))
     return plans

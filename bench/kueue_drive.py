@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from bench.kueue_config import ScenarioConfig
+from bench.kueue_config import ClassSpec, ScenarioConfig, workload_name
 from bench.objects import (
     FLAVOR,
     SimulatedJobs,
@@ -255,23 +255,18 @@ async def drive(
         cpu_creating = 0.0  # the generator's CPU to its last create
         pacer = None if creations_per_s is None else Pacer(creations_per_s)
 
-        async def stream(cq: str, set_index: int) -> None:
+        async def stream(cq: str, set_index: int, pacer: Pacer) -> None:
+            """One ClusterQueue's stream of one class, each create waiting for its slot
+            under the client limit (the module docstring)."""
             nonlocal cpu_creating
             klass = config.classes[set_index]
             interval = klass.interval_ms / 1000.0
-            jobs = SimulatedJobs(
-                cq,
-                klass.runtime_ms,
-                cpu=str(klass.request_cpu),
-                priority=klass.priority,
-                labels={CLASS_LABEL: klass.name, RUNTIME_LABEL: str(klass.runtime_ms)},
-            )
-            names = [f"{klass.name}-{set_index}-{seq}-0" for seq in range(klass.count)]
+            jobs = _jobs(cq, klass)
+            names = [workload_name(klass, set_index, seq) for seq in range(klass.count)]
             uids = uuid4_strings(klass.count)
             for name, uid in zip(names, uids, strict=True):
                 await asyncio.sleep(interval)  # sleep the interval, then create (Kueue's loop)
-                if pacer is not None:
-                    await pacer.wait()
+                await pacer.wait()
                 stamp = creation_timestamp()
                 # A create is an update of a key that must not exist yet (revision 0); through
                 # the bus's pipelined publishes, the generator's own CPU stays out of the way.
@@ -303,20 +298,10 @@ async def drive(
             nonlocal cpu_creating
             klass = config.classes[set_index]
             interval = klass.interval_ms / 1000.0
-            labels = {CLASS_LABEL: klass.name, RUNTIME_LABEL: str(klass.runtime_ms)}
-            jobs = {
-                cq: SimulatedJobs(
-                    cq,
-                    klass.runtime_ms,
-                    cpu=str(klass.request_cpu),
-                    priority=klass.priority,
-                    labels=labels,
-                )
-                for cq, _ in config.cluster_queues()
-            }
+            jobs = {cq: _jobs(cq, klass) for cq, _ in config.cluster_queues()}
             for seq in range(klass.count):
                 await asyncio.sleep(interval)  # sleep the interval, then create (Kueue's loop)
-                name = f"{klass.name}-{set_index}-{seq}-0"
+                name = workload_name(klass, set_index, seq)
                 stamp = creation_timestamp()
                 creates = [
                     (cq, uid, workload_key(cq, name), job.encode(name, uid, stamp))
@@ -341,7 +326,7 @@ async def drive(
             [asyncio.create_task(ticks(index)) for index in range(len(config.classes))]
             if pacer is None
             else [
-                asyncio.create_task(stream(cq, index))
+                asyncio.create_task(stream(cq, index, pacer))
                 for cq, _ in config.cluster_queues()
                 for index in range(len(config.classes))
             ]
@@ -391,6 +376,17 @@ async def drive(
             readiness.cancel()
         await asyncio.gather(readiness, return_exceptions=True)
         await bus.close()
+
+
+def _jobs(cq: str, klass: ClassSpec) -> SimulatedJobs:
+    """The Jobs of one class's stream in one ClusterQueue (its namespace is the queue's)."""
+    return SimulatedJobs(
+        cq,
+        klass.runtime_ms,
+        cpu=str(klass.request_cpu),
+        priority=klass.priority,
+        labels={CLASS_LABEL: klass.name, RUNTIME_LABEL: str(klass.runtime_ms)},
+    )
 
 
 async def write_config(bus: Bus, documents: list[dict[str, Any]]) -> None:
