@@ -7,9 +7,11 @@ server starts in ~20 ms.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,13 +20,14 @@ from typing import Any
 
 import pytest
 import structlog
+from nats.js.api import ConsumerInfo
 from structlog.testing import capture_logs
 
 from berth_cli.launcher import LiveStack
 from berth_cli.launcher import start_stack as start_live_stack
 from berth_cli.natsserver import NatsServer
 from shared.auth import ClientAuth, CredentialStore
-from shared.bus import Bus, BusSettings
+from shared.bus import STREAM, Bus, BusSettings
 from tests.cli_fork import command as cli_command
 from tests.stack_pool import StackPool
 
@@ -235,3 +238,20 @@ async def connect_as(
         retry=False,
         settings=settings,
     )
+
+
+def ack_floor(info: ConsumerInfo) -> int:
+    """The stream sequence a consumer has acked up to (0 before any ack)."""
+    return info.ack_floor.stream_seq if info.ack_floor else 0
+
+
+async def acked_up_to(bus: Bus, durable: str, sequence: int) -> ConsumerInfo:
+    """The consumer's info once its ack floor reached stream ``sequence``, or after 5 s: an
+    ack is a publish nobody answers, applied by the server a moment after it was sent (on a
+    loaded machine, more than a moment), so a test waits for it rather than reading early."""
+    deadline = time.monotonic() + 5
+    while True:
+        info: ConsumerInfo = await bus.js.consumer_info(STREAM, durable)
+        if ack_floor(info) >= sequence or time.monotonic() > deadline:
+            return info
+        await asyncio.sleep(0.02)

@@ -8,7 +8,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo
+from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.kv import KeyValue
 from prometheus_client import REGISTRY
 
@@ -32,7 +32,7 @@ from shared.bus import (
 from shared.bus.acks import AckTimeout, AckTracker, PublishRefused
 from shared.bus.settings import BusSettings
 from shared.events import AnyEvent, PodSet, WorkloadRef, WorkloadSubmitted, now
-from tests.conftest import bus_auth
+from tests.conftest import ack_floor, acked_up_to, bus_auth
 
 MESSAGES_READ = "berth_bus_messages_read_total"
 
@@ -53,7 +53,7 @@ async def _consume_until(
     bus: Bus, subscription: JetStreamContext.PullSubscription, count: int
 ) -> list[str]:
     """Consume until ``count`` events were handled; their uids (the acks may still be on
-    their way: ``_acked_up_to``)."""
+    their way: ``acked_up_to``)."""
     handled: list[str] = []
     stop = asyncio.Event()
 
@@ -64,22 +64,6 @@ async def _consume_until(
 
     await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 10)
     return handled
-
-
-def _floor(info: ConsumerInfo) -> int:
-    return info.ack_floor.stream_seq if info.ack_floor else 0
-
-
-async def _acked_up_to(bus: Bus, durable: str, sequence: int) -> ConsumerInfo:
-    """The consumer's info once its ack floor reached stream ``sequence``, or after 5 s: an
-    ack is a publish nobody answers, applied by the server a moment after it was sent (on a
-    loaded machine, more than a moment)."""
-    deadline = time.monotonic() + 5
-    while True:
-        info: ConsumerInfo = await bus.js.consumer_info(STREAM, durable)
-        if _floor(info) >= sequence or time.monotonic() > deadline:
-            return info
-        await asyncio.sleep(0.02)
 
 
 async def _bus(url: str) -> Bus:
@@ -157,8 +141,8 @@ async def test_failed_handler_is_redelivered(nats_url: str) -> None:
         subscription = await bus.durable_subscription("flaky", ["berth.wl.>"])
         await asyncio.wait_for(bus.consume(subscription, flaky, stopping=stop), 15)
         assert attempts == 2
-        info = await _acked_up_to(bus, "flaky", 1)
-        assert info.num_ack_pending == 0 and _floor(info) == 1
+        info = await acked_up_to(bus, "flaky", 1)
+        assert info.num_ack_pending == 0 and ack_floor(info) == 1
     finally:
         await bus.close()
 
@@ -172,10 +156,10 @@ async def test_malformed_message_is_dropped_not_looped(nats_url: str) -> None:
         await bus.publish(_submitted(2))
         subscription = await bus.durable_subscription("m", ["berth.wl.>"])
         handled = await _consume_until(bus, subscription, 1)
-        info = await _acked_up_to(bus, "m", 2)
+        info = await acked_up_to(bus, "m", 2)
         assert handled == ["u2"]
         assert info.num_ack_pending == 0 and info.num_pending == 0
-        assert _floor(info) == 2
+        assert ack_floor(info) == 2
     finally:
         await bus.close()
 
@@ -272,7 +256,7 @@ async def test_consumer_is_sent_only_its_subjects(nats_url: str) -> None:
         await bus.publish(_submitted(5))
         subscription = await bus.durable_subscription("only-wl", ["berth.wl.>"])
         handled = await _consume_until(bus, subscription, 6)
-        info = await _acked_up_to(bus, "only-wl", await bus.last_sequence())
+        info = await acked_up_to(bus, "only-wl", await bus.last_sequence())
         assert handled == [f"u{i}" for i in range(6)]
         assert info.num_ack_pending == 0 and info.num_pending == 0
         sent = {"consumer": "only-wl", "stage": "delivered"}
@@ -326,11 +310,11 @@ async def test_one_ack_covers_a_batch_and_a_failure_is_never_covered(
 
         subscription = await bus.durable_subscription("poison", ["berth.wl.>"])
         await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 15)
-        info = await _acked_up_to(bus, "poison", 10)
+        info = await acked_up_to(bus, "poison", 10)
         assert info.config.ack_policy == AckPolicy.ALL
         assert sorted(handled) == sorted(f"u{i}" for i in range(10) if i != 4)
         assert tries_of_poison == 2 + 3  # the batch twice, then the event alone three times
-        assert info.num_ack_pending == 0 and _floor(info) == 10
+        assert info.num_ack_pending == 0 and ack_floor(info) == 10
     finally:
         await bus.close()
 
@@ -384,9 +368,9 @@ async def test_a_batch_left_settling_is_acked_only_once_settled(nats_url: str) -
         await asyncio.wait_for(arrived.wait(), 5)  # handed over while the first still settles
         assert handled == ["u0", "u1"]
         await asyncio.sleep(0.3)  # room for an ack that must not come
-        assert _floor(await bus.js.consumer_info(STREAM, "settling")) == 0
+        assert ack_floor(await bus.js.consumer_info(STREAM, "settling")) == 0
         gate.set_result(None)
-        assert _floor(await _acked_up_to(bus, "settling", 2)) == 2
+        assert ack_floor(await acked_up_to(bus, "settling", 2)) == 2
         stop.set()
         await asyncio.wait_for(consuming, 5)
     finally:
@@ -414,7 +398,7 @@ async def test_a_batch_whose_settling_failed_is_handled_again(nats_url: str) -> 
         subscription = await bus.durable_subscription("resettle", ["berth.wl.>"])
         await asyncio.wait_for(bus.consume(subscription, handler, stopping=stop), 10)
         assert calls == 2
-        assert _floor(await _acked_up_to(bus, "resettle", 1)) == 1
+        assert ack_floor(await acked_up_to(bus, "resettle", 1)) == 1
     finally:
         await bus.close()
 

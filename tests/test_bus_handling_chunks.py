@@ -13,7 +13,7 @@ from shared.bus import STREAM, Bus
 from shared.bus.pulling import EVENTS_PER_HANDLING, PullPump, handling_chunks
 from shared.bus.settings import BusSettings
 from shared.events import AnyEvent, LeaderElected
-from tests.conftest import connect_open
+from tests.conftest import ack_floor, acked_up_to, connect_open
 from tests.test_bus import _submitted
 
 SUBMITTED = ["berth.wl.submitted.>"]
@@ -77,14 +77,8 @@ async def test_a_durable_take_goes_in_pieces_and_is_acked_after_the_last(nats_ur
         handled = [event_id for piece in pieces for event_id in piece]
         assert handled == [f"submitted-u{index}" for index in range(count)], "in order, once"
         last = (await bus.js.stream_info(STREAM)).state.last_seq
-        # An ack is a publish nobody answers: the server applies it a moment after consume
-        # returns, so the check waits for it (bounded) instead of reading too early.
-        for _ in range(100):
-            info = await bus.js.consumer_info(STREAM, "watcher")
-            if info.num_ack_pending == 0 and info.ack_floor.stream_seq == last:
-                break
-            await asyncio.sleep(0.05)
-        assert info.num_ack_pending == 0 and info.ack_floor.stream_seq == last, "all acked"
+        info = await acked_up_to(bus, "watcher", last)
+        assert info.num_ack_pending == 0 and ack_floor(info) == last, "all acked"
     finally:
         await bus.close()
 
