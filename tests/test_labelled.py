@@ -207,6 +207,85 @@ def test_light_histogram_without_its_labels_refuses() -> None:
         metric.observe(1.0)
 
 
+# (label names, how labels() is called, the error prometheus_client raises, why)
+LABELS_REFUSALS = [
+    ((), (("a",), {}), "No label names", "a metric without labels has no children"),
+    (("q", "r"), (("a",), {}), "Incorrect label count", "too few values"),
+    (("q",), (("a", "b"), {}), "Incorrect label count", "too many values"),
+    (("q",), ((), {"other": "a"}), "Incorrect label names", "a keyword no label has"),
+    (("q",), (("a",), {"q": "a"}), "both", "values and keywords together"),
+]
+
+
+@pytest.mark.parametrize(
+    ("names", "call", "error", "why"), LABELS_REFUSALS, ids=[c[3] for c in LABELS_REFUSALS]
+)
+@pytest.mark.parametrize("kinds", [(LightCounter, Counter), (LightHistogram, Histogram)])
+def test_light_labels_refuses_as_prometheus_client(
+    kinds: tuple[type[Any], type[Any]],
+    names: tuple[str, ...],
+    call: tuple[tuple[str, ...], dict[str, str]],
+    error: str,
+    why: str,
+) -> None:
+    """A light metric's ``labels()`` refuses what prometheus_client's refuses, with its
+    error: the light children are made by Berth's code, its checks must not drift."""
+    values, keywords = call
+    for kind in kinds:
+        metric = kind(f"l_{next(_names)}", "l", names, registry=CollectorRegistry())
+        with pytest.raises(ValueError, match=error):
+            metric.labels(*values, **keywords)
+
+
+@pytest.mark.parametrize("kind", [LightCounter, LightHistogram])
+def test_light_labels_by_keyword_or_value_is_one_series(kind: type[Any]) -> None:
+    """Keywords in any order, values of any type (made text, as prometheus_client does):
+    the same child, served once."""
+    metric = kind(f"l_{next(_names)}", "l", ["q", "n"], registry=CollectorRegistry())
+    child = metric.labels(n=7, q="a")
+    assert metric.labels("a", "7") is child
+    assert metric.labels(q="a", n="7") is child
+    assert {s.labels["n"] for s in _samples_of(metric)} == {"7"}
+
+
+def _samples_of(metric: Any) -> list[Any]:
+    return [s for family in metric.collect() for s in family.samples]
+
+
+# (what the metric without labels is given, why)
+UNLABELLED_CASES = [
+    ([], "nothing counted"),
+    ([0.2, 3.0, 0.2], "counted on its own child"),
+]
+
+
+@pytest.mark.parametrize(("amounts", "why"), UNLABELLED_CASES, ids=[c[1] for c in UNLABELLED_CASES])
+def test_light_metrics_without_labels_serve_what_prometheus_client_serves(
+    amounts: list[float], why: str
+) -> None:
+    """A light metric without labels counts on a child of its own; its samples are those of
+    prometheus_client's metric given the same amounts."""
+    served: list[list[tuple[Any, ...]]] = []
+    for kind in (LightCounter, Counter, LightHistogram, Histogram):
+        metric = kind(f"u_{next(_names)}", "u", registry=CollectorRegistry())
+        count = metric.inc if isinstance(metric, Counter) else metric.observe
+        for amount in amounts:
+            count(amount)
+        suffixes = [(s.name.split("_", 2)[-1], s.labels, s.value) for s in _samples_of(metric)]
+        served.append([sample for sample in suffixes if sample[0] != "created"])
+    assert served[0] == served[1] and served[2] == served[3], why
+
+
+def test_light_histogram_children_share_their_buckets() -> None:
+    """Every series of a light histogram reads its metric's one list of bounds: a thousand
+    queues' series held a thousand copies of it (the memory bench/million_pending.py
+    counts), where each series needs only its counts."""
+    metric = LightHistogram("h_shared", "h", ["q"], buckets=(0.5, 1.0), registry=CollectorRegistry())
+    first, second = metric.labels("a"), metric.labels("b")
+    assert first._upper_bounds is second._upper_bounds is metric._upper_bounds
+    assert first._counts is not second._counts
+
+
 # (second call's label values, forget between the calls, second call by another maker, the
 # group made again, why)
 GROUP_CASES = [

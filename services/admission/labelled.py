@@ -10,8 +10,9 @@ LocalQueue) are kept as one group, found with one look-up. The metric still hold
 series it ever had: keeping or dropping a child or a group here changes no sample, only
 whether the next call looks it up again.
 
-A counter child of prometheus_client takes a lock on every increment; :class:`LightCounter`
-adds to a plain float (one thread, as below); its samples are the same.
+A counter child of prometheus_client takes a lock on every increment; a :class:`LightCounter`'s
+child (:class:`CounterChild`) adds to a plain float (one thread, as below); its samples are
+the same.
 
 A tally (:class:`Tally`, an admission's eight series) adds each amount to its histograms'
 sums at once, in the order made (float additions: another order could change a sum); the
@@ -25,9 +26,16 @@ addition.
 A histogram child of prometheus_client holds a lock and a float object per bucket, and makes
 them (with each bucket's text) when first labelled, which is slow for a thousand
 ClusterQueues and LocalQueues with eight wait-time histograms each; and every observation
-takes a lock and walks the buckets. :class:`LightHistogram` keeps a plain list of counts
-and finds the bucket by bisection; its samples are the same. Admission counts and serves
-metrics on one thread (the event loop), so no lock is needed.
+takes a lock and walks the buckets. A :class:`LightHistogram`'s child
+(:class:`HistogramChild`) keeps a plain list of counts and finds the bucket by bisection; its
+samples are the same. Admission counts and serves metrics on one thread (the event loop), so
+no lock is needed.
+
+prometheus_client makes each child a whole metric object: its settings, a dict of them and
+(a histogram's) its own copy of the bucket bounds, about a kilobyte per histogram series.
+The light metrics' children are plain objects with slots that read their metric's one list
+of bounds (``labels()`` makes them, with prometheus_client's checks); the parent collects
+their samples as it collects its own children's.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, Protocol, Self, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from prometheus_client import Counter, Histogram
 from prometheus_client import metrics as prometheus_metrics
@@ -45,6 +53,8 @@ from prometheus_client.utils import floatToGoString
 __all__ = [
     "EXACT",
     "Children",
+    "CounterChild",
+    "HistogramChild",
     "LightCounter",
     "LightHistogram",
     "Tally",
@@ -56,11 +66,13 @@ __all__ = [
 _UNCOUNTED: list[Tally] = []
 
 
-class _Labelled(Protocol):
-    def labels(self, *values: str) -> Self: ...
+K = TypeVar("K", covariant=True)
 
 
-M = TypeVar("M", bound=_Labelled)
+class _Labelled(Protocol[K]):
+    def labels(self, *values: str) -> K: ...
+
+
 G = TypeVar("G")
 
 
@@ -77,13 +89,13 @@ class Children:
         """The children kept (groups are only shortcuts to them)."""
         return len(self._kept)
 
-    def of(self, metric: M, *values: str) -> M:
+    def of(self, metric: _Labelled[K], *values: str) -> K:
         """``metric.labels(*values)`` (values in the metric's label order), kept."""
         key = (metric, values)
         child = self._kept.get(key)
         if child is None:
             child = self._kept[key] = metric.labels(*values)
-        return cast(M, child)
+        return cast(K, child)
 
     def group(self, make: Callable[..., G], *args: Hashable) -> G:
         """``make(*args)`` (children made with :meth:`of`), kept by ``make`` and ``args``."""
@@ -104,19 +116,42 @@ class Children:
         self._groups.clear()
 
 
-class LightCounter(Counter):
-    """prometheus_client's Counter, with children that add to a float (one thread only)."""
+class _LightChild:
+    """What every light child keeps besides its counts: its labels, when it was made, and
+    whether a tally may hold counts for it (:func:`flush`). A plain object with slots, not a
+    metric: prometheus_client makes each child a whole metric (a dict of its settings, its
+    own copy of the histogram's buckets), which for a thousand queues with eight series each
+    was most of the memory the metrics held (bench/million_pending.py)."""
 
-    def _metric_init(self) -> None:
-        self._count = 0.0
+    __slots__ = ("_created", "_labelnames", "_labelvalues", "_tallied")
+    _type = ""
+
+    def __init__(self, labelnames: Sequence[str], labelvalues: tuple[str, ...]) -> None:
+        self._labelnames = labelnames
+        self._labelvalues = labelvalues
         self._created = time.time()
-        self._tallied = False  # in a Tally: the tally's counts are added before a count
+        self._tallied = False
+
+    def _child_samples(self) -> Iterable[Sample]:
+        raise NotImplementedError
+
+    def _samples(self) -> Iterable[Sample]:
+        """What the parent metric collects of this child (its ``_multi_samples``)."""
+        return self._child_samples()
+
+
+class CounterChild(_LightChild):
+    """A :class:`LightCounter`'s series: adds to a float (one thread only)."""
+
+    __slots__ = ("_count",)
+    _type = "counter"
+
+    def __init__(self, labelnames: Sequence[str], labelvalues: tuple[str, ...]) -> None:
+        super().__init__(labelnames, labelvalues)
+        self._count = 0.0
 
     def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
-        """Add ``amount``, refused as by Counter when negative or on the labelled parent;
-        exemplars are not kept."""
-        if self._labelnames and not self._labelvalues:  # as Counter.inc refuses
-            raise ValueError(f"{self._type} metric is missing label values")
+        """Add ``amount``, refused as by Counter when negative; exemplars are not kept."""
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
         if self._tallied and _UNCOUNTED:
@@ -136,20 +171,24 @@ class LightCounter(Counter):
         return (sample,)
 
 
-class LightHistogram(Histogram):
-    """prometheus_client's Histogram, with children that count in a list (one thread only)."""
+class HistogramChild(_LightChild):
+    """A :class:`LightHistogram`'s series: counts in a list, the bucket found by bisection
+    (one thread only); the bucket bounds are its metric's list, shared by every series."""
 
-    def _metric_init(self) -> None:
-        self._counts = [0.0] * len(self._upper_bounds)
+    __slots__ = ("_counts", "_total", "_upper_bounds")
+    _type = "histogram"
+
+    def __init__(
+        self, labelnames: Sequence[str], labelvalues: tuple[str, ...], bounds: list[float]
+    ) -> None:
+        super().__init__(labelnames, labelvalues)
+        self._upper_bounds = bounds
+        self._counts = [0.0] * len(bounds)
         self._total = 0.0
-        self._created = time.time()
-        self._tallied = False  # in a Tally: the tally's counts are added before a count
 
     def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
         """Count ``amount`` in the first bucket whose bound is at least it, as Histogram does
         (a NaN in none, its sum NaN); exemplars are not kept."""
-        if self._labelnames and not self._labelvalues:  # as Histogram.observe refuses
-            raise ValueError(f"{self._type} metric is missing label values")
         if self._tallied and _UNCOUNTED:
             flush()
         bounds = self._upper_bounds
@@ -174,6 +213,83 @@ class LightHistogram(Histogram):
         return tuple(samples)
 
 
+C = TypeVar("C", bound=_LightChild)
+
+
+def _labelled_child(
+    metric: Counter | Histogram,
+    values: tuple[object, ...],
+    keywords: dict[str, object],
+    make: Callable[[tuple[str, ...]], C],
+) -> C:
+    """``metric.labels(*values, **keywords)``, checked as prometheus_client checks it, whose
+    child (made once per label values, kept by the metric) is ``make(label values)``."""
+    names = metric._labelnames
+    if not names:
+        raise ValueError(f"No label names were set when constructing {metric}")
+    if values and keywords:
+        raise ValueError("Can't pass both *args and **kwargs")
+    if keywords:
+        if sorted(keywords) != sorted(names):
+            raise ValueError("Incorrect label names")
+        values = tuple(keywords[name] for name in names)
+    elif len(values) != len(names):
+        raise ValueError("Incorrect label count")
+    key = tuple(str(value) for value in values)
+    children = cast(dict[tuple[str, ...], C], metric._metrics)
+    with metric._lock:
+        child = children.get(key)
+        if child is None:
+            child = children[key] = make(key)
+    return child
+
+
+class LightCounter(Counter):
+    """prometheus_client's Counter whose series are :class:`CounterChild` (one thread only);
+    its samples are the same. Without labels it counts on a child of its own."""
+
+    def labels(self, *values: object, **keywords: object) -> CounterChild:  # type: ignore[override]
+        names = self._labelnames
+        return _labelled_child(self, values, keywords, lambda key: CounterChild(names, key))
+
+    def _metric_init(self) -> None:
+        self._own = CounterChild((), ())
+
+    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
+        """As Counter.inc: refused on the labelled parent."""
+        self._raise_if_not_observable()  # type: ignore[no-untyped-call]
+        self._own.inc(amount)
+
+    def reset(self) -> None:
+        self._raise_if_not_observable()  # type: ignore[no-untyped-call]
+        self._own.reset()
+
+    def _child_samples(self) -> Iterable[Sample]:
+        return self._own._child_samples()
+
+
+class LightHistogram(Histogram):
+    """prometheus_client's Histogram whose series are :class:`HistogramChild` (one thread
+    only); its samples are the same. Without labels it counts on a child of its own."""
+
+    def labels(self, *values: object, **keywords: object) -> HistogramChild:  # type: ignore[override]
+        names, bounds = self._labelnames, self._upper_bounds
+        return _labelled_child(
+            self, values, keywords, lambda key: HistogramChild(names, key, bounds)
+        )
+
+    def _metric_init(self) -> None:
+        self._own = HistogramChild((), (), self._upper_bounds)
+
+    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
+        """As Histogram.observe: refused on the labelled parent."""
+        self._raise_if_not_observable()  # type: ignore[no-untyped-call]
+        self._own.observe(amount)
+
+    def _child_samples(self) -> Iterable[Sample]:
+        return self._own._child_samples()
+
+
 class Tally:
     """Light children counted together by one call (an admission's count and wait, per
     ClusterQueue and per LocalQueue): :meth:`add` is each counter's ``inc()`` and each
@@ -183,7 +299,7 @@ class Tally:
 
     __slots__ = ("_bounds", "_counters", "_histograms", "_in_buckets", "_times")
 
-    def __init__(self, counters: Sequence[LightCounter], histograms: Sequence[LightHistogram]):
+    def __init__(self, counters: Sequence[CounterChild], histograms: Sequence[HistogramChild]):
         for child in (*counters, *histograms):
             if child._labelnames and not child._labelvalues:  # as inc and observe refuse
                 raise ValueError(f"{child._type} metric is missing label values")
@@ -191,7 +307,7 @@ class Tally:
             raise ValueError("the histograms of a tally have one list of buckets")
         self._counters = tuple(counters)
         self._histograms = tuple(histograms)
-        tallied: Sequence[LightCounter | LightHistogram] = (*counters, *histograms)
+        tallied: Sequence[_LightChild] = (*counters, *histograms)
         for child in tallied:
             child._tallied = True
         self._bounds: list[float] = histograms[0]._upper_bounds if histograms else []

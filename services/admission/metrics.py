@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter
 
-from services.admission.labelled import Children, LightCounter, LightHistogram, Tally
+from services.admission.labelled import (
+    Children,
+    CounterChild,
+    HistogramChild,
+    LightCounter,
+    LightHistogram,
+    Tally,
+)
 
 if TYPE_CHECKING:
     pass
@@ -215,8 +222,8 @@ def _tally(metrics: tuple[Any, ...], cluster_queue: str, local_queue: str, names
     """The metrics' children for the queues, counted together: the counters count one, the
     histograms observe one wait (the ClusterQueue's series and the LocalQueue's alike)."""
     kept = _children(metrics, cluster_queue, local_queue, namespace)
-    counters = [c for c in kept if type(c) is LightCounter]
-    return Tally(counters, [h for h in kept if type(h) is LightHistogram])
+    counters = [c for c in kept if type(c) is CounterChild]
+    return Tally(counters, [h for h in kept if type(h) is HistogramChild])
 
 
 # Each series' maker, by its queues alone: a group is kept by its maker and label values
