@@ -278,7 +278,10 @@ def assign_flavors(
         result.contested = tuple((f, r, acc[(f, r)]) for f, r in dict.fromkeys(contested))
         return result
     usage = kept_once(_USAGES, tuple(acc.items()), lambda: acc)  # an admitted record's
-    return AssignResult(True, assignments, usage, borrows=borrows)
+    # Its assignments are each kept once, so one list of them serves every workload alike;
+    # keyed by their ids, which the kept list's own references keep from being reused.
+    kept = kept_once(_ASSIGNMENT_LISTS, tuple(map(id, assignments)), lambda: assignments)
+    return AssignResult(True, kept, usage, borrows=borrows)
 
 
 def _flavor_mode(
@@ -336,6 +339,9 @@ _ASSIGNMENTS: dict[tuple[object, ...], tuple[dict[str, FlavorInfo], FlavorAssign
 # And one usage dict per distinct usage, in the same order (admitted records keep it; the
 # tree, the books and the ledger only read it).
 _USAGES: dict[tuple[tuple[FlavorResource, int], ...], dict[FlavorResource, int]] = {}
+# And one list of assignments per distinct list of kept ones (admitted records and their
+# events keep it; nothing writes to it).
+_ASSIGNMENT_LISTS: dict[tuple[int, ...], list[FlavorAssignment]] = {}
 
 
 def _assignment(
