@@ -431,6 +431,23 @@ def test_a_record_holds_assignments_only_once_admitted(cpu: str, shared: bool, w
         assert s.generation(ref("a")) == 1, "replaying the same admission changes nothing"
 
 
+@pytest.mark.parametrize(
+    ("second_cpu", "shared", "why"),
+    [
+        ("1", True, "admitted alike (same pod sets and flavors): one list of assignments"),
+        ("2", False, "another request: assignments of their own, in a list of their own"),
+    ],
+)
+def test_workloads_admitted_alike_share_one_list_of_assignments(
+    second_cpu: str, shared: bool, why: str
+) -> None:
+    s = scheduler(simple(cpu=4), wl("a", cpu="1", t=1), wl("b", cpu=second_cpu, t=2))
+    first, second = (d for d in s.schedule() if isinstance(d, Admission))
+    assert (first.assignments is second.assignments) is shared, why
+    assert s._records["uid-a"].assignments is first.assignments, "the record keeps that list"
+    assert [a.usage for a in second.assignments] == [{"cpu": parse_quantity(second_cpu)}], why
+
+
 # --- priorities -------------------------------------------------------------------------------
 
 
