@@ -11,7 +11,9 @@ from shared.events import FlavorAssignment, PodSet, WorkloadRef, WorkloadSubmitt
 from shared.quota import FlavorResource
 
 __all__ = [
+    "NO_AGEING",
     "Admission",
+    "Ageing",
     "Decision",
     "Inadmissible",
     "QueueStats",
@@ -21,6 +23,28 @@ __all__ = [
 
 
 Q = TypeVar("Q", bound="QueuedWorkload")
+
+
+class Ageing(msgspec.Struct, frozen=True, gc=False):
+    """What ageing and preemption set on a queued workload (QueuedWorkload's properties of
+    the same names say what each means). One value, not four fields of every workload: most
+    never have any, and share :data:`NO_AGEING` (a million pending workloads held four
+    fields each for it)."""
+
+    boost: int = 0
+    reserved: bool = False
+    since: float = 0.0
+    nominated: bool = False
+
+
+NO_AGEING = Ageing()
+
+
+def _ageing(boost: int, reserved: bool, since: float, nominated: bool) -> Ageing:
+    """The ageing of these values: :data:`NO_AGEING` itself for none."""
+    if not (boost or reserved or since or nominated):
+        return NO_AGEING
+    return Ageing(boost, reserved, since, nominated)
 
 
 class QueuedWorkload(msgspec.Struct, gc=False):
@@ -35,14 +59,44 @@ class QueuedWorkload(msgspec.Struct, gc=False):
     priority_class: str = ""  # WorkloadPriorityClass (label kueue.x-k8s.io/priority-class)
     priority_class_name: str = ""  # scheduling.k8s.io PriorityClass (pod priorityClassName)
     priority: int | None = None  # pod spec priority set directly
-    boost: int = 0  # ageing boost added to the base priority
-    # Reserved (a starving managed job): it goes first in its ClusterQueue and, while it does
-    # not fit, nothing behind it is admitted, so released quota accumulates for it.
-    reserved: bool = False
-    since: float = 0.0  # its ageing clock: reservations go earliest clock first
-    # Nominated (a preemptor whose victims are being evicted): the room they free is its own,
-    # so it goes before everything else in its ClusterQueue, reservations included.
-    nominated: bool = False
+    ageing: Ageing = NO_AGEING  # its ageing and nomination: the shared value while it has none
+
+    @property
+    def boost(self) -> int:
+        """The ageing boost added to its base priority."""
+        return self.ageing.boost
+
+    @property
+    def reserved(self) -> bool:
+        """Reserved (a starving managed job): it goes first in its ClusterQueue and, while
+        it does not fit, nothing behind it is admitted, so released quota accumulates for it."""
+        return self.ageing.reserved
+
+    @property
+    def since(self) -> float:
+        """Its ageing clock: reservations go earliest clock first."""
+        return self.ageing.since
+
+    @property
+    def nominated(self) -> bool:
+        """Nominated (a preemptor whose victims are being evicted): the room they free is its
+        own, so it goes before everything else in its ClusterQueue, reservations included."""
+        return self.ageing.nominated
+
+    def nominate(self, nominated: bool) -> None:
+        """Nominated or no longer (``nominated``), its boost, reservation and clock kept."""
+        ageing = self.ageing
+        if ageing.nominated is not nominated:
+            self.ageing = _ageing(ageing.boost, ageing.reserved, ageing.since, nominated)
+
+    def age(self, boost: int, reserved: bool, since: float) -> bool:
+        """Take recovery's latest boost, reservation and clock (its nomination kept);
+        whether anything changed."""
+        ageing = self.ageing
+        if (ageing.boost, ageing.reserved, ageing.since) == (boost, reserved, since):
+            return False
+        self.ageing = _ageing(boost, reserved, since, ageing.nominated)
+        return True
 
     @classmethod
     def of_event(cls: type[Q], event: WorkloadSubmitted, **more: Any) -> Q:

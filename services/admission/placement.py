@@ -153,9 +153,9 @@ class Placement:
             wl.queue_time,
             wl.ref.uid,
             deadline=self._config.wait_targets.deadline(priority, wl.queue_time),
-            reserved=wl.reserved,
-            nominated=wl.nominated,
-            since=wl.since,
+            reserved=wl.ageing.reserved,
+            nominated=wl.ageing.nominated,
+            since=wl.ageing.since,
         )
         self._queues[cq_name].push(record)
         self._books.queued((namespace, lq_name), 1)
@@ -256,7 +256,7 @@ class Placement:
         record = self._records.get(ref.uid)
         if record is None or record.state != PENDING or record.wl.nominated:
             return
-        record.wl.nominated = True
+        record.wl.nominate(True)
         self._requeue(record)
 
     def eviction_requested(
@@ -290,7 +290,7 @@ class Placement:
         record = self._records.get(ref.uid)
         if record is None or not record.wl.nominated:
             return
-        record.wl.nominated = False
+        record.wl.nominate(False)
         if record.state == PENDING:
             self._requeue(record)
 

@@ -188,15 +188,11 @@ class Record(msgspec.Struct, gc=False, eq=False):
 
     def set_ageing(self, boost: int, reserved: bool, since: float) -> bool:
         """Take recovery's latest boost, reservation and clock; whether anything changed."""
-        wl = self.wl
-        if (wl.boost, wl.reserved, wl.since) == (boost, reserved, since):
-            return False
-        wl.boost, wl.reserved, wl.since = boost, reserved, since
-        return True
+        return self.wl.age(boost, reserved, since)
 
     @property
     def effective_priority(self) -> int:
-        return (self.base or 0) + self.wl.boost
+        return (self.base or 0) + self.wl.ageing.boost
 
     @property
     def lq_name(self) -> str:

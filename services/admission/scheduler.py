@@ -394,7 +394,8 @@ class Scheduler(Assigning):
                 result.contested,
             )
             self._track_waiting(record, name, result.waits_for_room)
-        if queue.strict or record.wl.reserved or record.wl.nominated:
+        ageing = record.wl.ageing
+        if queue.strict or ageing.reserved or ageing.nominated:
             queue.blocked = True  # StrictFIFO, or a reservation: nothing behind it may pass
         else:
             queue.park(record)
@@ -432,7 +433,7 @@ class Scheduler(Assigning):
     def _admit(self, record: Record, cq_name: str, result: AssignResult) -> None:
         due = status.due(record, self._config.wait_targets)  # before unqueueing drops its key
         self._unqueue(record)
-        record.wl.nominated = False  # it got its room
+        record.wl.nominate(False)  # it got its room
         self._apply_admission(record, cq_name, result.assignments, result.usage)
         record.generation += 1
         self._out.append(
