@@ -20,7 +20,6 @@ from rich.console import Console
 
 from berth_cli.up import Stack
 from shared.bus import Bus, BusSettings
-from shared.bus.settings import ALL_COPIES
 from shared.bus.view import copies_metadata
 from shared.gc_tuning import tune_gc
 
@@ -31,9 +30,7 @@ def copies_kept() -> str:
     """The per-workload copies the stack under test keeps (``BERTH_BUS_COPIES``, which its
     services inherit): printed beside the figures, as each copy is a stored message."""
     copies = BusSettings.from_env().copies
-    if copies is None:  # each run's stream is new: it keeps none (shared.bus.view.unset_copies)
-        return "none (not set: a new stream's default)"
-    return "all" if copies == ALL_COPIES else copies_metadata(copies)
+    return "all" if copies == BusSettings().copies else copies_metadata(copies)
 
 
 @contextmanager

@@ -117,8 +117,7 @@ VARIABLES = (
     Variable(
         "BERTH_BUS_BATCHES",
         "`1`: a service publishes a round's events as batches, one message per subject family,"
-        " each with the per-workload copies the deployment keeps (`BERTH_BUS_COPIES`;"
-        " docs/events.md, Batches), and the watcher"
+        " each with its events' per-workload copies (docs/events.md, Batches), and the watcher"
         " writes its statuses as JetStream fast batches where nats-server is 2.14 or later,"
         " turning on `allow_batched` on the `berth-status` bucket's stream (which then needs"
         " nats-server 2.14+ to load); `0`: one message per event, statuses as plain puts, and"
@@ -132,14 +131,12 @@ VARIABLES = (
         " (`berth.wl.<verb>.<ns>.<name>`, `berth.cq.<cq>.<verb>.<ns>.<name>`...), so that a"
         " tool follows a namespace, a ClusterQueue or a workload by subject: `all`, `none`, or"
         " a comma-separated list of subject patterns (`berth.wl.*.team-a.*,berth.job.>`). Each"
-        " copy is one more message its publisher sends and nats-server stores and indexes by"
-        " subject (docs/kueue-benchmark.md measures the cost). Not set: what the event stream"
-        " records the service kept before (a restart or an upgrade keeps it), every copy on a"
-        " stream of a Berth from before the setting, none on a new stream. Without copies,"
-        " `berth events`, `berth describe` and the console read the same events from the"
-        " batches (docs/events.md, The per-workload view). Recorded in the event stream's"
-        " metadata (`berth.copies`); set it alike on every service.",
-        "not set: what the stream records; none on a new stream",
+        " copy is one more message nats-server stores and indexes by subject (with `all`, most"
+        " of the event stream's messages; docs/kueue-benchmark.md measures the cost). Where"
+        " there are none, `berth events`, `berth describe` and the console read the same events"
+        " from the batches (docs/events.md, The per-workload view). Recorded in the event"
+        " stream's metadata (`berth.copies`); set it alike on every service.",
+        "all",
         "every service (`shared/bus/settings.py`)",
     ),
     Variable(

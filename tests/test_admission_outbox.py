@@ -157,15 +157,15 @@ async def test_a_publish_that_fails_for_good_stops_the_service(
     runtime = Runtime(name="admission", bus=bus, data_dir=str(tmp_path))
     outbox = Outbox(bus, runtime)
     admin = await nats.connect(nats_url)
-    # The batches published from here on, read as core messages (without answering: the
-    # stream is gone, so nothing acks them).
+    # The per-workload copies published from here on: each event's copy goes out just before
+    # its batch (read here, without answering: its batch still finds no stream).
     sent: list[bytes] = []
 
     async def seen(msg: Msg) -> None:
         sent.append(msg.data)
 
     try:
-        await admin.subscribe("berth.b.>", cb=seen)
+        await admin.subscribe("berth.cq.>", cb=seen)
         await admin.flush()
         await admin.jetstream().delete_stream("BERTH")
         await outbox.send([[_admitted("a")]])

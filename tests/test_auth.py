@@ -207,9 +207,8 @@ async def test_cli_cannot_store_an_admission_and_reader_follows(
     secured_url: str, store: CredentialStore
 ) -> None:
     """Through JetStream: admission's admission is stored, the CLI's forged one is not; the
-    reader follows the stream (a per-workload subject, which a deployment that keeps the
-    copies stores) and cannot write to it."""
-    admission = await connect_as(secured_url, store, "admission", BusSettings(copies=ALL_COPIES))
+    reader follows the stream and cannot write to it."""
+    admission = await connect_as(secured_url, store, "admission")
     cli = await connect_as(secured_url, store, "cli")
     reader = await connect_as(secured_url, store, "reader")
     try:

@@ -19,7 +19,7 @@ from services.recovery.service import subjects_for
 from shared.auth import ClientAuth, CredentialStore
 from shared.bus import STREAM, Bus
 from shared.bus.batches import MAX_BATCH_BYTES, Prepared, batched
-from shared.bus.settings import ALL_COPIES, BusSettings
+from shared.bus.settings import BusSettings
 from shared.event_families import subject_family_of
 from shared.events import (
     SUBJECT_PARTS,
@@ -40,8 +40,7 @@ from shared.events import (
 from shared.subjects import FAMILY_PATTERNS, batched_filters, subject_family
 from tests.conftest import bus_auth, connect_as, connect_open
 
-# Every copy kept (BERTH_BUS_COPIES=all): these tests follow batches beside their copies.
-BATCHES = BusSettings(batching=True, copies=ALL_COPIES)
+BATCHES = BusSettings(batching=True)
 MESSAGES_READ = "berth_bus_messages_read_total"
 
 # (a consumer's pattern, the server's filters, batch subjects wanted whole, why)

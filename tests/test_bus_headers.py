@@ -13,7 +13,7 @@ import pytest
 from services.watcher import reporting
 from shared.bus import STREAM, Bus
 from shared.bus.headers import HeaderValue, header_value
-from shared.bus.settings import ALL_COPIES, BusSettings
+from shared.bus.settings import BusSettings
 from shared.events import WorkloadRef
 from tests.conftest import bus_auth
 
@@ -59,7 +59,7 @@ async def test_copies_are_marked_and_batches_carry_their_id(nats_url: str) -> No
     copies (no ``Nats-Msg-Id``: publishing.py ``publish_copies``), the batch carries its
     digest id."""
     bus = await Bus.connect(
-        nats_url, source="watcher", auth=bus_auth(nats_url), settings=BusSettings(batching=True, copies=ALL_COPIES)
+        nats_url, source="watcher", auth=bus_auth(nats_url), settings=BusSettings(batching=True)
     )
     try:
         await bus.ensure_stream()

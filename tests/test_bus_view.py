@@ -27,7 +27,6 @@ from shared.bus.view import (
     ViewReading,
     copies_in,
     stream_metadata,
-    unset_copies,
 )
 from shared.events import AnyEvent, Event, subject_for
 from tests.conftest import connect_as, connect_open
@@ -35,7 +34,7 @@ from tests.console_data import admitted, pending, started, submitted
 
 # (BERTH_BUS_COPIES, the patterns it keeps, why)
 ACCEPTED = [
-    ("all", ALL_COPIES, "every batched event has its copy"),
+    ("all", ALL_COPIES, "the default: every batched event has its copy"),
     ("none", (), "no copies: readers derive the view from the batches"),
     (
         "berth.wl.*.team-a.*, berth.job.>",
@@ -47,7 +46,7 @@ ACCEPTED = [
 
 # (BERTH_BUS_COPIES, what the error names, why)
 REFUSED = [
-    (" , ", "all, none or subject patterns", "only commas: nothing says which copies"),
+    ("", "all, none or subject patterns", "empty: nothing says which copies"),
     ("berth.cmd.>", "matches no batched event's subject", "commands are never batched"),
     ("berth.check.>", "always stored one message each", "nor are admission checks' answers"),
     ("berth..wl", "is not a NATS subject pattern", "an empty token"),
@@ -179,7 +178,7 @@ def test_copies_read_from_the_streams_metadata(
 
 # (metadata before, the service starting and its copies, metadata after, why)
 STARTS = [
-    (None, "admission", ALL_COPIES, {ADMISSION: "berth.>"}, "every copy on a new stream"),
+    (None, "admission", ALL_COPIES, {ADMISSION: "berth.>"}, "the default on a new stream"),
     (
         None,
         "admission",
@@ -225,94 +224,6 @@ def test_a_service_records_its_copies_in_the_streams_metadata(
     reason: str,
 ) -> None:
     assert stream_metadata(before, source, copies, T2) == after, reason
-
-
-# (BERTH_BUS_COPIES, the setting, why)
-UNSET_OR_SET = [
-    (None, None, "not set: the stream decides when the service opens it"),
-    ("", None, "empty: not set"),
-    ("  ", None, "blank: not set"),
-    ("none", (), "none, said"),
-]
-
-
-@pytest.mark.parametrize(("raw", "copies", "why"), UNSET_OR_SET, ids=[c[2] for c in UNSET_OR_SET])
-def test_copies_not_set_are_left_to_the_stream(
-    raw: str | None, copies: tuple[str, ...] | None, why: str
-) -> None:
-    environ = {} if raw is None else {"BERTH_BUS_COPIES": raw}
-    settings = BusSettings.from_env(environ)
-    assert settings.copies == copies, why
-    assert settings.copied is False, "no copy is sent until the stream has decided"
-
-
-# (the stream's metadata, the service, whether it holds events, the copies kept, why)
-UNSET = [
-    (None, "admission", False, (), "a new stream: none (the view is derived from the batches)"),
-    ({}, "admission", False, (), "an empty stream made without metadata: none"),
-    (None, "admission", True, ALL_COPIES, "events from a Berth before the setting: it kept all"),
-    ({ADMISSION: "berth.>"}, "admission", True, ALL_COPIES, "its own record: a restart keeps it"),
-    ({ADMISSION: "none"}, "admission", True, (), "its own record of none, events stored"),
-    (
-        {ADMISSION: "berth.wl.>", WATCHER: "none"},
-        "admission",
-        True,
-        ("berth.wl.>",),
-        "its own record wins over another's",
-    ),
-    ({WATCHER: "berth.>"}, "admission", False, ALL_COPIES, "the others agree: theirs"),
-    (
-        {WATCHER: "berth.>", "berth.copies.recovery": "none"},
-        "admission",
-        True,
-        (),
-        "the others differ: none (readers derive the view then)",
-    ),
-    (
-        {"ops.owner": "platform", SINCE_METADATA: T1.isoformat()},
-        "admission",
-        True,
-        ALL_COPIES,
-        "an operator's key and since are no record of copies",
-    ),
-]
-
-
-@pytest.mark.parametrize(("metadata", "source", "stored", "copies", "why"), UNSET)
-def test_the_copies_a_service_keeps_when_not_set(
-    metadata: dict[str, str] | None,
-    source: str,
-    stored: bool,
-    copies: tuple[str, ...],
-    why: str,
-) -> None:
-    assert unset_copies(metadata, source, stored=stored) == copies, why
-
-
-async def test_a_service_without_the_setting_keeps_what_the_stream_recorded(nats_url: str) -> None:
-    """Through a real stream: not set, a service keeps none on a new stream and records it;
-    once a deployment keeps every copy, a restart and another service without the setting
-    keep them too (an upgrade never takes them away)."""
-    first = await connect_open(nats_url, "watcher", BusSettings())
-    try:
-        await first.ensure_stream()
-        assert first.settings.copies == (), "a new stream: none"
-        assert (await first.view_copies()).copies == (), "and recorded: readers derive"
-    finally:
-        await first.close()
-    setting = await connect_open(nats_url, "watcher", BusSettings(copies=ALL_COPIES))
-    try:
-        await setting.ensure_stream()
-    finally:
-        await setting.close()
-    for source in ("watcher", "admission"):
-        unset = await connect_open(nats_url, source, BusSettings())
-        try:
-            await unset.ensure_stream()
-            assert unset.settings.copies == ALL_COPIES, f"{source}: what the stream recorded"
-            assert unset.settings.copied is True
-        finally:
-            await unset.close()
 
 
 # (copies since, the read's start, read from the copies, why)

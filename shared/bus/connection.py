@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Self, TypeVar
 
@@ -27,13 +26,7 @@ from shared.bus.current import CurrentClient
 from shared.bus.errors import BusError, NoResponders, translated
 from shared.bus.pulling import PullPump
 from shared.bus.settings import STREAM, STREAM_SUBJECTS, BusSettings
-from shared.bus.view import (
-    StoredCopies,
-    copies_in,
-    copies_metadata,
-    stream_metadata,
-    unset_copies,
-)
+from shared.bus.view import StoredCopies, copies_in, stream_metadata
 from shared.fencing import Fence
 from shared.logging import get_logger
 from shared.subjects import publisher_batch_subjects
@@ -349,17 +342,13 @@ class Connection:
 
         async def ensure() -> None:
             try:
-                info = await self.js.stream_info(STREAM)
-                existing, stored = info.config.metadata, info.state.messages > 0
+                existing = (await self.js.stream_info(STREAM)).config.metadata
             except nats.js.errors.NotFoundError:
-                existing, stored = None, False
-            copies = self.settings.copies
-            if copies is None:  # BERTH_BUS_COPIES not set: the stream decides (unset_copies)
-                copies = unset_copies(existing, self.source, stored=stored)
-                self.settings = replace(self.settings, copies=copies)
-                log.info("copies_kept", copies=copies_metadata(copies), reason="not set")
+                existing = None
             # which per-workload copies this service keeps: how readers read the view
-            config.metadata = stream_metadata(existing, self.source, copies, datetime.now(UTC))
+            config.metadata = stream_metadata(
+                existing, self.source, self.settings.copies, datetime.now(UTC)
+            )
             try:
                 await self.js.add_stream(config)
             except nats.js.errors.BadRequestError:

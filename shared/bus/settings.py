@@ -42,7 +42,7 @@ STREAM_SUBJECTS = (
     "berth.b.>",  # batches of the services' events (shared/bus/batches.py)
     LEASE_SUBJECTS,
 )
-# BERTH_BUS_COPIES=all: every batched event has its per-workload copy.
+# BERTH_BUS_COPIES's default: every batched event has its per-workload copy.
 ALL_COPIES = ("berth.>",)
 API_SUBJECT = "berth.api"
 JS_API_PREFIX = "$JS.API"  # nats-py's default; Bus never changes it
@@ -61,13 +61,11 @@ class BusSettings:
     (``Bus.send_key_batch``, which turns on the bucket's stream's ``allow_batched``); off, they
     are plain puts and no stream is changed. ``copies``: the per-workload subjects on which
     a batched event is also stored as its copy (docs/events.md, "The per-workload view"):
-    every one with :data:`ALL_COPIES`, none with ``()``; None (``BERTH_BUS_COPIES`` not set)
-    lets the event stream decide when the service opens it (``Bus.ensure_stream``,
-    :func:`shared.bus.view.unset_copies`), and keeps none until then."""
+    every one by default, none with ``()``."""
 
     stream_replicas: int = 1
     batching: bool = True
-    copies: tuple[str, ...] | None = None
+    copies: tuple[str, ...] = ALL_COPIES
 
     @cached_property
     def copied(self) -> Callable[[str], bool] | bool:
@@ -80,9 +78,8 @@ class BusSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BusSettings:
         """From ``BERTH_STREAM_REPLICAS``, ``BERTH_BUS_BATCHES`` (``1``/``0``) and
-        ``BERTH_BUS_COPIES`` (:func:`copy_patterns`; not set or empty: None, the stream
-        decides); a value that is not a positive count, not 0 or 1, or not a list of patterns
-        on batched families is refused."""
+        ``BERTH_BUS_COPIES`` (:func:`copy_patterns`); a value that is not a positive count,
+        not 0 or 1, or not a list of patterns on batched families is refused."""
         env = os.environ if environ is None else environ
         raw = env.get("BERTH_STREAM_REPLICAS", "1")
         try:
@@ -94,8 +91,7 @@ class BusSettings:
         batches = env.get("BERTH_BUS_BATCHES", "1" if cls.batching else "0")
         if batches not in ("0", "1"):
             raise ValueError(f"BERTH_BUS_BATCHES must be 0 or 1, not {batches!r}")
-        raw_copies = env.get("BERTH_BUS_COPIES", "")
-        copies = copy_patterns(raw_copies) if raw_copies.strip() else None
+        copies = copy_patterns(env.get("BERTH_BUS_COPIES", "all"))
         return cls(stream_replicas=replicas, batching=batches == "1", copies=copies)
 
 

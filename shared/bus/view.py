@@ -39,7 +39,6 @@ __all__ = [
     "copies_in",
     "copies_metadata",
     "stream_metadata",
-    "unset_copies",
 ]
 
 # The event stream's metadata: ``berth.copies.<service>``, the copies each service keeps
@@ -83,31 +82,6 @@ def copies_in(metadata: Mapping[str, str] | None) -> StoredCopies:
         copies = ()
     since = metadata.get(SINCE_METADATA)
     return StoredCopies(copies, datetime.fromisoformat(since) if since else None)
-
-
-def unset_copies(
-    metadata: Mapping[str, str] | None, source: str, *, stored: bool
-) -> tuple[str, ...]:
-    """The copies service ``source`` keeps when ``BERTH_BUS_COPIES`` is not set, from the
-    event stream's metadata: what it recorded when it last started, else what the other
-    services recorded if they agree, so that a restart or an upgrade never changes what a
-    deployment keeps; with nothing recorded, every copy on a stream that holds events (a Berth
-    from before the setting kept them all), and none on a new or empty one.
-
-    Why none on a new stream: each copy is one more stored message per event, in its
-    publisher and in nats-server (most of the stream's messages with every copy kept), while
-    the batches hold every event and the per-workload view is derived from them
-    (docs/events.md, "The per-workload view"); a deployment whose tools follow by subject
-    sets the copies it wants."""
-    metadata = metadata or {}
-    own = metadata.get(f"{COPIES_METADATA}.{source}")
-    if own is not None:
-        return _copies_of(own)
-    prefix = f"{COPIES_METADATA}."
-    values = {v for k, v in metadata.items() if k.startswith(prefix) and k != SINCE_METADATA}
-    if values:
-        return _copies_of(values.pop()) if len(values) == 1 else ()
-    return ALL_COPIES if stored else ()
 
 
 def stream_metadata(
