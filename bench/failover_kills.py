@@ -15,14 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from bench.failover_scenario import NATS_TARGET_S, PROBE, ROLE_TARGET_S, Generator, job
 from berth_cli.launcher import LiveStack
 from shared.auth import ClientAuth
 from shared.bus import STREAM, Bus, BusError, bus_call
-from shared.events import WorkloadAdmitted
+from shared.bus.batches import record_of
 from shared.membership import Member, health_at, read_members
+from shared.subjects import batch_subject
 
 
 @dataclass
@@ -198,14 +197,13 @@ async def admitted_since(bus: Bus, moment: float, within: float) -> None:
     seen = asyncio.Event()
 
     async def on_admitted(msg: Any) -> None:
-        if _admitted_decoder.decode(msg.data).time.timestamp() > moment:
+        # admission's batches: read whatever copies the stack keeps
+        if any(event.time.timestamp() > moment for event in record_of(msg)):
             seen.set()
 
-    subscription = await bus.nc.subscribe("berth.cq.*.admitted.>", cb=on_admitted)
+    subscription = await bus.nc.subscribe(batch_subject("cq.*.admitted"), cb=on_admitted)
     try:
         await asyncio.wait_for(seen.wait(), within)
     finally:
         await subscription.unsubscribe()
 
-
-_admitted_decoder = msgspec.json.Decoder(WorkloadAdmitted)

@@ -56,9 +56,11 @@ from services.watcher.kube.namespaces import ManagedNamespaces
 from services.watcher.kube.watching import WatchSettings
 from shared.auth import ClientAuth
 from shared.bus import STREAM, Bus
-from shared.events import WorkloadAdmitted, WorkloadSubmitted, decode_event
+from shared.bus.batches import record_of
+from shared.events import WorkloadAdmitted, WorkloadSubmitted
 from shared.logging import configure_logging
 from shared.service import Runtime
+from shared.subjects import batch_subject
 
 NAMESPACE = "batch"
 LOCAL_QUEUE = "user-queue"
@@ -153,9 +155,12 @@ class AdmissionStandIn:
         self.wanted = asyncio.Event()
 
     async def on_submitted(self, msg: Msg) -> None:
-        event = decode_event(msg.data)
-        if not isinstance(event, WorkloadSubmitted) or event.workload.key in self.records:
-            return
+        """The watcher's submissions, from its batches (read whatever copies it keeps)."""
+        for event in record_of(msg):
+            if isinstance(event, WorkloadSubmitted) and event.workload.key not in self.records:
+                self._admit(event)
+
+    def _admit(self, event: WorkloadSubmitted) -> None:
         record = self.records[event.workload.key] = WorkloadRecord.of(event)
         admitted = WorkloadAdmitted(
             source="admission",
@@ -240,7 +245,7 @@ async def run(
             await bus.ensure_stream()
             stand_in = AdmissionStandIn(admission_bus)
             submitted = await admission_bus.nc.subscribe(
-                "berth.wl.submitted.>", cb=stand_in.on_submitted
+                batch_subject("wl.submitted"), cb=stand_in.on_submitted
             )
             answers = await admission_bus.serve_requests(
                 "berth.api.admission.workloads", stand_in.answer
