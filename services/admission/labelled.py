@@ -32,7 +32,7 @@ samples are the same. Admission counts and serves metrics on one thread (the eve
 no lock is needed.
 
 prometheus_client makes each child a whole metric object: its settings, a dict of them and
-(a histogram's) its own copy of the bucket bounds, about a kilobyte per histogram series.
+(a histogram's) its own copy of the bucket bounds, for every series of every queue.
 The light metrics' children are plain objects with slots that read their metric's one list
 of bounds (``labels()`` makes them, with prometheus_client's checks); the parent collects
 their samples as it collects its own children's.

@@ -67,8 +67,7 @@ class Cluster:
         self.victim_of: dict[str, str] = {}  # victim uid -> preemptor uid
         self.holds = Holds()  # the room each flight holds in ``tree`` (applied incrementally)
         # ClusterQueue -> uid -> admitted workload: a victim search looks at its cohort's
-        # queues only (on the Kueue benchmark's 1,000 queues, walking every running workload
-        # per search was a third of the service's CPU).
+        # queues only, not at every running workload of every cohort.
         self.running_in: dict[str, dict[str, Running]] = {}
         # Managed jobs holding an ageing reservation: once admitted they are not victims (but
         # of a reservation with an earlier clock), or a job that waited past reserveAfter
@@ -365,7 +364,7 @@ class Cluster:
 
         By queue and lazy: a search reads the queues it needs only, and most searches under
         load end before looking at a candidate (the workload fits by the time preemption
-        reads its request: 90% of them on the Kueue benchmark).
+        reads its request).
         """
         since, victim_of, reserved = self.since, self.victim_of, self.reserved
 

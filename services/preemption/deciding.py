@@ -83,8 +83,8 @@ def decide(cluster: Cluster, uid: str, wall: float) -> Decision:
     if result.message == FITS:
         return _FITS
     # Why the shortcut: when no candidate was protected, the search without protection is
-    # the same deterministic call getting the same answers, so its result is this one
-    # (without minimum run times, that second search was a third of the service's CPU).
+    # the same deterministic call getting the same answers, so its result is this one: a
+    # second search is made only when a candidate was protected, not after every failed one.
     unprotected = (
         _search(cluster, pending, lambda _: False, reservation) if ever_protected else result
     )

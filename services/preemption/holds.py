@@ -4,8 +4,8 @@ Preemption's tree is the real usage of the running workloads plus, for every pre
 flight, its hold (``held_room``): its victims' usage counts as gone and its preemptor's needs
 as used, so no second preemptor counts on the same room. A hold is applied once when its
 first eviction is ordered and undone piece by piece as the rule stops asking for it, never by
-re-applying every hold around each search (that was half of the service's CPU on the
-large-scale Kueue benchmark). Each hold touches only its preemptor's and victims' ClusterQueues,
+re-applying every hold around each search (a cost every search paid for every preemption in
+flight). Each hold touches only its preemptor's and victims' ClusterQueues,
 so only their cohort tree. Pure: no I/O.
 """
 

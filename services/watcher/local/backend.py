@@ -286,8 +286,8 @@ class LocalBackend:
         concurrently.
 
         Why: starting a workload awaits a status write and a publish; one workload after
-        the other, a batch of admissions took a round trip each (the Kueue benchmark measured
-        admitted -> started at 0.3-0.9 s). Decisions about one workload keep their order.
+        the other, a batch of admissions took a round trip each, and the last of a large
+        batch started long after its admission. Decisions about one workload keep their order.
         Simulated runs admitted in the batch start together: one pipelined round of status
         writes and one of Started reports, left settling (the bus acks the batch once they
         are stored) so that the next batch's runs start without waiting for them.
