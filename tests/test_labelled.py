@@ -394,25 +394,33 @@ def test_a_tally_serves_what_inc_and_observe_serve(observed: list[float], why: s
     assert repr(_tallied(observed, tally=True)) == repr(_tallied(observed, tally=False)), why
 
 
-# (the histograms' buckets, whether the counter is the labelled parent, the error, why)
+# (the histograms' buckets, what is given as the counter, the error, why)
 TALLY_REFUSALS = [
-    ((0.1, 1.0), False, "one list of buckets", "histograms with other buckets"),
-    ((0.1, 0.25, 1.0, 2.5), True, "missing label values", "a labelled parent, as inc()"),
+    ((0.1, 1.0), "child", "one list of buckets", "histograms with other buckets"),
+    ((0.1, 0.25, 1.0, 2.5), "parent", "missing label values", "a labelled parent, as inc()"),
+    (
+        (0.1, 0.25, 1.0, 2.5),
+        "unlabelled",
+        "missing label values",
+        "a metric without labels: counts a tally held for it would never be served",
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("buckets", "parent", "error", "why"), TALLY_REFUSALS, ids=[c[3] for c in TALLY_REFUSALS]
+    ("buckets", "given", "error", "why"), TALLY_REFUSALS, ids=[c[3] for c in TALLY_REFUSALS]
 )
-def test_a_tally_refuses(buckets: tuple[float, ...], parent: bool, error: str, why: str) -> None:
+def test_a_tally_refuses(buckets: tuple[float, ...], given: str, error: str, why: str) -> None:
     registry = CollectorRegistry()
     counter = LightCounter(f"t_{next(_names)}", "c", ["q"], registry=registry)
+    unlabelled = LightCounter(f"t_{next(_names)}", "c", registry=registry)
     one, other = (
         LightHistogram(f"t_{next(_names)}", "h", ["q"], buckets=b, registry=registry)
         for b in ((0.1, 0.25, 1.0, 2.5), buckets)
     )
+    counted = {"child": counter.labels("a"), "parent": counter, "unlabelled": unlabelled}[given]
     with pytest.raises(ValueError, match=error):
-        Tally([counter if parent else counter.labels("a")], [one.labels("a"), other.labels("a")])
+        Tally([counted], [one.labels("a"), other.labels("a")])
 
 
 Step = tuple[str, float]  # ("tally" | "observe" | "inc" | "read", amount)

@@ -117,37 +117,29 @@ class Children:
 
 
 class _LightChild:
-    """What every light child keeps besides its counts: its labels, when it was made, and
-    whether a tally may hold counts for it (:func:`flush`). A plain object with slots, not a
-    metric: prometheus_client makes each child a whole metric (a dict of its settings, its
-    own copy of the histogram's buckets), which for a thousand queues with eight series each
-    was most of the memory the metrics held (bench/million_pending.py)."""
+    """What every light child keeps besides its counts: when it was made, and whether a
+    tally may hold counts for it (:func:`flush`). A plain object with slots, not a metric:
+    prometheus_client makes each child a whole metric (a dict of its settings, its own copy
+    of the histogram's buckets), for every series of every queue. Its parent adds its labels
+    when it collects it (``_multi_samples`` calls :meth:`_samples`)."""
 
-    __slots__ = ("_created", "_labelnames", "_labelvalues", "_tallied")
-    _type = ""
+    __slots__ = ("_created", "_tallied")
 
-    def __init__(self, labelnames: Sequence[str], labelvalues: tuple[str, ...]) -> None:
-        self._labelnames = labelnames
-        self._labelvalues = labelvalues
+    def __init__(self) -> None:
         self._created = time.time()
         self._tallied = False
 
-    def _child_samples(self) -> Iterable[Sample]:
-        raise NotImplementedError
-
     def _samples(self) -> Iterable[Sample]:
-        """What the parent metric collects of this child (its ``_multi_samples``)."""
-        return self._child_samples()
+        raise NotImplementedError
 
 
 class CounterChild(_LightChild):
     """A :class:`LightCounter`'s series: adds to a float (one thread only)."""
 
     __slots__ = ("_count",)
-    _type = "counter"
 
-    def __init__(self, labelnames: Sequence[str], labelvalues: tuple[str, ...]) -> None:
-        super().__init__(labelnames, labelvalues)
+    def __init__(self) -> None:
+        super().__init__()
         self._count = 0.0
 
     def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
@@ -163,7 +155,7 @@ class CounterChild(_LightChild):
         self._count = 0.0
         self._created = time.time()
 
-    def _child_samples(self) -> Iterable[Sample]:
+    def _samples(self) -> Iterable[Sample]:
         flush()
         sample = Sample("_total", {}, self._count, None, None)
         if prometheus_metrics._use_created:
@@ -176,12 +168,9 @@ class HistogramChild(_LightChild):
     (one thread only); the bucket bounds are its metric's list, shared by every series."""
 
     __slots__ = ("_counts", "_total", "_upper_bounds")
-    _type = "histogram"
 
-    def __init__(
-        self, labelnames: Sequence[str], labelvalues: tuple[str, ...], bounds: list[float]
-    ) -> None:
-        super().__init__(labelnames, labelvalues)
+    def __init__(self, bounds: list[float]) -> None:
+        super().__init__()
         self._upper_bounds = bounds
         self._counts = [0.0] * len(bounds)
         self._total = 0.0
@@ -197,7 +186,7 @@ class HistogramChild(_LightChild):
         if index < len(bounds) and amount <= bounds[index]:
             self._counts[index] += 1
 
-    def _child_samples(self) -> Iterable[Sample]:
+    def _samples(self) -> Iterable[Sample]:
         flush()
         samples = []
         acc = 0.0
@@ -249,11 +238,10 @@ class LightCounter(Counter):
     its samples are the same. Without labels it counts on a child of its own."""
 
     def labels(self, *values: object, **keywords: object) -> CounterChild:  # type: ignore[override]
-        names = self._labelnames
-        return _labelled_child(self, values, keywords, lambda key: CounterChild(names, key))
+        return _labelled_child(self, values, keywords, lambda _: CounterChild())
 
     def _metric_init(self) -> None:
-        self._own = CounterChild((), ())
+        self._own = CounterChild()
 
     def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
         """As Counter.inc: refused on the labelled parent."""
@@ -265,7 +253,7 @@ class LightCounter(Counter):
         self._own.reset()
 
     def _child_samples(self) -> Iterable[Sample]:
-        return self._own._child_samples()
+        return self._own._samples()
 
 
 class LightHistogram(Histogram):
@@ -273,13 +261,11 @@ class LightHistogram(Histogram):
     only); its samples are the same. Without labels it counts on a child of its own."""
 
     def labels(self, *values: object, **keywords: object) -> HistogramChild:  # type: ignore[override]
-        names, bounds = self._labelnames, self._upper_bounds
-        return _labelled_child(
-            self, values, keywords, lambda key: HistogramChild(names, key, bounds)
-        )
+        bounds = self._upper_bounds
+        return _labelled_child(self, values, keywords, lambda _: HistogramChild(bounds))
 
     def _metric_init(self) -> None:
-        self._own = HistogramChild((), (), self._upper_bounds)
+        self._own = HistogramChild(self._upper_bounds)
 
     def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
         """As Histogram.observe: refused on the labelled parent."""
@@ -287,7 +273,7 @@ class LightHistogram(Histogram):
         self._own.observe(amount)
 
     def _child_samples(self) -> Iterable[Sample]:
-        return self._own._child_samples()
+        return self._own._samples()
 
 
 class Tally:
@@ -301,8 +287,11 @@ class Tally:
 
     def __init__(self, counters: Sequence[CounterChild], histograms: Sequence[HistogramChild]):
         for child in (*counters, *histograms):
-            if child._labelnames and not child._labelvalues:  # as inc and observe refuse
-                raise ValueError(f"{child._type} metric is missing label values")
+            if not isinstance(child, _LightChild):  # a metric, labelled or not: not a series
+                raise ValueError(
+                    f"a tally counts a light metric's series (its labels()), not {child}: the"
+                    " metric is missing label values"
+                )
         if len({tuple(h._upper_bounds) for h in histograms}) > 1:
             raise ValueError("the histograms of a tally have one list of buckets")
         self._counters = tuple(counters)

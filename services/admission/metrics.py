@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Container
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import Counter
 
@@ -22,9 +22,6 @@ from services.admission.labelled import (
     LightHistogram,
     Tally,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["admitted", "attempt", "checks_passed", "evicted", "forget_queues", "pods_ready"]
 

@@ -28,8 +28,7 @@ Q = TypeVar("Q", bound="QueuedWorkload")
 class Ageing(msgspec.Struct, frozen=True, gc=False):
     """What ageing and preemption set on a queued workload (QueuedWorkload's properties of
     the same names say what each means). One value, not four fields of every workload: most
-    never have any, and share :data:`NO_AGEING` (a million pending workloads held four
-    fields each for it)."""
+    never have any, and share :data:`NO_AGEING`."""
 
     boost: int = 0
     reserved: bool = False

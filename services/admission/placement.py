@@ -153,9 +153,9 @@ class Placement:
             wl.queue_time,
             wl.ref.uid,
             deadline=self._config.wait_targets.deadline(priority, wl.queue_time),
-            reserved=wl.ageing.reserved,
-            nominated=wl.ageing.nominated,
-            since=wl.ageing.since,
+            reserved=wl.reserved,
+            nominated=wl.nominated,
+            since=wl.since,
         )
         self._queues[cq_name].push(record)
         self._books.queued((namespace, lq_name), 1)
@@ -246,7 +246,7 @@ class Placement:
             self._boost_held_back.discard(ref.uid)
         else:
             self._boost_held_back.add(ref.uid)
-        if not record.set_ageing(boost, reserved, since):
+        if not record.wl.age(boost, reserved, since):
             return
         if record.state == PENDING:
             self._requeue(record)

@@ -60,7 +60,8 @@ class State(Enum):
     FINISHED = "finished"
 
 
-# The members as module constants: a global is one lookup, an Enum attribute a descriptor call.
+# The members as module constants: a global is one dict lookup, an Enum member an attribute
+# lookup on its class that goes through the enum's metaclass.
 PENDING, ADMITTED, FINISHED = State.PENDING, State.ADMITTED, State.FINISHED
 
 
@@ -73,7 +74,7 @@ CLOCK: Final = 3  # queue time; a reservation's ageing clock (``since``)
 UID: Final = 4
 # A plain tuple, not a NamedTuple: the garbage collector stops tracking an exact tuple of
 # numbers and strings, not a subclass's, and every long-lived key that stays tracked is walked
-# again by each collection.
+# again by each full collection.
 OrderKey = tuple[int, float, int, float, str]
 
 
@@ -186,13 +187,9 @@ class Record(msgspec.Struct, gc=False, eq=False):
         self.wl = wl
         self.shape_key = None
 
-    def set_ageing(self, boost: int, reserved: bool, since: float) -> bool:
-        """Take recovery's latest boost, reservation and clock; whether anything changed."""
-        return self.wl.age(boost, reserved, since)
-
     @property
     def effective_priority(self) -> int:
-        return (self.base or 0) + self.wl.ageing.boost
+        return (self.base or 0) + self.wl.boost
 
     @property
     def lq_name(self) -> str:

@@ -394,8 +394,7 @@ class Scheduler(Assigning):
                 result.contested,
             )
             self._track_waiting(record, name, result.waits_for_room)
-        ageing = record.wl.ageing
-        if queue.strict or ageing.reserved or ageing.nominated:
+        if queue.strict or record.wl.reserved or record.wl.nominated:
             queue.blocked = True  # StrictFIFO, or a reservation: nothing behind it may pass
         else:
             queue.park(record)

@@ -129,8 +129,8 @@ class WorkloadRecord(QueuedWorkload, kw_only=True, gc=False):
     A workload is held once: the record is the core's entry itself (a QueuedWorkload, the
     one the scheduler queues: identity, queue, pod sets, priorities) with what the displays
     need beside it; :attr:`submitted` gives the event back as the interner kept it. The
-    entry's fields read here never change (the core sets only its ageing and nomination
-    fields; a requeue gives the core a new entry)."""
+    entry's fields read here never change (the core sets only its ``ageing``, which holds its
+    nomination too; a requeue gives the core a new entry)."""
 
     shown: Shown
     # Shared, never written in place: _set replaces it (with_condition). Empty until a first

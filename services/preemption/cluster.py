@@ -362,9 +362,8 @@ class Cluster:
         whose ageing clock started earlier (they go first; so two aged workloads never
         preempt each other back and forth).
 
-        By queue and lazy: a search reads the queues it needs only, and most searches under
-        load end before looking at a candidate (the workload fits by the time preemption
-        reads its request).
+        By queue and lazy: a search reads the queues it needs only (ordering.py filters a
+        queue when the search first needs it), one workload at a time.
         """
         since, victim_of, reserved = self.since, self.victim_of, self.reserved
 
