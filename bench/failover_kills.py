@@ -197,13 +197,18 @@ async def admitted_since(bus: Bus, moment: float, within: float) -> None:
     seen = asyncio.Event()
 
     async def on_admitted(msg: Any) -> None:
-        # admission's batches: read whatever copies the stack keeps
+        # The record: admission's batches, or its single messages with batches off; never
+        # the copies (record_of skips them), which a stack may not keep.
         if any(event.time.timestamp() > moment for event in record_of(msg)):
             seen.set()
 
-    subscription = await bus.nc.subscribe(batch_subject("cq.*.admitted"), cb=on_admitted)
+    subscriptions = [
+        await bus.nc.subscribe(subject, cb=on_admitted)
+        for subject in (batch_subject("cq.*.admitted"), "berth.cq.*.admitted.>")
+    ]
     try:
         await asyncio.wait_for(seen.wait(), within)
     finally:
-        await subscription.unsubscribe()
+        for subscription in subscriptions:
+            await subscription.unsubscribe()
 

@@ -155,7 +155,8 @@ class AdmissionStandIn:
         self.wanted = asyncio.Event()
 
     async def on_submitted(self, msg: Msg) -> None:
-        """The watcher's submissions, from its batches (read whatever copies it keeps)."""
+        """The watcher's submissions: its batches, or its single messages with batches off;
+        never the copies (``record_of`` skips them), which a stack may not keep."""
         for event in record_of(msg):
             if isinstance(event, WorkloadSubmitted) and event.workload.key not in self.records:
                 self._admit(event)
@@ -244,9 +245,10 @@ async def run(
             bus = await Bus.connect(server.url, source="watcher", auth=open_bus)
             await bus.ensure_stream()
             stand_in = AdmissionStandIn(admission_bus)
-            submitted = await admission_bus.nc.subscribe(
-                batch_subject("wl.submitted"), cb=stand_in.on_submitted
-            )
+            submitted = [
+                await admission_bus.nc.subscribe(subject, cb=stand_in.on_submitted)
+                for subject in (batch_subject("wl.submitted"), "berth.wl.submitted.>")
+            ]
             answers = await admission_bus.serve_requests(
                 "berth.api.admission.workloads", stand_in.answer
             )
@@ -279,7 +281,8 @@ async def run(
             await asyncio.wait_for(observing, 30)
             await runtime.cancel_tasks(grace=1)
             publisher.cancel()
-            await submitted.unsubscribe()
+            for subscription in submitted:
+                await subscription.unsubscribe()
             await answers.unsubscribe()
             await client.close()
             await bus.close()
