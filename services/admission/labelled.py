@@ -209,10 +209,10 @@ def _labelled_child(
     metric: Counter | Histogram,
     values: tuple[object, ...],
     keywords: dict[str, object],
-    make: Callable[[tuple[str, ...]], C],
+    make: Callable[[], C],
 ) -> C:
     """``metric.labels(*values, **keywords)``, checked as prometheus_client checks it, whose
-    child (made once per label values, kept by the metric) is ``make(label values)``."""
+    child (made once per label values, kept by the metric) is ``make()``."""
     names = metric._labelnames
     if not names:
         raise ValueError(f"No label names were set when constructing {metric}")
@@ -229,7 +229,7 @@ def _labelled_child(
     with metric._lock:
         child = children.get(key)
         if child is None:
-            child = children[key] = make(key)
+            child = children[key] = make()
     return child
 
 
@@ -238,7 +238,7 @@ class LightCounter(Counter):
     its samples are the same. Without labels it counts on a child of its own."""
 
     def labels(self, *values: object, **keywords: object) -> CounterChild:  # type: ignore[override]
-        return _labelled_child(self, values, keywords, lambda _: CounterChild())
+        return _labelled_child(self, values, keywords, CounterChild)
 
     def _metric_init(self) -> None:
         self._own = CounterChild()
@@ -262,7 +262,7 @@ class LightHistogram(Histogram):
 
     def labels(self, *values: object, **keywords: object) -> HistogramChild:  # type: ignore[override]
         bounds = self._upper_bounds
-        return _labelled_child(self, values, keywords, lambda _: HistogramChild(bounds))
+        return _labelled_child(self, values, keywords, lambda: HistogramChild(bounds))
 
     def _metric_init(self) -> None:
         self._own = HistogramChild(self._upper_bounds)
