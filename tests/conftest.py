@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator, MutableMapping
@@ -255,3 +256,28 @@ async def acked_up_to(bus: Bus, durable: str, sequence: int) -> ConsumerInfo:
         if ack_floor(info) >= sequence or time.monotonic() > deadline:
             return info
         await asyncio.sleep(0.02)
+
+
+def frozen(pid: int, within: float = 5.0) -> None:
+    """SIGSTOP ``pid`` and return once every one of its threads is stopped: the signal is
+    delivered asynchronously, and a thread of a multi-threaded server (nats-server) can run
+    on for a moment after ``kill`` returns (an ack it sends then breaks a test that counts
+    on none coming). Raises TimeoutError if it is not stopped ``within`` seconds."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + within
+    tasks = Path(f"/proc/{pid}/task")
+    while True:
+        states = [_state(task / "stat") for task in tasks.iterdir()]
+        if states and all(state in ("T", "t") for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} not stopped after {within} s: {states}")
+        time.sleep(0.001)
+
+
+def _state(stat: Path) -> str:
+    """A thread's state letter from its /proc stat line (after the parenthesised name)."""
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return "T"  # a thread gone meanwhile runs no more

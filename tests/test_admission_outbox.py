@@ -20,6 +20,7 @@ from services.admission.outbox import Outbox
 from shared.bus import Bus, BusError
 from shared.events import Event
 from shared.service import Runtime
+from tests.conftest import frozen
 from tests.test_bus_batches import _admitted, _connect, _pending, _replayed
 
 # (reason, the pieces' workload names; a name starting with "p" is a pending report)
@@ -104,7 +105,7 @@ async def test_nothing_is_sent_while_an_earlier_ack_is_to_come(
         outbox = _outbox(bus, tmp_path)
         told: list[bool] = []
         outbox.on_settled = lambda: told.append(True)
-        os.kill(nats_server.process.pid, signal.SIGSTOP)
+        frozen(nats_server.process.pid)  # every thread stopped: no ack can come
         try:
             await outbox.send([[_admitted("a")]])
             assert outbox.busy(), "the first publish's ack is still to come"

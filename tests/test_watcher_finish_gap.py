@@ -28,7 +28,7 @@ from shared.bus import OBJECTS_BUCKET, STATUS_BUCKET, Bus
 from shared.events import WorkloadFinished, WorkloadRef
 from shared.service import Runtime
 from shared.workloads import workload_key
-from tests.conftest import FIXTURES, Stack, berth, bus_auth
+from tests.conftest import FIXTURES, Stack, berth, bus_auth, frozen
 from tests.e2e import (
     condition,
     event_log,
@@ -220,7 +220,7 @@ def test_a_finish_the_killed_watcher_never_reported_frees_its_quota_once(
     eventually(lambda: _pending_for_quota(_by_name(url)["waiter"]), timeout=30)
 
     watcher = stack.pids["watcher"]
-    os.kill(watcher, signal.SIGSTOP)  # it sees nothing from here on
+    frozen(watcher)  # it sees nothing from here on
     try:
         flag.touch()  # the job's process ends...
         eventually(lambda: not any(_alive(pid) for pid in running["pids"]), timeout=30)
