@@ -18,10 +18,10 @@ from typing import Any
 from bench.failover_scenario import NATS_TARGET_S, PROBE, ROLE_TARGET_S, Generator, job
 from berth_cli.launcher import LiveStack
 from shared.auth import ClientAuth
-from shared.bus import STREAM, Bus, BusError, bus_call
+from shared.bus import STREAM, Bus, BusError, BusSettings, bus_call
 from shared.bus.batches import record_of
 from shared.membership import Member, health_at, read_members
-from shared.subjects import batch_subject
+from shared.subjects import record_subject
 
 
 @dataclass
@@ -197,18 +197,15 @@ async def admitted_since(bus: Bus, moment: float, within: float) -> None:
     seen = asyncio.Event()
 
     async def on_admitted(msg: Any) -> None:
-        # The record: admission's batches, or its single messages with batches off; never
-        # the copies (record_of skips them), which a stack may not keep.
+        # The record, not the copies, which a stack may not keep.
         if any(event.time.timestamp() > moment for event in record_of(msg)):
             seen.set()
 
-    subscriptions = [
-        await bus.nc.subscribe(subject, cb=on_admitted)
-        for subject in (batch_subject("cq.*.admitted"), "berth.cq.*.admitted.>")
-    ]
+    batching = BusSettings.from_env().batching  # the stack's, from the same environment
+    subject = record_subject("cq.*.admitted", batching=batching)
+    subscription = await bus.nc.subscribe(subject, cb=on_admitted)
     try:
         await asyncio.wait_for(seen.wait(), within)
     finally:
-        for subscription in subscriptions:
-            await subscription.unsubscribe()
+        await subscription.unsubscribe()
 

@@ -60,7 +60,7 @@ from shared.bus.batches import record_of
 from shared.events import WorkloadAdmitted, WorkloadSubmitted
 from shared.logging import configure_logging
 from shared.service import Runtime
-from shared.subjects import batch_subject
+from shared.subjects import record_subject
 
 NAMESPACE = "batch"
 LOCAL_QUEUE = "user-queue"
@@ -155,8 +155,8 @@ class AdmissionStandIn:
         self.wanted = asyncio.Event()
 
     async def on_submitted(self, msg: Msg) -> None:
-        """The watcher's submissions: its batches, or its single messages with batches off;
-        never the copies (``record_of`` skips them), which a stack may not keep."""
+        """The watcher's submissions, from the record (``record_subject``), not the copies,
+        which a stack may not keep."""
         for event in record_of(msg):
             if isinstance(event, WorkloadSubmitted) and event.workload.key not in self.records:
                 self._admit(event)
@@ -245,10 +245,10 @@ async def run(
             bus = await Bus.connect(server.url, source="watcher", auth=open_bus)
             await bus.ensure_stream()
             stand_in = AdmissionStandIn(admission_bus)
-            submitted = [
-                await admission_bus.nc.subscribe(subject, cb=stand_in.on_submitted)
-                for subject in (batch_subject("wl.submitted"), "berth.wl.submitted.>")
-            ]
+            submitted = await admission_bus.nc.subscribe(
+                record_subject("wl.submitted", batching=bus.settings.batching),
+                cb=stand_in.on_submitted,
+            )
             answers = await admission_bus.serve_requests(
                 "berth.api.admission.workloads", stand_in.answer
             )
@@ -281,8 +281,7 @@ async def run(
             await asyncio.wait_for(observing, 30)
             await runtime.cancel_tasks(grace=1)
             publisher.cancel()
-            for subscription in submitted:
-                await subscription.unsubscribe()
+            await submitted.unsubscribe()
             await answers.unsubscribe()
             await client.close()
             await bus.close()

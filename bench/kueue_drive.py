@@ -45,7 +45,7 @@ from shared.bus import (
     KeyNotFound,
 )
 from shared.config import encode_object, object_key, parse_object
-from shared.subjects import batch_subject
+from shared.subjects import record_subject
 from shared.workloads import workload_key
 
 CLASS_LABEL = "berth.dev/bench-class"
@@ -243,7 +243,7 @@ async def drive(
                 all_done.set()
 
         subscription = await bus.nc.subscribe(
-            batch_subject(FINISHED_FAMILY) if batched else "berth.wl.finished.>", cb=on_finished
+            record_subject(FINISHED_FAMILY, batching=batched), cb=on_finished
         )
 
         t_config = time.time()

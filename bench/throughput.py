@@ -56,7 +56,7 @@ from bench.objects import (
 )
 from berth_cli.up import Stack
 from shared.bus import OBJECTS_BUCKET, Bus, BusSettings
-from shared.subjects import batch_subject
+from shared.subjects import record_subject
 from shared.workloads import workload_key
 
 ADMITTED_FAMILY = "cq.*.admitted"
@@ -165,7 +165,7 @@ async def generate(
     try:
         objects_kv = await bus.kv(OBJECTS_BUCKET)
         subscription = await bus.nc.subscribe(
-            batch_subject(ADMITTED_FAMILY) if batched else "berth.cq.*.admitted.>", cb=on_admitted
+            record_subject(ADMITTED_FAMILY, batching=batched), cb=on_admitted
         )
         await write_config(bus, config_documents(queues))
         await asyncio.sleep(2.0)  # every service has folded the config

@@ -20,6 +20,7 @@ __all__ = [
     "overlap",
     "pending_reports_of",
     "publisher_batch_subjects",
+    "record_subject",
     "server_filters",
     "subject_family",
     "subject_matcher",
@@ -139,6 +140,15 @@ BATCH_SUBJECT_OF = {family: batch_subject(family) for family in BATCHED_FAMILIES
 # batch subject -> the family its batches carry
 BATCH_SUBJECTS = {subject: family for family, subject in BATCH_SUBJECT_OF.items()}
 BATCH_SUBJECTS[PREEMPTION_PENDING_BATCH] = PENDING_FAMILY
+
+
+def record_subject(family: str, *, batching: bool) -> str:
+    """Where a batched family's record is published: its batch subject with batches on, its
+    per-workload subjects with them off (each event one message). What a tool that reads one
+    family's events subscribes to (``shared.bus.batches.record_of`` reads either and skips
+    copies); preemption's pending reports have a batch subject of their own besides
+    (:func:`batch_subjects_of`)."""
+    return batch_subject(family) if batching else FAMILY_PATTERNS[family]
 
 
 def batch_subjects_of(family: str) -> list[str]:

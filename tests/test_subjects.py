@@ -15,6 +15,7 @@ from shared.service import Runtime
 from shared.subjects import (
     covers,
     pending_reports_of,
+    record_subject,
     server_filters,
     subject_family,
     subject_matcher,
@@ -229,3 +230,20 @@ def test_preemption_is_sent_what_its_cluster_folds() -> None:
         "pending",
         "boost",
     }
+
+
+# (family, batches on, the subject its record is on, why)
+RECORD_CASES = [
+    ("cq.*.admitted", True, "berth.b.cq.admitted", "batches on: the family's batch subject"),
+    ("cq.*.admitted", False, "berth.cq.*.admitted.>", "batches off: each event on its own"),
+    ("wl.submitted", True, "berth.b.wl.submitted", "a fact's batches"),
+    ("wl.finished", False, "berth.wl.finished.>", "a fact one message each"),
+]
+
+
+@pytest.mark.parametrize(
+    ("family", "batching", "subject", "why"), RECORD_CASES, ids=[c[3] for c in RECORD_CASES]
+)
+def test_a_familys_record_subject(family: str, batching: bool, subject: str, why: str) -> None:
+    assert record_subject(family, batching=batching) == subject, why
+    assert subject_matcher([subject])(subject.replace("*", "cq").replace(">", "ns.name")), why
