@@ -10,7 +10,7 @@ passes, for: a batch read whole (admission's fold), a batch picked inside by pat
 ClusterQueue's decisions), a batch picked by a service's own ``keep`` (recovery), batches
 read in a row by one consumer (its recent ids full), a round published by a bus holding a
 lease term (prepare, batch, copies, acks; against a private nats-server), and a log line
-(to /dev/null). Speed only: tests/test_bus_batches.py proves the behaviour.
+(to /dev/null). Speed only: tests/test_bus_batches_*.py prove the behaviour.
 """
 
 from __future__ import annotations

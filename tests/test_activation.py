@@ -33,7 +33,7 @@ from shared.events import (
     WorkloadRef,
     WorkloadSubmitted,
 )
-from tests.test_scheduler import simple
+from tests.scheduler_world import simple
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

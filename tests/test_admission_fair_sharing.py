@@ -31,8 +31,8 @@ from shared.events import (
     WorkloadSubmitted,
 )
 from shared.service import Runtime
-from tests.test_scheduler import admitted, config, cq, flavor, group, ref, wl
-from tests.test_scheduler import lq as local_queue
+from tests.scheduler_world import admitted, config, cq, flavor, group, ref, wl
+from tests.scheduler_world import lq as local_queue
 
 DECAY = [
     ("one half-life: half the old, half the new", {"cpu": 8.0}, {"cpu": 0.0}, 10, 10, 4.0),

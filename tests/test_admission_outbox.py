@@ -20,8 +20,8 @@ from services.admission.outbox import Outbox
 from shared.bus import Bus, BusError
 from shared.events import Event
 from shared.service import Runtime
+from tests.batched_bus import _admitted, _connect, _pending, _replayed
 from tests.conftest import frozen
-from tests.test_bus_batches import _admitted, _connect, _pending, _replayed
 
 # (reason, the pieces' workload names; a name starting with "p" is a pending report)
 ORDERS: list[tuple[str, list[list[str]]]] = [

@@ -16,9 +16,9 @@ from shared.events import (
     now,
 )
 from shared.service import Runtime
+from tests.batched_bus import _connect
+from tests.scheduler_world import cq, flavor, group, lq
 from tests.test_admission_checks import _check, _configuration
-from tests.test_bus_batches import _connect
-from tests.test_scheduler import cq, flavor, group, lq
 
 
 def _submitted(name: str, queue: str) -> WorkloadSubmitted:

@@ -14,7 +14,7 @@ from shared.bus.pulling import EVENTS_PER_HANDLING, PullPump, handling_chunks
 from shared.bus.settings import BusSettings
 from shared.events import AnyEvent, LeaderElected
 from tests.conftest import ack_floor, acked_up_to, connect_open
-from tests.test_bus import _submitted
+from tests.unbatched_bus import _submitted
 
 SUBMITTED = ["berth.wl.submitted.>"]
 

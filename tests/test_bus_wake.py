@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.test_bus import _bus, _submitted
+from tests.unbatched_bus import _bus, _submitted
 
 
 async def test_a_wake_ends_one_wait_for_the_next_batch(nats_url: str) -> None:

@@ -20,7 +20,7 @@ import pytest
 from services.admission.queue_gauges import cohort_shares, queue_samples
 from services.admission.scheduler import Scheduler
 from shared.config import ClusterQueue, Cohort
-from tests.test_scheduler import V1, config, cq, flavor, group
+from tests.scheduler_world import V1, config, cq, flavor, group
 
 GPU = "example.com/gpu"
 

@@ -17,7 +17,7 @@ from shared.config import object_key, parse_object
 from shared.config_mirror import ConfigMirror
 from shared.events import PodSet, WorkloadRef, WorkloadSubmitted, now
 from shared.service import Runtime
-from tests.test_scheduler import cq, flavor, group, lq
+from tests.scheduler_world import cq, flavor, group, lq
 
 # (calls of ready(): (changed, behind, now), the answers expected, why)
 READY_CASES = [

@@ -21,7 +21,7 @@ from services.admission.scheduler import Scheduler
 from services.admission.workload_objects import WorkloadRecord
 from shared.events import Event, WorkloadAdmitted, WorkloadPending, WorkloadRef
 from tests.conftest import captured_logs
-from tests.test_scheduler import scheduler, simple, wl
+from tests.scheduler_world import scheduler, simple, wl
 
 # (reason, cpu per workload of a, b, c in a 4-cpu queue, the events' kinds and workloads)
 CASES: list[tuple[str, list[str], list[tuple[str, str]]]] = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from services.admission.scheduler import Admission
-from tests.test_scheduler import config, cq, flavor, group, lq, ref, scheduler, simple, wl
+from tests.scheduler_world import config, cq, flavor, group, lq, ref, scheduler, simple, wl
 
 LABELLED = config(
     flavor("default-flavor", nodeLabels={"pool": "a"}),

@@ -14,7 +14,7 @@ from services.recovery import metrics as recovery_metrics
 from shared.config import ClusterQueue, LocalQueue, parse_object
 from shared.events import PodSet, WorkloadRef
 from shared.jobs import JobStatus, ManagedJob, Transition
-from tests.test_scheduler import cq, flavor, group, lq
+from tests.scheduler_world import cq, flavor, group, lq
 
 
 def _scheduler(**spec: Any) -> tuple[Scheduler, list[Any]]:

@@ -7,8 +7,8 @@ import pytest
 
 from services.admission.nominations import Nominations
 from shared.events import WorkloadRef
-from tests.test_scheduler import admitted, scheduler, simple, wl
-from tests.test_scheduler import ref as sched_ref
+from tests.scheduler_world import admitted, scheduler, simple, wl
+from tests.scheduler_world import ref as sched_ref
 
 
 def ref(name: str) -> WorkloadRef:

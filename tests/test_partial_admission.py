@@ -9,7 +9,7 @@ from services.admission.partial import reduced, search
 from services.admission.scheduler import Admission, Inadmissible, Scheduler
 from shared.config import ConfigObject
 from shared.events import PodSet
-from tests.test_scheduler import config, cq, flavor, group, lq, ref, scheduler, wl
+from tests.scheduler_world import config, cq, flavor, group, lq, ref, scheduler, wl
 
 GPU = "example.com/gpu"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from services.admission.scheduler import Admission, Inadmissible
 from shared.events import PodSet
-from tests.test_scheduler import config, cq, flavor, group, lq, scheduler, wl
+from tests.scheduler_world import config, cq, flavor, group, lq, scheduler, wl
 
 GPU = "nvidia.com/gpu"
 

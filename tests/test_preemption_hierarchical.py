@@ -12,7 +12,7 @@ import pytest
 from services.admission.scheduler import Inadmissible
 from services.preemption.model import Running
 from shared.config import ClusterQueue, Cohort
-from tests.test_scheduler import config, flavor, group, lq, scheduler, wl
+from tests.scheduler_world import config, flavor, group, lq, scheduler, wl
 from tests.victims_search import cohort, cq, run, search, victims_of, wants
 
 D = "default/cpu"

@@ -19,7 +19,7 @@ from services.admission.queue_gauges import queue_samples
 from services.admission.scheduler import Admission, QueuedWorkload, Scheduler
 from shared.config import ClusterQueue
 from shared.events import FlavorAssignment
-from tests.test_scheduler import V1, admitted, config, cq, flavor, group, lq, pending, ref, wl
+from tests.scheduler_world import V1, admitted, config, cq, flavor, group, lq, pending, ref, wl
 
 OD = "on-demand"
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from services.admission import partial
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
 from shared.config import ConfigObject
-from tests.test_scheduler import config as parse
-from tests.test_scheduler import cq, flavor, group, lq, ref, wl
+from tests.scheduler_world import config as parse
+from tests.scheduler_world import cq, flavor, group, lq, ref, wl
 from tests.test_scheduler_fair_sharing import configuration
 from tests.test_scheduler_properties import SETTINGS, operation, tree_config, workload
 

@@ -8,7 +8,7 @@ import pytest
 from services.admission.queues import ClusterQueueQueue
 from services.admission.scheduler import Scheduler
 from shared.config import parse_object
-from tests.test_scheduler import cq, flavor, group, lq, wl
+from tests.scheduler_world import cq, flavor, group, lq, wl
 
 # (reason, note the popped key? (None: no note; else which queue the note names), pops,
 #  the queue each pop is told)

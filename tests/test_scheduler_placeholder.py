@@ -11,7 +11,7 @@ import pytest
 
 from services.admission.scheduler import QueuedWorkload, Scheduler
 from shared.events import FlavorAssignment
-from tests.test_scheduler import config, cq, flavor, group, lq, ref, wl
+from tests.scheduler_world import config, cq, flavor, group, lq, ref, wl
 
 FIRST = wl("x", "qa", t=1.0, cpu=1)
 SECOND = wl("x", "qb", t=2.0, cpu=1)

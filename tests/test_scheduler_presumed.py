@@ -16,8 +16,8 @@ from services.admission.presumed import Presumed, presume, presume_all
 from services.admission.queues import CLOCK, ClusterQueueQueue, OrderKey, Record, order_key
 from services.admission.scheduler import Inadmissible, QueuedWorkload, Scheduler
 from shared.config import ConfigObject
-from tests.test_scheduler import config as parse
-from tests.test_scheduler import cq, flavor, group, lq, wl
+from tests.scheduler_world import config as parse
+from tests.scheduler_world import cq, flavor, group, lq, wl
 from tests.test_scheduler_offers import Step, apply
 
 OD = "on-demand"

@@ -22,7 +22,7 @@ from services.admission.flavors import AssignResult
 from services.admission.scheduler import Admission, Inadmissible, QueuedWorkload, Scheduler
 from services.admission.settled import Reader, Reading, SettledFailures
 from shared.config import ConfigObject
-from tests.test_scheduler import wl
+from tests.scheduler_world import wl
 from tests.test_scheduler_offers import NO_BORROWING, OPS, Step, apply, lockstep, world
 from tests.test_scheduler_properties import SETTINGS, tree_config
 

@@ -20,7 +20,7 @@ from services.admission.settled import Reading, SettledFailures
 from services.admission.topology import Topology
 from shared.config import parse_object
 from shared.events import PodSet
-from tests.test_scheduler import V1, cq, flavor, group
+from tests.scheduler_world import V1, cq, flavor, group
 
 GI = 2**30 * 1000  # one Gi in milli-units
 

@@ -1,5 +1,6 @@
 """`berth stop` / `berth resume` patch a queue's stopPolicy as kueuectl does
-(berth_cli/stopping.py); admission honours it (tests/test_scheduler.py)."""
+(berth_cli/stopping.py); admission honours it (tests/test_scheduler_resolution.py,
+tests/test_scheduler_lifecycle.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from shared.events import (
     now,
 )
 from shared.service import Runtime
-from tests.test_scheduler import cq, flavor, group, lq
+from tests.scheduler_world import cq, flavor, group, lq
 
 GOOD_REF = WorkloadRef("default", "job", "uid-1")
 
