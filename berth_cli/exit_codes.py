@@ -31,8 +31,9 @@ _MEANINGS = {
         "a one-line error on stderr (`Error: ...`): bad input (malformed YAML, an unknown"
         " kind, a field naming its problem; nothing is applied), Berth not reachable or"
         " refusing the credentials, an object not found, a refused delete; `berth up` could"
-        " not start (port in use, shared data directory, NATS failed); Ctrl-C during any"
-        " other command, `jobs logs --follow` included (`Aborted!`)"
+        " not start (port in use, a shared data directory or one another `berth up` holds,"
+        " NATS failed); Ctrl-C during any other command, `jobs logs --follow` included"
+        " (`Aborted!`)"
     ),
     ExitCode.USAGE: (
         "the command line itself is wrong: an unknown command or option, a missing argument,"

@@ -53,7 +53,7 @@ def cli(context: click.Context, nats_url: str) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=lambda: os.environ.get("BERTH_DATA_DIR", str(Path.home() / ".berth")),
     show_default="$BERTH_DATA_DIR or ~/.berth",
-    help="Where NATS stores events and workloads write their logs.",
+    help="Where NATS stores events and workloads write their logs; one `berth up` at a time.",
 )
 @click.option("--nats-port", type=int, default=4222, show_default=True, help="0 picks a free port.")
 @click.option(

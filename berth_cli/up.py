@@ -1,6 +1,7 @@
 """`berth up`: the whole stack on one machine, secured, supervised, and stopped without leftovers.
 
-It makes the bus's credentials on first start (``<data_dir>/creds``: an nkey seed per user,
+It claims the data directory first (one stack per directory: berth_cli/data_dir_claim.py),
+makes the bus's credentials on first start (``<data_dir>/creds``: an nkey seed per user,
 0600, and the ``auth.conf`` NATS includes; kept across restarts), starts nats-server with
 JetStream on loopback (or a cluster of them, ``--nats-cluster``), then the four services as
 separate processes (``python -m services.<name>``, ``--replicas`` of each), each signing in
@@ -33,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from berth_cli.creds import PID_SUFFIX
+from berth_cli.data_dir_claim import DataDirClaim
 from berth_cli.exit_codes import ExitCode
 from berth_cli.nats_cluster import free_port, nats_nodes, port_free, wait_for_jetstream
 from berth_cli.natsserver import NatsServer, NatsServerError
@@ -41,7 +43,7 @@ from shared.auth import ClientAuth, CredentialStore
 from shared.bus import BusError
 from shared.service import DEFAULT_PORTS, PORT_IN_USE_EXIT
 
-__all__ = ["SERVICES", "ServiceProcess", "Stack", "run_up"]
+__all__ = ["SERVICES", "ServiceProcess", "Stack", "run_up", "up_console"]
 
 SERVICES = tuple(DEFAULT_PORTS)  # watcher, admission, preemption, recovery
 CONSOLE = "console"  # the web console (berth_console): a bus client, one replica
@@ -93,6 +95,7 @@ class Stack:
         self.console = console
         self.replicas = replicas
         self.credentials = CredentialStore(data_dir / "creds")
+        self.claim = DataDirClaim(data_dir)  # taken by claim_data_dir, released by stop
         self.nats_port = nats_port
         self.nats_count = nats_cluster
         self.nats_nodes: list[NatsServer] = []  # made by start_nats(), with the credentials
@@ -122,9 +125,15 @@ class Stack:
         self.wait_ready(timeout=30.0)
         return time.monotonic() - started
 
-    def start_nats(self) -> None:
-        """Make the data dir (0700) and the credentials on first use, then start NATS."""
+    def claim_data_dir(self) -> None:
+        """Make the data dir (0700) on first use and claim it for this stack alone; raises
+        ``RuntimeError`` (``DataDirInUse``: another `berth up` holds it) before anything runs."""
         _make_private_dir(self.data_dir)  # seeds, logs and the event store are the user's alone
+        self.claim.take()
+
+    def start_nats(self) -> None:
+        """Claim the data dir, make the credentials on first use, then start NATS."""
+        self.claim_data_dir()
         (self.data_dir / "logs").mkdir(exist_ok=True)
         (self.data_dir / "logs").chmod(0o700)
         self.credentials.ensure()
@@ -309,6 +318,7 @@ class Stack:
         for node in self.nats_nodes:
             node.stop()
             self._pid_file(node).unlink(missing_ok=True)
+        self.claim.release()  # last: nothing of this stack runs on the data dir any more
 
     def print_listening(self, console: Console) -> None:
         table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
@@ -349,13 +359,16 @@ def _ready(url: str) -> bool:
         return False
 
 
+def up_console(file: IO[str] | None = None) -> Console:
+    """`berth up`'s output (``file``, stdout by default): the terminal's width on a terminal,
+    else as wide as each line needs, so that `berth up > up.log` keeps every log path whole
+    (copied from the file into a shell)."""
+    out = file or sys.stdout
+    return Console(file=out, highlight=False, width=None if out.isatty() else 100_000)
+
+
 def run_up(*, data_dir: Path, nats_port: int, replicas: int = 1, nats_cluster: int = 1) -> int:
-    console = Console(highlight=False)
-    ports = [nats_port + index for index in range(nats_cluster)] if nats_port else []
-    busy = [port for port in ports if not port_free(port)]
-    if busy:
-        console.print(f"[red]error: port {busy[0]} is in use; choose another with --nats-port[/]")
-        return ExitCode.ERROR
+    console = up_console()
     stack = Stack(
         data_dir=data_dir,
         nats_port=nats_port,
@@ -363,6 +376,17 @@ def run_up(*, data_dir: Path, nats_port: int, replicas: int = 1, nats_cluster: i
         replicas=replicas,
         nats_cluster=nats_cluster,
     )
+    try:
+        stack.claim_data_dir()  # first: a second stack on it is named as such, whatever its port
+    except RuntimeError as error:
+        console.print(f"[red]error: {error}[/]")
+        return ExitCode.ERROR
+    ports = [nats_port + index for index in range(nats_cluster)] if nats_port else []
+    busy = [port for port in ports if not port_free(port)]
+    if busy:
+        console.print(f"[red]error: port {busy[0]} is in use; choose another with --nats-port[/]")
+        stack.claim.release()
+        return ExitCode.ERROR
 
     def request_stop(signum: int, _: FrameType | None) -> None:
         stack.stopping = True

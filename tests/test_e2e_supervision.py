@@ -164,6 +164,24 @@ def test_a_shared_data_dir_is_refused(tmp_path: Path) -> None:
     assert not (shared / "creds").exists()
 
 
+def test_a_second_stack_on_a_data_dir_in_use_is_refused(secured: LiveStack) -> None:
+    """Two stacks on one data dir would share a JetStream store and a set of runs (the second
+    watcher restarts the first's jobs, which fail): the second `berth up`, even on another
+    port, says who holds the dir and starts nothing; the first runs on."""
+    result = subprocess.run(
+        [sys.executable, "-m", "berth_cli", "up", "--data-dir", str(secured.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    assert result.returncode == 1, result.stdout
+    assert f"in use by another `berth up` (pid {secured.process.pid})" in result.stdout
+    assert "ready" not in result.stdout
+    assert secured.process.poll() is None
+    assert isinstance(get_json(secured.url, "cq"), list)  # it still serves
+
+
 def test_services_sign_in_as_themselves(secured: LiveStack) -> None:
     """Each service process got its own seed, whatever BERTH_CREDS `berth up` was given."""
     for service in SERVICES:
