@@ -3,9 +3,15 @@ the quantity type, and the error every refused object raises (see :mod:`shared.c
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
-__all__ = ["ConfigError", "ObjectMeta", "Quantity", "Spec"]
+__all__ = ["ConfigError", "Int32", "ObjectMeta", "Quantity", "Spec"]
+
+# An int32 field of a Kubernetes API (a priority's value): a value past it is refused as the
+# API server refuses it, not stored and shown.
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 
 
 class ConfigError(ValueError):

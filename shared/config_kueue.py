@@ -8,7 +8,7 @@ from typing import Any, Literal
 import msgspec
 
 from shared.admission_checks import AdmissionCheckSpec, AdmissionChecksStrategy
-from shared.config_base import ObjectMeta, Quantity, Spec
+from shared.config_base import Int32, ObjectMeta, Quantity, Spec
 from shared.config_fairness import AdmissionScope
 
 __all__ = [
@@ -221,20 +221,33 @@ class LocalQueue(msgspec.Struct, rename="camel", omit_defaults=True):
 # --- priorities -------------------------------------------------------------------------------
 
 
+USER_PRIORITY_MAX = 1_000_000_000  # Kubernetes' HighestUserDefinablePriority
+
+
 class WorkloadPriorityClass(msgspec.Struct, rename="camel", omit_defaults=True):
     api_version: str
     metadata: ObjectMeta
-    value: int
+    value: Int32
     description: str = ""
 
 
 class PriorityClass(msgspec.Struct, rename="camel", omit_defaults=True):
     api_version: str
     metadata: ObjectMeta
-    value: int
+    value: Int32
     global_default: bool = False
     description: str = ""
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+
+    def __post_init__(self) -> None:
+        """As Kubernetes validates it: a user's PriorityClass is at most 1,000,000,000
+        (HighestUserDefinablePriority); only a ``system-`` class goes above, up to int32."""
+        if self.value > USER_PRIORITY_MAX and not self.metadata.name.startswith("system-"):
+            raise ValueError(
+                f"value {self.value}: a PriorityClass's value is at most {USER_PRIORITY_MAX:,}"
+                " unless its name starts with `system-` - at `$.value`"
+            )
+
 
 
 # --- Namespace --------------------------------------------------------------------------------

@@ -242,6 +242,11 @@ def _cq(**spec: object) -> dict[str, object]:
     return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": spec}
 
 
+def _priority(kind: str, name: str, value: int) -> dict[str, object]:
+    version = "kueue.x-k8s.io/v1beta1" if kind == "WorkloadPriorityClass" else "scheduling.k8s.io/v1"
+    return {"apiVersion": version, "kind": kind, "metadata": {"name": name}, "value": value}
+
+
 def _quota(value: object) -> dict[str, object]:
     return {"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": value}]}]}
 
@@ -259,6 +264,13 @@ def _quota(value: object) -> dict[str, object]:
         ({**_cq(), "metadata": {"name": "cq", "labels": {"a": "b c"}}}, 'metadata.labels.a "b c" is not a valid label value', "a bad label value"),
         ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "lq"}, "spec": {"clusterQueue": "../cq"}}, 'spec.clusterQueue "../cq" is not a valid name', "a path as a ClusterQueue reference"),
         ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": "Team"}, "spec": {"clusterQueue": "cq"}}, 'metadata.namespace "Team" is not a valid namespace', "an uppercase namespace"),
+        (_priority("WorkloadPriorityClass", "huge", 99999999999), "Expected `int` <= 2147483647 - at `$.value`", "a priority is an int32"),
+        (_priority("WorkloadPriorityClass", "low", -(2**31) - 1), "Expected `int` >= -2147483648 - at `$.value`", "below int32 too"),
+        (_priority("WorkloadPriorityClass", "top", 2**31 - 1), None, "the largest int32"),
+        (_priority("PriorityClass", "huge", 5000000000), "Expected `int` <= 2147483647 - at `$.value`", "a PriorityClass's value is an int32"),
+        (_priority("PriorityClass", "big", 1000000001), "at most 1,000,000,000 unless its name starts with `system-`", "a user's class is at most 1e9, as Kubernetes validates it"),
+        (_priority("PriorityClass", "big", 1000000000), None, "1e9 itself is a user's largest"),
+        (_priority("PriorityClass", "system-big", 2000000000), None, "a system- class may go above 1e9"),
         ({"apiVersion": ["x"], "kind": "LocalQueue"}, "LocalQueue does not exist in apiVersion", "an unhashable apiVersion"),
         ({"apiVersion": "v1", "kind": {"a": 1}}, "unknown kind", "an unhashable kind"),
     ],
