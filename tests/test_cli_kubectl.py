@@ -185,6 +185,9 @@ def test_get_kind_name_object_and_not_found(live: Stack) -> None:
     )
     unknown = berth("get", "topologies", url=live.url, check=False)
     assert unknown.returncode == 1 and 'unknown resource type "topologies"' in unknown.stderr
+    # the pending list of a ClusterQueue that does not exist is not an empty one
+    nowhere = berth("get", "pending", "nosuch", url=live.url, check=False)
+    assert nowhere.returncode == 1 and 'clusterqueues "nosuch" not found' in nowhere.stderr
 
 
 # (args, lines expected in order, why)
