@@ -48,10 +48,21 @@ _REASONS = {
 _WARNINGS = {"WorkloadPending", "EvictionRequested", "WorkloadEvicted"}
 
 
+_ACRONYMS = {"API", "URL", "UID", "OSB", "GUID"}  # kept upper case in a field's label
+
+
 def _title(key: str) -> str:
-    """``queueName`` -> ``Queue Name``, as kubectl describe prints a custom resource."""
-    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key).replace("_", " ")
-    return words[:1].upper() + words[1:]
+    """``queueName`` -> ``Queue Name``, as kubectl describe prints a custom resource (its
+    ``smartLabelFor``): a key with anything but letters and ``-`` is printed as it is, since
+    it is a name (a label key ``kubernetes.io/metadata.name``, a resource ``nvidia.com/gpu``),
+    not a field; ``API``, ``URL``, ``UID``, ``OSB`` and ``GUID`` stay upper case."""
+    if not key or any(not (char.isalpha() or char == "-") for char in key):
+        return key
+    words = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[^A-Za-z]+", key)
+    return " ".join(
+        word.upper() if word.upper() in _ACRONYMS else word[:1].upper() + word[1:]
+        for word in words
+    )
 
 
 def fields(value: Any, indent: int = 0) -> list[str]:

@@ -111,6 +111,23 @@ def test_describe_fields() -> None:
     ]
 
 
+# (key, its label, why): kubectl's smartLabelFor
+LABEL_CASES = [
+    ("queueName", "Queue Name", "a field's camel case is split and titled"),
+    ("cpu", "Cpu", "a one-word field is titled, as kubectl titles it"),
+    ("uid", "UID", "an acronym kubectl knows stays upper case"),
+    ("apiVersion", "API Version", "an acronym at the start of a camel-cased field"),
+    ("nvidia.com/gpu", "nvidia.com/gpu", "a resource name is a name, printed as it is"),
+    ("kubernetes.io/metadata.name", "kubernetes.io/metadata.name", "a label key, as it is"),
+    ("a_b", "a_b", "an underscore is not a letter: as it is"),
+]
+
+
+@pytest.mark.parametrize(("key", "label", "why"), LABEL_CASES, ids=[c[2] for c in LABEL_CASES])
+def test_describe_labels_fields_and_keeps_names(key: str, label: str, why: str) -> None:
+    assert fields({key: "v"}) == [f"{label}:  v"], why
+
+
 def test_config_diff_is_unified() -> None:
     """A dry run's diff: the stored object against the applied one, as YAML."""
     diff = config_diff("clusterqueue/cq", b'{"spec":{"quota":1}}', b'{"spec":{"quota":2}}')
