@@ -107,12 +107,15 @@ _OWNED: dict[str, tuple[str, ...]] = {
         "berth.cmd.active.>",  # berth stop|resume workload (Kueue's spec.active)
         "berth.api.>",
     ),
-    # The web console: status queries; behind the operator's token (berth_console checks
-    # it), a managed job's cancel and a queue's stop or resume, which is a write of the
-    # queue's object: of the config, only ClusterQueue and LocalQueue keys (shared/config.py
-    # object_key). It never writes a decision, a fact, a record or any other config.
+    # The web console: admission's status queries and the watcher's logs; behind the
+    # operator's token (berth_console checks it), a managed job's cancel and a queue's stop
+    # or resume, which is a write of the queue's object: of the config, only ClusterQueue and
+    # LocalQueue keys (shared/config.py object_key). It never writes a decision, a fact, a
+    # record or any other config, and never launches a managed job (a launch runs a command).
     "console": (
-        "berth.api.>",
+        "berth.api.admission.>",
+        "berth.api.watcher.logs",
+        "berth.api.recovery.cancel",
         "$KV.berth-config.clusterqueue.>",
         "$KV.berth-config.localqueue.>",
     ),

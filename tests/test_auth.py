@@ -89,6 +89,8 @@ PUBLISH_CASES = [
     ("reader", "$KV.berth-config.ClusterQueue.cq", False, "not even config"),
     ("console", "berth.api.admission.clusterqueues", True, "the console queries admission"),
     ("console", "berth.api.recovery.cancel", True, "and asks recovery to cancel (behind its token)"),
+    ("console", "berth.api.watcher.logs", True, "and the watcher for a workload's logs"),
+    ("console", "berth.api.recovery.launch", False, "but launches no managed job: a launch runs a command"),
     ("console", "berth.cq.cq.admitted.default.job-a", False, "the console never publishes a decision"),
     ("console", "berth.wl.evicted.default.job-a", False, "nor a fact"),
     ("console", "$KV.berth-jobs.job.1", False, "nor writes a managed-job record"),
