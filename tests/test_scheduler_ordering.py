@@ -9,6 +9,7 @@ import pytest
 
 from services.admission.queues import MINUS_PRIORITY, order_key
 from services.admission.scheduler import Admission
+from shared.events import WorkloadSubmitted, now
 from tests.scheduler_world import (
     admitted,
     config,
@@ -44,6 +45,35 @@ def test_priority_resolution_order(fields: dict[str, Any], expected: int) -> Non
     decision = s.schedule()[0]
     assert isinstance(decision, Admission)
     assert decision.priority == expected
+
+
+# (the submitted workload's priority fields, what class_priority says, why)
+CLASS_PRIORITY_CASES = [
+    ({"priority_class": "wpc"}, 500, "a WorkloadPriorityClass's value"),
+    ({"priority_class_name": "pc", "priority": 7}, 300, "a PriorityClass before the pod's priority"),
+    ({}, 0, "no class and no globalDefault: 0"),
+    ({"priority_class": "gone"}, None, "a class that does not exist: none, not 0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected", "why"), CLASS_PRIORITY_CASES, ids=[c[2] for c in CLASS_PRIORITY_CASES]
+)
+def test_class_priority_of_a_workload_it_does_not_hold(
+    fields: dict[str, Any], expected: int | None, why: str
+) -> None:
+    """What an inactive workload (not queued) shows: its priority as its class resolves."""
+    s = scheduler(simple() + config(wpc("wpc", 500), pc("pc", 300)))
+    submitted = WorkloadSubmitted(
+        source="watcher",
+        workload=ref("w"),
+        kind="Job",
+        queue_name="user-queue",
+        pod_sets=[],
+        created=now(),
+        **fields,
+    )
+    assert s.class_priority(submitted) == expected, why
 
 
 def test_priority_defaults_to_zero() -> None:

@@ -148,7 +148,10 @@ def test_stop_and_resume_a_workload(stack: Stack, tmp_path: Path) -> None:
     resumed, it is admitted again."""
     url = stack.url
     berth("apply", "-f", str(SETUP), url=url)
-    submit_manifest(url, tmp_path, job_manifest("first", cpu=6, simulated_runtime="600s"))
+    first_job = job_manifest(
+        "first", cpu=6, priority_class="low-priority", simulated_runtime="600s"
+    )
+    submit_manifest(url, tmp_path, first_job)
     soon(lambda: is_admitted(_workload(url, "first")))
     submit_manifest(url, tmp_path, job_manifest("second", cpu=6, simulated_runtime="600s"))
     soon(lambda: _reason(_workload(url, "second"), "QuotaReserved").startswith("False"))
@@ -165,6 +168,7 @@ def test_stop_and_resume_a_workload(stack: Stack, tmp_path: Path) -> None:
     )
     assert _reason(first, "Evicted") == "True/Deactivated", first["status"]
     assert first["spec"]["active"] is False
+    assert first["spec"]["priority"] == 100, "inactive, it keeps its class's priority"
     wide = berth("get", "workloads", "-o", "wide", url=url).stdout
     assert "inactive (spec.active: false)" in wide, wide
     again = berth("stop", "wl", "first", url=url)

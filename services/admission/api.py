@@ -23,7 +23,7 @@ import msgspec
 
 from services.admission.bounds import QueueWaits
 from services.admission.model import WorkloadView
-from services.admission.workload_objects import render_workload
+from services.admission.workload_objects import WorkloadRecord, render_workload
 from shared.bus import API_SUBJECT, Served
 from shared.config import ClusterQueue, ClusterQueuePolicy, Cohort, LocalQueue, encode_object
 from shared.durations import kube_timestamp
@@ -126,13 +126,24 @@ def workloads(service: AdmissionService, request: Request) -> dict[str, Any]:
     items = []
     for record in page["items"]:
         view = views.get(record.ref.uid)
-        fields = {} if view is None else {**view_fields(view), **bounds(view)}
+        if view is None:
+            fields = _unqueued(service, record)
+        else:
+            fields = {**view_fields(view), **bounds(view)}
         fields.update(service.gates.view(record.ref.uid))  # checks, backoff
         item = render_workload(record, fields)
         service.activity.show(record.ref.uid, item)  # spec.active, its reason
         items.append(item)
     page["items"] = items
     return page
+
+
+def _unqueued(service: AdmissionService, record: WorkloadRecord) -> dict[str, Any]:
+    """The fields of a workload the scheduler does not hold (inactive: `berth stop
+    workload`): its priority as its class resolves, as Kueue's Workload keeps
+    ``spec.priority`` while inactive (no boost: it does not wait), not 0."""
+    priority = service.scheduler.class_priority(record.submitted)
+    return {} if priority is None else {"priority": priority, "base_priority": priority}
 
 
 def _config_items(service: AdmissionService, kind: type[Any]) -> list[Any]:

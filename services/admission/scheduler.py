@@ -51,7 +51,7 @@ from services.admission.queues import (
     standing,
 )
 from services.admission.waiting import Rank
-from shared.events import FlavorAssignment, WorkloadRef, quota_of
+from shared.events import FlavorAssignment, WorkloadRef, WorkloadSubmitted, quota_of
 from shared.quota import QuotaTree
 
 __all__ = [
@@ -191,6 +191,16 @@ class Scheduler(Assigning):
         """Base priority plus ageing boost (0 while the priority cannot be resolved)."""
         record = self._records.get(ref.uid)
         return 0 if record is None else record.effective_priority
+
+    def class_priority(self, submitted: WorkloadSubmitted) -> int | None:
+        """A workload's priority as the config resolves it now, held or not (None: its
+        class does not exist): what a workload it does not queue (inactive) shows."""
+        try:
+            return self._config.priorities.resolve(
+                submitted.priority_class, submitted.priority_class_name, submitted.priority
+            )
+        except UnknownPriorityClass:
+            return None
 
     # --- the pass --------------------------------------------------------------------------
 
