@@ -39,6 +39,7 @@ from shared.config import (
 from shared.events import RemoveWorkload, SubmitWorkload, WorkloadRef, subject_token
 from shared.names import InvalidName, check_generate_name, check_name, check_namespace
 from shared.pod_groups import pod_group
+from shared.workload_schema import check_known_fields
 from shared.workloads import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
@@ -132,7 +133,8 @@ def _suffix() -> str:
 def prepare_workload(
     document: dict[str, Any], *, namespace: str | None, where: str
 ) -> dict[str, Any]:
-    """Validate a workload object and fill in what an API server would: name, uid, times."""
+    """Validate a workload object (no unknown field: :func:`check_known_fields`) and fill in
+    what an API server would: name, uid, times."""
     obj: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(document))  # a deep copy
     kind = obj.get("kind") if isinstance(obj, dict) else None
     if isinstance(kind, str) and kind not in WORKLOAD_KINDS and kind in _BUILT_BY_BERTH:
@@ -140,6 +142,7 @@ def prepare_workload(
     if (why := unsupported(kind)) is not None:
         raise CliError(f"{where}: {kind} is not supported: {why}")
     try:
+        check_known_fields(obj)  # first: a misspelled field must be named, not what it hid
         workload_spec(obj)
         group = pod_group(obj)
     except WorkloadError as error:

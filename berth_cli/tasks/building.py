@@ -45,6 +45,7 @@ from shared.tasks import (
     TASK_IMAGE,
     WORKDIR_ANNOTATION,
 )
+from shared.workload_schema import check_known_fields
 from shared.workloads import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadError, workload_spec
 
 __all__ = ["WRAPPER", "Overrides", "TaskSpec", "from_job", "from_task", "queue_of"]
@@ -148,6 +149,10 @@ def from_job(
         )
     job = copy.deepcopy(document)
     job.pop("status", None)
+    try:
+        check_known_fields(job)  # a misspelled field is named, as `berth submit` names it
+    except WorkloadError as error:
+        raise TaskError(f"{source}: {error}") from None
     metadata = job.get("metadata")
     if metadata is None:
         metadata = job["metadata"] = {}
