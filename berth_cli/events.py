@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -251,7 +252,7 @@ async def stored_events(
     since: float | None,
     follow: bool,
     stop: asyncio.Event | None = None,
-) -> AsyncIterator[Shown]:
+) -> AsyncGenerator[Shown, None]:
     """Each stored event on ``subjects`` (its JSON, decoded) from the start point (``since`` seconds
     ago in stream time; None: the first event) to the stream's end, then on as they come with
     ``follow`` until ``stop``: one ordered consumer, deleted when done. From the per-workload
@@ -303,10 +304,12 @@ async def recorded(
 ) -> list[dict[str, Any]]:
     """Every stored event on ``subjects`` from the start point to the stream's end now."""
     found = []
-    async for shown in stored_events(bus, subjects, since=since, follow=False):
-        body = _body(shown)
-        if body is not None:
-            found.append(body)
+    events = stored_events(bus, subjects, since=since, follow=False)
+    async with aclosing(events):
+        async for shown in events:
+            body = _body(shown)
+            if body is not None:
+                found.append(body)
     return found
 
 
@@ -325,17 +328,21 @@ async def tap_events(
     printed = 0
     async with connect(url) as bus:
         subjects = subjects_for(wanted)
-        async for shown in stored_events(bus, subjects, since=since, follow=follow, stop=stop):
-            body = _body(shown)
-            if body is None or not tap.keep(body):
-                continue
-            if output == "json":
-                print(shown.payload.decode(), flush=True)
-            else:
-                if printed == 0:
-                    print(header(wide=output == "wide"), flush=True)
-                print(render_line(body, tap, wide=output == "wide"), flush=True)
-            printed += 1
+        # Closed here, on the open connection, whatever ends the loop (`| head`: a broken
+        # pipe): left to the loop's finalizer, its unsubscribe ran after the close and failed.
+        events = stored_events(bus, subjects, since=since, follow=follow, stop=stop)
+        async with aclosing(events):
+            async for shown in events:
+                body = _body(shown)
+                if body is None or not tap.keep(body):
+                    continue
+                if output == "json":
+                    print(shown.payload.decode(), flush=True)
+                else:
+                    if printed == 0:
+                        print(header(wide=output == "wide"), flush=True)
+                    print(render_line(body, tap, wide=output == "wide"), flush=True)
+                printed += 1
     return printed
 
 

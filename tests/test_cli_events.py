@@ -232,3 +232,23 @@ def test_follow_shows_a_workload_from_submit_to_finish(stack: Stack, tmp_path: P
     assert berth("events", "-n", "elsewhere", url=url).stdout == (
         "No events found in elsewhere namespace.\n"
     )
+
+    # `| head -1`: berth stops quietly when its reader goes, its subscription closed on the
+    # open connection (it was left to the loop's finalizer, which logged a traceback). Read
+    # the header, close the pipe, then make an event to print: the next print breaks it.
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "berth_cli", "events", "-A", "-f"],
+        env={**os.environ, "BERTH_NATS_URL": url, "BERTH_CREDS": CLI_CREDENTIALS[url]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert reader.stdout is not None and reader.stdout.readline().startswith("TIME")
+    reader.stdout.close()
+    submit_manifest(url, tmp_path, job_manifest("piped", cpu=1, simulated_runtime="100ms"))
+    try:
+        _, stderr = reader.communicate(timeout=20)
+    finally:
+        reader.kill()
+    assert reader.returncode == 0 and stderr == "", stderr
