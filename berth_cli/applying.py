@@ -142,7 +142,9 @@ _dry_run = click.option("--dry-run", is_flag=True, help="Validate and show; writ
 def apply(nats_url: str, filename: str, recursive: bool, dry_run: bool) -> None:
     """Create or update ResourceFlavors, ClusterQueues, LocalQueues, priority classes...
 
-    --dry-run prints what would change, and the diff of each configured object.
+    --dry-run prints what would change, and the diff of each configured object. What
+    `berth get -o yaml` prints applies back unchanged: a List is read as its items, and
+    status and what a server sets in metadata (creationTimestamp, uid...) are ignored.
     """
     files = read_all(filename, recursive=recursive)
     for documents, source in files:

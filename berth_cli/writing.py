@@ -82,9 +82,28 @@ def read_documents(path: str) -> tuple[list[dict[str, Any]], str]:
 # --- apply -----------------------------------------------------------------------------------
 
 
+# What an API server sets and a client's apply does not: `berth get -o yaml` prints them, and
+# applying that output again must not change the stored object (kubectl's server ignores them).
+_SERVER_SET_METADATA = frozenset(
+    ("creationTimestamp", "uid", "resourceVersion", "generation", "managedFields", "selfLink")
+)
+
+
+def as_applied(document: dict[str, Any]) -> dict[str, Any]:
+    """A config object as `berth apply` stores it: without its ``status`` and the metadata an
+    API server sets (:data:`_SERVER_SET_METADATA`), so an exported object applies unchanged."""
+    applied = {key: value for key, value in document.items() if key != "status"}
+    metadata = applied.get("metadata")
+    if isinstance(metadata, dict):
+        kept = {key: value for key, value in metadata.items() if key not in _SERVER_SET_METADATA}
+        applied["metadata"] = kept
+    return applied
+
+
 def parse_config(documents: list[dict[str, Any]], source: str) -> list[ConfigObject]:
     objects = []
-    for index, document in enumerate(documents):
+    for index, raw in enumerate(documents):
+        document = as_applied(raw)
         where = f"{source}: document {index + 1}"
         if document.get("kind") in WORKLOAD_KINDS and not is_config_kind(str(document.get("kind"))):
             raise CliError(f"{where}: {document['kind']} is a workload; use `berth submit -f`")

@@ -448,5 +448,16 @@ def load_documents(text: str, *, source: str = "input") -> list[dict[str, Any]]:
             continue
         if not isinstance(document, dict):
             raise ConfigError(f"{source}: document {index + 1} is not a mapping")
-        result.append(document)
+        result.extend(_listed(document, f"{source}: document {index + 1}"))
     return result
+
+
+def _listed(document: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """A ``kind: List`` (what ``berth get -o yaml`` and ``kubectl get -o yaml`` print) is
+    its items, as kubectl reads one; any other document is itself."""
+    if document.get("kind") != "List" or document.get("apiVersion") != "v1":
+        return [document]
+    items = document.get("items") or []
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ConfigError(f"{where}: `items` of a List must be a list of objects")
+    return items

@@ -284,6 +284,25 @@ def test_dry_run_writes_nothing(live: Stack, tmp_path: Path) -> None:
     assert refused.returncode == 1 and "'runs' already exists" in refused.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["rf"], "a List of every flavor, as `berth get -o yaml` prints it"),
+        (["cq", "cluster-queue"], "one object with its status and creationTimestamp"),
+    ],
+    ids=["list", "one object"],
+)
+def test_get_output_applies_unchanged(
+    live: Stack, tmp_path: Path, args: list[str], why: str
+) -> None:
+    """What `berth get -o yaml` prints applies back as it is, as with kubectl: a List is
+    its items, and what the server set (status, creationTimestamp) is not a change."""
+    path = tmp_path / "exported.yaml"
+    path.write_text(berth("get", *args, "-o", "yaml", url=live.url).stdout)
+    lines = berth("apply", "-f", str(path), "--dry-run", url=live.url).stdout.splitlines()
+    assert lines and all(line.endswith(" unchanged") for line in lines), (why, lines)
+
+
 def test_apply_recursive_tree(live: Stack, tmp_path: Path) -> None:
     """apply -f DIR reads its .yaml/.yml/.json files in order; -R goes down the tree."""
     flavor = "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {{name: {}}}\n"

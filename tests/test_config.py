@@ -224,6 +224,26 @@ def test_bad_objects_name_the_problem(document: dict[str, object], message: str)
     assert message in text and text.startswith("x.yaml: document 1") and "\n" not in text
 
 
+# (text, the kinds loaded or the error, why)
+LIST_CASES = [
+    ("apiVersion: v1\nkind: List\nitems:\n- {kind: A}\n- {kind: B}\n", ["A", "B"], "a List is its items"),
+    ("apiVersion: v1\nkind: List\nitems: []\n", [], "an empty List is nothing"),
+    ("kind: A\n---\napiVersion: v1\nkind: List\nitems: [{kind: B}]\n", ["A", "B"], "in place, among documents"),
+    ("apiVersion: v1\nkind: List\nitems: [3]\n", "x.yaml: document 1: `items` of a List must be a list of objects", "an item that is no object"),
+    ("apiVersion: other/v1\nkind: List\nitems: [{kind: B}]\n", ["List"], "only v1's List: another group's kind is itself"),
+]
+
+
+@pytest.mark.parametrize(("text", "loaded", "why"), LIST_CASES, ids=[c[2] for c in LIST_CASES])
+def test_a_list_is_read_as_its_items(text: str, loaded: list[str] | str, why: str) -> None:
+    if isinstance(loaded, str):
+        with pytest.raises(ConfigError) as caught:
+            load_documents(text, source="x.yaml")
+        assert str(caught.value) == loaded, why
+        return
+    assert [document["kind"] for document in load_documents(text, source="x.yaml")] == loaded, why
+
+
 def test_malformed_yaml_names_the_line() -> None:
     """A YAML syntax error says where it is."""
     with pytest.raises(ConfigError, match=r"x.yaml: malformed YAML at line 2"):
