@@ -10,10 +10,20 @@ import click
 import msgspec
 
 from berth_cli.exit_codes import ExitCode
-from shared.auth import ClientAuth
-from shared.bus import API_SUBJECT, Bus, BusError, BusSettings, BusTimeout, NoResponders
+from shared.auth import SEED_SUFFIX, ClientAuth, permissions_for
+from shared.bus import (
+    API_SUBJECT,
+    Bus,
+    BusError,
+    BusSettings,
+    BusTimeout,
+    NoResponders,
+    PermissionDenied,
+)
+from shared.bus.violations import RememberingClient
+from shared.subjects import subject_matcher
 
-__all__ = ["CliError", "connect", "one_workload", "query_all"]
+__all__ = ["CliError", "connect", "denied_message", "one_workload", "query_all"]
 
 T = TypeVar("T")
 
@@ -24,32 +34,56 @@ class CliError(click.ClickException):
     exit_code = ExitCode.ERROR
 
 
+class CliBus(Bus):
+    """The CLI's bus: its client remembers the subjects it published, so that a refused one
+    is named as it was sent (nats-py lowercases the server's error: shared/bus/violations.py)."""
+
+    client_type = RememberingClient
+
+
 @asynccontextmanager
 async def connect(url: str) -> AsyncIterator[Bus]:
     """A short-lived connection for one command, as the ``cli`` user whose seed the
     environment names (:meth:`ClientAuth.from_env`); a clear error if Berth is not running,
-    or if a bus setting in the environment is malformed (named as such)."""
+    if a bus setting in the environment is malformed (named as such), or at once when NATS
+    refuses the credentials a permission the command needs (:func:`denied_message`)."""
     try:
         settings = BusSettings.from_env()
     except ValueError as error:
         raise CliError(str(error)) from error
+    auth = ClientAuth.from_env("cli")
     try:
-        bus = await Bus.connect(
-            url,
-            source="cli",
-            retry=False,
-            auth=ClientAuth.from_env("cli"),
-            settings=settings,
-        )
+        bus = await CliBus.connect(url, source="cli", retry=False, auth=auth, settings=settings)
     except (BusError, ValueError) as error:
         raise CliError(
             f"{error} (is `berth up` running? set --nats-url or BERTH_NATS_URL)"
         ) from error
     try:
-        yield bus
+        async with bus.violations.interrupting():
+            yield bus
+    except PermissionDenied as error:
+        raise CliError(denied_message(auth, error)) from None
     finally:
         bus.closing = True
         await bus.nc.close()
+
+
+def denied_message(auth: ClientAuth, denied: PermissionDenied) -> str:
+    """The line for an operation NATS refused the command's credentials: the credential file
+    (and its user, by the file's name) and the subject refused; and, when the ``cli`` user
+    may do what was refused, that the command needs its credentials (its seed beside the
+    given one, if there is one there)."""
+    if auth.seed is None:
+        return f'a connection without credentials may not {denied.action} to "{denied.subject}"'
+    user = f" (user {auth.user})" if auth.user is not None else ""
+    line = f'the credentials {auth.seed}{user} may not {denied.action} to "{denied.subject}"'
+    cli = permissions_for("cli")
+    allowed = cli.publish if denied.action == "publish" else cli.subscribe
+    if auth.user == "cli" or not subject_matcher(allowed)(denied.subject):
+        return line
+    line += ": this command needs the cli user's credentials"
+    beside = auth.seed.with_name(f"cli{SEED_SUFFIX}")
+    return f"{line} (BERTH_CREDS={beside})" if beside.is_file() else line
 
 
 async def query_all(bus: Bus, resource: str, **request: Any) -> list[dict[str, Any]]:

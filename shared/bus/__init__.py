@@ -13,7 +13,9 @@
 - :mod:`~shared.bus.watching` (with :mod:`~shared.bus.keywatch`): buckets as list+watch;
 - :mod:`~shared.bus.errors`: what callers catch (nats-py's errors never leave the package:
   buckets raise these, and :func:`bus_call` / :func:`translated` wrap any other call on a
-  nats-py object).
+  nats-py object);
+- :mod:`~shared.bus.violations`: the operations NATS refused a connection for want of a
+  permission, and the tasks each interrupts instead of leaving them to wait for a reply.
 
 Import from here: ``from shared.bus import Bus, STREAM``.
 """
@@ -31,6 +33,7 @@ from shared.bus.errors import (
     KeyNotFound,
     NoResponders,
     NotFound,
+    PermissionDenied,
     Refused,
     bus_call,
     translated,
@@ -83,6 +86,7 @@ __all__ = [
     "KeyUpdates",
     "NoResponders",
     "NotFound",
+    "PermissionDenied",
     "Refused",
     "SentEvents",
     "Served",

@@ -8,7 +8,7 @@ import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import msgspec
 import nats.errors
@@ -27,6 +27,7 @@ from shared.bus.errors import BusError, NoResponders, translated
 from shared.bus.pulling import PullPump
 from shared.bus.settings import STREAM, STREAM_SUBJECTS, BusSettings
 from shared.bus.view import StoredCopies, copies_in, stream_metadata
+from shared.bus.violations import RememberingClient, Violations
 from shared.fencing import Fence
 from shared.logging import get_logger
 from shared.subjects import publisher_batch_subjects
@@ -81,10 +82,14 @@ class Served:
 class Connection:
     """One NATS connection with its JetStream context, shared by a service's tasks."""
 
+    # nats-py's client, or a subclass: the CLI's remembers the subjects it sent, to name a
+    # refused one as sent (berth_cli/client.py); a service's publishes stay nats-py's own.
+    client_type: ClassVar[type[Client]] = Client
+
     def __init__(self, *, source: str, settings: BusSettings | None = None) -> None:
         # Everything made from the connection holds this handle, never a nats-py client
         # itself: signing in anew replaces the client behind it (:meth:`_sign_in_anew`).
-        self._current = CurrentClient(Client())
+        self._current = CurrentClient(self.client_type())
         self.nc: Client = self._current.as_client()
         self.js = JetStreamContext(self.nc)
         self.source = source
@@ -99,6 +104,8 @@ class Connection:
         # Told of each asynchronous error nats-py reports (a permissions violation, say);
         # by default a log line. Tests that expect a refusal set their own.
         self.on_error: ErrorCallback = _log_error
+        # The tasks a permissions violation interrupts (a CLI command's: berth_cli/client.py).
+        self.violations = Violations()
         # Told of each event that does not decode (shared.deadletter sets it; else a log line).
         self.on_malformed: Callable[[Msg, str], None] | None = None
         self.reconnects: Listeners = set()  # watches of this connection's buckets
@@ -229,6 +236,8 @@ class Connection:
     async def _on_error(self, error: Exception) -> None:
         if _refused_credentials(error):
             self._credentials_refused()
+        client = self._current.client
+        self.violations.report(error, client.sent if isinstance(client, RememberingClient) else ())
         await self.on_error(error)
 
     def _credentials_refused(self) -> None:
@@ -259,7 +268,7 @@ class Connection:
                 reason="the seed file still holds the key NATS refused; waiting for a new one",
             )
             return
-        fresh = Client()
+        fresh = self.client_type()
         refused = asyncio.Event()
         opening = asyncio.get_running_loop().create_task(self._open(fresh, options, refused))
         waiting = asyncio.get_running_loop().create_task(refused.wait())

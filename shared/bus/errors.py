@@ -23,6 +23,7 @@ __all__ = [
     "NoResponders",
     "NoStream",
     "NotFound",
+    "PermissionDenied",
     "Refused",
     "bus_call",
     "translated",
@@ -63,6 +64,18 @@ class KeyExists(BusError):
 
 class Refused(BusError):
     """The server answered the operation with an error (a bad request, a limit)."""
+
+
+class PermissionDenied(BusError):
+    """NATS refused this connection an operation outside its user's permissions: ``action``
+    (``publish`` or ``subscribe``) on ``subject``. NATS keeps the connection open, so a
+    request whose publish was refused would otherwise wait for a reply that never comes
+    (shared/bus/violations.py)."""
+
+    def __init__(self, action: str, subject: str) -> None:
+        super().__init__(f'NATS refused a permission: may not {action} to "{subject}"')
+        self.action = action
+        self.subject = subject
 
 
 class NoStream(BusError):
