@@ -24,11 +24,13 @@ class DataDirInUse(RuntimeError):
 class DataDirClaim:
     """An exclusive ``flock`` on ``<data_dir>/berth-up.pid``, which holds the claimant's pid.
 
-    Why a lock and not the pid file alone: the kernel drops a lock when its holder dies, even
-    by SIGKILL, so a crashed stack never leaves a claim behind that a user must delete; the pid
-    inside is only there to name the holder. The stack's children never hold it past the stack:
-    the descriptor is close-on-exec (as Python opens every descriptor), and the children are
-    started with every other descriptor closed."""
+    Why a lock and not the pid file alone: the kernel drops a lock when the last descriptor of
+    it closes, even by SIGKILL, so a crashed stack never leaves a claim behind that a user must
+    delete; the pid inside is only there to name the holder. The stack's children (NATS, the
+    services) are given the descriptor (``pass_fds``): killed with SIGKILL, `berth up` tells
+    them to stop and they drain for seconds, and the directory stays claimed until the last
+    of them has exited, so a new stack never starts a second nats-server on a store still in
+    use. Nothing else inherits it (close-on-exec, as Python opens every descriptor)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / CLAIM_FILE
@@ -43,19 +45,34 @@ class DataDirClaim:
         claim already held does nothing."""
         if self._descriptor is not None:
             return
-        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as error:
+            raise RuntimeError(f"cannot claim {self.path.parent}: {error.strerror}") from None
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(descriptor, 32).decode(errors="replace").strip() or "unknown"
             os.close(descriptor)
             raise DataDirInUse(
-                f"{self.path.parent} is in use by another `berth up` (pid {holder}); stop it"
-                " first, or give --data-dir another directory"
+                f"{self.path.parent} is in use by another `berth up` (pid {holder}, or what"
+                " it started, still stopping); stop it first, or give --data-dir another"
+                " directory"
+            ) from None
+        except OSError as error:  # no locks on this filesystem (an NFS mount without them)
+            os.close(descriptor)
+            raise RuntimeError(
+                f"cannot lock {self.path}: {error.strerror}; give --data-dir a directory on a"
+                " local filesystem"
             ) from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
         self._descriptor = descriptor
+
+    @property
+    def descriptor(self) -> int | None:
+        """The claim's descriptor, for the stack's children to hold too (``pass_fds``)."""
+        return self._descriptor
 
     def release(self) -> None:
         """Give the claim up (the file stays: the next claimant rewrites it)."""

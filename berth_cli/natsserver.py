@@ -93,6 +93,7 @@ class NatsServer:
         self.cluster = cluster
         self.config_name = config_name
         self.preexec_fn = preexec_fn
+        self.pass_fds: tuple[int, ...] = ()  # descriptors it holds too (a stack's claim)
         self.process: subprocess.Popen[bytes] | None = None
         self._log_lines: list[str] = []
 
@@ -130,6 +131,7 @@ class NatsServer:
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C reaches the supervisor, which stops us last
             preexec_fn=self.preexec_fn,
+            pass_fds=self.pass_fds,
         )
         ready = threading.Event()
         assert self.process.stderr is not None

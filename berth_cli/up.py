@@ -131,6 +131,12 @@ class Stack:
         _make_private_dir(self.data_dir)  # seeds, logs and the event store are the user's alone
         self.claim.take()
 
+    def _claim_held_by_children(self) -> tuple[int, ...]:
+        """The claim's descriptor, which each child holds too: the data dir stays claimed
+        until the last of them has exited (berth_cli/data_dir_claim.py)."""
+        descriptor = self.claim.descriptor
+        return () if descriptor is None else (descriptor,)
+
     def start_nats(self) -> None:
         """Claim the data dir, make the credentials on first use, then start NATS."""
         self.claim_data_dir()
@@ -144,6 +150,8 @@ class Stack:
             port=self.nats_port,
             preexec_fn=die_with_parent(),
         )
+        for node in self.nats_nodes:
+            node.pass_fds = self._claim_held_by_children()
         self.nats_restarts = [Restarts(awaited=True) for _ in self.nats_nodes]
         for node, restarts in zip(self.nats_nodes, self.nats_restarts, strict=True):
             self._start_node(node, restarts)
@@ -217,6 +225,7 @@ class Stack:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=die_with_parent(),  # SIGTERM: it drains and stops its jobs
+            pass_fds=self._claim_held_by_children(),
         )
 
     def wait_ready(self, *, timeout: float) -> None:

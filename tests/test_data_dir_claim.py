@@ -3,10 +3,13 @@ refused, naming the first's pid, and a claim never outlives its holder, even by 
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,7 +65,7 @@ def test_a_claim_lasts_as_long_as_its_holder(tmp_path: Path, why: str, ended: st
         if ended is None:
             with pytest.raises(DataDirInUse) as refused:
                 claim.take()
-            assert f"in use by another `berth up` (pid {other.pid})" in str(refused.value), why
+            assert f"in use by another `berth up` (pid {other.pid}," in str(refused.value), why
             assert not claim.held, why
             return
         _end(other, ended)
@@ -83,3 +86,61 @@ def test_a_released_claim_is_free_and_taking_twice_is_one_claim(tmp_path: Path) 
     second = DataDirClaim(tmp_path)
     second.take()
     second.release()
+
+
+# A holder whose child holds the claim too, as `berth up`'s NATS and services do.
+HOLDER_WITH_CHILD = """
+import subprocess, sys, time
+from pathlib import Path
+from berth_cli.data_dir_claim import DataDirClaim
+claim = DataDirClaim(Path(sys.argv[1]))
+claim.take()
+child = subprocess.Popen(["sleep", "60"], pass_fds=(claim.descriptor,))
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_child_given_the_claim_keeps_it_past_its_killed_parent(tmp_path: Path) -> None:
+    """`berth up` killed by SIGKILL: its children drain for seconds; until the last has
+    exited, no new stack may start on the directory (a second NATS on a store in use)."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_WITH_CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    try:
+        _end(parent, "kill")
+        with pytest.raises(DataDirInUse):
+            DataDirClaim(tmp_path).take()
+    finally:
+        os.kill(child, signal.SIGKILL)
+    claim = DataDirClaim(tmp_path)
+    for _ in range(100):  # the child is reaped by init: its descriptor closes as it dies
+        try:
+            claim.take()
+            break
+        except DataDirInUse:
+            time.sleep(0.05)
+    assert claim.held
+    claim.release()
+
+
+def test_a_filesystem_without_locks_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An NFS mount without locks: a clear error naming the file and what to do, and no
+    descriptor left open."""
+
+    def no_locks(descriptor: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(RuntimeError) as refused:
+        DataDirClaim(tmp_path).take()
+    assert str(refused.value) == (
+        f"cannot lock {tmp_path / CLAIM_FILE}: {os.strerror(errno.ENOLCK)}; give --data-dir a"
+        " directory on a local filesystem"
+    )
+    assert len(os.listdir("/proc/self/fd")) == before

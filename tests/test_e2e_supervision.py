@@ -22,6 +22,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
+from berth_cli.data_dir_claim import CLAIM_FILE
 from berth_cli.launcher import LiveStack, start_stack
 from shared.auth import USERS, ClientAuth
 from shared.bus import STREAM, Bus, BusError
@@ -176,10 +177,26 @@ def test_a_second_stack_on_a_data_dir_in_use_is_refused(secured: LiveStack) -> N
         env={**os.environ, "COLUMNS": "250"},
     )
     assert result.returncode == 1, result.stdout
-    assert f"in use by another `berth up` (pid {secured.process.pid})" in result.stdout
+    assert f"in use by another `berth up` (pid {secured.process.pid}," in result.stdout
     assert "ready" not in result.stdout
     assert secured.process.poll() is None
     assert isinstance(get_json(secured.url, "cq"), list)  # it still serves
+    # NATS and every service hold the claim too: killed with SIGKILL, `berth up` leaves them
+    # draining, and the directory stays claimed until the last has exited
+    claim = str(secured.data_dir / CLAIM_FILE)
+    for name, pid in secured.pids.items():
+        assert claim in _open_files(pid), name
+
+
+def _open_files(pid: int) -> set[str]:
+    """What a process's descriptors point at (one closed while read is left out)."""
+    found = set()
+    for link in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found.add(os.readlink(link))
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def test_services_sign_in_as_themselves(secured: LiveStack) -> None:
