@@ -222,6 +222,11 @@ class LocalQueue(msgspec.Struct, rename="camel", omit_defaults=True):
 
 
 USER_PRIORITY_MAX = 1_000_000_000  # Kubernetes' HighestUserDefinablePriority
+# Kubernetes' own classes, the only ones a system- name may have, each at its value.
+SYSTEM_PRIORITY_CLASSES = {
+    "system-cluster-critical": 2_000_000_000,
+    "system-node-critical": 2_000_001_000,
+}
 
 
 class WorkloadPriorityClass(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -240,14 +245,21 @@ class PriorityClass(msgspec.Struct, rename="camel", omit_defaults=True):
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
 
     def __post_init__(self) -> None:
-        """As Kubernetes validates it: a user's PriorityClass is at most 1,000,000,000
-        (HighestUserDefinablePriority); only a ``system-`` class goes above, up to int32."""
-        if self.value > USER_PRIORITY_MAX and not self.metadata.name.startswith("system-"):
+        """As Kubernetes validates it (``ValidatePriorityClass``): a ``system-`` name is
+        reserved for its two built-in classes at their values; any other class is at most
+        1,000,000,000 (HighestUserDefinablePriority)."""
+        name = self.metadata.name
+        if name.startswith("system-"):
+            if SYSTEM_PRIORITY_CLASSES.get(name) != self.value or self.global_default:
+                raise ValueError(
+                    f"name {name!r}: priority class names with 'system-' prefix are reserved"
+                    " for system use only - at `$.metadata.name`"
+                )
+        elif self.value > USER_PRIORITY_MAX:
             raise ValueError(
-                f"value {self.value}: a PriorityClass's value is at most {USER_PRIORITY_MAX:,}"
-                " unless its name starts with `system-` - at `$.value`"
+                f"value {self.value}: the maximum allowed value of a user defined priority"
+                f" is {USER_PRIORITY_MAX:,} - at `$.value`"
             )
-
 
 
 # --- Namespace --------------------------------------------------------------------------------
