@@ -172,6 +172,18 @@ PARSE_CASES = [
         Violation("subscribe", "foo.bar"),
         "a subscription: its subject as nats-py gives it",
     ),
+    (
+        'nats: permissions violation for subscription to "foo.bar" using queue "q"',
+        [],
+        Violation("subscribe", "foo.bar"),
+        "a queue subscription: the subject alone, not the queue after it",
+    ),
+    (
+        'nats: permissions violation for publish with reply of "_inbox.abc"',
+        [],
+        Violation("publish", "_inbox.abc"),
+        "a reply subject the user may not use: named too",
+    ),
     ("nats: timeout", ["x"], None, "any other error is no violation"),
 ]
 

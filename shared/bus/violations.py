@@ -26,8 +26,12 @@ from shared.bus.errors import PermissionDenied
 __all__ = ["SENT_REMEMBERED", "RememberingClient", "Violation", "Violations", "violation_in"]
 
 # nats-py's text for the server's -ERR, which its parser lowercases:
-# 'nats: permissions violation for publish to "<subject>"' (or 'for subscription to').
-_VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "(.*)"')
+# 'nats: permissions violation for publish to "<subject>"', '... for subscription to
+# "<subject>"' (a queue subscription's goes on: ' using queue "<queue>"'), or '... for
+# publish with reply of "<subject>"' (a reply subject the user may not subscribe to).
+_VIOLATION = re.compile(
+    r'permissions violation for (publish|subscription) (?:to|with reply of) "([^"]*)"'
+)
 SENT_REMEMBERED = 256  # publishes remembered to name a refused subject as it was sent
 
 
