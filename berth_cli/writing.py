@@ -24,6 +24,7 @@ from berth_cli.client import CliError, connect, query_all
 from berth_cli.config_fields import unsupported_object
 from berth_cli.ignored import unsupported
 from berth_cli.kinds import config_names
+from berth_cli.workload_schema import check_known_fields
 from shared.bus import CONFIG_BUCKET, STREAM, Bus, KeyNotFound, NotFound, bus_call
 from shared.config import (
     KIND_PLURALS,
@@ -39,7 +40,6 @@ from shared.config import (
 from shared.events import RemoveWorkload, SubmitWorkload, WorkloadRef, subject_token
 from shared.names import InvalidName, check_generate_name, check_name, check_namespace
 from shared.pod_groups import pod_group
-from shared.workload_schema import check_known_fields
 from shared.workloads import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,

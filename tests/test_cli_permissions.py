@@ -2,7 +2,7 @@
 
 NATS answers an operation outside the user's permissions with an asynchronous error and keeps
 the connection, so a request whose publish was refused never gets its reply: before, each
-command waited out its timeouts (33 s for `apply`) and ended in a traceback or in "the
+command waited out its timeouts and ended in a traceback or in "the
 service did not answer". Against a real nats-server with the users' permissions; no service
 runs: a refused request never reaches one, and the refusal must not pass for its absence.
 """

@@ -1,5 +1,5 @@
 """A workload's unknown fields are refused as kubectl's strict field validation refuses them
-(shared.workload_schema.check_known_fields), before anything reads what a typo hid, and
+(berth_cli.workload_schema.check_known_fields), before anything reads what a typo hid, and
 `berth submit` says so in one line: table-driven, with the reason per case."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import yaml
 
 from berth_cli.client import CliError
 from berth_cli.tasks import TaskError, load_managed_job
+from berth_cli.workload_schema import check_known_fields
 from berth_cli.writing import prepare_workloads
 from shared.workload_fields import WorkloadError
 from shared.workload_kinds import KINDS
-from shared.workload_schema import check_known_fields
 from tests.conftest import REPO, berth
 
 EXAMPLES = REPO / "examples" / "kinds"

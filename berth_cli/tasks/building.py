@@ -34,6 +34,7 @@ from berth_cli.tasks.fields import (
 )
 from berth_cli.tasks.pod_config import merge_pod_spec, pod_config, pod_config_path
 from berth_cli.tasks.resources import Candidate, parse_resources
+from berth_cli.workload_schema import check_known_fields
 from shared.quantities import format_quantity
 from shared.tasks import (
     ACCELERATOR_LABEL,
@@ -45,7 +46,6 @@ from shared.tasks import (
     TASK_IMAGE,
     WORKDIR_ANNOTATION,
 )
-from shared.workload_schema import check_known_fields
 from shared.workloads import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadError, workload_spec
 
 __all__ = ["WRAPPER", "Overrides", "TaskSpec", "from_job", "from_task", "queue_of"]

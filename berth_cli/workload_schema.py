@@ -4,14 +4,14 @@ request, and so the quota it would hold; a queue label; a pod's containers).
 
 The schema is kubernetes-asyncio's models (``V1Job.openapi_types``: field -> type, and
 ``attribute_map``: attribute -> the field's JSON name). They are imported at the first check,
-never at a process's start: the package takes about 0.3 s and 50 MB to import
-(tests/test_start_imports.py keeps it out of the CLI's and the services' start).
+never at a process's start: the package is heavy to import (tests/test_start_imports.py
+keeps it out of the CLI's and the services' start).
 
-Used by ``berth submit`` (:func:`berth_cli.writing.prepare_workload`), where users' files come
-in. Not by the watcher: its Kubernetes backend reads objects an API server has validated, and
-its local backend's commands come from ``berth submit`` (``berth.cmd.submit.>`` is the ``cli``
-user's) or recovery (Jobs Berth builds); checking them again would cost each local watcher
-that import for nothing new.
+Used by ``berth submit`` (:func:`berth_cli.writing.prepare_workload`) and by ``berth jobs
+launch`` of a batch/v1 Job, where users' files come in. Not by the watcher: its Kubernetes
+backend reads objects an API server has validated, and its local backend's commands come from
+``berth submit`` (``berth.cmd.submit.>`` is the ``cli`` user's) or recovery (Jobs Berth
+builds); checking them again would cost each local watcher that import for nothing new.
 """
 
 from __future__ import annotations
