@@ -107,6 +107,15 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """Every key a string, as kubectl's YAML-to-JSON makes it: YAML 1.1 reads ``on:``,
+        ``yes:`` or ``1:`` as a bool or a number, and JSON (the bus, the config bucket) has
+        string keys only, so ``true``, ``false``, ``null`` and the number's text."""
+        mapping = super().construct_mapping(node, deep=deep)
+        if all(type(key) is str for key in mapping):
+            return mapping
+        return {_key_text(key): value for key, value in mapping.items()}
+
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         self._depth += 1
         try:
@@ -115,6 +124,16 @@ class _Loader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+def _key_text(key: Any) -> Any:
+    """A mapping key as JSON spells it (a bool as ``true``, None as ``null``); a string as
+    it is."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    return key if isinstance(key, str) else str(key)
 
 
 def _check_expansion(root: Node, source: str) -> None:

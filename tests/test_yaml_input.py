@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from berth_cli.tasks import TaskError, load_managed_job
+from berth_cli.writing import prepare_workloads
 from shared.config import ConfigError, load_documents
 from shared.yaml_input import MAX_BYTES, YamlInputError, load_all, read_input
 from tests.conftest import berth
@@ -47,6 +48,42 @@ def test_load_all(text: str, message: str | None, why: str) -> None:
         load_all(text, source="f.yaml")
     assert str(raised.value).startswith("f.yaml: "), why
     assert "\n" not in str(raised.value), why
+
+
+# (text, the first document, why): keys as kubectl's YAML-to-JSON spells them
+KEY_CASES = [
+    ("on: x\n", {"true": "x"}, "YAML 1.1's `on` is a bool: its key is `true`"),
+    ("no: x\n", {"false": "x"}, "and `no` is `false`"),
+    ("null: x\n", {"null": "x"}, "a null key is `null`"),
+    ("1: x\n2.5: y\n", {"1": "x", "2.5": "y"}, "a number's key is its text"),
+    ("a: {b: {on: x}}\n", {"a": {"b": {"true": "x"}}}, "at any depth"),
+    ("base: &b {1: x}\nc: {<<: *b}\n", {"base": {"1": "x"}, "c": {"1": "x"}}, "through a merge"),
+    ("'on': x\n", {"on": "x"}, "a quoted key stays the string it is"),
+]
+
+
+@pytest.mark.parametrize(("text", "loaded", "why"), KEY_CASES, ids=[c[2] for c in KEY_CASES])
+def test_every_key_is_a_string(text: str, loaded: dict[str, object], why: str) -> None:
+    assert load_all(text, source="f.yaml") == [loaded], why
+
+
+def test_a_workload_with_a_yaml_1_1_key_is_submitted_not_a_traceback(tmp_path: Path) -> None:
+    """A label `on: x` in a Job: JSON has no bool keys, so the object became unencodable
+    (a TypeError traceback at `berth submit`); its key is `true` now, as with kubectl."""
+    job = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: keyed
+  labels: {on: x, kueue.x-k8s.io/queue-name: q}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: busybox, resources: {requests: {cpu: "1"}}}]
+"""
+    [prepared] = prepare_workloads([(load_documents(job, source="j.yaml"), "j.yaml")], namespace=None)
+    assert prepared[0]["metadata"]["labels"]["true"] == "x"
 
 
 def test_aliases_deep_through_anchors_count_as_nesting() -> None:
