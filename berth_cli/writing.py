@@ -28,6 +28,7 @@ from berth_cli.workload_schema import check_known_fields
 from shared.bus import CONFIG_BUCKET, STREAM, Bus, KeyNotFound, NotFound, bus_call
 from shared.config import (
     KIND_PLURALS,
+    VOLATILE_METADATA,
     ConfigError,
     ConfigObject,
     config_key,
@@ -82,11 +83,10 @@ def read_documents(path: str) -> tuple[list[dict[str, Any]], str]:
 # --- apply -----------------------------------------------------------------------------------
 
 
-# What an API server sets and a client's apply does not: `berth get -o yaml` prints them, and
-# applying that output again must not change the stored object (kubectl's server ignores them).
-_SERVER_SET_METADATA = frozenset(
-    ("creationTimestamp", "uid", "resourceVersion", "generation", "managedFields", "selfLink")
-)
+# What a server sets and a client's apply does not: `berth get -o yaml` prints them, and
+# applying that output again must not change the stored object (kubectl's server ignores
+# them): the volatile fields, and the uid and creationTimestamp of the object read back.
+_SERVER_SET_METADATA = VOLATILE_METADATA | {"creationTimestamp", "uid"}
 
 
 def as_applied(document: dict[str, Any]) -> dict[str, Any]:

@@ -90,6 +90,7 @@ from shared.quantities import QuantityError, parse_quantity
 # everything is re-exported here, so `from shared.config import ClusterQueue` keeps working.
 __all__ = [
     "KIND_PLURALS",
+    "VOLATILE_METADATA",
     "AdmissionCheck",
     "AdmissionSettings",
     "AgeingPolicy",
@@ -386,6 +387,11 @@ def _check_one(value: Quantity, where: str) -> int:
         return parse_quantity(value)
     except QuantityError as error:
         raise ConfigError(f"{where}: {error}") from error
+
+
+# Metadata an API server rewrites at every write, never part of what an object says: not
+# stored in the config bucket, whether the object is mirrored from a cluster or applied.
+VOLATILE_METADATA = frozenset(("resourceVersion", "managedFields", "generation", "selfLink"))
 
 
 def config_key(kind: str, name: str, namespace: str | None = None) -> str:

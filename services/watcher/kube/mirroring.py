@@ -28,6 +28,7 @@ from services.watcher.kube.watching import (
 )
 from shared.bus import BucketWatch, KeyNotFound, live_value
 from shared.config import (
+    VOLATILE_METADATA,
     ConfigError,
     config_key,
     config_key_prefix,
@@ -68,9 +69,6 @@ CONFIG_RESOURCES: dict[str, list[Resource]] = {
         Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
     ],
 }
-
-_VOLATILE_METADATA = ("resourceVersion", "managedFields", "generation", "selfLink")
-
 
 def key_for(kind: str, obj: dict[str, Any]) -> str:
     """The bucket key, without parsing (for deletions of objects that may be invalid)."""
@@ -156,7 +154,7 @@ class ConfigMirror:
 
 
 def _cleaned(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _VOLATILE_METADATA}
+    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in VOLATILE_METADATA}
     annotations = {
         k: v
         for k, v in (metadata.get("annotations") or {}).items()
