@@ -37,6 +37,7 @@ from shared.config import (
     load_documents,
     object_key,
     parse_object,
+    place_of,
 )
 from shared.events import RemoveWorkload, SubmitWorkload, WorkloadRef, subject_token
 from shared.names import InvalidName, check_generate_name, check_name, check_namespace
@@ -104,7 +105,7 @@ def parse_config(documents: list[dict[str, Any]], source: str) -> list[ConfigObj
     objects = []
     for index, raw in enumerate(documents):
         document = as_applied(raw)
-        where = f"{source}: document {index + 1}"
+        where = place_of(documents, source, index)
         if document.get("kind") in WORKLOAD_KINDS and not is_config_kind(str(document.get("kind"))):
             raise CliError(f"{where}: {document['kind']} is a workload; use `berth submit -f`")
         if unsupported_object(document) is not None:
@@ -231,7 +232,7 @@ def prepare_workloads(
     prepared = []
     for documents, source in files:
         for index, document in enumerate(documents):
-            where = f"{source}: document {index + 1}"
+            where = place_of(documents, source, index)
             kind = str(document.get("kind"))
             if kind not in WORKLOAD_KINDS and is_config_kind(kind):
                 raise CliError(f"{where}: {kind} is configuration; use `berth apply -f`")

@@ -106,6 +106,7 @@ __all__ = [
     "ConfigObject",
     "Configuration",
     "ConfigurationSpec",
+    "Documents",
     "FairSharing",
     "FairSharingSettings",
     "FairSharingStrategy",
@@ -138,6 +139,7 @@ __all__ = [
     "load_documents",
     "object_key",
     "parse_object",
+    "place_of",
     "policy_for",
     "wait_for_pods_ready_of",
 ]
@@ -435,8 +437,32 @@ def decode_object(data: bytes) -> ConfigObject:
     return parse_object(msgspec.json.decode(data), where="stored object")
 
 
-def load_documents(text: str, *, source: str = "input") -> list[dict[str, Any]]:
-    """Split multi-document YAML into mappings, skipping empty documents.
+class Documents(list[dict[str, Any]]):
+    """The objects of one input, in order, and where each stands (:func:`place_of`): a
+    List's items are objects of their own, named by their document and their place in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.places: list[str] = []
+
+    def add(self, document: dict[str, Any], place: str) -> None:
+        self.append(document)
+        self.places.append(place)
+
+
+def place_of(documents: list[dict[str, Any]], source: str, index: int) -> str:
+    """Where the ``index``-th object of ``documents`` stands in its input, for messages:
+    ``<source>: document <n>``, or ``<source>: document <n>, items[<m>]`` for an item of a
+    List (as :func:`load_documents` read it)."""
+    if isinstance(documents, Documents) and index < len(documents.places):
+        return documents.places[index]
+    return f"{source}: document {index + 1}"
+
+
+def load_documents(text: str, *, source: str = "input") -> Documents:
+    """Split multi-document YAML into mappings, skipping empty documents; a ``kind: List``
+    (what ``berth get -o yaml`` and ``kubectl get -o yaml`` print) is its items, as kubectl
+    reads one.
 
     A syntax error is reported with its line, as one line of text; the bounds of
     :mod:`shared.yaml_input` (size, depth, alias expansion) apply.
@@ -448,22 +474,19 @@ def load_documents(text: str, *, source: str = "input") -> list[dict[str, Any]]:
         documents = load_all(text, source=source)
     except YamlInputError as error:
         raise ConfigError(str(error)) from None
-    result: list[dict[str, Any]] = []
+    result = Documents()
     for index, document in enumerate(documents):
+        where = f"{source}: document {index + 1}"
         if document is None:
             continue
         if not isinstance(document, dict):
-            raise ConfigError(f"{source}: document {index + 1} is not a mapping")
-        result.extend(_listed(document, f"{source}: document {index + 1}"))
+            raise ConfigError(f"{where} is not a mapping")
+        if document.get("kind") != "List" or document.get("apiVersion") != "v1":
+            result.add(document, where)
+            continue
+        items = document.get("items") or []
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise ConfigError(f"{where}: `items` of a List must be a list of objects")
+        for number, item in enumerate(items):
+            result.add(item, f"{where}, items[{number}]")
     return result
-
-
-def _listed(document: dict[str, Any], where: str) -> list[dict[str, Any]]:
-    """A ``kind: List`` (what ``berth get -o yaml`` and ``kubectl get -o yaml`` print) is
-    its items, as kubectl reads one; any other document is itself."""
-    if document.get("kind") != "List" or document.get("apiVersion") != "v1":
-        return [document]
-    items = document.get("items") or []
-    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-        raise ConfigError(f"{where}: `items` of a List must be a list of objects")
-    return items

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from berth_cli.client import CliError
+from berth_cli.writing import parse_config
 from shared.config import (
     ClusterQueue,
     ConfigError,
@@ -14,6 +16,7 @@ from shared.config import (
     load_documents,
     object_key,
     parse_object,
+    place_of,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -242,6 +245,20 @@ def test_a_list_is_read_as_its_items(text: str, loaded: list[str] | str, why: st
         assert str(caught.value) == loaded, why
         return
     assert [document["kind"] for document in load_documents(text, source="x.yaml")] == loaded, why
+
+
+def test_an_item_of_a_list_is_named_by_its_document_and_place() -> None:
+    """An error in a List's item names where it is, not a document that does not exist."""
+    text = "kind: A\n---\napiVersion: v1\nkind: List\nitems: [{kind: B}, {kind: C}]\n"
+    documents = load_documents(text, source="x.yaml")
+    assert [place_of(documents, "x.yaml", i) for i in range(3)] == [
+        "x.yaml: document 1",
+        "x.yaml: document 2, items[0]",
+        "x.yaml: document 2, items[1]",
+    ]
+    bad = "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: kueue.x-k8s.io/v1beta1, kind: Oops}\n"
+    with pytest.raises(CliError, match=r"^x.yaml: document 1, items\[0\]: unknown kind 'Oops'"):
+        parse_config(load_documents(bad, source="x.yaml"), "x.yaml")
 
 
 def test_malformed_yaml_names_the_line() -> None:
