@@ -21,6 +21,7 @@ import yaml
 
 from berth_cli.client import CliError, connect
 from berth_cli.ignored import config_ignored, warn_ignored, warn_skipped, workload_ignored
+from berth_cli.workload_schema import validate_option
 from berth_cli.writing import (
     apply_config,
     check_references,
@@ -103,11 +104,12 @@ async def _check_workloads(
     namespace: str | None,
     *,
     names: bool,
+    validate: str,
 ) -> list[str]:
     """Validate every workload of every file (and its pod group), its LocalQueue and
     priority class, and with ``names`` that its name is free, as `berth submit` checks them;
     the lines a dry run prints."""
-    prepared = prepare_workloads(files, namespace=namespace)
+    prepared = prepare_workloads(files, namespace=namespace, validate=validate)
     lines = []
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)
@@ -174,9 +176,15 @@ def apply(nats_url: str, filename: str, recursive: bool, dry_run: bool) -> None:
     "-n", "--namespace", default=None, help="Namespace (default: the object's, else default)."
 )
 @_dry_run
+@validate_option
 @click.pass_obj
 def submit(
-    nats_url: str, filename: str, recursive: bool, namespace: str | None, dry_run: bool
+    nats_url: str,
+    filename: str,
+    recursive: bool,
+    namespace: str | None,
+    dry_run: bool,
+    validate: str,
 ) -> None:
     """Submit workloads (Jobs, Pods and pod groups, JobSets, Kubeflow jobs, Ray, AppWrappers,
     LeaderWorkerSets, Deployments, StatefulSets); they queue in the LocalQueue their label
@@ -185,15 +193,21 @@ def submit(
     for documents, source in files:
         warn_ignored(source, [f for document in documents for f in workload_ignored(document)])
     if dry_run:
-        lines = asyncio.run(_check_workloads(nats_url, files, namespace, names=True))
+        lines = asyncio.run(
+            _check_workloads(nats_url, files, namespace, names=True, validate=validate)
+        )
     else:
 
         async def write() -> list[str]:
             if len(files) > 1:  # every file checked before the first is submitted
-                await _check_workloads(nats_url, files, namespace, names=False)
+                # (a warning is printed once, as each file is submitted)
+                checking = "ignore" if validate == "warn" else validate
+                await _check_workloads(nats_url, files, namespace, names=False, validate=checking)
             done = []
             for documents, source in files:
-                done += await submit_workloads(nats_url, documents, source, namespace=namespace)
+                done += await submit_workloads(
+                    nats_url, documents, source, namespace=namespace, validate=validate
+                )
             return done
 
         lines = asyncio.run(write())

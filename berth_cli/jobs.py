@@ -16,6 +16,7 @@ from berth_cli.client import CliError, connect
 from berth_cli.get import print_table
 from berth_cli.ignored import warn_ignored, workload_ignored
 from berth_cli.tasks import Flavor, ManagedJobSpec
+from berth_cli.workload_schema import validate_option
 from berth_cli.writing import check_priority_classes
 from shared.bus import API_SUBJECT, CONFIG_BUCKET, JOBS_BUCKET, Bus, BusTimeout, NoResponders
 from shared.durations import run_time
@@ -59,6 +60,7 @@ def jobs() -> None:
 @click.option("--env", "envs", multiple=True, help="KEY=VALUE, or KEY from this shell.")
 @click.option("--env-file", default=None, help="A dotenv file of KEY=VALUE lines.")
 @click.option("--secret", "secrets", multiple=True, help="KEY=VALUE, or KEY; never shown.")
+@validate_option
 @click.pass_obj
 def launch(
     nats_url: str,
@@ -69,6 +71,7 @@ def launch(
     envs: tuple[str, ...],
     env_file: str | None,
     secrets: tuple[str, ...],
+    validate: str,
 ) -> None:
     """Launch a SkyPilot task YAML, a pipeline of tasks, or a batch/v1 Job as a managed
     job; prints its ID."""
@@ -81,7 +84,7 @@ def launch(
     secret_values = launching.assignments(secrets, "--secret")
     secret_name = new_secret_name()
 
-    def parse(flavors: dict[str, list[Flavor]] | None) -> ManagedJobSpec:
+    def parse(flavors: dict[str, list[Flavor]] | None, validate: str) -> ManagedJobSpec:
         return launching.parse_task(
             text,
             source,
@@ -91,15 +94,17 @@ def launch(
             secrets=secret_values,
             secret_name=secret_name,
             flavors=flavors,
+            validate=validate,
         )
 
-    spec = parse(None)  # every error in the file before the bus is asked anything
+    spec = parse(None, validate)  # every error in the file before the bus is asked anything
+    again = "ignore" if validate == "warn" else validate  # a warning is printed once
     _check_job_names(spec.name, namespace, source)
 
     async def submit() -> tuple[ManagedJobSpec, dict[str, Any]]:
         async with connect(nats_url) as bus:
             config = await bus.kv(CONFIG_BUCKET)
-            chosen = parse(await launching.queue_flavors(config, namespace, text, source))
+            chosen = parse(await launching.queue_flavors(config, namespace, text, source), again)
             launching_warnings(chosen, source)
             for task in chosen.tasks:
                 probe = {

@@ -94,6 +94,7 @@ def parse_task(
     secrets: dict[str, str],
     secret_name: str,
     flavors: dict[str, list[Flavor]] | None,
+    validate: str = "strict",
 ) -> ManagedJobSpec:
     try:
         return load_managed_job(
@@ -105,6 +106,7 @@ def parse_task(
             secrets=secrets,
             secret_name=secret_name,
             flavors=flavors,
+            validate=validate,
         )
     except TaskError as error:
         raise CliError(str(error)) from error

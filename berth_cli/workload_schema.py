@@ -20,10 +20,43 @@ import functools
 import importlib
 from typing import Any
 
+import click
+
 from shared.workload_fields import Path, WorkloadError, mapping, path_text
 from shared.workload_kinds import KINDS
 
-__all__ = ["check_known_fields"]
+__all__ = ["check_known_fields", "validate_fields", "validate_option"]
+
+
+def _validation(_: click.Context, __: click.Parameter, value: str) -> str:
+    return {"true": "strict", "false": "ignore"}.get(value, value)
+
+
+# kubectl's --validate, as `berth submit` and `berth jobs launch` take it.
+validate_option = click.option(
+    "--validate",
+    type=click.Choice(["strict", "warn", "ignore", "true", "false"]),
+    default="strict",
+    show_default=True,
+    callback=_validation,
+    help="Unknown fields, as kubectl's: strict (true) refuses, warn prints them, ignore"
+    " (false) does not look (a cluster newer than this schema: docs/bad-input.md).",
+)
+
+
+def validate_fields(obj: Any, validate: str, where: str) -> None:
+    """kubectl's ``--validate`` over :func:`check_known_fields`: ``strict`` refuses an
+    object with an unknown field (:class:`WorkloadError`), ``warn`` prints one warning line
+    for it on stderr and goes on, ``ignore`` does not look. Why not always strict: the schema
+    is this kubernetes-asyncio's, and a field a newer cluster knows would be refused."""
+    if validate == "ignore":
+        return
+    try:
+        check_known_fields(obj)
+    except WorkloadError as error:
+        if validate == "strict":
+            raise
+        click.echo(f"berth: warning: {where}: {error}", err=True)
 
 _POD_TEMPLATE = "V1PodTemplateSpec"
 _OBJECT_META = "V1ObjectMeta"

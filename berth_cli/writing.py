@@ -24,7 +24,7 @@ from berth_cli.client import CliError, connect, query_all
 from berth_cli.config_fields import unsupported_object
 from berth_cli.ignored import unsupported
 from berth_cli.kinds import config_names
-from berth_cli.workload_schema import check_known_fields
+from berth_cli.workload_schema import validate_fields
 from shared.bus import CONFIG_BUCKET, STREAM, Bus, KeyNotFound, NotFound, bus_call
 from shared.config import (
     KIND_PLURALS,
@@ -151,10 +151,11 @@ def _suffix() -> str:
 
 
 def prepare_workload(
-    document: dict[str, Any], *, namespace: str | None, where: str
+    document: dict[str, Any], *, namespace: str | None, where: str, validate: str = "strict"
 ) -> dict[str, Any]:
-    """Validate a workload object (no unknown field: :func:`check_known_fields`) and fill in
-    what an API server would: name, uid, times."""
+    """Validate a workload object (its unknown fields as ``validate`` says: kubectl's
+    ``--validate``, :func:`validate_fields`) and fill in what an API server would: name,
+    uid, times."""
     obj: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(document))  # a deep copy
     kind = obj.get("kind") if isinstance(obj, dict) else None
     if isinstance(kind, str) and kind not in WORKLOAD_KINDS and kind in _BUILT_BY_BERTH:
@@ -162,7 +163,7 @@ def prepare_workload(
     if (why := unsupported(kind)) is not None:
         raise CliError(f"{where}: {kind} is not supported: {why}")
     try:
-        check_known_fields(obj)  # first: a misspelled field must be named, not what it hid
+        validate_fields(obj, validate, where)  # first: a typo is named, not what it hid
         workload_spec(obj)
         group = pod_group(obj)
     except WorkloadError as error:
@@ -223,7 +224,10 @@ def check_pod_groups(prepared: list[tuple[dict[str, Any], str]]) -> None:
 
 
 def prepare_workloads(
-    files: list[tuple[list[dict[str, Any]], str]], *, namespace: str | None
+    files: list[tuple[list[dict[str, Any]], str]],
+    *,
+    namespace: str | None,
+    validate: str = "strict",
 ) -> list[tuple[dict[str, Any], str]]:
     """Every workload document of the files (documents, source) prepared as `berth submit`
     sends it (``prepare_workload``), each with where it stands ("<source>: document <n>"); a
@@ -236,7 +240,8 @@ def prepare_workloads(
             kind = str(document.get("kind"))
             if kind not in WORKLOAD_KINDS and is_config_kind(kind):
                 raise CliError(f"{where}: {kind} is configuration; use `berth apply -f`")
-            prepared.append((prepare_workload(document, namespace=namespace, where=where), where))
+            obj = prepare_workload(document, namespace=namespace, where=where, validate=validate)
+            prepared.append((obj, where))
     check_pod_groups(prepared)
     return prepared
 
@@ -290,10 +295,15 @@ async def _exists(kv: Any, key: str) -> bool:
 
 
 async def submit_workloads(
-    url: str, documents: list[dict[str, Any]], source: str, *, namespace: str | None
+    url: str,
+    documents: list[dict[str, Any]],
+    source: str,
+    *,
+    namespace: str | None,
+    validate: str = "strict",
 ) -> list[str]:
     """Send each workload object to the watcher, as `kubectl create` would create it."""
-    prepared = prepare_workloads([(documents, source)], namespace=namespace)
+    prepared = prepare_workloads([(documents, source)], namespace=namespace, validate=validate)
     lines = []
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)

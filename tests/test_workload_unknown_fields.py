@@ -266,3 +266,37 @@ def test_a_job_launched_as_a_managed_job_is_checked_too() -> None:
     with pytest.raises(TaskError) as caught:
         load_managed_job(yaml.safe_dump(job), source="job.yaml")
     assert f'job.yaml: unknown field "{_JOB_REQUESTS}.requets"' in str(caught.value)
+    # `berth jobs launch --validate=ignore`: a field this schema does not know is let through
+    loaded = load_managed_job(yaml.safe_dump(job), source="job.yaml", validate="ignore")
+    assert loaded.name == "job"
+
+
+# (--validate, whether it is refused, whether a warning is printed, why): kubectl's modes
+VALIDATE_CASES = [
+    ("strict", True, False, "the default: refused, nothing sent"),
+    ("true", True, False, "kubectl's old spelling of strict"),
+    ("warn", False, True, "a field a newer cluster knows: said, and submitted"),
+    ("ignore", False, False, "not looked at"),
+    ("false", False, False, "kubectl's old spelling of ignore"),
+]
+
+
+@pytest.mark.parametrize(
+    ("validate", "refused", "warned", "why"), VALIDATE_CASES, ids=[c[3] for c in VALIDATE_CASES]
+)
+def test_validate_is_kubectls(
+    tmp_path: Path, validate: str, refused: bool, warned: bool, why: str
+) -> None:
+    """`berth submit --validate=...`: past the check, it goes on to the bus (none listens
+    here: "cannot reach NATS" shows it got that far)."""
+    path = tmp_path / "job.yaml"
+    job = changed("job", lambda j: job_container(j).update(resources={"requets": {"cpu": "64"}}))
+    path.write_text(yaml.safe_dump(job))
+    result = berth(
+        "submit", f"--validate={validate}", "-f", str(path), url="nats://127.0.0.1:1", check=False
+    )
+    assert result.returncode == 1, why
+    field = f'unknown field "{_JOB_REQUESTS}.requets"'
+    assert (f"Error: {path}: document 1: {field}" in result.stderr) == refused, why
+    assert (f"berth: warning: {path}: document 1: {field}" in result.stderr) == warned, why
+    assert ("cannot reach NATS" in result.stderr) == (not refused), why

@@ -34,7 +34,7 @@ from berth_cli.tasks.fields import (
 )
 from berth_cli.tasks.pod_config import merge_pod_spec, pod_config, pod_config_path
 from berth_cli.tasks.resources import Candidate, parse_resources
-from berth_cli.workload_schema import check_known_fields
+from berth_cli.workload_schema import validate_fields
 from shared.quantities import format_quantity
 from shared.tasks import (
     ACCELERATOR_LABEL,
@@ -138,7 +138,11 @@ def _summary(count: int, cpus: str | None, accelerator: tuple[str, str] | None) 
 
 
 def from_job(
-    document: dict[str, Any], source: str, name: str, priority_class: str | None
+    document: dict[str, Any],
+    source: str,
+    name: str,
+    priority_class: str | None,
+    validate: str = "strict",
 ) -> TaskSpec:
     """A batch/v1 Job as given; the max-restarts and recover-codes annotations read."""
     if document.get("kind") != "Job":
@@ -150,7 +154,7 @@ def from_job(
     job = copy.deepcopy(document)
     job.pop("status", None)
     try:
-        check_known_fields(job)  # a misspelled field is named, as `berth submit` names it
+        validate_fields(job, validate, source)  # a typo is named, as `berth submit` names it
     except WorkloadError as error:
         raise TaskError(f"{source}: {error}") from None
     metadata = job.get("metadata")

@@ -80,13 +80,15 @@ def load_managed_job(
     secret_name: str = "berth-secret",
     base_dir: Path | None = None,
     flavors: dict[str, list[Flavor]] | None = None,
+    validate: str = "strict",
 ) -> ManagedJobSpec:
     """Parse a task, a pipeline or a batch/v1 Job; raises :class:`TaskError` naming the field.
 
     ``name`` (``-n``) overrides the task's name; ``priority_class`` (``--priority-class``)
     sets the ``kueue.x-k8s.io/priority-class`` label, overriding the file's; ``env`` and
     ``secrets`` (``--env``/``--env-file``, ``--secret``) go to every task; ``flavors`` (by
-    queue name) let the choice among candidates ask the ClusterQueue (:mod:`.choosing`).
+    queue name) let the choice among candidates ask the ClusterQueue (:mod:`.choosing`);
+    ``validate`` (``--validate``) is how a batch/v1 Job's unknown fields are met.
     """
     documents = _load_yaml(text, source)
     try:
@@ -102,7 +104,7 @@ def load_managed_job(
             metadata = documents[0].get("metadata")
             job_name = metadata.get("name") if isinstance(metadata, dict) else None
             default = job_name if isinstance(job_name, str) and job_name else stem(source)
-            passed = from_job(documents[0], source, name or default, priority_class)
+            passed = from_job(documents[0], source, name or default, priority_class, validate)
             return ManagedJobSpec(name=passed.name, tasks=(passed,))
         pipeline_name, tasks = _pipeline(documents)
         overrides = Overrides(
