@@ -47,6 +47,14 @@ JETSTREAM_OUTAGE_S = 30.0  # how long setup calls wait out an unanswering JetStr
 # part per client, so a cluster's clients do not all come back in the same instant.
 RECONNECT_WAIT_S = 0.25
 RECONNECT_JITTER_S = 0.25
+# A server that stops answering without closing the connection (hung, or its host gone
+# without a reset) is noticed after PINGS_UNANSWERED pings go unanswered, PING_INTERVAL_S
+# apart, and the client moves to another node. nats-py's default (pings minutes apart) left
+# a service on a hung node past a consumer's inactive threshold: the server removed it
+# unread (shared/bus/pulling.py ConsumerGone). Not tighter: a client busy reading a
+# backlog reads the server's answer late, and a false alarm costs a reconnect.
+PING_INTERVAL_S = 5
+PINGS_UNANSWERED = 2
 # A connection signing in anew with a rotated seed gives NATS this long to accept it.
 SIGN_IN_TIMEOUT_S = 5.0
 
@@ -228,6 +236,8 @@ class Connection:
             allow_reconnect=retry,
             max_reconnect_attempts=-1 if retry else 1,
             reconnect_time_wait=self._reconnect_wait,
+            ping_interval=PING_INTERVAL_S,
+            max_outstanding_pings=PINGS_UNANSWERED,
             error_cb=on_error,
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,

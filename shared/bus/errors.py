@@ -18,6 +18,7 @@ __all__ = [
     "BucketNotFound",
     "BusError",
     "BusTimeout",
+    "ConsumerGone",
     "KeyExists",
     "KeyNotFound",
     "NoResponders",
@@ -47,6 +48,13 @@ class NoResponders(BusError):
 
 class NotFound(BusError):
     """What was asked for does not exist: a stream, a consumer, a message."""
+
+
+class ConsumerGone(NotFound):
+    """The server no longer has a consumer this process reads (deleted, or removed once it
+    went unread past its inactive threshold: a connection that hung that long). What it
+    would have delivered next cannot be asked of it: the service stops and, started again,
+    reads the stream anew."""
 
 
 class BucketNotFound(NotFound):

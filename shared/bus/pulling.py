@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from shared.bus.batches import BatchView, expand, is_batch, is_copy
+from shared.bus.errors import ConsumerGone
 from shared.bus.gaps import REFETCH_RETRY_S, TAIL_CHECK_S, Delivered, Deliveries, Refetch
 from shared.events import AnyEvent, decode_event
 from shared.logging import get_logger
@@ -45,6 +46,9 @@ PULL_EXPIRES_S = 5.0  # an outstanding pull request lives this long, then is ren
 # only noticed after two whole request lifetimes.
 PULL_HEARTBEAT_S = 0.5
 PULL_SILENCE_BEATS = 2
+# JetStream's error code for a consumer it does not have.
+CONSUMER_NOT_FOUND = 10014
+CONSUMER_INFO_TIMEOUT_S = 2.0
 # At most this many events are handed to a handler (or returned by next_batch) at once.
 EVENTS_PER_HANDLING = 512
 
@@ -116,6 +120,9 @@ class PullPump:
         self.last_heard = 0.0
         self.closed = False
         self.interrupted = False
+        # A request was answered "no consumer" (:func:`consumer_may_be_gone`): the server is
+        # asked whether it still has it before the pump asks it for more.
+        self.unanswered = False
         self.subscription: Any = None
 
     @classmethod
@@ -173,6 +180,9 @@ class PullPump:
         elif status != "100":  # not a heartbeat: the request ended (expired, or refused)
             left = (msg.headers or {}).get("Nats-Pending-Messages")
             self.requested = self.requested - int(left) if left is not None else 0
+            if consumer_may_be_gone(status, msg):
+                self.requested, self.unanswered = 0, True
+                return  # asked again by the watchdog, once the server says it still has it
         self.requested = max(self.requested, 0)
         await self.top_up()
 
@@ -277,10 +287,31 @@ class PullPump:
 
     async def _watchdog(self) -> None:
         """No heartbeat for a few beats: whatever we count as outstanding is not (the
-        consumer's leader died, a reconnect, a lost status); ask again rather than wait."""
+        consumer's leader died, a reconnect, a lost status); ask again rather than wait.
+        After a request answered "no consumer", first ask the server whether it still has
+        the consumer: raises :class:`ConsumerGone` if it has not, for asking on would be
+        answered so at once, again and again, and nothing would be read."""
         now = time.monotonic()
         if now - max(self.last_request, self.last_heard) > PULL_HEARTBEAT_S * PULL_SILENCE_BEATS:
+            if self.unanswered:
+                if await self._consumer_gone():
+                    consumer = self.next_subject.rpartition(".")[2]
+                    why = "the server no longer has it: deleted, or removed unread"
+                    log.error("consumer_gone", consumer=consumer, reason=why)
+                    raise ConsumerGone(f"the server has no consumer {consumer}: {why}")
+                self.unanswered = False
             await self.ask_again()
+
+    async def _consumer_gone(self) -> bool:
+        """Whether the server says it has no such consumer; an unclear answer (a timeout, no
+        JetStream leader this instant) is not taken for its absence."""
+        info = self.next_subject.replace(".CONSUMER.MSG.NEXT.", ".CONSUMER.INFO.", 1)
+        try:
+            reply = await self.nc.request(info, b"", timeout=CONSUMER_INFO_TIMEOUT_S)
+            error = json.loads(reply.data).get("error") or {}
+        except (nats.errors.Error, TimeoutError, ValueError):
+            return False
+        return bool(error.get("err_code") == CONSUMER_NOT_FOUND)
 
     async def close(self) -> list[Msg]:
         """Stop asking; returns the messages that arrived and were never taken."""
@@ -293,6 +324,15 @@ class PullPump:
         leftover, self.buffer = self.buffer, []
         self.held.clear()
         return leftover
+
+
+def consumer_may_be_gone(status: str, msg: Msg) -> bool:
+    """Whether a pull request's answer says no consumer took it: ``503`` (no responders: no
+    consumer, or none has a leader this instant) or ``409 Consumer Deleted``. Asked again at
+    once, such a request is answered so at once, in a loop that reads nothing."""
+    if status == "503":
+        return True
+    return status == "409" and "Consumer Deleted" in (msg.headers or {}).get("Description", "")
 
 
 # What each consumer was sent and decoded per subject family: what the Kueue benchmark's
