@@ -9,9 +9,9 @@ import signal
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from berth_cli.consoles import console_for
 from shared.auth import SERVICE_USERS, USERS, CredentialStore
 
 __all__ = ["creds", "reload_nats"]
@@ -38,7 +38,7 @@ def init(directory: Path) -> None:
         if user not in existed:
             table.add_row(str(store.seed_path(user)), user, keys[user])
     table.add_row(str(store.auth_conf), "(NATS)", "every user's public key and permissions")
-    console = Console(highlight=False)
+    console = console_for()
     console.print(table)
     if existed:
         console.print(f"kept {len(existed)} existing seeds: {', '.join(sorted(existed))}")
@@ -55,7 +55,7 @@ def rotate(directory: Path, user: str) -> None:
     if not store.auth_conf.exists():
         raise click.ClickException(f"no credentials in {directory}; run `berth creds init`")
     keys = store.rotate(user)
-    console = Console(highlight=False)
+    console = console_for()
     console.print(f"{store.seed_path(user)}: new seed for {user} (public key {keys[user]})")
     console.print(f"{store.auth_conf}: rewritten")
     reloaded = reload_nats(directory)

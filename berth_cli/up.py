@@ -33,6 +33,7 @@ from typing import IO
 from rich.console import Console
 from rich.table import Table
 
+from berth_cli.consoles import console_for
 from berth_cli.creds import PID_SUFFIX
 from berth_cli.data_dir_claim import DataDirClaim
 from berth_cli.exit_codes import ExitCode
@@ -43,7 +44,7 @@ from shared.auth import ClientAuth, CredentialStore
 from shared.bus import BusError
 from shared.service import DEFAULT_PORTS, PORT_IN_USE_EXIT
 
-__all__ = ["SERVICES", "ServiceProcess", "Stack", "run_up", "up_console"]
+__all__ = ["SERVICES", "ServiceProcess", "Stack", "run_up"]
 
 SERVICES = tuple(DEFAULT_PORTS)  # watcher, admission, preemption, recovery
 CONSOLE = "console"  # the web console (berth_console): a bus client, one replica
@@ -368,16 +369,8 @@ def _ready(url: str) -> bool:
         return False
 
 
-def up_console(file: IO[str] | None = None) -> Console:
-    """`berth up`'s output (``file``, stdout by default): the terminal's width on a terminal,
-    else as wide as each line needs, so that `berth up > up.log` keeps every log path whole
-    (copied from the file into a shell)."""
-    out = file or sys.stdout
-    return Console(file=out, highlight=False, width=None if out.isatty() else 100_000)
-
-
 def run_up(*, data_dir: Path, nats_port: int, replicas: int = 1, nats_cluster: int = 1) -> int:
-    console = up_console()
+    console = console_for()
     stack = Stack(
         data_dir=data_dir,
         nats_port=nats_port,

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from berth_cli.up import ServiceProcess, Stack, up_console
+from berth_cli.consoles import console_for
+from berth_cli.up import ServiceProcess, Stack
 
 
 def test_a_service_whose_port_is_taken_before_it_binds_starts_on_another(tmp_path: Path) -> None:
@@ -53,5 +54,5 @@ def test_the_ready_table_keeps_each_log_path_whole_in_a_file(
     stack = Stack(data_dir=tmp_path, nats_port=0, console=Console(file=io.StringIO()))
     stack.services.append(ServiceProcess("admission", 0, "admission", 8482, log_path))
     output = io.StringIO()
-    stack.print_listening(up_console(output))
+    stack.print_listening(console_for(output))
     assert str(log_path) in output.getvalue()
