@@ -1,18 +1,21 @@
-"""A server that stops answering without closing the connection (SIGSTOP: hung) is left
-once its pings go unanswered (shared/bus/connection.py PING_INTERVAL_S), not after
-nats-py's default of minutes. Against a real nats-server, frozen."""
+"""A server that stops answering without closing the connection (SIGSTOP: hung): a service
+leaves it once its pings go unanswered (shared/bus/connection.py PING_INTERVAL_S), not after
+nats-py's default of minutes, and a command goes on to the next server listed. Against real
+nats-servers, one frozen."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
 import shared.bus.connection as connection
 from berth_cli.natsserver import NatsServer
-from shared.bus import Bus
+from shared.auth import ClientAuth
+from shared.bus import Bus, BusError
 from tests.conftest import bus_auth, frozen
 
 
@@ -38,3 +41,26 @@ async def test_a_hung_server_is_noticed_by_its_pings(
     finally:
         os.kill(pid, signal.SIGCONT)
         await bus.close()
+
+
+async def test_a_command_goes_on_to_the_next_server_past_a_hung_one(tmp_path: Path) -> None:
+    """`BERTH_NATS_URL` lists a cluster's nodes: a command (told not to retry) whose first
+    server accepts the connection and never answers goes on to the next, in order; with none
+    answering, it says why (a timeout's own text is empty)."""
+    with NatsServer(store_dir=tmp_path / "hung") as hung, NatsServer(store_dir=tmp_path / "up") as up:
+        assert hung.process is not None
+        frozen(hung.process.pid)
+        try:
+            url = f"{hung.url},{up.url}"
+            bus = await Bus.connect(url, source="test", retry=False, auth=ClientAuth())
+            try:
+                assert bus.nc.connected_url is not None
+                assert bus.nc.connected_url.port == up.port
+            finally:
+                await bus.close()
+            with pytest.raises(BusError) as refused:
+                await Bus.connect(hung.url, source="test", retry=False, auth=ClientAuth())
+            assert str(refused.value).startswith(f"cannot reach NATS at {hung.url}: ")
+            assert not str(refused.value).endswith(": "), "no reason given"
+        finally:
+            os.kill(hung.process.pid, signal.SIGCONT)

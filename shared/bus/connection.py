@@ -19,7 +19,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
-from shared.auth import SEED_SUFFIX, USERS, ClientAuth
+from shared.auth import ClientAuth
 from shared.bus.acks import AckTracker
 from shared.bus.buckets import Bucket, Listeners, open_bucket
 from shared.bus.current import CurrentClient
@@ -27,7 +27,7 @@ from shared.bus.errors import BusError, NoResponders, translated
 from shared.bus.pulling import PullPump
 from shared.bus.settings import STREAM, STREAM_SUBJECTS, BusSettings
 from shared.bus.view import StoredCopies, copies_in, stream_metadata
-from shared.bus.violations import RememberingClient, Violations
+from shared.bus.violations import RememberingClient, Violations, refusal, refused_credentials
 from shared.fencing import Fence
 from shared.logging import get_logger
 from shared.subjects import publisher_batch_subjects
@@ -166,17 +166,31 @@ class Connection:
         bus.rides_out_outages = retry
         # nats-py annotates an int but sleeps on whatever number it is given.
         bus._reconnect_wait = RECONNECT_WAIT_S + random.uniform(0, RECONNECT_JITTER_S)
+        untried = len(bus._servers) - 1  # told not to retry: each server once, in order
         while True:
             try:
                 await bus._open_first(options)
                 bus._signed_in_as = signed_in_as
                 return bus
             except (OSError, nats.errors.Error, TimeoutError) as error:
-                if _refused_credentials(error):
-                    raise BusError(_refusal(url, source, auth, error)) from error
+                if refused_credentials(error):
+                    raise BusError(refusal(url, source, auth, error)) from error
+                if not retry and untried > 0:
+                    untried -= 1
+                    bus._next_server()
+                    continue
                 if not retry or loop.time() >= deadline:
-                    raise BusError(f"cannot reach NATS at {url}: {error}") from error
+                    reason = str(error) or type(error).__name__  # a timeout says nothing
+                    raise BusError(f"cannot reach NATS at {url}: {reason}") from error
                 await asyncio.sleep(0.1)
+
+    def _next_server(self) -> None:
+        """Try the next server of the list first, with a client of its own: a server that
+        accepted the connection and never answered (hung) ends a first connection told not to
+        retry, and nats-py would not go on to the others. The failed client is dropped, not
+        closed: closing it would wait on the server that does not answer."""
+        self._servers = [*self._servers[1:], *self._servers[:1]]
+        self._current.client = self.client_type()
 
     async def _open_first(self, options: dict[str, Any]) -> None:
         """Open the first connection, raising nats-py's error if NATS refuses the credentials:
@@ -212,7 +226,7 @@ class Connection:
             return client is self._current.client
 
         async def on_error(error: Exception) -> None:
-            if refused is not None and _refused_credentials(error):
+            if refused is not None and refused_credentials(error):
                 refused.set()
             if current():
                 await self._on_error(error)
@@ -235,6 +249,7 @@ class Connection:
             # (nats-py counts -1 as "forever", the initial connection included).
             allow_reconnect=retry,
             max_reconnect_attempts=-1 if retry else 1,
+            dont_randomize=not retry,  # told not to retry: the servers in order (_next_server)
             reconnect_time_wait=self._reconnect_wait,
             ping_interval=PING_INTERVAL_S,
             max_outstanding_pings=PINGS_UNANSWERED,
@@ -244,7 +259,7 @@ class Connection:
         )
 
     async def _on_error(self, error: Exception) -> None:
-        if _refused_credentials(error):
+        if refused_credentials(error):
             self._credentials_refused()
         client = self._current.client
         self.violations.report(error, client.sent if isinstance(client, RememberingClient) else ())
@@ -470,25 +485,6 @@ async def _through_jetstream_outage(call: Callable[[], Awaitable[T]], *, what: s
             log.warning("jetstream_unanswered", what=what, error=repr(error))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
-
-
-def _refused_credentials(error: BaseException) -> bool:
-    """NATS answered, and said no: retrying with the same credentials cannot help."""
-    text = str(error).lower()
-    return "authorization violation" in text or "authentication" in text
-
-
-def _refusal(url: str, source: str, auth: ClientAuth, error: BaseException) -> str:
-    """Why NATS said no, naming the credential at fault: the seed file it refused, or, when
-    the caller gave none, the seed the user ``source`` signs in with (``<source>.nk``)."""
-    remedy = "set BERTH_CREDS to a seed file made by `berth up` or `berth creds init`"
-    if auth.seed is not None:
-        return f"NATS at {url} refused the credentials in {auth.seed} ({error}); {remedy}"
-    needed = f"{source}{SEED_SUFFIX}" if source in USERS else "a user's seed (<user>.nk)"
-    return (
-        f"NATS at {url} refused the credentials ({error}): none were given,"
-        f" {needed} is missing; {remedy}"
-    )
 
 
 async def _log_error(error: Exception) -> None:

@@ -1,5 +1,6 @@
-"""Permissions violations: NATS refused one publish or subscription of a connection it keeps
-open (:class:`Violations`).
+"""What NATS refuses a connection: one publish or subscription outside its user's permissions,
+on a connection it keeps open (:class:`Violations`); or the credentials themselves
+(:func:`refused_credentials`, :func:`refusal`).
 
 NATS answers an operation outside the user's permissions with an asynchronous ``-ERR
 'Permissions Violation for Publish to "<subject>"'`` (or ``for Subscription to``) and keeps
@@ -21,9 +22,18 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from shared.auth import SEED_SUFFIX, USERS, ClientAuth
 from shared.bus.errors import PermissionDenied
 
-__all__ = ["SENT_REMEMBERED", "RememberingClient", "Violation", "Violations", "violation_in"]
+__all__ = [
+    "SENT_REMEMBERED",
+    "RememberingClient",
+    "Violation",
+    "Violations",
+    "refusal",
+    "refused_credentials",
+    "violation_in",
+]
 
 # nats-py's text for the server's -ERR, which its parser lowercases:
 # 'nats: permissions violation for publish to "<subject>"', '... for subscription to
@@ -140,3 +150,22 @@ class _Interrupting:
             return
         # Also when the block swallowed the cancellation: it went on without a permission.
         raise PermissionDenied(violation.action, violation.subject) from None
+
+
+def refused_credentials(error: BaseException) -> bool:
+    """NATS answered, and said no: retrying with the same credentials cannot help."""
+    text = str(error).lower()
+    return "authorization violation" in text or "authentication" in text
+
+
+def refusal(url: str, source: str, auth: ClientAuth, error: BaseException) -> str:
+    """Why NATS said no, naming the credential at fault: the seed file it refused, or, when
+    the caller gave none, the seed the user ``source`` signs in with (``<source>.nk``)."""
+    remedy = "set BERTH_CREDS to a seed file made by `berth up` or `berth creds init`"
+    if auth.seed is not None:
+        return f"NATS at {url} refused the credentials in {auth.seed} ({error}); {remedy}"
+    needed = f"{source}{SEED_SUFFIX}" if source in USERS else "a user's seed (<user>.nk)"
+    return (
+        f"NATS at {url} refused the credentials ({error}): none were given,"
+        f" {needed} is missing; {remedy}"
+    )
