@@ -1,4 +1,4 @@
-"""Where the CLI prints tables: rich's console, as wide as a line needs off a terminal."""
+"""Where the CLI prints tables: rich's console, as wide as a line needs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ __all__ = ["console_for"]
 
 
 def console_for(file: IO[str] | None = None) -> Console:
-    """A console on ``file`` (stdout by default): the terminal's width on a terminal, else as
-    wide as each line needs. Why: off a terminal rich assumes 80 columns and cuts a table's
-    cells to fit, so `berth up > up.log` or `berth creds init DIR | cat` printed paths and
-    names cut short, which a user copies from there."""
+    """A console on ``file`` (stdout by default) as wide as each line needs, styled only on a
+    terminal: a table's cells are never cut, as kubectl cuts none. Why: rich fits a table to
+    the terminal's width (80 columns off a terminal), and `berth up > up.log` or `berth creds
+    init DIR | cat` printed paths and names cut short, which a user copies from there."""
     out = file or sys.stdout
-    return Console(file=out, highlight=False, width=None if out.isatty() else 100_000)
+    return Console(file=out, width=100_000, highlight=False, force_terminal=out.isatty())

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
-from rich.console import Console
 from rich.table import Table
 
+from berth_cli.consoles import console_for
 from shared.durations import short_age
 
 __all__ = ["age", "print_objects", "print_table"]
@@ -57,7 +56,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, empty:
         table.add_column(header, no_wrap=True, overflow="ignore")
     for row in rows:
         table.add_row(*("" if cell is None else str(cell) for cell in row))
-    console = Console(width=100_000, highlight=False, force_terminal=sys.stdout.isatty())
+    console = console_for()
     with console.capture() as capture:
         console.print(table)
     print("\n".join(line.rstrip() for line in capture.get().splitlines()))

@@ -14,7 +14,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from shared.bus import STREAM, ConsumerGone
-from shared.bus.pulling import PullPump, consumer_may_be_gone
+from shared.bus.pulling import CONSUMER_INACTIVE_S, PullPump, consumer_may_be_gone
 from shared.events import AnyEvent
 from tests.unbatched_bus import _bus, _submitted
 
@@ -67,6 +67,8 @@ async def test_a_deleted_consumer_stops_its_reader_without_asking_on(
         with pytest.raises(ConsumerGone):
             await asyncio.wait_for(reading, 20)
     finally:
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
         await bus.close()
     # Before, each "no consumer" answer was met by a new request at once: thousands a second.
     assert len(answers) <= 3, answers
@@ -95,12 +97,33 @@ async def test_no_consumer_for_a_moment_changes_nothing(nats_url: str) -> None:
         await asyncio.wait_for(first.wait(), 20)  # the consumer's own pump is reading
         pump: PullPump = bus._pumps[id(subscription)]
         await pump._on_message(_status("503", ""))
-        assert pump.unanswered and pump.requested == 0
+        assert pump.unanswered_since is not None and pump.requested == 0
         pump.last_request = pump.last_heard = 0.0  # silent since: the watchdog acts now
-        await pump._watchdog()
-        assert not pump.unanswered and pump.requested > 0
+        await pump._watchdog()  # the server still has it: asked again
+        assert pump.requested > 0
         await bus.publish(_submitted(2))
         await asyncio.wait_for(reading, 20)
         assert list(dict.fromkeys(event.workload.uid for event in handled)) == ["u1", "u2"]
+        assert pump.unanswered_since is None  # a delivery shows a consumer holds our requests
+    finally:
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
+        await bus.close()
+
+
+async def test_no_consumer_for_its_whole_inactive_threshold_is_gone(nats_url: str) -> None:
+    """Answered "no consumer" for as long as the server would keep an unread consumer, and
+    the server cannot say (an R1 consumer whose node is down): taken for gone, so that the
+    service starts again rather than ask on for as long as the node stays down."""
+    bus = await _bus(nats_url)
+    try:
+        subscription = await bus.replay_subscription(["berth.wl.submitted.>"])
+        pump: PullPump = await bus._pump(subscription)
+        await pump._on_message(_status("503", ""))
+        assert pump.unanswered_since is not None
+        pump.unanswered_since -= CONSUMER_INACTIVE_S + 1
+        pump.last_request = pump.last_heard = 0.0
+        with pytest.raises(ConsumerGone):
+            await pump._watchdog()
     finally:
         await bus.close()

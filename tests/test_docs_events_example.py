@@ -37,8 +37,9 @@ def test_the_documented_follower_prints_an_admission(stack: Stack, tmp_path: Pat
         text=True,
     )
     lines: list[str] = []
-    assert follower.stdout is not None
-    threading.Thread(target=lines.extend, args=(follower.stdout,), daemon=True).start()
+    assert follower.stdout is not None and follower.stderr is not None
+    reading = threading.Thread(target=lines.extend, args=(follower.stdout,), daemon=True)
+    reading.start()
     try:
         submit_manifest(stack.url, tmp_path, job_manifest("followed", cpu=1))
         eventually(
@@ -50,5 +51,7 @@ def test_the_documented_follower_prints_an_admission(stack: Stack, tmp_path: Pat
         )
     finally:
         follower.kill()
-        _, stderr = follower.communicate(timeout=10)
+        follower.wait(10)
+        reading.join(10)
+    stderr = follower.stderr.read()
     assert "Error" not in stderr, stderr

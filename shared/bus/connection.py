@@ -51,10 +51,12 @@ RECONNECT_JITTER_S = 0.25
 # without a reset) is noticed after PINGS_UNANSWERED pings go unanswered, PING_INTERVAL_S
 # apart, and the client moves to another node. nats-py's default (pings minutes apart) left
 # a service on a hung node past a consumer's inactive threshold: the server removed it
-# unread (shared/bus/pulling.py ConsumerGone). Not tighter: a client busy reading a
-# backlog reads the server's answer late, and a false alarm costs a reconnect.
+# unread (shared/bus/pulling.py ConsumerGone). Not tighter: the server's answer comes
+# after whatever it had queued for the client, which a client busy with a backlog (a replay
+# at start) reads late, and a false alarm costs a reconnect.
 PING_INTERVAL_S = 5
-PINGS_UNANSWERED = 2
+PINGS_UNANSWERED = 3
+CLOSE_FAILED_S = 1.0  # a client that failed its first connection gets this long to close
 # A connection signing in anew with a rotated seed gives NATS this long to accept it.
 SIGN_IN_TIMEOUT_S = 5.0
 
@@ -177,20 +179,22 @@ class Connection:
                     raise BusError(refusal(url, source, auth, error)) from error
                 if not retry and untried > 0:
                     untried -= 1
-                    bus._next_server()
+                    await bus._next_server()
                     continue
                 if not retry or loop.time() >= deadline:
                     reason = str(error) or type(error).__name__  # a timeout says nothing
                     raise BusError(f"cannot reach NATS at {url}: {reason}") from error
                 await asyncio.sleep(0.1)
 
-    def _next_server(self) -> None:
+    async def _next_server(self) -> None:
         """Try the next server of the list first, with a client of its own: a server that
         accepted the connection and never answered (hung) ends a first connection told not to
-        retry, and nats-py would not go on to the others. The failed client is dropped, not
-        closed: closing it would wait on the server that does not answer."""
+        retry, and nats-py would not go on to the others. The failed client is closed (its
+        socket), never waited on for long."""
         self._servers = [*self._servers[1:], *self._servers[:1]]
-        self._current.client = self.client_type()
+        failed, self._current.client = self._current.client, self.client_type()
+        with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+            await asyncio.wait_for(failed.close(), CLOSE_FAILED_S)
 
     async def _open_first(self, options: dict[str, Any]) -> None:
         """Open the first connection, raising nats-py's error if NATS refuses the credentials:

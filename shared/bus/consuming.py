@@ -41,6 +41,7 @@ from shared.bus.handing import (
     stopped_within,
 )
 from shared.bus.pulling import (
+    CONSUMER_INACTIVE_S,
     MESSAGES_READ,
     PULL_EXPIRES_S,
     PullPump,
@@ -156,7 +157,7 @@ class Consuming(Connection):
             ack_policy=api.AckPolicy.NONE,
             deliver_policy=api.DeliverPolicy.ALL,
             filter_subjects=consumer_filters(subjects, batching=self.settings.batching),
-            inactive_threshold=60.0,
+            inactive_threshold=CONSUMER_INACTIVE_S,
         )
         unbatched = self.settings.batching and await unbatched_until(self.js, resume=1)
         if unbatched:

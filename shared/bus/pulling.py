@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
@@ -46,9 +47,16 @@ PULL_EXPIRES_S = 5.0  # an outstanding pull request lives this long, then is ren
 # only noticed after two whole request lifetimes.
 PULL_HEARTBEAT_S = 0.5
 PULL_SILENCE_BEATS = 2
-# JetStream's error code for a consumer it does not have.
-CONSUMER_NOT_FOUND = 10014
+# A replay consumer unread this long is removed by the server (its inactive threshold).
+CONSUMER_INACTIVE_S = 60.0
+# Pulls answered "no consumer" (:func:`consumer_may_be_gone`) are asked again this often, and
+# the server asked at most this often whether it still has the consumer; answered so for
+# CONSUMER_INACTIVE_S on end, the consumer is taken for gone even if the server cannot say
+# (its node is down, and an R1 consumer has no other).
+UNANSWERED_RETRY_S = 0.25
+CONSUMER_CHECK_S = 5.0
 CONSUMER_INFO_TIMEOUT_S = 2.0
+CONSUMER_NOT_FOUND = 10014  # JetStream's error code for a consumer it does not have
 # At most this many events are handed to a handler (or returned by next_batch) at once.
 EVENTS_PER_HANDLING = 512
 
@@ -120,9 +128,11 @@ class PullPump:
         self.last_heard = 0.0
         self.closed = False
         self.interrupted = False
-        # A request was answered "no consumer" (:func:`consumer_may_be_gone`): the server is
-        # asked whether it still has it before the pump asks it for more.
-        self.unanswered = False
+        # Since when requests are answered "no consumer" (:func:`consumer_may_be_gone`), until
+        # a message or a heartbeat shows one holds them; and when to ask the server next
+        # whether it still has the consumer (:meth:`_watchdog`).
+        self.unanswered_since: float | None = None
+        self.next_check = 0.0
         self.subscription: Any = None
 
     @classmethod
@@ -173,6 +183,8 @@ class PullPump:
     async def _on_message(self, msg: Msg) -> None:
         self.last_heard = time.monotonic()
         status = JetStreamContext.is_status_msg(msg)
+        if status is None or status == "100":
+            self.unanswered_since = None  # a consumer holds our requests
         if status is None:
             self.requested -= 1
             self.buffer.append(msg)
@@ -181,8 +193,10 @@ class PullPump:
             left = (msg.headers or {}).get("Nats-Pending-Messages")
             self.requested = self.requested - int(left) if left is not None else 0
             if consumer_may_be_gone(status, msg):
-                self.requested, self.unanswered = 0, True
-                return  # asked again by the watchdog, once the server says it still has it
+                self.requested = 0
+                if self.unanswered_since is None:
+                    self.unanswered_since = self.last_heard
+                return  # asked again by the watchdog, a moment later (not in a loop)
         self.requested = max(self.requested, 0)
         await self.top_up()
 
@@ -202,12 +216,12 @@ class PullPump:
         (not at all once interrupted, if ``interruptible``)."""
         if not self.buffer and not (interruptible and self.interrupted):
             self.arrived.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 # Not wait_for: it runs the wait in a task of its own, on every take.
                 async with asyncio.timeout(wait):
                     await self.arrived.wait()
-            except TimeoutError:
-                await self._watchdog()
+            if not self.buffer and not (interruptible and self.interrupted):
+                await self._watchdog()  # timed out, or woken with nothing (Bus.wake)
                 return await self._tail() if self.tail_unchecked else []
         if limit is None or len(self.buffer) <= limit:
             batch, self.buffer = self.buffer, []
@@ -288,19 +302,30 @@ class PullPump:
     async def _watchdog(self) -> None:
         """No heartbeat for a few beats: whatever we count as outstanding is not (the
         consumer's leader died, a reconnect, a lost status); ask again rather than wait.
-        After a request answered "no consumer", first ask the server whether it still has
-        the consumer: raises :class:`ConsumerGone` if it has not, for asking on would be
-        answered so at once, again and again, and nothing would be read."""
+
+        Requests answered "no consumer" are asked again after :data:`UNANSWERED_RETRY_S`
+        (a consumer's leader is being elected: soon answered again), and now and then the
+        server is asked whether it still has the consumer: raises :class:`ConsumerGone` if
+        it has not, or if the answer has been "no consumer" for :data:`CONSUMER_INACTIVE_S`
+        on end. Asked on at once, such a request is answered so at once, in a loop that
+        reads nothing while the service looks ready."""
         now = time.monotonic()
-        if now - max(self.last_request, self.last_heard) > PULL_HEARTBEAT_S * PULL_SILENCE_BEATS:
-            if self.unanswered:
-                if await self._consumer_gone():
-                    consumer = self.next_subject.rpartition(".")[2]
-                    why = "the server no longer has it: deleted, or removed unread"
-                    log.error("consumer_gone", consumer=consumer, reason=why)
-                    raise ConsumerGone(f"the server has no consumer {consumer}: {why}")
-                self.unanswered = False
-            await self.ask_again()
+        silent = now - max(self.last_request, self.last_heard)
+        if self.unanswered_since is None:
+            if silent > PULL_HEARTBEAT_S * PULL_SILENCE_BEATS:
+                await self.ask_again()
+            return
+        if silent < UNANSWERED_RETRY_S:
+            return
+        if now >= self.next_check:
+            self.next_check = now + CONSUMER_CHECK_S
+            gone = await self._consumer_gone()
+            if gone or now - self.unanswered_since > CONSUMER_INACTIVE_S:
+                consumer = self.next_subject.rpartition(".")[2]
+                why = "deleted, or removed unread" if gone else "unanswered, its node gone"
+                log.error("consumer_gone", consumer=consumer, reason=why)
+                raise ConsumerGone(f"the server has no consumer {consumer}: {why}")
+        await self.ask_again()
 
     async def _consumer_gone(self) -> bool:
         """Whether the server says it has no such consumer; an unclear answer (a timeout, no
