@@ -49,13 +49,14 @@ PULL_HEARTBEAT_S = 0.5
 PULL_SILENCE_BEATS = 2
 # A replay consumer unread this long is removed by the server (its inactive threshold).
 CONSUMER_INACTIVE_S = 60.0
-# Pulls answered "no consumer" (:func:`consumer_may_be_gone`) are asked again this often, and
-# the server asked at most this often whether it still has the consumer; answered so for
-# CONSUMER_INACTIVE_S on end, the consumer is taken for gone even if the server cannot say
-# (its node is down, and an R1 consumer has no other).
+# Pulls answered "no consumer" (:func:`consumer_may_be_gone`) are asked again this often:
+# most such answers pass within seconds (a consumer's leader elected, its node restarted).
+# Answered so for CONSUMER_CHECK_S, the server is asked, that often, whether it still has the
+# consumer; answered so for CONSUMER_INACTIVE_S on end, the consumer is taken for gone even
+# if the server cannot say (its node is down, and an R1 consumer has no other).
 UNANSWERED_RETRY_S = 0.25
 CONSUMER_CHECK_S = 5.0
-CONSUMER_INFO_TIMEOUT_S = 2.0
+CONSUMER_INFO_TIMEOUT_S = 1.0
 CONSUMER_NOT_FOUND = 10014  # JetStream's error code for a consumer it does not have
 # At most this many events are handed to a handler (or returned by next_batch) at once.
 EVENTS_PER_HANDLING = 512
@@ -304,11 +305,12 @@ class PullPump:
         consumer's leader died, a reconnect, a lost status); ask again rather than wait.
 
         Requests answered "no consumer" are asked again after :data:`UNANSWERED_RETRY_S`
-        (a consumer's leader is being elected: soon answered again), and now and then the
-        server is asked whether it still has the consumer: raises :class:`ConsumerGone` if
-        it has not, or if the answer has been "no consumer" for :data:`CONSUMER_INACTIVE_S`
-        on end. Asked on at once, such a request is answered so at once, in a loop that
-        reads nothing while the service looks ready."""
+        (a consumer's leader is being elected, its node restarted: soon answered again); once
+        answered so for :data:`CONSUMER_CHECK_S`, the server is asked now and then whether it
+        still has the consumer: raises :class:`ConsumerGone` if it has not, or if the answer
+        has been "no consumer" for :data:`CONSUMER_INACTIVE_S` on end. Asked on at once,
+        such a request is answered so at once, in a loop that reads nothing while the
+        service looks ready."""
         now = time.monotonic()
         silent = now - max(self.last_request, self.last_heard)
         if self.unanswered_since is None:
@@ -317,7 +319,7 @@ class PullPump:
             return
         if silent < UNANSWERED_RETRY_S:
             return
-        if now >= self.next_check:
+        if now - self.unanswered_since >= CONSUMER_CHECK_S and now >= self.next_check:
             self.next_check = now + CONSUMER_CHECK_S
             gone = await self._consumer_gone()
             if gone or now - self.unanswered_since > CONSUMER_INACTIVE_S:
