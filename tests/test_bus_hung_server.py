@@ -16,6 +16,7 @@ import shared.bus.connection as connection
 from berth_cli.natsserver import NatsServer
 from shared.auth import ClientAuth
 from shared.bus import Bus, BusError
+from shared.bus.acks import AckTimeout
 from tests.conftest import bus_auth, frozen
 
 
@@ -64,3 +65,26 @@ async def test_a_command_goes_on_to_the_next_server_past_a_hung_one(tmp_path: Pa
             assert not str(refused.value).endswith(": "), "no reason given"
         finally:
             os.kill(hung.process.pid, signal.SIGCONT)
+
+
+async def test_acks_due_on_a_lost_connection_are_retried_at_once(
+    nats_server: NatsServer,
+) -> None:
+    """A publish whose ack was due when the connection was lost: the reply, sent while the
+    client was away, is not kept for it, so it fails as timed out at the reconnect and its
+    sender retries it then (the message id stores it once), not after the whole timeout.
+    (A Job created as a NATS node died was stored seconds late.)"""
+    bus = await Bus.connect(nats_server.url, source="test", auth=bus_auth(nats_server.url))
+    try:
+        await bus.ensure_stream()
+        assert nats_server.process is not None
+        pid = nats_server.process.pid
+        frozen(pid)  # it takes the publish into its socket and answers nothing
+        try:
+            [waiting] = await bus.acks.send_many([("berth.wl.submitted.a.b", b"{}", None)])
+            await bus._on_reconnect()  # as nats-py calls it once connected again
+            assert waiting.done() and isinstance(waiting.exception(), AckTimeout)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        await bus.close()

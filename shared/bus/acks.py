@@ -220,10 +220,18 @@ class AckTracker:
         if self._sweeper is None:
             return
         await self._subscribe()
+        self.lost("the connection signed in anew: no reply")
+
+    def lost(self, why: str) -> None:
+        """Fail every publish still waiting for its ack as timed out (``why``), so that its
+        sender retries it now rather than after the whole timeout: the connection its reply
+        would have come on is gone (reconnected, or signed in anew), and a reply sent while
+        the client was away is not kept for it. A retry is stored once (an event's message id;
+        a put writes the newest value again)."""
         waiting, self._pending = self._pending, {}
         for future, _ in waiting.values():
             if not future.done():
-                future.set_exception(AckTimeout("the connection signed in anew: no reply"))
+                future.set_exception(AckTimeout(why))
 
     async def _subscribe(self) -> None:
         """Replies come to a new inbox: a publish's to ``<inbox>.<token>``, a fast batch's to

@@ -344,6 +344,9 @@ class Connection:
     async def _on_reconnect(self) -> None:
         self._reconnected_at = asyncio.get_running_loop().time()
         log.info("nats_reconnected")
+        # Their acks were due on the connection that is gone: retried now, not after the
+        # timeout (a Job created as a NATS node died was stored seconds late).
+        self.acks.lost("the connection was lost: its ack may never come")
         for listener in list(self.reconnects):
             listener()  # a watch: re-created by its own task
         # A task: nats-py awaits this callback inside its reconnect loop.
