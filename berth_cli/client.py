@@ -17,13 +17,14 @@ from shared.bus import (
     BusError,
     BusSettings,
     BusTimeout,
+    KeyNotFound,
     NoResponders,
     PermissionDenied,
 )
 from shared.bus.violations import RememberingClient
 from shared.subjects import subject_matcher
 
-__all__ = ["CliError", "connect", "denied_message", "one_workload", "query_all"]
+__all__ = ["CliError", "connect", "denied_message", "key_exists", "one_workload", "query_all"]
 
 T = TypeVar("T")
 
@@ -84,6 +85,15 @@ def denied_message(auth: ClientAuth, denied: PermissionDenied) -> str:
     line += ": this command needs the cli user's credentials"
     beside = auth.seed.with_name(f"cli{SEED_SUFFIX}")
     return f"{line} (BERTH_CREDS={beside})" if beside.is_file() else line
+
+
+async def key_exists(kv: Any, key: str) -> bool:
+    """Whether the bucket holds ``key`` (stored, and its last entry not a deletion)."""
+    try:
+        entry = await kv.get(key)
+    except KeyNotFound:
+        return False
+    return entry.value is not None
 
 
 async def query_all(bus: Bus, resource: str, **request: Any) -> list[dict[str, Any]]:

@@ -20,10 +20,10 @@ import msgspec
 import yaml
 
 from berth_cli import get as get_output
-from berth_cli.client import CliError, connect, query_all
+from berth_cli.client import CliError, connect, key_exists, query_all
 from berth_cli.kinds import RESOURCES, Resource, by_plural, resolve
 from berth_cli.watching import Snapshot, watch
-from shared.bus import CONFIG_BUCKET, BucketWatch, Bus, KeyNotFound, live_value
+from shared.bus import CONFIG_BUCKET, BucketWatch, Bus, live_value
 from shared.config import config_key, config_key_prefix
 from shared.durations import kube_timestamp
 
@@ -66,15 +66,6 @@ def get() -> None:
 
 def _namespace_filter(namespace: str | None, all_namespaces: bool) -> str | None:
     return None if all_namespaces else (namespace or "default")
-
-
-async def config_exists(bus: Bus, kind: str, name: str, namespace: str | None = None) -> bool:
-    """Whether the config bucket holds that object (stored, not deleted)."""
-    try:
-        entry = await (await bus.kv(CONFIG_BUCKET)).get(config_key(kind, name, namespace))
-    except KeyNotFound:
-        return False
-    return entry.value is not None
 
 
 async def config_objects(bus: Bus, kind: str) -> list[dict[str, Any]]:
@@ -276,7 +267,8 @@ def get_pending(nats_url: str, cluster_queue: str, output: str | None) -> None:
 
     async def fetch(bus: Bus) -> list[dict[str, Any]]:
         # As kueuectl's visibility API: an unknown ClusterQueue is not found, not empty.
-        if not await config_exists(bus, "ClusterQueue", cluster_queue):
+        config = await bus.kv(CONFIG_BUCKET)
+        if not await key_exists(config, config_key("ClusterQueue", cluster_queue)):
             raise CliError(f'clusterqueues "{cluster_queue}" not found')
         return await query_all(bus, "pending", clusterQueue=cluster_queue)
 

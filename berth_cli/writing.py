@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from berth_cli.client import CliError, connect, query_all
+from berth_cli.client import CliError, connect, key_exists, query_all
 from berth_cli.config_fields import unsupported_object
 from berth_cli.ignored import unsupported
 from berth_cli.kinds import config_names
@@ -253,12 +253,12 @@ async def check_references(kv: Any, obj: dict[str, Any], where: str) -> None:
     labels = metadata.get("labels") or {}
     queue = labels.get(QUEUE_NAME_LABEL) or ""
     if queue:
-        if not await _exists(kv, config_key("LocalQueue", queue, namespace)):
+        if not await key_exists(kv, config_key("LocalQueue", queue, namespace)):
             raise CliError(
                 f"{where}: label {QUEUE_NAME_LABEL}: LocalQueue {queue!r} not found in"
                 f" namespace {namespace!r}"
             )
-    elif not await _exists(kv, config_key("LocalQueue", "default", namespace)):
+    elif not await key_exists(kv, config_key("LocalQueue", "default", namespace)):
         raise CliError(
             f"{where}: no queue: set label {QUEUE_NAME_LABEL}, or create a LocalQueue named"
             f" 'default' in namespace {namespace!r}"
@@ -270,7 +270,7 @@ async def check_priority_classes(kv: Any, obj: dict[str, Any], where: str) -> No
     """The WorkloadPriorityClass label and the pods' PriorityClass must exist."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     priority_class = labels.get(PRIORITY_CLASS_LABEL)
-    if priority_class and not await _exists(
+    if priority_class and not await key_exists(
         kv, config_key("WorkloadPriorityClass", priority_class)
     ):
         raise CliError(
@@ -278,20 +278,12 @@ async def check_priority_classes(kv: Any, obj: dict[str, Any], where: str) -> No
             " not found"
         )
     priority_class_name = workload_spec(obj).priority_class_name
-    if priority_class_name and not await _exists(
+    if priority_class_name and not await key_exists(
         kv, config_key("PriorityClass", priority_class_name)
     ):
         raise CliError(
             f"{where}: priorityClassName: PriorityClass {priority_class_name!r} not found"
         )
-
-
-async def _exists(kv: Any, key: str) -> bool:
-    try:
-        entry = await kv.get(key)
-    except KeyNotFound:
-        return False
-    return entry.value is not None
 
 
 async def submit_workloads(
@@ -408,7 +400,7 @@ async def delete_config(url: str, kind: str, name: str, namespace: str) -> str:
     resource = f"{KIND_PLURALS[kind]}/{name}"
     async with connect(url) as bus:
         config = await bus.kv(CONFIG_BUCKET)
-        if not await _exists(config, key):
+        if not await key_exists(config, key):
             where = f' in namespace "{namespace}"' if namespaced else ""
             raise CliError(f"{resource} not found{where}")
         if kind == "ClusterQueue":

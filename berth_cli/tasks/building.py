@@ -121,8 +121,12 @@ def queue_of(task: dict[str, Any]) -> str:
     return labels.get(QUEUE_NAME_LABEL, "")
 
 
-def _validate(job: dict[str, Any], source: str) -> Any:
+def _validate(job: dict[str, Any], source: str, *, validate: str) -> Any:
+    """The Job's spec, its unknown fields met as ``validate`` says (kubectl's ``--validate``:
+    a Job as the user gave it; ``ignore`` for one Berth built), first: a typo is named, not
+    what it hid. Either refusal is a :class:`TaskError` naming ``source``."""
     try:
+        validate_fields(job, validate, source)
         return workload_spec(job)
     except WorkloadError as error:
         raise TaskError(f"{source}: {error}") from None
@@ -153,10 +157,6 @@ def from_job(
         )
     job = copy.deepcopy(document)
     job.pop("status", None)
-    try:
-        validate_fields(job, validate, source)  # a typo is named, as `berth submit` names it
-    except WorkloadError as error:
-        raise TaskError(f"{source}: {error}") from None
     metadata = job.get("metadata")
     if metadata is None:
         metadata = job["metadata"] = {}
@@ -186,7 +186,7 @@ def from_job(
             f"metadata.annotations.{RECOVER_ON_EXIT_CODES_ANNOTATION}",
             f"must list exit codes 0 to 255, got {codes!r}",
         )
-    spec = _validate(job, source)
+    spec = _validate(job, source, validate=validate)
     pod_set = spec.pod_sets[0]
     template_labels = ((job.get("spec") or {}).get("template") or {}).get("metadata") or {}
     model = labels.get(ACCELERATOR_LABEL) or (template_labels.get("labels") or {}).get(
@@ -287,7 +287,7 @@ def from_task(
         "metadata": {"labels": dict(labels), "annotations": annotations},
         "spec": job_spec,
     }
-    spec = _validate(job, source)
+    spec = _validate(job, source, validate="ignore")  # a Job Berth built
     accelerator = (resources.accelerator, str(resources.count)) if resources.accelerator else None
     cpus = format_number(resources.cpu_milli) if resources.cpu_milli is not None else None
     task_spec = TaskSpec(
