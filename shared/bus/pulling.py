@@ -184,13 +184,14 @@ class PullPump:
     async def _on_message(self, msg: Msg) -> None:
         self.last_heard = time.monotonic()
         status = JetStreamContext.is_status_msg(msg)
-        if status is None or status == "100":
-            self.unanswered_since = None  # a consumer holds our requests
         if status is None:
+            self.unanswered_since = None  # a consumer holds our requests
             self.requested -= 1
             self.buffer.append(msg)
             self.arrived.set()
-        elif status != "100":  # not a heartbeat: the request ended (expired, or refused)
+        elif status == "100":  # a heartbeat: as a message, a consumer holds our requests
+            self.unanswered_since = None
+        else:  # the request ended (expired, or refused)
             left = (msg.headers or {}).get("Nats-Pending-Messages")
             self.requested = self.requested - int(left) if left is not None else 0
             if consumer_may_be_gone(status, msg):
